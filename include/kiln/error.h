@@ -1,0 +1,34 @@
+// kiln::Error, the one exception Kiln throws, and the checks that build its messages.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace kiln {
+
+// Every message starts with the op or function name in brackets: "[matmul] shapes ...".
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+template <class... Args>
+std::string cat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+[[noreturn]] void throw_error(const char* where, const std::string& msg);
+}  // namespace detail
+
+}  // namespace kiln
+
+#define KILN_CHECK(cond, where, ...)                                          \
+  do {                                                                        \
+    if (!(cond)) [[unlikely]]                                                 \
+      ::kiln::detail::throw_error((where), ::kiln::detail::cat(__VA_ARGS__)); \
+  } while (0)
+
+#define KILN_FAIL(where, ...) ::kiln::detail::throw_error((where), ::kiln::detail::cat(__VA_ARGS__))

@@ -1,0 +1,13 @@
+// Everything a Kiln user includes: tensors, ops, autograd, random numbers and the runtime.
+#pragma once
+
+#include "kiln/autograd.h"
+#include "kiln/device.h"
+#include "kiln/dtype.h"
+#include "kiln/error.h"
+#include "kiln/ops.h"
+#include "kiln/random.h"
+#include "kiln/runtime.h"
+#include "kiln/scalar.h"
+#include "kiln/shape.h"
+#include "kiln/tensor.h"

@@ -1,0 +1,380 @@
+// kiln::Tensor: a handle to shape, strides, offset, dtype, device and shared storage.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "kiln/device.h"
+#include "kiln/dtype.h"
+#include "kiln/error.h"
+#include "kiln/scalar.h"
+#include "kiln/shape.h"
+
+namespace kiln {
+
+namespace autograd {
+class Node;
+}
+struct TensorImpl;
+class Tensor;
+using TensorList = std::vector<Tensor>;
+
+// What a factory makes: dtype, device and whether the result requires grad.
+class TensorOptions {
+ public:
+  TensorOptions() = default;
+  TensorOptions(ScalarType t) : dtype_(t) {}
+  TensorOptions(Device d) : device_(d) {}
+  TensorOptions(DeviceType d) : device_(Device(d)) {}
+
+  TensorOptions dtype(ScalarType t) const { auto o = *this; o.dtype_ = t; return o; }
+  TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
+  TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }
+  ScalarType dtype() const { return dtype_.value_or(kDefaultFloat); }
+  bool has_dtype() const { return dtype_.has_value(); }
+  Device device() const { return device_; }
+  bool requires_grad() const { return requires_grad_; }
+
+ private:
+  std::optional<ScalarType> dtype_;
+  Device device_;
+  bool requires_grad_ = false;
+};
+
+// Memory owned by one device's allocator. Views share it, and with it the version counter
+// that autograd uses to detect in-place changes to saved tensors.
+struct Storage {
+  void* data = nullptr;
+  size_t nbytes = 0;
+  Device device;
+  std::atomic<uint64_t> version{0};
+
+  Storage(size_t nbytes, Device device);  // allocates from the device's caching allocator
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+  // ---- metadata
+  const Shape& shape() const;
+  const Shape& sizes() const { return shape(); }
+  const Shape& strides() const;
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const;
+  int64_t numel() const;
+  int64_t storage_offset() const;
+  ScalarType dtype() const;
+  ScalarType scalar_type() const { return dtype(); }
+  Device device() const;
+  TensorOptions options() const { return TensorOptions(dtype()).device(device()); }
+  bool is_contiguous() const;
+  bool is_floating_point() const { return kiln::is_floating_point(dtype()); }
+  size_t element_size() const { return kiln::element_size(dtype()); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  const std::shared_ptr<Storage>& storage() const;
+  uint64_t version() const;
+
+  // Raw data, on the tensor's device; offset applied. data_ptr<T>() checks T and the device.
+  void* data_ptr() const;
+  template <class T> T* data_ptr() const;
+  // The value of a one-element tensor, copied to the host (synchronizes).
+  template <class T> T item() const;
+  Scalar item() const;
+  // All elements in row-major order, converted to T, on the host.
+  template <class T> std::vector<T> to_vector() const;
+
+  // ---- views (share storage)
+  Tensor view(const Shape& shape) const;
+  Tensor reshape(const Shape& shape) const;
+  Tensor permute(const Shape& dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;
+  Tensor slice(int64_t dim, std::optional<int64_t> start = std::nullopt,
+               std::optional<int64_t> end = std::nullopt, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor expand(const Shape& shape) const;
+  Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+
+  // ---- copies and conversions
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor detach() const;
+  Tensor to(ScalarType dtype) const;
+  Tensor to(Device device) const;
+  Tensor to(Device device, ScalarType dtype) const;
+  Tensor cpu() const { return to(Device::cpu()); }
+  Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
+
+  // ---- autograd
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool enabled = true);
+  Tensor grad() const;            // undefined until a backward pass reaches this tensor
+  void set_grad(const Tensor& g);
+  void retain_grad();             // keep .grad() for a non-leaf tensor too
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  bool is_leaf() const;
+  // Gradient of this tensor with respect to the leaves; grad defaults to ones for a scalar.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+
+  // ---- ops as methods (each calls the free function of the same name in ops.h)
+  Tensor add(const Tensor& o) const;
+  Tensor add(Scalar o) const;
+  Tensor sub(const Tensor& o) const;
+  Tensor sub(Scalar o) const;
+  Tensor mul(const Tensor& o) const;
+  Tensor mul(Scalar o) const;
+  Tensor div(const Tensor& o) const;
+  Tensor div(Scalar o) const;
+  Tensor pow(const Tensor& o) const;
+  Tensor pow(Scalar o) const;
+  Tensor maximum(const Tensor& o) const;
+  Tensor minimum(const Tensor& o) const;
+  Tensor neg() const;
+  Tensor abs() const;
+  Tensor sign() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor log1p() const;
+  Tensor expm1() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor square() const;
+  Tensor reciprocal() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;
+  Tensor eq(const Tensor& o) const;
+  Tensor eq(Scalar o) const;
+  Tensor ne(const Tensor& o) const;
+  Tensor ne(Scalar o) const;
+  Tensor lt(const Tensor& o) const;
+  Tensor lt(Scalar o) const;
+  Tensor le(const Tensor& o) const;
+  Tensor le(Scalar o) const;
+  Tensor gt(const Tensor& o) const;
+  Tensor gt(Scalar o) const;
+  Tensor ge(const Tensor& o) const;
+  Tensor ge(Scalar o) const;
+  Tensor logical_and(const Tensor& o) const;
+  Tensor logical_or(const Tensor& o) const;
+  Tensor logical_not() const;
+  Tensor masked_fill(const Tensor& mask, Scalar value) const;
+
+  Tensor sum() const;
+  Tensor sum(const Shape& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const Shape& dims, bool keepdim = false) const;
+  Tensor var(const Shape& dims, int64_t correction = 1, bool keepdim = false) const;
+  Tensor std(const Shape& dims, int64_t correction = 1, bool keepdim = false) const;
+  Tensor prod() const;
+  Tensor prod(int64_t dim, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor min() const;
+  std::tuple<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;
+  std::tuple<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;
+  Tensor amax(const Shape& dims, bool keepdim = false) const;
+  Tensor amin(const Shape& dims, bool keepdim = false) const;
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor logsumexp(const Shape& dims, bool keepdim = false) const;
+  Tensor all() const;
+  Tensor any() const;
+  Tensor norm(double p = 2.0) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor matmul(const Tensor& o) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+
+  // ---- in place (bump the version counter; autograd checks it)
+  Tensor& add_(const Tensor& o);
+  Tensor& add_(Scalar o);
+  Tensor& sub_(const Tensor& o);
+  Tensor& sub_(Scalar o);
+  Tensor& mul_(const Tensor& o);
+  Tensor& mul_(Scalar o);
+  Tensor& div_(const Tensor& o);
+  Tensor& div_(Scalar o);
+  Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+  Tensor& relu_();
+  Tensor& neg_();
+  Tensor& exp_();
+  Tensor& sqrt_();
+  Tensor& zero_();
+  Tensor& fill_(Scalar value);
+  Tensor& copy_(const Tensor& src);
+  Tensor& masked_fill_(const Tensor& mask, Scalar value);
+  Tensor& uniform_(double from = 0.0, double to = 1.0);
+  Tensor& normal_(double mean = 0.0, double std = 1.0);
+
+  Tensor& operator+=(const Tensor& o) { return add_(o); }
+  Tensor& operator+=(Scalar o) { return add_(o); }
+  Tensor& operator-=(const Tensor& o) { return sub_(o); }
+  Tensor& operator-=(Scalar o) { return sub_(o); }
+  Tensor& operator*=(const Tensor& o) { return mul_(o); }
+  Tensor& operator*=(Scalar o) { return mul_(o); }
+  Tensor& operator/=(const Tensor& o) { return div_(o); }
+  Tensor& operator/=(Scalar o) { return div_(o); }
+
+  // PyTorch-like text: values (summarised when large), shape, dtype, device.
+  std::string to_string() const;
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, Scalar b);
+Tensor operator+(Scalar a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, Scalar b);
+Tensor operator-(Scalar a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, Scalar b);
+Tensor operator*(Scalar a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, Scalar b);
+Tensor operator/(Scalar a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, Scalar b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, Scalar b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, Scalar b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, Scalar b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, Scalar b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, Scalar b);
+Tensor operator&&(const Tensor& a, const Tensor& b);
+Tensor operator||(const Tensor& a, const Tensor& b);
+Tensor operator!(const Tensor& a);
+
+// ---- the implementation behind a Tensor handle (public for kernels and autograd)
+
+struct AutogradMeta {
+  bool requires_grad = false;
+  bool retains_grad = false;
+  Tensor grad;
+  std::shared_ptr<autograd::Node> grad_fn;
+  uint32_t output_nr = 0;
+  std::weak_ptr<autograd::Node> grad_accumulator;  // leaves only
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape sizes;
+  Shape strides;  // in elements
+  int64_t offset = 0;
+  int64_t numel = 0;
+  ScalarType dtype = kFloat32;
+  bool is_view = false;
+  bool wrapped_number = false;       // made from a C++ number; lower rank in type promotion
+  uint64_t view_version = 0;          // storage version when this view was made
+  std::unique_ptr<AutogradMeta> autograd;
+
+  AutogradMeta& autograd_meta() {
+    if (!autograd) autograd = std::make_unique<AutogradMeta>();
+    return *autograd;
+  }
+};
+
+inline const Shape& Tensor::shape() const { return impl_->sizes; }
+inline const Shape& Tensor::strides() const { return impl_->strides; }
+inline int64_t Tensor::dim() const { return static_cast<int64_t>(impl_->sizes.size()); }
+inline int64_t Tensor::numel() const { return impl_->numel; }
+inline int64_t Tensor::storage_offset() const { return impl_->offset; }
+inline ScalarType Tensor::dtype() const { return impl_->dtype; }
+inline Device Tensor::device() const { return impl_->storage->device; }
+inline const std::shared_ptr<Storage>& Tensor::storage() const { return impl_->storage; }
+inline uint64_t Tensor::version() const { return impl_->storage->version.load(std::memory_order_relaxed); }
+inline void* Tensor::data_ptr() const {
+  return static_cast<char*>(impl_->storage->data) + impl_->offset * static_cast<int64_t>(element_size());
+}
+inline bool Tensor::requires_grad() const { return impl_->autograd && impl_->autograd->requires_grad; }
+
+namespace detail {
+void check_data_ptr(const Tensor& t, ScalarType want);
+Scalar item_scalar(const Tensor& t);
+}  // namespace detail
+
+template <class T> T* Tensor::data_ptr() const {
+  detail::check_data_ptr(*this, dtype_of<T>);
+  return static_cast<T*>(data_ptr());
+}
+template <class T> T Tensor::item() const { return item().to<T>(); }
+
+// ---- factories
+
+// A tensor from values: floating literals give float32 and integers int64 (PyTorch's rule),
+// unless the options say otherwise.
+Tensor tensor(std::initializer_list<double> values, TensorOptions options = {});
+Tensor tensor(std::initializer_list<float> values, TensorOptions options = {});
+Tensor tensor(std::initializer_list<int> values, TensorOptions options = {});
+Tensor tensor(std::initializer_list<int64_t> values, TensorOptions options = {});
+Tensor tensor(std::initializer_list<bool> values, TensorOptions options = {});
+Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorOptions options = {});
+Tensor tensor(std::initializer_list<std::initializer_list<float>> rows, TensorOptions options = {});
+Tensor tensor(std::initializer_list<std::initializer_list<int64_t>> rows, TensorOptions options = {});
+Tensor tensor(std::initializer_list<std::initializer_list<int>> rows, TensorOptions options = {});
+template <class T>
+Tensor tensor(const std::vector<T>& values, TensorOptions options = {});
+template <class T>
+Tensor tensor(const std::vector<T>& values, const Shape& shape, TensorOptions options = {});
+// A 0-d tensor holding one number.
+Tensor scalar_tensor(Scalar value, TensorOptions options = {});
+
+Tensor empty(const Shape& shape, TensorOptions options = {});
+Tensor empty_strided(const Shape& shape, const Shape& strides, TensorOptions options = {});
+Tensor zeros(const Shape& shape, TensorOptions options = {});
+Tensor ones(const Shape& shape, TensorOptions options = {});
+Tensor full(const Shape& shape, Scalar value, TensorOptions options = {});
+Tensor arange(Scalar end, TensorOptions options = {});
+Tensor arange(Scalar start, Scalar end, Scalar step = 1, TensorOptions options = {});
+Tensor linspace(double start, double end, int64_t steps, TensorOptions options = {});
+Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, TensorOptions options = {});
+Tensor rand(const Shape& shape, TensorOptions options = {});
+Tensor randn(const Shape& shape, TensorOptions options = {});
+Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options = kInt64);
+Tensor empty_like(const Tensor& t, std::optional<TensorOptions> options = std::nullopt);
+Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> options = std::nullopt);
+Tensor ones_like(const Tensor& t, std::optional<TensorOptions> options = std::nullopt);
+Tensor full_like(const Tensor& t, Scalar value, std::optional<TensorOptions> options = std::nullopt);
+Tensor rand_like(const Tensor& t, std::optional<TensorOptions> options = std::nullopt);
+Tensor randn_like(const Tensor& t, std::optional<TensorOptions> options = std::nullopt);
+
+}  // namespace kiln

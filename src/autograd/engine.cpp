@@ -1,0 +1,208 @@
+// The backward engine: runs nodes in reverse creation order, accumulates gradients, and the
+// autograd parts of Tensor (requires_grad_, grad, backward, retain_grad).
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/node.h"
+#include "core/tensor_util.h"
+#include "kiln/ops.h"
+
+namespace kiln::autograd {
+namespace {
+
+thread_local bool g_grad_enabled = true;
+
+struct ReadyOrder {
+  bool operator()(Node* a, Node* b) const { return a->sequence_nr < b->sequence_nr; }
+};
+
+// Runs the graph below root_edges. With capture set, gradients reaching those edges are
+// returned (in order) instead of being accumulated into leaves.
+std::vector<Tensor> execute(const std::vector<Edge>& root_edges, const std::vector<Tensor>& root_grads,
+                            bool retain_graph, const std::vector<Edge>* capture) {
+  std::unordered_map<Node*, int> deps;
+  std::unordered_map<Node*, std::shared_ptr<Node>> keep;  // nodes stay alive while we run
+  std::vector<Node*> stack;
+  for (const Edge& e : root_edges) {
+    if (!e.valid() || keep.count(e.fn.get())) continue;
+    keep[e.fn.get()] = e.fn;
+    stack.push_back(e.fn.get());
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.valid()) continue;
+      ++deps[e.fn.get()];
+      if (!keep.count(e.fn.get())) {
+        keep[e.fn.get()] = e.fn;
+        stack.push_back(e.fn.get());
+      }
+    }
+  }
+
+  std::unordered_map<Node*, Tensor> buffer;
+  auto accumulate = [&](Node* n, const Tensor& g) {
+    auto it = buffer.find(n);
+    if (it == buffer.end() || !it->second.defined()) buffer[n] = g;
+    else it->second = it->second + g;
+  };
+  std::priority_queue<Node*, std::vector<Node*>, ReadyOrder> ready;
+  for (size_t i = 0; i < root_edges.size(); ++i) {
+    if (!root_edges[i].valid()) continue;
+    accumulate(root_edges[i].fn.get(), root_grads[i]);
+  }
+  for (const Edge& e : root_edges)
+    if (e.valid() && deps[e.fn.get()] == 0) {
+      deps[e.fn.get()] = -1;  // queued
+      ready.push(e.fn.get());
+    }
+
+  std::vector<Tensor> captured(capture ? capture->size() : 0);
+  std::unordered_map<Node*, std::vector<size_t>> capture_slots;
+  if (capture)
+    for (size_t i = 0; i < capture->size(); ++i)
+      if ((*capture)[i].valid()) capture_slots[(*capture)[i].fn.get()].push_back(i);
+
+  NoGradGuard no_grad;  // backward formulas build no graph
+  while (!ready.empty()) {
+    Node* n = ready.top();
+    ready.pop();
+    Tensor g = std::move(buffer[n]);
+    buffer.erase(n);
+    auto cs = capture_slots.find(n);
+    if (cs != capture_slots.end())
+      for (size_t slot : cs->second) captured[slot] = g;
+    std::vector<Tensor> outs;
+    bool is_leaf_node = dynamic_cast<AccumulateGrad*>(n) != nullptr;
+    if (g.defined() && !(capture && is_leaf_node)) {
+      if (auto* fn = dynamic_cast<FunctionNode*>(n))
+        for (auto& hook : fn->pre_hooks) hook(g);
+      std::vector<Tensor> in;
+      in.push_back(std::move(g));
+      outs = n->apply(std::move(in));
+      if (!retain_graph) n->release_saved();
+    }
+    for (size_t i = 0; i < n->next_edges.size(); ++i) {
+      const Edge& e = n->next_edges[i];
+      if (!e.valid()) continue;
+      if (i < outs.size() && outs[i].defined()) accumulate(e.fn.get(), outs[i]);
+      if (--deps[e.fn.get()] == 0) ready.push(e.fn.get());
+    }
+  }
+  return captured;
+}
+
+Tensor default_grad(const Tensor& out, const char* where) {
+  KILN_CHECK(out.numel() == 1, where, "a gradient must be given for an output of shape ", out.shape(),
+             " (only one-element outputs get an implicit gradient of 1)");
+  return ones_like(out);
+}
+
+}  // namespace
+
+std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grads) {
+  KILN_CHECK(fn_ != nullptr, "backward", "trying to run backward through ", name_,
+             " a second time, after its saved tensors were freed; pass retain_graph = true to the "
+             "first backward()");
+  return fn_(grads[0]);
+}
+
+std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
+  Tensor g = std::move(grads[0]);
+  AutogradMeta& meta = leaf_->autograd_meta();
+  if (!meta.grad.defined()) {
+    // Steal the buffer when nothing else shares it; otherwise copy, so that an in-place
+    // change to .grad() (zero_, an optimizer) cannot reach another tensor.
+    meta.grad = g.storage().use_count() == 1 && g.impl_ptr().use_count() == 1 ? g : g.clone();
+  } else {
+    meta.grad = meta.grad + g;
+  }
+  return {};
+}
+
+bool is_grad_enabled() { return g_grad_enabled; }
+void set_grad_enabled(bool enabled) { g_grad_enabled = enabled; }
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, bool retain_graph, bool allow_unused) {
+  KILN_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "autograd::grad",
+             "got ", grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs");
+  std::vector<Edge> roots;
+  std::vector<Tensor> root_grads;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    KILN_CHECK(outputs[i].requires_grad(), "autograd::grad", "output ", i,
+               " does not require grad and has no grad_fn");
+    roots.push_back(gradient_edge(outputs[i]));
+    root_grads.push_back(grad_outputs.empty() || !grad_outputs[i].defined()
+                             ? default_grad(outputs[i], "autograd::grad") : grad_outputs[i]);
+  }
+  std::vector<Edge> targets;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    KILN_CHECK(inputs[i].requires_grad(), "autograd::grad", "input ", i, " does not require grad");
+    targets.push_back(gradient_edge(inputs[i]));
+  }
+  std::vector<Tensor> result = execute(roots, root_grads, retain_graph, &targets);
+  for (size_t i = 0; i < result.size(); ++i)
+    KILN_CHECK(result[i].defined() || allow_unused, "autograd::grad", "input ", i,
+               " was not used to compute the outputs (pass allow_unused = true to get an undefined "
+               "tensor for it)");
+  return result;
+}
+
+}  // namespace kiln::autograd
+
+namespace kiln {
+
+Tensor& Tensor::requires_grad_(bool enabled) {
+  KILN_CHECK(defined(), "requires_grad_", "the tensor is undefined");
+  KILN_CHECK(!enabled || is_floating_point(), "requires_grad_",
+             "only floating-point tensors can require grad, got ", dtype());
+  KILN_CHECK(is_leaf(), "requires_grad_", "can only be set on leaf tensors; use detach() first");
+  impl_->autograd_meta().requires_grad = enabled;
+  return *this;
+}
+
+Tensor Tensor::grad() const { return impl_->autograd ? impl_->autograd->grad : Tensor(); }
+
+void Tensor::set_grad(const Tensor& g) {
+  KILN_CHECK(!g.defined() || (g.shape() == shape() && g.dtype() == dtype()), "set_grad",
+             "gradient of shape ", g.defined() ? g.shape() : Shape{}, " does not match the tensor's ", shape());
+  impl_->autograd_meta().grad = g;
+}
+
+std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
+  return impl_->autograd ? impl_->autograd->grad_fn : nullptr;
+}
+
+bool Tensor::is_leaf() const { return !impl_->autograd || !impl_->autograd->grad_fn; }
+
+void Tensor::retain_grad() {
+  KILN_CHECK(requires_grad(), "retain_grad", "the tensor does not require grad");
+  if (is_leaf()) return;
+  AutogradMeta& meta = impl_->autograd_meta();
+  if (meta.retains_grad) return;
+  meta.retains_grad = true;
+  auto* fn = dynamic_cast<autograd::FunctionNode*>(meta.grad_fn.get());
+  std::weak_ptr<TensorImpl> weak = impl_;
+  fn->pre_hooks.push_back([weak](const Tensor& g) {
+    if (auto impl = weak.lock()) {
+      AutogradMeta& m = impl->autograd_meta();
+      m.grad = m.grad.defined() ? m.grad + g : g.clone();
+    }
+  });
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  KILN_CHECK(defined(), "backward", "the tensor is undefined");
+  KILN_CHECK(requires_grad(), "backward", "the tensor does not require grad and has no grad_fn "
+             "(did you call requires_grad_() on the inputs, or run under NoGradGuard?)");
+  Tensor g = gradient.defined() ? gradient : autograd::default_grad(*this, "backward");
+  KILN_CHECK(g.shape() == shape(), "backward", "gradient of shape ", g.shape(),
+             " does not match the tensor's shape ", shape());
+  autograd::execute({autograd::gradient_edge(*this)}, {g.dtype() == dtype() ? g : g.to(dtype())},
+                    retain_graph, nullptr);
+}
+
+}  // namespace kiln

@@ -1,0 +1,51 @@
+// What ops use to record themselves on the tape: saved tensors with version checks, and record().
+#pragma once
+
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+#include "kiln/autograd.h"
+#include "kiln/tensor.h"
+
+namespace kiln::autograd {
+
+// A tensor kept for backward. It holds no autograd history (so an output saved by its own
+// node makes no cycle) and remembers the version it had, so a later in-place change is caught.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  explicit SavedTensor(const Tensor& t);
+  // Throws kiln::Error naming `node` if the tensor was changed in place since it was saved.
+  Tensor get(const char* node) const;
+  bool defined() const { return tensor_.defined(); }
+
+ private:
+  Tensor tensor_;
+  uint64_t version_ = 0;
+};
+
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad)>;
+
+// True when grad mode is on and some input requires grad.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+bool needs_grad(const std::vector<Tensor>& inputs);
+
+// Records `output` as the result of a differentiable op. `backward` maps the output's gradient
+// to one gradient per input (undefined for inputs that need none), each already in the input's
+// shape and dtype. Only inputs that require grad get an edge.
+void record(const char* name, std::initializer_list<const Tensor*> inputs, const Tensor& output,
+            BackwardFn backward);
+void record(const char* name, const std::vector<Tensor>& inputs, const Tensor& output, BackwardFn backward);
+
+// For in-place ops: the tensor being changed must not be a leaf that requires grad, nor (while
+// recording) a view, whose base's history autograd would then get wrong.
+void check_inplace(const Tensor& self, const char* op, bool will_record);
+
+// Reduces a broadcast gradient back to `shape` (sums over the broadcast dims).
+Tensor sum_to(const Tensor& grad, const Shape& shape);
+// sum_to, then a cast to the input's dtype if the op computed in another one.
+Tensor grad_for(const Tensor& grad, const Tensor& input);
+
+}  // namespace kiln::autograd

@@ -1,0 +1,46 @@
+// The node classes the engine runs: a recorded op's backward function, and gradient accumulation into a leaf.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/function.h"
+
+namespace kiln::autograd {
+
+uint64_t next_sequence_nr();
+
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(const char* name, BackwardFn fn) : name_(name), fn_(std::move(fn)) {
+    sequence_nr = next_sequence_nr();
+  }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
+  std::string name() const override { return name_; }
+  void release_saved() override { fn_ = nullptr; }
+  // Called with this node's incoming gradient before apply (retain_grad uses it).
+  std::vector<std::function<void(const Tensor&)>> pre_hooks;
+
+ private:
+  const char* name_;
+  BackwardFn fn_;
+};
+
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {
+    sequence_nr = UINT64_MAX;  // leaves run last
+  }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
+  std::string name() const override { return "AccumulateGrad"; }
+  const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
+
+ private:
+  std::shared_ptr<TensorImpl> leaf_;
+};
+
+// The edge a gradient for t flows along: its grad_fn, or its leaf's accumulator.
+Edge gradient_edge(const Tensor& t);
+
+}  // namespace kiln::autograd

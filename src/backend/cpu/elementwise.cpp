@@ -1,0 +1,92 @@
+// CPU kernels for the elementwise ops: arithmetic, comparisons, unary math and their backward helpers.
+#include "backend/cpu/loops.h"
+#include "backend/dispatch.h"
+#include "backend/math.h"
+
+namespace kiln::backend::cpu {
+namespace {
+
+// Inputs already have the compute dtype (the op layer casts); the output has it too.
+template <class F>
+void arith(KernelArgs& a) {
+  visit_dtype(a.inputs[0].dtype(), "elementwise", [&]<class T>() {
+    binary_loop<T, T, T>(a.outputs[0], a.inputs[0], a.inputs[1], F{});
+  });
+}
+template <class F>
+void arith_float(KernelArgs& a) {
+  visit_float_dtype(a.inputs[0].dtype(), "elementwise", [&]<class T>() {
+    binary_loop<T, T, T>(a.outputs[0], a.inputs[0], a.inputs[1], F{});
+  });
+}
+// Comparisons and logical ops: bool output.
+template <class F>
+void predicate(KernelArgs& a) {
+  visit_dtype(a.inputs[0].dtype(), "elementwise", [&]<class T>() {
+    binary_loop<bool, T, T>(a.outputs[0], a.inputs[0], a.inputs[1], F{});
+  });
+}
+template <class F>
+void unary(KernelArgs& a) {
+  visit_dtype(a.inputs[0].dtype(), "elementwise", [&]<class T>() {
+    unary_loop<T, T>(a.outputs[0], a.inputs[0], F{});
+  });
+}
+template <class F>
+void unary_float(KernelArgs& a) {
+  visit_float_dtype(a.inputs[0].dtype(), "elementwise", [&]<class T>() {
+    unary_loop<T, T>(a.outputs[0], a.inputs[0], F{});
+  });
+}
+
+void logical_not(KernelArgs& a) {
+  visit_dtype(a.inputs[0].dtype(), "logical_not", [&]<class T>() {
+    unary_loop<bool, T>(a.outputs[0], a.inputs[0], [](auto x) { return x == decltype(x)(0); });
+  });
+}
+
+constexpr DeviceType kCpu = DeviceType::CPU;
+KILN_REGISTER_KERNEL(Op::Add, kCpu, arith<math::Add>);
+KILN_REGISTER_KERNEL(Op::Sub, kCpu, arith<math::Sub>);
+KILN_REGISTER_KERNEL(Op::Mul, kCpu, arith<math::Mul>);
+KILN_REGISTER_KERNEL(Op::Div, kCpu, arith<math::Div>);
+KILN_REGISTER_KERNEL(Op::Pow, kCpu, arith<math::Pow>);
+KILN_REGISTER_KERNEL(Op::Maximum, kCpu, arith<math::Maximum>);
+KILN_REGISTER_KERNEL(Op::Minimum, kCpu, arith<math::Minimum>);
+KILN_REGISTER_KERNEL(Op::Eq, kCpu, predicate<math::Eq>);
+KILN_REGISTER_KERNEL(Op::Ne, kCpu, predicate<math::Ne>);
+KILN_REGISTER_KERNEL(Op::Lt, kCpu, predicate<math::Lt>);
+KILN_REGISTER_KERNEL(Op::Le, kCpu, predicate<math::Le>);
+KILN_REGISTER_KERNEL(Op::Gt, kCpu, predicate<math::Gt>);
+KILN_REGISTER_KERNEL(Op::Ge, kCpu, predicate<math::Ge>);
+KILN_REGISTER_KERNEL(Op::LogicalAnd, kCpu, predicate<math::LogicalAnd>);
+KILN_REGISTER_KERNEL(Op::LogicalOr, kCpu, predicate<math::LogicalOr>);
+KILN_REGISTER_KERNEL(Op::ReluBackward, kCpu, arith_float<math::ReluBackward>);
+KILN_REGISTER_KERNEL(Op::SigmoidBackward, kCpu, arith_float<math::SigmoidBackward>);
+KILN_REGISTER_KERNEL(Op::TanhBackward, kCpu, arith_float<math::TanhBackward>);
+KILN_REGISTER_KERNEL(Op::GeluErfBackward, kCpu, arith_float<math::GeluErfBackward>);
+KILN_REGISTER_KERNEL(Op::GeluTanhBackward, kCpu, arith_float<math::GeluTanhBackward>);
+KILN_REGISTER_KERNEL(Op::SiluBackward, kCpu, arith_float<math::SiluBackward>);
+KILN_REGISTER_KERNEL(Op::Neg, kCpu, unary<math::Neg>);
+KILN_REGISTER_KERNEL(Op::Abs, kCpu, unary<math::Abs>);
+KILN_REGISTER_KERNEL(Op::Sign, kCpu, unary<math::Sign>);
+KILN_REGISTER_KERNEL(Op::Square, kCpu, unary<math::Square>);
+KILN_REGISTER_KERNEL(Op::Relu, kCpu, unary<math::Relu>);
+KILN_REGISTER_KERNEL(Op::Exp, kCpu, unary_float<math::Exp>);
+KILN_REGISTER_KERNEL(Op::Log, kCpu, unary_float<math::Log>);
+KILN_REGISTER_KERNEL(Op::Log1p, kCpu, unary_float<math::Log1p>);
+KILN_REGISTER_KERNEL(Op::Expm1, kCpu, unary_float<math::Expm1>);
+KILN_REGISTER_KERNEL(Op::Sqrt, kCpu, unary_float<math::Sqrt>);
+KILN_REGISTER_KERNEL(Op::Rsqrt, kCpu, unary_float<math::Rsqrt>);
+KILN_REGISTER_KERNEL(Op::Reciprocal, kCpu, unary_float<math::Reciprocal>);
+KILN_REGISTER_KERNEL(Op::Tanh, kCpu, unary_float<math::Tanh>);
+KILN_REGISTER_KERNEL(Op::Sigmoid, kCpu, unary_float<math::Sigmoid>);
+KILN_REGISTER_KERNEL(Op::GeluErf, kCpu, unary_float<math::GeluErf>);
+KILN_REGISTER_KERNEL(Op::GeluTanh, kCpu, unary_float<math::GeluTanh>);
+KILN_REGISTER_KERNEL(Op::Silu, kCpu, unary_float<math::Silu>);
+KILN_REGISTER_KERNEL(Op::Sin, kCpu, unary_float<math::Sin>);
+KILN_REGISTER_KERNEL(Op::Cos, kCpu, unary_float<math::Cos>);
+KILN_REGISTER_KERNEL(Op::LogicalNot, kCpu, logical_not);
+
+}  // namespace
+}  // namespace kiln::backend::cpu

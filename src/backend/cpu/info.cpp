@@ -1,0 +1,45 @@
+// The CPU thread pool settings and build information (oneDNN version, CPU features).
+#include <omp.h>
+
+#include <thread>
+
+#include "backend/cpu/onednn.h"
+#include "kiln/error.h"
+#include "kiln/runtime.h"
+
+namespace kiln {
+
+void set_num_threads(int n) {
+  KILN_CHECK(n > 0, "set_num_threads", "the number of threads must be positive, got ", n);
+  omp_set_num_threads(n);
+}
+
+int get_num_threads() { return omp_get_max_threads(); }
+
+BuildInfo build_info() {
+  BuildInfo b;
+  b.version = KILN_VERSION;
+  b.onednn_version = backend::cpu::onednn_version();
+  b.onednn = !b.onednn_version.empty();
+#ifdef KILN_HAVE_CUDA
+  b.cuda = true;
+#endif
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const std::pair<const char*, bool> features[] = {
+      {"avx2", __builtin_cpu_supports("avx2")},
+      {"fma", __builtin_cpu_supports("fma")},
+      {"avx512f", __builtin_cpu_supports("avx512f")},
+      {"avx512bw", __builtin_cpu_supports("avx512bw")},
+      {"avx512vnni", __builtin_cpu_supports("avx512vnni")},
+      {"avx512bf16", __builtin_cpu_supports("avx512bf16")},
+      {"amx-tile", __builtin_cpu_supports("amx-tile")},
+      {"amx-bf16", __builtin_cpu_supports("amx-bf16")},
+  };
+  for (auto [name, has] : features)
+    if (has) b.cpu_features += (b.cpu_features.empty() ? "" : " ") + std::string(name);
+#endif
+  return b;
+}
+
+}  // namespace kiln

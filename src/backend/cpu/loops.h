@@ -1,0 +1,179 @@
+// Elementwise loops for the CPU: one strided N-d engine, with contiguous fast paths that are
+// compiled for several instruction sets and chosen at run time (GCC target_clones).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cpu/parallel.h"
+#include "kiln/tensor.h"
+
+#if defined(__x86_64__) && !defined(__clang__) && !defined(KILN_NO_TARGET_CLONES)
+#define KILN_VECTORIZE __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#else
+#define KILN_VECTORIZE
+#endif
+
+namespace kiln::backend::cpu {
+
+inline constexpr int kMaxLoopDims = 25;
+// Below this many elements an elementwise op runs on one thread.
+inline constexpr int64_t kElementwiseGrain = 32768;
+
+// The geometry of an elementwise op over N operands (operand 0 is the output): the output's
+// shape with the inputs broadcast to it, size-1 dims dropped and adjacent dims merged where
+// every operand allows, innermost dim last. Strides are in bytes.
+template <int N>
+struct LoopPlan {
+  int ndim = 0;
+  int64_t numel = 1;
+  int64_t sizes[kMaxLoopDims];
+  int64_t strides[kMaxLoopDims][N];
+  char* base[N];
+};
+
+template <int N>
+LoopPlan<N> make_plan(const std::array<const Tensor*, N>& ops) {
+  LoopPlan<N> p;
+  const Tensor& out = *ops[0];
+  const int64_t rank = out.dim();
+  KILN_CHECK(rank <= kMaxLoopDims, "elementwise", "tensors of rank ", rank, " exceed the limit of ",
+             kMaxLoopDims);
+  p.numel = out.numel();
+  for (int k = 0; k < N; ++k) p.base[k] = static_cast<char*>(ops[k]->data_ptr());
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t size = out.shape()[d];
+    if (size == 1) continue;
+    int64_t st[N];
+    for (int k = 0; k < N; ++k) {
+      const Tensor& t = *ops[k];
+      int64_t dk = d - (rank - t.dim());
+      st[k] = (dk < 0 || t.shape()[dk] == 1) ? 0 : t.strides()[dk] * static_cast<int64_t>(t.element_size());
+    }
+    if (p.ndim > 0) {
+      bool merge = true;
+      for (int k = 0; k < N; ++k) merge = merge && p.strides[p.ndim - 1][k] == st[k] * size;
+      if (merge) {
+        p.sizes[p.ndim - 1] *= size;
+        for (int k = 0; k < N; ++k) p.strides[p.ndim - 1][k] = st[k];
+        continue;
+      }
+    }
+    p.sizes[p.ndim] = size;
+    for (int k = 0; k < N; ++k) p.strides[p.ndim][k] = st[k];
+    ++p.ndim;
+  }
+  return p;
+}
+
+// Runs inner(ptrs, inner_strides, n) over every innermost run of the plan, in parallel chunks
+// of the flat index space when the op is large enough.
+template <int N, class Inner>
+void run_plan(const LoopPlan<N>& p, const Inner& inner, int64_t grain = kElementwiseGrain) {
+  if (p.numel == 0) return;
+  if (p.ndim == 0) {
+    char* ptrs[N];
+    int64_t zero[N] = {};
+    for (int k = 0; k < N; ++k) ptrs[k] = p.base[k];
+    inner(ptrs, zero, int64_t{1});
+    return;
+  }
+  const int last = p.ndim - 1;
+  const int64_t inner_size = p.sizes[last];
+  parallel_for(p.numel, grain, [&](int64_t begin, int64_t end) {
+    int64_t idx[kMaxLoopDims];
+    int64_t rest = begin;
+    for (int d = last; d >= 0; --d) {
+      idx[d] = rest % p.sizes[d];
+      rest /= p.sizes[d];
+    }
+    int64_t pos = begin;
+    while (pos < end) {
+      char* ptrs[N];
+      for (int k = 0; k < N; ++k) {
+        char* q = p.base[k];
+        for (int d = 0; d <= last; ++d) q += idx[d] * p.strides[d][k];
+        ptrs[k] = q;
+      }
+      int64_t n = std::min(inner_size - idx[last], end - pos);
+      inner(ptrs, p.strides[last], n);
+      pos += n;
+      idx[last] += n;
+      for (int d = last; d > 0 && idx[d] == p.sizes[d]; --d) {
+        idx[d] = 0;
+        ++idx[d - 1];
+      }
+    }
+  });
+}
+
+template <class T> using compute_t = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
+
+template <class To, class Ta, class F>
+KILN_VECTORIZE void unary_contig(To* __restrict o, const Ta* __restrict a, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) o[i] = static_cast<To>(f(static_cast<compute_t<Ta>>(a[i])));
+}
+
+template <class To, class Ta, class Tb, class F>
+KILN_VECTORIZE void binary_contig(To* __restrict o, const Ta* __restrict a, const Tb* __restrict b,
+                                  int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i)
+    o[i] = static_cast<To>(f(static_cast<compute_t<Ta>>(a[i]), static_cast<compute_t<Tb>>(b[i])));
+}
+
+template <class To, class Ta, class Tb, class F>
+KILN_VECTORIZE void binary_contig_scalar_b(To* __restrict o, const Ta* __restrict a, Tb b, int64_t n, F f) {
+  const compute_t<Tb> bv = static_cast<compute_t<Tb>>(b);
+  for (int64_t i = 0; i < n; ++i) o[i] = static_cast<To>(f(static_cast<compute_t<Ta>>(a[i]), bv));
+}
+
+template <class To, class Ta, class Tb, class F>
+KILN_VECTORIZE void binary_contig_scalar_a(To* __restrict o, Ta a, const Tb* __restrict b, int64_t n, F f) {
+  const compute_t<Ta> av = static_cast<compute_t<Ta>>(a);
+  for (int64_t i = 0; i < n; ++i) o[i] = static_cast<To>(f(av, static_cast<compute_t<Tb>>(b[i])));
+}
+
+// out = f(a) elementwise; a is broadcast to out's shape.
+template <class To, class Ta, class F>
+void unary_loop(const Tensor& out, const Tensor& a, F f) {
+  auto plan = make_plan<2>({&out, &a});
+  run_plan(plan, [&](char** p, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(To) && s[1] == sizeof(Ta)) {
+      unary_contig(reinterpret_cast<To*>(p[0]), reinterpret_cast<const Ta*>(p[1]), n, f);
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i)
+      *reinterpret_cast<To*>(p[0] + i * s[0]) =
+          static_cast<To>(f(static_cast<compute_t<Ta>>(*reinterpret_cast<const Ta*>(p[1] + i * s[1]))));
+  });
+}
+
+// out = f(a, b) elementwise; a and b are broadcast to out's shape.
+template <class To, class Ta, class Tb, class F>
+void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
+  auto plan = make_plan<3>({&out, &a, &b});
+  run_plan(plan, [&](char** p, const int64_t* s, int64_t n) {
+    To* o = reinterpret_cast<To*>(p[0]);
+    if (s[0] == sizeof(To)) {
+      if (s[1] == sizeof(Ta) && s[2] == sizeof(Tb)) {
+        binary_contig(o, reinterpret_cast<const Ta*>(p[1]), reinterpret_cast<const Tb*>(p[2]), n, f);
+        return;
+      }
+      if (s[1] == sizeof(Ta) && s[2] == 0) {
+        binary_contig_scalar_b(o, reinterpret_cast<const Ta*>(p[1]), *reinterpret_cast<const Tb*>(p[2]), n, f);
+        return;
+      }
+      if (s[1] == 0 && s[2] == sizeof(Tb)) {
+        binary_contig_scalar_a(o, *reinterpret_cast<const Ta*>(p[1]), reinterpret_cast<const Tb*>(p[2]), n, f);
+        return;
+      }
+    }
+    for (int64_t i = 0; i < n; ++i)
+      *reinterpret_cast<To*>(p[0] + i * s[0]) =
+          static_cast<To>(f(static_cast<compute_t<Ta>>(*reinterpret_cast<const Ta*>(p[1] + i * s[1])),
+                            static_cast<compute_t<Tb>>(*reinterpret_cast<const Tb*>(p[2] + i * s[2]))));
+  });
+}
+
+}  // namespace kiln::backend::cpu

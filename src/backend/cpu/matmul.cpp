@@ -1,0 +1,58 @@
+// CPU matmul kernel: oneDNN for float32/bfloat16/float16 (primitives cached by geometry),
+// a blocked loop for the other dtypes and for builds without oneDNN.
+#include "backend/cpu/loops.h"
+#include "backend/cpu/onednn.h"
+#include "backend/dispatch.h"
+
+namespace kiln::backend::cpu {
+namespace {
+
+// out[b] = a[b or 0] @ w[b or 0]; a [Ba, M, K], w [Bb, K, N], out [B, M, N] contiguous.
+template <class T>
+void gemm_loop(const Tensor& a, const Tensor& w, const Tensor& out) {
+  using A = std::conditional_t<std::is_integral_v<compute_t<T>>, int64_t, compute_t<T>>;
+  const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
+  const int64_t sa0 = a.size(0) == 1 ? 0 : a.stride(0), sa1 = a.stride(1), sa2 = a.stride(2);
+  const int64_t sw0 = w.size(0) == 1 ? 0 : w.stride(0), sw1 = w.stride(1), sw2 = w.stride(2);
+  const T* ap = static_cast<const T*>(a.data_ptr());
+  const T* wp = static_cast<const T*>(w.data_ptr());
+  T* op = static_cast<T*>(out.data_ptr());
+  parallel_for(B * M, std::max<int64_t>(1, 65536 / std::max<int64_t>(N * K, 1)), [&](int64_t b0, int64_t e0) {
+    std::vector<A> acc(static_cast<size_t>(N));
+    for (int64_t r = b0; r < e0; ++r) {
+      const int64_t b = r / M, i = r % M;
+      std::fill(acc.begin(), acc.end(), A(0));
+      for (int64_t k = 0; k < K; ++k) {
+        const A av = static_cast<A>(ap[b * sa0 + i * sa1 + k * sa2]);
+        const T* wr = wp + b * sw0 + k * sw1;
+        if (sw2 == 1) {
+          for (int64_t j = 0; j < N; ++j) acc[j] += av * static_cast<A>(wr[j]);
+        } else {
+          for (int64_t j = 0; j < N; ++j) acc[j] += av * static_cast<A>(wr[j * sw2]);
+        }
+      }
+      T* orow = op + (b * M + i) * N;
+      for (int64_t j = 0; j < N; ++j) orow[j] = static_cast<T>(acc[j]);
+    }
+  });
+}
+
+void matmul(KernelArgs& args) {
+  const Tensor& a = args.inputs[0];
+  const Tensor& w = args.inputs[1];
+  const Tensor& out = args.outputs[0];
+  if (out.numel() == 0) return;
+  if (a.size(2) == 0) {
+    visit_dtype(out.dtype(), "matmul", [&]<class T>() {
+      std::fill_n(static_cast<T*>(out.data_ptr()), out.numel(), T(0));
+    });
+    return;
+  }
+  if (onednn_matmul(a, w, out)) return;
+  visit_dtype(out.dtype(), "matmul", [&]<class T>() { gemm_loop<T>(a, w, out); });
+}
+
+KILN_REGISTER_KERNEL(Op::Matmul, DeviceType::CPU, matmul);
+
+}  // namespace
+}  // namespace kiln::backend::cpu

@@ -1,0 +1,152 @@
+// CPU kernels for copy/convert, fill, clamp, where, triangular masks and number generation.
+#include "backend/cpu/loops.h"
+#include "backend/dispatch.h"
+#include "backend/math.h"
+#include "core/philox.h"
+
+namespace kiln::backend::cpu {
+namespace {
+
+// out = in (broadcast), converting the dtype.
+void copy(KernelArgs& a) {
+  const Tensor& in = a.inputs[0];
+  const Tensor& out = a.outputs[0];
+  visit_dtype(out.dtype(), "copy", [&]<class To>() {
+    visit_dtype(in.dtype(), "copy", [&]<class Ti>() {
+      if constexpr (std::is_same_v<To, bool>) {
+        unary_loop<To, Ti>(out, in, [](auto x) { return x != decltype(x)(0); });
+      } else {
+        unary_loop<To, Ti>(out, in, [](auto x) { return x; });
+      }
+    });
+  });
+}
+
+void fill(KernelArgs& a) {
+  const Tensor& out = a.outputs[0];
+  const Scalar v = static_cast<const ScalarAttrs*>(a.attrs)->value;
+  visit_dtype(out.dtype(), "fill", [&]<class T>() {
+    const T value = v.to<T>();
+    auto plan = make_plan<1>({&out});
+    run_plan(plan, [&](char** p, const int64_t* s, int64_t n) {
+      if (s[0] == sizeof(T)) {
+        T* o = reinterpret_cast<T*>(p[0]);
+        for (int64_t i = 0; i < n; ++i) o[i] = value;
+      } else {
+        for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = value;
+      }
+    });
+  });
+}
+
+void clamp(KernelArgs& a) {
+  const auto& c = *static_cast<const ClampAttrs*>(a.attrs);
+  visit_dtype(a.inputs[0].dtype(), "clamp", [&]<class T>() {
+    using C = compute_t<T>;
+    const C lo = static_cast<C>(c.min), hi = static_cast<C>(c.max);
+    unary_loop<T, T>(a.outputs[0], a.inputs[0],
+                     [=](C x) { return math::clamp<C>(x, c.has_min, lo, c.has_max, hi); });
+  });
+}
+
+// out = cond ? x : y, all broadcast to out.
+void where(KernelArgs& a) {
+  const Tensor& out = a.outputs[0];
+  visit_dtype(out.dtype(), "where", [&]<class T>() {
+    auto plan = make_plan<4>({&out, &a.inputs[0], &a.inputs[1], &a.inputs[2]});
+    run_plan(plan, [&](char** p, const int64_t* s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) {
+        bool c = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
+        *reinterpret_cast<T*>(p[0] + i * s[0]) = c ? *reinterpret_cast<const T*>(p[2] + i * s[2])
+                                                   : *reinterpret_cast<const T*>(p[3] + i * s[3]);
+      }
+    });
+  });
+}
+
+// Zeroes the part of each trailing [rows, cols] matrix above (tril) or below (triu) the diagonal.
+template <bool kUpper>
+void triangle(KernelArgs& a) {
+  const Tensor& in = a.inputs[0];  // contiguous
+  const Tensor& out = a.outputs[0];
+  const int64_t k = static_cast<const TriAttrs*>(a.attrs)->diagonal;
+  const int64_t rows = in.size(-2), cols = in.size(-1);
+  const int64_t mats = rows * cols == 0 ? 0 : in.numel() / (rows * cols);
+  visit_dtype(in.dtype(), "tril", [&]<class T>() {
+    const T* src = static_cast<const T*>(in.data_ptr());
+    T* dst = static_cast<T*>(out.data_ptr());
+    parallel_for(mats * rows, 4096 / std::max<int64_t>(cols, 1) + 1, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        int64_t i = r % rows;
+        for (int64_t j = 0; j < cols; ++j) {
+          bool keep = kUpper ? (j - i >= k) : (j - i <= k);
+          dst[r * cols + j] = keep ? src[r * cols + j] : T(0);
+        }
+      }
+    });
+  });
+}
+
+// out[i] = start + i * step, out contiguous.
+void arange(KernelArgs& a) {
+  const auto& r = *static_cast<const ArangeAttrs*>(a.attrs);
+  const Tensor& out = a.outputs[0];
+  visit_dtype(out.dtype(), "arange", [&]<class T>() {
+    T* o = static_cast<T*>(out.data_ptr());
+    parallel_for(out.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) o[i] = static_cast<T>(r.start + static_cast<double>(i) * r.step);
+    });
+  });
+}
+
+// Random kernels: out contiguous; element i uses Philox word i of the reserved counters.
+template <class Gen>
+void generate(KernelArgs& a, const Gen& gen) {
+  const Tensor& out = a.outputs[0];
+  visit_dtype(out.dtype(), "random", [&]<class T>() {
+    T* o = static_cast<T*>(out.data_ptr());
+    parallel_for(out.numel(), 4096, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) o[i] = static_cast<T>(gen(static_cast<uint64_t>(i)));
+    });
+  });
+}
+
+void uniform(KernelArgs& a) {
+  const auto& r = *static_cast<const RandomAttrs*>(a.attrs);
+  generate(a, [&](uint64_t i) {
+    double u = r.a + (r.b - r.a) * philox::uniform01(philox::word(r.seed, r.offset, i));
+    return u < r.b ? u : r.a;  // rounding must not reach the open upper end
+  });
+}
+
+void normal(KernelArgs& a) {
+  const auto& r = *static_cast<const RandomAttrs*>(a.attrs);
+  generate(a, [&](uint64_t i) { return r.a + r.b * philox::normal(r.seed, r.offset, i); });
+}
+
+void randint(KernelArgs& a) {
+  const auto& r = *static_cast<const RandomAttrs*>(a.attrs);
+  const auto low = static_cast<int64_t>(r.a);
+  const auto range = static_cast<uint64_t>(static_cast<int64_t>(r.b) - low);
+  generate(a, [&](uint64_t i) {
+    // Two words give 64 random bits; the multiply-shift maps them to [0, range).
+    uint64_t bits = (static_cast<uint64_t>(philox::word(r.seed, r.offset, 2 * i)) << 32) |
+                    philox::word(r.seed, r.offset, 2 * i + 1);
+    return low + static_cast<int64_t>((static_cast<unsigned __int128>(bits) * range) >> 64);
+  });
+}
+
+constexpr DeviceType kCpu = DeviceType::CPU;
+KILN_REGISTER_KERNEL(Op::Copy, kCpu, copy);
+KILN_REGISTER_KERNEL(Op::Fill, kCpu, fill);
+KILN_REGISTER_KERNEL(Op::Clamp, kCpu, clamp);
+KILN_REGISTER_KERNEL(Op::Where, kCpu, where);
+KILN_REGISTER_KERNEL(Op::Tril, kCpu, triangle<false>);
+KILN_REGISTER_KERNEL(Op::Triu, kCpu, triangle<true>);
+KILN_REGISTER_KERNEL(Op::Arange, kCpu, arange);
+KILN_REGISTER_KERNEL(Op::Uniform, kCpu, uniform);
+KILN_REGISTER_KERNEL(Op::Normal, kCpu, normal);
+KILN_REGISTER_KERNEL(Op::RandInt, kCpu, randint);
+
+}  // namespace
+}  // namespace kiln::backend::cpu

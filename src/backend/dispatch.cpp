@@ -1,0 +1,100 @@
+// The kernel table and the CPU fallback for ops a device has no kernel for.
+#include "backend/dispatch.h"
+
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <vector>
+
+#include "core/device_runtime.h"
+#include "core/tensor_util.h"
+
+namespace kiln::backend {
+namespace {
+
+struct Table {
+  std::array<std::array<Kernel, kNumDeviceTypes>, kNumOps> kernels{};
+  std::array<std::atomic<uint64_t>, kNumOps> fallbacks{};
+  std::array<std::atomic<bool>, kNumOps> warned{};
+};
+Table& table() {
+  static Table t;
+  return t;
+}
+
+const char* const kOpNames[] = {
+#define KILN_OP_NAME(name) #name,
+    KILN_OP_LIST(KILN_OP_NAME)
+#undef KILN_OP_NAME
+};
+
+bool fallback_is_error() {
+  static const bool is_error = [] {
+    const char* v = std::getenv("KILN_FALLBACK");
+    return v && std::strcmp(v, "error") == 0;
+  }();
+  return is_error;
+}
+
+void run_fallback(Op op, Device device, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+                  const void* attrs) {
+  const char* name = op_name(op);
+  KILN_CHECK(!fallback_is_error(), name, "no ", device.str(),
+             " kernel, and KILN_FALLBACK=error forbids running it on the CPU");
+  Kernel cpu = table().kernels[static_cast<int>(op)][static_cast<int>(DeviceType::CPU)];
+  KILN_CHECK(cpu != nullptr, name, "no kernel for ", device.str(), " or the CPU");
+  auto& t = table();
+  t.fallbacks[static_cast<int>(op)].fetch_add(1, std::memory_order_relaxed);
+  if (!t.warned[static_cast<int>(op)].exchange(true))
+    std::cerr << "kiln: warning: [" << name << "] has no " << device.str()
+              << " kernel; running it on the CPU (set KILN_FALLBACK=error to forbid)\n";
+  std::vector<Tensor> in;
+  in.reserve(inputs.size());
+  for (const Tensor& x : inputs) in.push_back(x.device().is_cpu() ? x : host_mirror(x));
+  std::vector<Tensor> out;
+  out.reserve(outputs.size());
+  for (const Tensor& y : outputs) out.push_back(y.device().is_cpu() ? y : host_mirror(y));
+  KernelArgs args{in, out, attrs, nullptr};
+  cpu(args);
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (!outputs[i].device().is_cpu()) upload_mirror(out[i], outputs[i]);
+}
+
+}  // namespace
+
+const char* op_name(Op op) { return kOpNames[static_cast<int>(op)]; }
+
+void register_kernel(Op op, DeviceType device, Kernel kernel) {
+  table().kernels[static_cast<int>(op)][static_cast<int>(device)] = kernel;
+}
+
+bool has_kernel(Op op, DeviceType device) {
+  return table().kernels[static_cast<int>(op)][static_cast<int>(device)] != nullptr;
+}
+
+void run(Op op, Device device, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+         const void* attrs) {
+  Kernel k = table().kernels[static_cast<int>(op)][static_cast<int>(device.type)];
+  if (k != nullptr) [[likely]] {
+    KernelArgs args{inputs, outputs, attrs, nullptr};
+    k(args);
+    return;
+  }
+  run_fallback(op, device, inputs, outputs, attrs);
+}
+
+}  // namespace kiln::backend
+
+namespace kiln {
+std::map<std::string, uint64_t> fallback_counts() {
+  std::map<std::string, uint64_t> counts;
+  for (int i = 0; i < backend::kNumOps; ++i) {
+    uint64_t n = backend::table().fallbacks[i].load();
+    if (n) counts[backend::kOpNames[i]] = n;
+  }
+  return counts;
+}
+}  // namespace kiln

@@ -1,0 +1,77 @@
+// The kernel table: Op x device -> kernel, the fallback policy, and the kernels' argument type.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "kiln/tensor.h"
+
+namespace kiln::backend {
+
+// Every primitive a backend can implement. One X-macro list gives the enum and the names.
+#define KILN_OP_LIST(X)                                                                     \
+  X(Add) X(Sub) X(Mul) X(Div) X(Pow) X(Maximum) X(Minimum)                                  \
+  X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge) X(LogicalAnd) X(LogicalOr)                            \
+  X(ReluBackward) X(SigmoidBackward) X(TanhBackward) X(GeluErfBackward) X(GeluTanhBackward) \
+  X(SiluBackward)                                                                           \
+  X(Neg) X(Abs) X(Sign) X(Exp) X(Log) X(Log1p) X(Expm1) X(Sqrt) X(Rsqrt) X(Square)         \
+  X(Reciprocal) X(Tanh) X(Sigmoid) X(Relu) X(GeluErf) X(GeluTanh) X(Silu) X(Sin) X(Cos)    \
+  X(LogicalNot)                                                                             \
+  X(Clamp) X(Where) X(Copy) X(Fill)                                                         \
+  X(Sum) X(Prod) X(Amax) X(Amin) X(All) X(Any) X(Var) X(LogSumExp) X(Norm)                  \
+  X(MaxWithIndex) X(MinWithIndex)                                                           \
+  X(Softmax) X(LogSoftmax) X(SoftmaxBackward) X(LogSoftmaxBackward)                         \
+  X(Matmul)                                                                                 \
+  X(IndexSelect) X(Gather) X(ScatterAdd) X(Tril) X(Triu)                                    \
+  X(Arange) X(Uniform) X(Normal) X(RandInt)
+
+enum class Op : uint16_t {
+#define KILN_OP_ENUM(name) name,
+  KILN_OP_LIST(KILN_OP_ENUM)
+#undef KILN_OP_ENUM
+      kCount
+};
+inline constexpr int kNumOps = static_cast<int>(Op::kCount);
+const char* op_name(Op op);
+
+struct KernelArgs {
+  std::span<const Tensor> inputs;
+  std::span<Tensor> outputs;
+  const void* attrs = nullptr;  // the op's own attribute struct, or nullptr
+  void* stream = nullptr;       // the device stream (CUDA), or nullptr
+};
+using Kernel = void (*)(KernelArgs&);
+
+void register_kernel(Op op, DeviceType device, Kernel kernel);
+bool has_kernel(Op op, DeviceType device);
+
+// Runs the kernel for `device`. With no kernel there, copies the inputs to the CPU, runs the
+// CPU kernel and copies the outputs back, warning once per op and counting it;
+// KILN_FALLBACK=error makes that an error instead.
+void run(Op op, Device device, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+         const void* attrs = nullptr);
+
+// ---- attribute structs shared by ops and kernels
+struct ScalarAttrs { Scalar value; };
+struct ClampAttrs { bool has_min = false, has_max = false; double min = 0, max = 0; };
+// Reductions: reduce over the dims where reduce[d] is true (input rank), output keeps rank with
+// size 1 there (the op layer squeezes). var uses correction; norm uses p; mean uses scale.
+struct ReduceAttrs {
+  uint64_t dims_mask = 0;
+  double scale = 1.0;
+  int64_t correction = 0;
+  double p = 2.0;
+};
+struct DimAttrs { int64_t dim = 0; };
+struct TriAttrs { int64_t diagonal = 0; };
+struct ArangeAttrs { double start = 0, step = 1; };
+struct RandomAttrs { uint64_t seed = 0, offset = 0; double a = 0, b = 1; };
+
+}  // namespace kiln::backend
+
+#define KILN_CONCAT_INNER(a, b) a##b
+#define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
+// Registers a kernel at start-up from the backend's own file.
+#define KILN_REGISTER_KERNEL(op, device, fn)                                  \
+  static const bool KILN_CONCAT(kiln_registered_, __LINE__) =                 \
+      (::kiln::backend::register_kernel(::kiln::backend::op, (device), (fn)), true)

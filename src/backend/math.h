@@ -1,0 +1,127 @@
+// The math of every elementwise op, as functors both the CPU loops and CUDA kernels include.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "kiln/dtype.h"
+
+namespace kiln::math {
+
+#define KILN_FN template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const
+#define KILN_PRED template <class T> KILN_HOST_DEVICE bool operator()(T a, T b) const
+#define KILN_UN template <class T> KILN_HOST_DEVICE T operator()(T a) const
+
+struct Add { KILN_FN { return a + b; } };
+struct Sub { KILN_FN { return a - b; } };
+struct Mul { KILN_FN { return a * b; } };
+struct Div {
+  KILN_FN {
+    if constexpr (std::is_integral_v<T>) {
+      // Only reached for floor-free integer division requested explicitly; true division
+      // promotes integers to float in the op layer. Division by zero is defined as 0 here.
+      return b == 0 ? T(0) : static_cast<T>(a / b);
+    } else {
+      return a / b;
+    }
+  }
+};
+struct Pow {
+  KILN_FN {
+    if constexpr (std::is_integral_v<T>) {
+      if constexpr (std::is_same_v<T, bool>) {
+        return a || !b;
+      } else {
+        if (b < 0) return a == 1 ? T(1) : (a == -1 ? T((b % 2) ? -1 : 1) : T(0));
+        T r = 1, base = a;
+        for (auto e = b; e > 0; e >>= 1) {
+          if (e & 1) r = static_cast<T>(r * base);
+          base = static_cast<T>(base * base);
+        }
+        return r;
+      }
+    } else {
+      return std::pow(a, b);
+    }
+  }
+};
+// NaN-propagating, as torch.maximum.
+struct Maximum { KILN_FN { if constexpr (std::is_floating_point_v<T>) { if (a != a || b != b) return a + b; } return a > b ? a : b; } };
+struct Minimum { KILN_FN { if constexpr (std::is_floating_point_v<T>) { if (a != a || b != b) return a + b; } return a < b ? a : b; } };
+struct Eq { KILN_PRED { return a == b; } };
+struct Ne { KILN_PRED { return a != b; } };
+struct Lt { KILN_PRED { return a < b; } };
+struct Le { KILN_PRED { return a <= b; } };
+struct Gt { KILN_PRED { return a > b; } };
+struct Ge { KILN_PRED { return a >= b; } };
+struct LogicalAnd { KILN_PRED { return (a != T(0)) && (b != T(0)); } };
+struct LogicalOr { KILN_PRED { return (a != T(0)) || (b != T(0)); } };
+
+inline constexpr double kSqrt1_2 = 0.70710678118654752440;
+inline constexpr double kSqrt2OverPi = 0.79788456080286535588;
+inline constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+
+// Backward helpers: (incoming gradient, saved value) -> gradient of the input.
+struct ReluBackward { KILN_FN { return b > T(0) ? a : T(0); } };          // b = relu output
+struct SigmoidBackward { KILN_FN { return a * b * (T(1) - b); } };        // b = sigmoid output
+struct TanhBackward { KILN_FN { return a * (T(1) - b * b); } };           // b = tanh output
+struct GeluErfBackward {                                                   // b = input
+  KILN_FN {
+    T cdf = T(0.5) * (T(1) + std::erf(b * T(kSqrt1_2)));
+    T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * b * b);
+    return a * (cdf + b * pdf);
+  }
+};
+struct GeluTanhBackward {                                                  // b = input
+  KILN_FN {
+    T inner = T(kSqrt2OverPi) * (b + T(0.044715) * b * b * b);
+    T th = std::tanh(inner);
+    T dinner = T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * b * b);
+    return a * (T(0.5) * (T(1) + th) + T(0.5) * b * (T(1) - th * th) * dinner);
+  }
+};
+struct SiluBackward {                                                      // b = input
+  KILN_FN {
+    T s = T(1) / (T(1) + std::exp(-b));
+    return a * s * (T(1) + b * (T(1) - s));
+  }
+};
+
+struct Neg { KILN_UN { return static_cast<T>(-a); } };
+struct Abs { KILN_UN { if constexpr (std::is_unsigned_v<T>) return a; else return a < T(0) ? static_cast<T>(-a) : a; } };
+struct Sign { KILN_UN { return static_cast<T>((T(0) < a) - (a < T(0))); } };
+struct Exp { KILN_UN { return std::exp(a); } };
+struct Log { KILN_UN { return std::log(a); } };
+struct Log1p { KILN_UN { return std::log1p(a); } };
+struct Expm1 { KILN_UN { return std::expm1(a); } };
+struct Sqrt { KILN_UN { return std::sqrt(a); } };
+struct Rsqrt { KILN_UN { return T(1) / std::sqrt(a); } };
+struct Square { KILN_UN { return static_cast<T>(a * a); } };
+struct Reciprocal { KILN_UN { return T(1) / a; } };
+struct Tanh { KILN_UN { return std::tanh(a); } };
+struct Sigmoid { KILN_UN { return T(1) / (T(1) + std::exp(-a)); } };
+struct Relu { KILN_UN { return a > T(0) ? a : (a != a ? a : T(0)); } };
+struct GeluErf { KILN_UN { return T(0.5) * a * (T(1) + std::erf(a * T(kSqrt1_2))); } };
+struct GeluTanh {
+  KILN_UN { return T(0.5) * a * (T(1) + std::tanh(T(kSqrt2OverPi) * (a + T(0.044715) * a * a * a))); }
+};
+struct Silu { KILN_UN { return a / (T(1) + std::exp(-a)); } };
+struct Sin { KILN_UN { return std::sin(a); } };
+struct Cos { KILN_UN { return std::cos(a); } };
+
+// clamp(x, lo, hi) with NaN passing through, as torch.clamp.
+template <class T>
+KILN_HOST_DEVICE T clamp(T x, bool has_lo, T lo, bool has_hi, T hi) {
+  if (x != x) return x;
+  if (has_lo && x < lo) x = lo;
+  if (has_hi && x > hi) x = hi;
+  return x;
+}
+
+#undef KILN_FN
+#undef KILN_PRED
+#undef KILN_UN
+
+}  // namespace kiln::math

@@ -1,0 +1,41 @@
+// The interface each device's runtime implements (memory, copies, synchronization), and its registry.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "kiln/device.h"
+#include "kiln/runtime.h"
+
+namespace kiln {
+
+class DeviceRuntime {
+ public:
+  virtual ~DeviceRuntime() = default;
+  virtual int device_count() const = 0;
+  virtual std::string device_name(int index) const = 0;
+  // Caching allocator. allocate(0) returns nullptr; a failure or an exceeded limit throws.
+  virtual void* allocate(size_t nbytes, int index) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes, int index) = 0;
+  virtual MemoryStats stats(int index) const = 0;
+  virtual void reset_peak(int index) = 0;
+  virtual void set_limit(int index, size_t bytes) = 0;
+  virtual void empty_cache(int index) = 0;
+  // Copies nbytes between this device (index) and the host, or within this device.
+  virtual void copy_to_host(void* dst, const void* src, size_t nbytes, int index) = 0;
+  virtual void copy_from_host(void* dst, const void* src, size_t nbytes, int index) = 0;
+  virtual void copy_on_device(void* dst, const void* src, size_t nbytes, int index) = 0;
+  virtual void synchronize(int index) = 0;
+};
+
+// Backends register their runtime at start-up.
+void register_runtime(DeviceType type, DeviceRuntime* runtime);
+// The runtime for a device; throws kiln::Error naming `where` if Kiln was built without it
+// or the device index does not exist.
+DeviceRuntime& runtime_for(Device device, const char* where);
+DeviceRuntime* find_runtime(DeviceType type);
+
+// Copies contiguous bytes between any two devices.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+
+}  // namespace kiln

@@ -1,0 +1,56 @@
+// Philox4x32-10 and the number transforms built on it; shared by the CPU and CUDA kernels.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kiln/dtype.h"
+
+namespace kiln::philox {
+
+struct U32x4 {
+  uint32_t v[4];
+};
+
+KILN_HOST_DEVICE inline uint32_t mulhilo(uint32_t a, uint32_t b, uint32_t* hi) {
+  uint64_t p = static_cast<uint64_t>(a) * b;
+  *hi = static_cast<uint32_t>(p >> 32);
+  return static_cast<uint32_t>(p);
+}
+
+// Ten rounds of Philox4x32 on counter (ctr, 0) with key seed; deterministic everywhere.
+KILN_HOST_DEVICE inline U32x4 philox(uint64_t seed, uint64_t ctr) {
+  uint32_t c0 = static_cast<uint32_t>(ctr), c1 = static_cast<uint32_t>(ctr >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int r = 0; r < 10; ++r) {
+    uint32_t hi0, hi1;
+    uint32_t lo0 = mulhilo(0xD2511F53u, c0, &hi0);
+    uint32_t lo1 = mulhilo(0xCD9E8D57u, c2, &hi1);
+    uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
+    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return {{c0, c1, c2, c3}};
+}
+
+// Element i of a draw that started at counter `offset` uses word i % 4 of counter offset + i / 4.
+KILN_HOST_DEVICE inline uint32_t word(uint64_t seed, uint64_t offset, uint64_t i) {
+  return philox(seed, offset + i / 4).v[i % 4];
+}
+
+// Uniform in [0, 1) with 24 random bits (exact in float32).
+KILN_HOST_DEVICE inline double uniform01(uint32_t w) { return (w >> 8) * (1.0 / 16777216.0); }
+
+// Standard normal by Box-Muller on the pair of words (2j, 2j+1) of the same counter.
+KILN_HOST_DEVICE inline double normal(uint64_t seed, uint64_t offset, uint64_t i) {
+  U32x4 r = philox(seed, offset + i / 4);
+  uint64_t pair = (i % 4) / 2;
+  double u1 = ((r.v[2 * pair] >> 8) + 1.0) * (1.0 / 16777217.0);  // (0, 1]
+  double u2 = uniform01(r.v[2 * pair + 1]);
+  double radius = std::sqrt(-2.0 * std::log(u1));
+  double theta = 6.283185307179586 * u2;
+  return (i % 2 == 0) ? radius * std::cos(theta) : radius * std::sin(theta);
+}
+
+}  // namespace kiln::philox

@@ -1,0 +1,85 @@
+// The device runtime registry, Storage, cross-device copies and the public memory functions.
+#include <array>
+#include <cstring>
+
+#include "core/device_runtime.h"
+#include "kiln/error.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+namespace {
+std::array<DeviceRuntime*, kNumDeviceTypes>& runtimes() {
+  static std::array<DeviceRuntime*, kNumDeviceTypes> r{};
+  return r;
+}
+}  // namespace
+
+void register_runtime(DeviceType type, DeviceRuntime* runtime) {
+  runtimes()[static_cast<int>(type)] = runtime;
+}
+
+DeviceRuntime* find_runtime(DeviceType type) { return runtimes()[static_cast<int>(type)]; }
+
+DeviceRuntime& runtime_for(Device device, const char* where) {
+  DeviceRuntime* r = find_runtime(device.type);
+  KILN_CHECK(r != nullptr, where, "device ", device.str(), " is not available: Kiln was built without ",
+             device.is_cuda() ? "CUDA" : "this backend");
+  int n = r->device_count();
+  KILN_CHECK(device.index >= 0 && device.index < n, where, "device ", device.str(),
+             " does not exist (", n, " present)");
+  return *r;
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+  if (nbytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, nbytes);
+  } else if (src_device.is_cpu()) {
+    runtime_for(dst_device, "copy").copy_from_host(dst, src, nbytes, dst_device.index);
+  } else if (dst_device.is_cpu()) {
+    runtime_for(src_device, "copy").copy_to_host(dst, src, nbytes, src_device.index);
+  } else if (dst_device == src_device) {
+    runtime_for(dst_device, "copy").copy_on_device(dst, src, nbytes, dst_device.index);
+  } else {
+    // Between two accelerators: through the host (peer copies come with multi-GPU work).
+    std::vector<char> host(nbytes);
+    runtime_for(src_device, "copy").copy_to_host(host.data(), src, nbytes, src_device.index);
+    runtime_for(dst_device, "copy").copy_from_host(dst, host.data(), nbytes, dst_device.index);
+  }
+}
+
+Storage::Storage(size_t n, Device d) : nbytes(n), device(d) {
+  data = runtime_for(d, "allocate").allocate(n, d.index);
+}
+
+Storage::~Storage() {
+  if (data) find_runtime(device.type)->deallocate(data, nbytes, device.index);
+}
+
+MemoryStats memory_stats(Device device) { return runtime_for(device, "memory_stats").stats(device.index); }
+void reset_peak_memory_stats(Device device) {
+  runtime_for(device, "reset_peak_memory_stats").reset_peak(device.index);
+}
+void set_memory_limit(Device device, size_t bytes) {
+  runtime_for(device, "set_memory_limit").set_limit(device.index, bytes);
+}
+void empty_cache(Device device) { runtime_for(device, "empty_cache").empty_cache(device.index); }
+
+namespace cuda {
+int device_count() {
+  DeviceRuntime* r = find_runtime(DeviceType::CUDA);
+  return r ? r->device_count() : 0;
+}
+bool is_available() { return device_count() > 0; }
+void synchronize(int device) {
+  DeviceRuntime* r = find_runtime(DeviceType::CUDA);
+  if (!r) return;
+  if (device >= 0) {
+    runtime_for(Device::cuda(device), "cuda::synchronize").synchronize(device);
+  } else {
+    for (int i = 0; i < r->device_count(); ++i) r->synchronize(i);
+  }
+}
+}  // namespace cuda
+
+}  // namespace kiln

@@ -1,0 +1,54 @@
+// Shape printing, element counts, strides, dim wrapping and broadcasting.
+#include "kiln/shape.h"
+
+#include "kiln/error.h"
+
+namespace kiln {
+
+std::ostream& operator<<(std::ostream& os, const Shape& s) {
+  os << '[';
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  return os << ']';
+}
+
+int64_t shape_numel(const Shape& s, const char* where) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    KILN_CHECK(d >= 0, where, "negative size in shape ", s);
+    KILN_CHECK(d == 0 || n <= INT64_MAX / d, where, "shape ", s, " has too many elements");
+    n *= d;
+  }
+  return n;
+}
+
+Shape contiguous_strides(const Shape& s) {
+  Shape st(s.size());
+  int64_t acc = 1;
+  for (size_t i = s.size(); i-- > 0;) {
+    st[i] = acc;
+    acc *= s[i] > 0 ? s[i] : 1;
+  }
+  return st;
+}
+
+int64_t wrap_dim(int64_t dim, int64_t rank, const char* where) {
+  int64_t r = rank == 0 ? 1 : rank;
+  KILN_CHECK(dim >= -r && dim < r, where, "dim ", dim, " is out of range for a tensor of rank ", rank,
+             " (expected ", -r, " to ", r - 1, ")");
+  return dim < 0 ? dim + r : dim;
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* where) {
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    KILN_CHECK(da == db || da == 1 || db == 1, where, "shapes ", a, " and ", b,
+               " cannot be broadcast together");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,107 @@
+// Tensor metadata and the internal helpers that make tensors and views.
+#include <algorithm>
+
+#include "core/device_runtime.h"
+#include "core/tensor_util.h"
+
+namespace kiln {
+
+Tensor make_empty_strided(const Shape& shape, const Shape& strides, ScalarType dtype, Device device) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->numel = shape_numel(shape, "empty");
+  int64_t span = 0;  // elements the storage must hold
+  if (impl->numel > 0) {
+    span = 1;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      KILN_CHECK(strides[i] >= 0, "empty_strided", "negative stride in ", strides);
+      span += (shape[i] - 1) * strides[i];
+    }
+  }
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(span) * element_size(dtype), device);
+  impl->sizes = shape;
+  impl->strides = strides;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor make_empty(const Shape& shape, ScalarType dtype, Device device) {
+  return make_empty_strided(shape, contiguous_strides(shape), dtype, device);
+}
+
+Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->numel = shape_numel(sizes, "view");
+  impl->sizes = std::move(sizes);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  impl->is_view = true;
+  impl->view_version = base.version();
+  return Tensor(std::move(impl));
+}
+
+Tensor alias_detached(const Tensor& t) {
+  auto impl = std::make_shared<TensorImpl>();
+  const TensorImpl& src = *t.impl();
+  impl->storage = src.storage;
+  impl->sizes = src.sizes;
+  impl->strides = src.strides;
+  impl->offset = src.offset;
+  impl->numel = src.numel;
+  impl->dtype = src.dtype;
+  impl->is_view = src.is_view;
+  impl->view_version = src.view_version;
+  return Tensor(std::move(impl));
+}
+
+bool compute_contiguous(const Shape& sizes, const Shape& strides) {
+  int64_t expected = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] == 1) continue;
+    if (sizes[i] == 0) return true;
+    if (strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
+}
+
+std::pair<int64_t, int64_t> element_span(const Tensor& t) {
+  if (t.numel() == 0) return {0, 0};
+  int64_t lo = 0, hi = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    int64_t reach = (t.shape()[d] - 1) * t.strides()[d];
+    (reach < 0 ? lo : hi) += reach;
+  }
+  return {lo, hi + 1};
+}
+
+Tensor host_mirror(const Tensor& t) {
+  auto [lo, hi] = element_span(t);
+  Tensor host = make_empty({hi - lo}, t.dtype(), Device::cpu());
+  size_t es = t.element_size();
+  copy_bytes(host.data_ptr(), Device::cpu(), static_cast<char*>(t.data_ptr()) + lo * static_cast<int64_t>(es),
+             t.device(), static_cast<size_t>(hi - lo) * es);
+  return make_view(host, t.shape(), t.strides(), -lo);
+}
+
+void upload_mirror(const Tensor& mirror, const Tensor& t) {
+  auto [lo, hi] = element_span(t);
+  size_t es = t.element_size();
+  copy_bytes(static_cast<char*>(t.data_ptr()) + lo * static_cast<int64_t>(es), t.device(),
+             static_cast<char*>(mirror.data_ptr()) + lo * static_cast<int64_t>(es), Device::cpu(),
+             static_cast<size_t>(hi - lo) * es);
+}
+
+int64_t Tensor::size(int64_t d) const { return impl_->sizes[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
+bool Tensor::is_contiguous() const { return compute_contiguous(impl_->sizes, impl_->strides); }
+
+namespace detail {
+void check_data_ptr(const Tensor& t, ScalarType want) {
+  KILN_CHECK(t.defined(), "data_ptr", "the tensor is undefined");
+  KILN_CHECK(t.dtype() == want, "data_ptr", "asked for ", want, " data of a ", t.dtype(), " tensor");
+}
+}  // namespace detail
+
+}  // namespace kiln

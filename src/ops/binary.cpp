@@ -1,0 +1,224 @@
+// Two-operand elementwise ops (arithmetic, comparisons, logical), their gradients, the in-place
+// forms and the operators.
+#include "ops/op_util.h"
+
+namespace kiln {
+namespace {
+
+using autograd::SavedTensor;
+using ops::Op;
+
+// What a gradient must be reduced and cast to for one input.
+struct InputMeta {
+  Shape shape;
+  ScalarType dtype;
+  bool needs;
+  explicit InputMeta(const Tensor& t) : shape(t.shape()), dtype(t.dtype()), needs(t.requires_grad()) {}
+  Tensor operator()(const Tensor& g) const {
+    if (!needs) return {};
+    Tensor r = autograd::sum_to(g, shape);
+    return r.dtype() == dtype ? r : r.to(dtype);
+  }
+};
+
+bool is_differentiable(Op op) {
+  switch (op) {
+    case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Maximum: case Op::Minimum:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_predicate(Op op) {
+  switch (op) {
+    case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::LogicalAnd:
+    case Op::LogicalOr:
+      return true;
+    default:
+      return false;
+  }
+}
+
+const char* backward_name(Op op) {
+  switch (op) {
+    case Op::Add: return "AddBackward";
+    case Op::Sub: return "SubBackward";
+    case Op::Mul: return "MulBackward";
+    case Op::Div: return "DivBackward";
+    case Op::Pow: return "PowBackward";
+    case Op::Maximum: return "MaximumBackward";
+    default: return "MinimumBackward";
+  }
+}
+
+// The gradient formulas; a and b are the (compute-dtype) operand values before the op.
+autograd::BackwardFn make_backward(Op op, const Tensor& a, const Tensor& b, const Tensor& out,
+                                   InputMeta ma, InputMeta mb) {
+  switch (op) {
+    case Op::Add:
+      return [ma, mb](const Tensor& g) -> TensorList { return {ma(g), mb(g)}; };
+    case Op::Sub:
+      return [ma, mb](const Tensor& g) -> TensorList { return {ma(g), mb.needs ? mb(neg(g)) : Tensor()}; };
+    case Op::Mul:
+      return [ma, mb, sa = SavedTensor(mb.needs ? a : Tensor()), sb = SavedTensor(ma.needs ? b : Tensor())](
+                 const Tensor& g) -> TensorList {
+        return {ma.needs ? ma(g * sb.get("MulBackward")) : Tensor(),
+                mb.needs ? mb(g * sa.get("MulBackward")) : Tensor()};
+      };
+    case Op::Div:
+      return [ma, mb, sa = SavedTensor(mb.needs ? a : Tensor()), sb = SavedTensor(b)](const Tensor& g) -> TensorList {
+        Tensor bv = sb.get("DivBackward");
+        Tensor gb;
+        if (mb.needs) gb = mb(neg(g) * sa.get("DivBackward") / (bv * bv));
+        return {ma.needs ? ma(g / bv) : Tensor(), gb};
+      };
+    case Op::Pow:
+      return [ma, mb, sa = SavedTensor(a), sb = SavedTensor(b), so = SavedTensor(mb.needs ? out : Tensor())](
+                 const Tensor& g) -> TensorList {
+        Tensor av = sa.get("PowBackward"), bv = sb.get("PowBackward");
+        Tensor ga, gb;
+        if (ma.needs) {
+          // d/da a^b = b a^(b-1); defined as 0 where b == 0 (PyTorch's convention).
+          Tensor d = bv * pow(av, bv - 1);
+          ga = ma(g * where(bv == 0, zeros_like(d), d));
+        }
+        if (mb.needs) {
+          Tensor d = so.get("PowBackward") * log(av);
+          gb = mb(g * where(logical_and(av == 0, bv >= 0), zeros_like(d), d));
+        }
+        return {ga, gb};
+      };
+    default: {  // Maximum, Minimum: the larger (smaller) input gets the gradient; ties split it
+      const bool is_max = op == Op::Maximum;
+      return [ma, mb, is_max, sa = SavedTensor(a), sb = SavedTensor(b)](const Tensor& g) -> TensorList {
+        Tensor av = sa.get("MaximumBackward"), bv = sb.get("MaximumBackward");
+        Tensor wins = is_max ? gt(av, bv) : lt(av, bv);
+        Tensor ties = eq(av, bv);
+        Tensor share = where(wins, g, zeros_like(g)) + where(ties, g * 0.5, zeros_like(g));
+        Tensor other = g - share;
+        return {ma.needs ? ma(share) : Tensor(), mb.needs ? mb(other) : Tensor()};
+      };
+    }
+  }
+}
+
+ScalarType compute_type(Op op, const Tensor& a, const Tensor& b, const char* name) {
+  ScalarType ct = ops::result_type_of({&a, &b});
+  if (op == Op::Div) ct = ops::float_type(ct);  // true division
+  KILN_CHECK(!(op == Op::Sub && ct == kBool), name, "subtracting two bool tensors is not supported; "
+             "use logical_xor or logical_not");
+  return ct;
+}
+
+Tensor binary(Op op, const char* name, const Tensor& a, const Tensor& b) {
+  Device dev = ops::common_device({&a, &b}, name);
+  ScalarType ct = compute_type(op, a, b, name);
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor out = make_empty(shape, is_predicate(op) ? kBool : ct, dev);
+  Tensor ac = ops::cast(a, ct), bc = ops::cast(b, ct);
+  ops::run1(op, dev, {ac, bc}, out);
+  if (is_differentiable(op) && autograd::needs_grad({&a, &b}))
+    autograd::record(backward_name(op), {&a, &b}, out, make_backward(op, ac, bc, out, InputMeta(a), InputMeta(b)));
+  return out;
+}
+
+Tensor& binary_(Op op, const char* name, Tensor& self, const Tensor& other) {
+  ops::check_defined(self, name);
+  Device dev = ops::common_device({&self, &other}, name);
+  KILN_CHECK(self.device() == dev, name, "cannot write a ", dev.str(), " result into a ", self.device().str(),
+             " tensor");
+  ScalarType ct = compute_type(op, self, other, name);
+  KILN_CHECK(!is_floating_point(ct) || self.is_floating_point(), name, "result type ", ct,
+             " cannot be written into a tensor of type ", self.dtype());
+  KILN_CHECK(ct == kBool || self.dtype() != kBool, name, "result type ", ct, " cannot be written into a bool tensor");
+  Shape shape = broadcast_shapes(self.shape(), other.shape(), name);
+  KILN_CHECK(shape == self.shape(), name, "the result of shape ", shape,
+             " does not fit the in-place tensor of shape ", self.shape());
+  const bool rec = is_differentiable(op) && autograd::needs_grad({&self, &other});
+  autograd::check_inplace(self, name, rec);
+  InputMeta ma(self), mb(other);
+  Tensor a_before = rec && (op != Op::Add && op != Op::Sub) ? self.clone() : self;
+  Tensor bc = ops::cast(other, ct);
+  if (ct == self.dtype()) {
+    ops::run1(op, dev, {self, bc}, self);
+  } else {
+    Tensor tmp = make_empty(shape, ct, dev);
+    Tensor ac = ops::cast(self, ct);
+    ops::run1(op, dev, {ac, bc}, tmp);
+    ops::run1(Op::Copy, dev, {tmp}, self);
+  }
+  ops::bump_version(self);
+  if (rec) {
+    Tensor ac = ops::cast(a_before, ct);
+    autograd::record(backward_name(op), {&a_before, &other}, self, make_backward(op, ac, bc, self, ma, mb));
+  }
+  return self;
+}
+
+// The dtype a Scalar operand takes: the result type with the number as a wrapped operand.
+Tensor wrap_for(const Tensor& t, Scalar s) {
+  Tensor w = ops::wrap_scalar(s);
+  return ops::wrap_scalar(s, ops::result_type_of({&t, &w}));
+}
+
+}  // namespace
+
+#define KILN_DEFINE_BINARY(fn, op)                                                             \
+  Tensor fn(const Tensor& a, const Tensor& b) { return binary(Op::op, #fn, a, b); }           \
+  Tensor fn(const Tensor& a, Scalar b) { ops::check_defined(a, #fn); return binary(Op::op, #fn, a, wrap_for(a, b)); } \
+  Tensor fn(Scalar a, const Tensor& b) { ops::check_defined(b, #fn); return binary(Op::op, #fn, wrap_for(b, a), b); }
+KILN_DEFINE_BINARY(add, Add)
+KILN_DEFINE_BINARY(sub, Sub)
+KILN_DEFINE_BINARY(mul, Mul)
+KILN_DEFINE_BINARY(div, Div)
+KILN_DEFINE_BINARY(pow, Pow)
+KILN_DEFINE_BINARY(maximum, Maximum)
+KILN_DEFINE_BINARY(minimum, Minimum)
+KILN_DEFINE_BINARY(eq, Eq)
+KILN_DEFINE_BINARY(ne, Ne)
+KILN_DEFINE_BINARY(lt, Lt)
+KILN_DEFINE_BINARY(le, Le)
+KILN_DEFINE_BINARY(gt, Gt)
+KILN_DEFINE_BINARY(ge, Ge)
+KILN_DEFINE_BINARY(logical_and, LogicalAnd)
+KILN_DEFINE_BINARY(logical_or, LogicalOr)
+#undef KILN_DEFINE_BINARY
+
+Tensor& Tensor::add_(const Tensor& o) { return binary_(Op::Add, "add_", *this, o); }
+Tensor& Tensor::add_(Scalar o) { return binary_(Op::Add, "add_", *this, wrap_for(*this, o)); }
+Tensor& Tensor::sub_(const Tensor& o) { return binary_(Op::Sub, "sub_", *this, o); }
+Tensor& Tensor::sub_(Scalar o) { return binary_(Op::Sub, "sub_", *this, wrap_for(*this, o)); }
+Tensor& Tensor::mul_(const Tensor& o) { return binary_(Op::Mul, "mul_", *this, o); }
+Tensor& Tensor::mul_(Scalar o) { return binary_(Op::Mul, "mul_", *this, wrap_for(*this, o)); }
+Tensor& Tensor::div_(const Tensor& o) { return binary_(Op::Div, "div_", *this, o); }
+Tensor& Tensor::div_(Scalar o) { return binary_(Op::Div, "div_", *this, wrap_for(*this, o)); }
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator+(const Tensor& a, Scalar b) { return add(a, b); }
+Tensor operator+(Scalar a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
+Tensor operator-(Scalar a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
+Tensor operator*(Scalar a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
+Tensor operator/(Scalar a, const Tensor& b) { return div(a, b); }
+Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
+Tensor operator==(const Tensor& a, Scalar b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
+Tensor operator!=(const Tensor& a, Scalar b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
+Tensor operator<(const Tensor& a, Scalar b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
+Tensor operator<=(const Tensor& a, Scalar b) { return le(a, b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
+Tensor operator>(const Tensor& a, Scalar b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+Tensor operator>=(const Tensor& a, Scalar b) { return ge(a, b); }
+Tensor operator&&(const Tensor& a, const Tensor& b) { return logical_and(a, b); }
+Tensor operator||(const Tensor& a, const Tensor& b) { return logical_or(a, b); }
+
+}  // namespace kiln

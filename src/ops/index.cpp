@@ -1,0 +1,133 @@
+// Indexing ops: index_select, gather, scatter_add, one_hot, tril and triu, with gradients.
+#include "ops/op_util.h"
+
+namespace kiln {
+namespace {
+
+using autograd::SavedTensor;
+using ops::Op;
+
+void check_index(const Tensor& index, const char* op) {
+  ops::check_defined(index, op);
+  KILN_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32, op, "indices must be int64 or int32, got ",
+             index.dtype());
+}
+
+// gather/scatter_add shape rule: same rank, index.size(d) <= x.size(d) for d != dim.
+void check_gather_shape(const Tensor& x, int64_t d, const Tensor& index, const char* op, const Tensor* src = nullptr) {
+  KILN_CHECK(index.dim() == x.dim() || (x.dim() == 0 && index.dim() <= 1), op, "index has rank ", index.dim(),
+             " but the tensor has rank ", x.dim());
+  for (int64_t k = 0; k < index.dim() && x.dim() > 0; ++k) {
+    KILN_CHECK(k == d || index.shape()[k] <= x.shape()[k], op, "index of shape ", index.shape(),
+               " is larger than the tensor's ", x.shape(), " at dim ", k);
+    if (src) KILN_CHECK(index.shape()[k] <= src->shape()[k], op, "index of shape ", index.shape(),
+                        " is larger than src's ", src->shape(), " at dim ", k);
+  }
+}
+
+}  // namespace
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  ops::check_defined(x, "index_select");
+  check_index(index, "index_select");
+  KILN_CHECK(index.dim() <= 1, "index_select", "index must be 0-d or 1-D, got shape ", index.shape());
+  ops::common_device({&x, &index}, "index_select");
+  const int64_t d = wrap_dim(dim, x.dim(), "index_select");
+  Shape shape = x.shape();
+  if (x.dim() > 0) shape[d] = index.numel();
+  Tensor xc = x.contiguous();
+  Tensor ic = ops::cast(index, kInt64).contiguous().reshape({-1});
+  Tensor out = make_empty(shape, x.dtype(), x.device());
+  backend::DimAttrs attrs{d};
+  backend::run(Op::IndexSelect, x.device(), std::initializer_list<Tensor>{xc, ic}, std::span<Tensor>(&out, 1), &attrs);
+  if (autograd::needs_grad({&x}))
+    autograd::record("IndexSelectBackward", {&x}, out, [shape = x.shape(), d, si = SavedTensor(ic)](const Tensor& g) -> TensorList {
+      Tensor idx = si.get("IndexSelectBackward");
+      Tensor z = zeros(shape, g.options());
+      if (shape.empty()) return {g.reshape(shape)};
+      // scatter_add along d with the index broadcast over the other dims
+      Shape view(shape.size(), 1);
+      view[d] = idx.numel();
+      Tensor full_idx = idx.reshape(view).expand(g.shape()).contiguous();
+      return {scatter_add(z, d, full_idx, g)};
+    });
+  return out;
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  ops::check_defined(x, "gather");
+  check_index(index, "gather");
+  ops::common_device({&x, &index}, "gather");
+  const int64_t d = wrap_dim(dim, x.dim(), "gather");
+  check_gather_shape(x, d, index, "gather");
+  Tensor ic = ops::cast(index, kInt64).contiguous();
+  Tensor out = make_empty(index.shape(), x.dtype(), x.device());
+  backend::DimAttrs attrs{d};
+  backend::run(Op::Gather, x.device(), std::initializer_list<Tensor>{x, ic}, std::span<Tensor>(&out, 1), &attrs);
+  if (autograd::needs_grad({&x}))
+    autograd::record("GatherBackward", {&x}, out, [shape = x.shape(), d, si = SavedTensor(ic)](const Tensor& g) -> TensorList {
+      return {scatter_add(zeros(shape, g.options()), d, si.get("GatherBackward"), g)};
+    });
+  return out;
+}
+
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  ops::check_defined(x, "scatter_add");
+  ops::check_defined(src, "scatter_add");
+  check_index(index, "scatter_add");
+  ops::common_device({&x, &index, &src}, "scatter_add");
+  KILN_CHECK(src.dtype() == x.dtype(), "scatter_add", "src has dtype ", src.dtype(), " but the tensor has ", x.dtype());
+  const int64_t d = wrap_dim(dim, x.dim(), "scatter_add");
+  KILN_CHECK(src.dim() == index.dim(), "scatter_add", "src has rank ", src.dim(), " but index has rank ", index.dim());
+  check_gather_shape(x, d, index, "scatter_add", &src);
+  Tensor ic = ops::cast(index, kInt64).contiguous();
+  Tensor out = make_empty(x.shape(), x.dtype(), x.device());
+  ops::run1(Op::Copy, x.device(), {x}, out);
+  backend::DimAttrs attrs{d};
+  backend::run(Op::ScatterAdd, x.device(), std::initializer_list<Tensor>{ic, src}, std::span<Tensor>(&out, 1), &attrs);
+  if (autograd::needs_grad({&x, &src}))
+    autograd::record("ScatterAddBackward", {&x, &src}, out,
+                     [d, si = SavedTensor(ic), nx = x.requires_grad(), ns = src.requires_grad()](const Tensor& g) -> TensorList {
+                       return {nx ? g : Tensor(), ns ? gather(g, d, si.get("ScatterAddBackward")) : Tensor()};
+                     });
+  return out;
+}
+
+Tensor one_hot(const Tensor& x, int64_t num_classes) {
+  ops::check_defined(x, "one_hot");
+  KILN_CHECK(x.dtype() == kInt64 || x.dtype() == kInt32, "one_hot", "expects an integer tensor of class indices, got ",
+             x.dtype());
+  if (num_classes == -1) {
+    KILN_CHECK(x.numel() > 0, "one_hot", "cannot infer the number of classes of an empty tensor");
+    num_classes = max(x).item<int64_t>() + 1;
+  }
+  KILN_CHECK(num_classes > 0, "one_hot", "num_classes must be positive, got ", num_classes);
+  if (x.numel() > 0) {
+    int64_t lo = min(x).item<int64_t>(), hi = max(x).item<int64_t>();
+    KILN_CHECK(lo >= 0 && hi < num_classes, "one_hot", "class values must be in [0, ", num_classes, "), got ", lo,
+               " to ", hi);
+  }
+  Tensor classes = arange(num_classes, TensorOptions(x.dtype()).device(x.device()));
+  return eq(x.unsqueeze(-1), classes).to(kInt64);
+}
+
+namespace {
+Tensor triangle(const Tensor& x, int64_t k, bool upper) {
+  const char* name = upper ? "triu" : "tril";
+  ops::check_defined(x, name);
+  KILN_CHECK(x.dim() >= 2, name, "expects a tensor of rank >= 2, got shape ", x.shape());
+  Tensor xc = x.contiguous();
+  Tensor out = make_empty(x.shape(), x.dtype(), x.device());
+  backend::TriAttrs attrs{k};
+  ops::run1(upper ? Op::Triu : Op::Tril, x.device(), {xc}, out, &attrs);
+  if (autograd::needs_grad({&x}))
+    autograd::record(upper ? "TriuBackward" : "TrilBackward", {&x}, out,
+                     [k, upper](const Tensor& g) -> TensorList { return {upper ? triu(g, k) : tril(g, k)}; });
+  return out;
+}
+}  // namespace
+
+Tensor tril(const Tensor& x, int64_t k) { return triangle(x, k, false); }
+Tensor triu(const Tensor& x, int64_t k) { return triangle(x, k, true); }
+
+}  // namespace kiln

@@ -1,0 +1,93 @@
+// Device checks, type promotion and reduction geometry shared by the ops.
+#include "ops/op_util.h"
+
+#include <optional>
+
+namespace kiln::ops {
+
+Device common_device(std::initializer_list<const Tensor*> ts, const char* op) {
+  std::optional<Device> dev;
+  bool any_cpu_scalar = false;
+  for (const Tensor* t : ts) {
+    check_defined(*t, op);
+    if (t->dim() == 0 && t->device().is_cpu()) {
+      any_cpu_scalar = true;
+      continue;
+    }
+    if (!dev) dev = t->device();
+    else KILN_CHECK(*dev == t->device(), op, "expected all tensors on one device, got ", dev->str(),
+                    " and ", t->device().str());
+  }
+  (void)any_cpu_scalar;
+  return dev.value_or(Device::cpu());
+}
+
+Tensor wrap_scalar(Scalar s, ScalarType dtype) {
+  Tensor t = make_empty({}, dtype, Device::cpu());
+  backend::ScalarAttrs attrs{s};
+  run1(Op::Fill, Device::cpu(), {}, t, &attrs);
+  t.impl()->wrapped_number = true;
+  return t;
+}
+
+Tensor wrap_scalar(Scalar s) { return wrap_scalar(s, s.is_floating_point() ? kFloat64 : s.natural_dtype()); }
+
+namespace {
+enum Category { kCatBool, kCatInt, kCatFloat };
+Category category(ScalarType t) {
+  return t == kBool ? kCatBool : is_floating_point(t) ? kCatFloat : kCatInt;
+}
+// PyTorch's combine_categories: the higher-priority tier wins unless the lower one is of a
+// higher category.
+std::optional<ScalarType> combine(std::optional<ScalarType> higher, std::optional<ScalarType> lower) {
+  if (!higher) return lower;
+  if (!lower) return higher;
+  if (category(*higher) == kCatFloat) return higher;
+  if (*higher == kBool || category(*lower) == kCatFloat) return promote_types(*higher, *lower);
+  return higher;
+}
+void update(std::optional<ScalarType>& tier, ScalarType t) { tier = tier ? promote_types(*tier, t) : t; }
+}  // namespace
+
+ScalarType result_type_of(std::initializer_list<const Tensor*> ts) {
+  std::optional<ScalarType> dimmed, zero_dim, wrapped;
+  for (const Tensor* t : ts) {
+    if (t->impl()->wrapped_number) update(wrapped, is_floating_point(t->dtype()) ? kDefaultFloat : t->dtype());
+    else if (t->dim() == 0) update(zero_dim, t->dtype());
+    else update(dimmed, t->dtype());
+  }
+  return combine(dimmed, combine(zero_dim, wrapped)).value_or(kDefaultFloat);
+}
+
+ReduceDims reduce_dims(const Tensor& x, const Shape& dims, bool keepdim, const char* op) {
+  ReduceDims r;
+  const int64_t rank = x.dim();
+  KILN_CHECK(rank <= 64, op, "tensors of rank ", rank, " exceed the reduction limit of 64");
+  if (dims.empty()) {
+    r.mask = rank == 64 ? ~uint64_t{0} : (uint64_t{1} << rank) - 1;
+  } else {
+    for (int64_t d : dims) {
+      int64_t w = wrap_dim(d, rank, op);
+      if (rank == 0) continue;
+      KILN_CHECK(!(r.mask >> w & 1), op, "dim ", w, " appears more than once in ", dims);
+      r.mask |= uint64_t{1} << w;
+    }
+  }
+  for (int64_t d = 0; d < rank; ++d) {
+    bool red = r.mask >> d & 1;
+    r.keep_shape.push_back(red ? 1 : x.shape()[d]);
+    if (red) r.count *= x.shape()[d];
+    if (!red || keepdim) r.out_shape.push_back(red ? 1 : x.shape()[d]);
+  }
+  return r;
+}
+
+}  // namespace kiln::ops
+
+namespace kiln {
+ScalarType result_type(const Tensor& a, const Tensor& b) { return ops::result_type_of({&a, &b}); }
+ScalarType result_type(const Tensor& a, Scalar b) {
+  Tensor w = ops::wrap_scalar(b);
+  return ops::result_type_of({&a, &w});
+}
+}  // namespace kiln

@@ -1,0 +1,57 @@
+// Helpers every op family shares: device checks, type promotion, output allocation, dispatch.
+#pragma once
+
+#include <initializer_list>
+
+#include "autograd/function.h"
+#include "backend/dispatch.h"
+#include "core/tensor_util.h"
+#include "kiln/ops.h"
+
+namespace kiln::ops {
+
+using backend::Op;
+
+inline void check_defined(const Tensor& t, const char* op) {
+  KILN_CHECK(t.defined(), op, "got an undefined tensor");
+}
+
+// All operands on one device; a 0-d CPU tensor may join any device, as in PyTorch.
+Device common_device(std::initializer_list<const Tensor*> ts, const char* op);
+
+// A 0-d CPU tensor holding a C++ number, marked as a wrapped number for type promotion.
+Tensor wrap_scalar(Scalar s, ScalarType dtype);
+Tensor wrap_scalar(Scalar s);
+
+// t converted to dtype (t itself when it already has it).
+inline Tensor cast(const Tensor& t, ScalarType dtype) { return t.dtype() == dtype ? t : t.to(dtype); }
+
+// The float type an integer input turns into for exp, log, mean, ... (itself if floating).
+inline ScalarType float_type(ScalarType t) { return is_floating_point(t) ? t : kDefaultFloat; }
+
+// Runs one kernel with one output.
+inline void run1(Op op, Device device, std::initializer_list<Tensor> in, Tensor& out,
+                 const void* attrs = nullptr) {
+  backend::run(op, device, std::span<const Tensor>(in.begin(), in.size()), std::span<Tensor>(&out, 1), attrs);
+}
+
+// Bumps the version counter after an in-place change.
+inline void bump_version(const Tensor& t) { t.storage()->version.fetch_add(1, std::memory_order_relaxed); }
+
+ScalarType result_type_of(std::initializer_list<const Tensor*> ts);
+
+// Shape of the reduced result, and the dims mask the kernels take (dims empty = all).
+struct ReduceDims {
+  uint64_t mask = 0;
+  Shape keep_shape;  // input rank, size 1 on reduced dims
+  Shape out_shape;   // keep_shape, or with the reduced dims removed
+  int64_t count = 1; // elements reduced into each output
+};
+ReduceDims reduce_dims(const Tensor& x, const Shape& dims, bool keepdim, const char* op);
+
+}  // namespace kiln::ops
+
+namespace kiln::detail {
+// randint's body: uniform integers in [low, high) from the global Philox generator.
+Tensor random_int(const Shape& shape, int64_t low, int64_t high, TensorOptions options);
+}  // namespace kiln::detail

@@ -1,0 +1,237 @@
+// Reductions over any set of dims: sum, mean, prod, var, std, amax/amin, max/min with indices,
+// argmax/argmin, logsumexp, all/any, norm; with their gradients.
+#include <cmath>
+
+#include "ops/op_util.h"
+
+namespace kiln {
+namespace {
+
+using autograd::SavedTensor;
+using ops::Op;
+using ops::ReduceDims;
+
+// Runs a reduction kernel into a contiguous keep-shaped output, then drops reduced dims.
+Tensor reduce_raw(Op op, const Tensor& x, const ReduceDims& r, ScalarType out_dtype, backend::ReduceAttrs attrs) {
+  Tensor out = make_empty(r.keep_shape, out_dtype, x.device());
+  attrs.dims_mask = r.mask;
+  ops::run1(op, x.device(), {x}, out, &attrs);
+  return out.shape() == r.out_shape ? out : out.view(r.out_shape);
+}
+
+// The gradient of a reduction, given back in the input's shape: g (out-shaped) -> keep shape -> expand.
+Tensor expand_grad(const Tensor& g, const Shape& keep_shape, const Shape& in_shape) {
+  return g.reshape(keep_shape).expand(in_shape);
+}
+
+Shape mask_dims(uint64_t mask, int64_t rank) {
+  Shape d;
+  for (int64_t i = 0; i < rank; ++i)
+    if (mask >> i & 1) d.push_back(i);
+  return d;
+}
+
+void check_nonempty(const Tensor& x, const ReduceDims& r, const char* op) {
+  KILN_CHECK(r.count > 0, op, "cannot reduce over an empty dim (input shape ",
+             x.shape(), ")");
+}
+
+Tensor extreme(const Tensor& x, const Shape& dims, bool keepdim, bool is_max) {
+  const char* name = is_max ? "amax" : "amin";
+  ops::check_defined(x, name);
+  ReduceDims r = ops::reduce_dims(x, dims, keepdim, name);
+  check_nonempty(x, r, name);
+  Tensor out = reduce_raw(is_max ? Op::Amax : Op::Amin, x, r, x.dtype(), {});
+  if (autograd::needs_grad({&x})) {
+    autograd::record(is_max ? "AmaxBackward" : "AminBackward", {&x}, out,
+                     [sx = SavedTensor(x), so = SavedTensor(out), r](const Tensor& g) -> TensorList {
+                       Tensor xv = sx.get("AmaxBackward");
+                       Tensor hit = (xv == so.get("AmaxBackward").reshape(r.keep_shape)).to(xv.dtype());
+                       Tensor count = sum(hit, mask_dims(r.mask, xv.dim()), true);
+                       return {hit / count * expand_grad(g, r.keep_shape, xv.shape())};
+                     });
+  }
+  return out;
+}
+
+std::tuple<Tensor, Tensor> extreme_dim(const Tensor& x, int64_t dim, bool keepdim, bool is_max) {
+  const char* name = is_max ? "max" : "min";
+  ops::check_defined(x, name);
+  ReduceDims r = ops::reduce_dims(x, {dim}, keepdim, name);
+  check_nonempty(x, r, name);
+  Tensor values = make_empty(r.keep_shape, x.dtype(), x.device());
+  Tensor indices = make_empty(r.keep_shape, kInt64, x.device());
+  backend::ReduceAttrs attrs;
+  attrs.dims_mask = r.mask;
+  Tensor outs[2] = {values, indices};
+  std::initializer_list<Tensor> in{x};
+  backend::run(is_max ? Op::MaxWithIndex : Op::MinWithIndex, x.device(), std::span<const Tensor>(in.begin(), 1),
+               std::span<Tensor>(outs, 2), &attrs);
+  if (r.keep_shape != r.out_shape) {
+    values = values.view(r.out_shape);
+    indices = indices.view(r.out_shape);
+  }
+  if (autograd::needs_grad({&x})) {
+    const int64_t d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), name);
+    autograd::record(is_max ? "MaxBackward" : "MinBackward", {&x}, values,
+                     [si = SavedTensor(indices), r, d, shape = x.shape(), dt = x.dtype()](const Tensor& g) -> TensorList {
+                       Tensor z = zeros(shape, TensorOptions(dt).device(g.device()));
+                       if (shape.empty()) return {g.reshape(shape)};
+                       return {scatter_add(z, d, si.get("MaxBackward").reshape(r.keep_shape), g.reshape(r.keep_shape))};
+                     });
+  }
+  return {values, indices};
+}
+
+Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bool is_max) {
+  const char* name = is_max ? "argmax" : "argmin";
+  ops::check_defined(x, name);
+  NoGradGuard no_grad;
+  if (!dim) {
+    KILN_CHECK(x.numel() > 0, name, "cannot take the ", name, " of an empty tensor");
+    Tensor idx = std::get<1>(extreme_dim(x.reshape({-1}), 0, false, is_max));
+    return keepdim ? idx.reshape(Shape(static_cast<size_t>(x.dim()), 1)) : idx;
+  }
+  return std::get<1>(extreme_dim(x, *dim, keepdim, is_max));
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim, std::optional<ScalarType> dtype) {
+  ops::check_defined(x, "sum");
+  ReduceDims r = ops::reduce_dims(x, dims, keepdim, "sum");
+  ScalarType out_t = dtype ? *dtype : (is_floating_point(x.dtype()) ? x.dtype() : kInt64);
+  Tensor out = reduce_raw(Op::Sum, ops::cast(x, out_t), r, out_t, {});
+  if (autograd::needs_grad({&x}))
+    autograd::record("SumBackward", {&x}, out, [r, shape = x.shape(), dt = x.dtype()](const Tensor& g) -> TensorList {
+      return {ops::cast(expand_grad(g, r.keep_shape, shape), dt)};
+    });
+  return out;
+}
+
+Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+  ops::check_defined(x, "mean");
+  KILN_CHECK(x.is_floating_point(), "mean", "needs a floating-point tensor, got ", x.dtype(),
+             " (convert it with to(kFloat32) first)");
+  ReduceDims r = ops::reduce_dims(x, dims, keepdim, "mean");
+  backend::ReduceAttrs attrs;
+  attrs.scale = r.count == 0 ? std::nan("") : 1.0 / static_cast<double>(r.count);
+  Tensor out = reduce_raw(Op::Sum, x, r, x.dtype(), attrs);
+  if (autograd::needs_grad({&x}))
+    autograd::record("MeanBackward", {&x}, out, [r, shape = x.shape()](const Tensor& g) -> TensorList {
+      return {expand_grad(g, r.keep_shape, shape) / static_cast<double>(r.count)};
+    });
+  return out;
+}
+
+Tensor prod(const Tensor& x, const Shape& dims, bool keepdim) {
+  ops::check_defined(x, "prod");
+  ReduceDims r = ops::reduce_dims(x, dims, keepdim, "prod");
+  ScalarType out_t = is_floating_point(x.dtype()) ? x.dtype() : kInt64;
+  Tensor out = reduce_raw(Op::Prod, ops::cast(x, out_t), r, out_t, {});
+  if (autograd::needs_grad({&x}))
+    autograd::record("ProdBackward", {&x}, out, [sx = SavedTensor(x), so = SavedTensor(out), r](const Tensor& g) -> TensorList {
+      // d prod / d x_i = product of the others; computed without dividing by a zero x_i.
+      Tensor xv = sx.get("ProdBackward");
+      Shape rd = mask_dims(r.mask, xv.dim());
+      Tensor is_zero = xv == 0;
+      Tensor zeros_in_group = sum(is_zero, rd, true);
+      Tensor prod_nonzero = prod(where(is_zero, ones_like(xv), xv), rd, true);
+      Tensor total = so.get("ProdBackward").reshape(r.keep_shape);
+      Tensor safe_x = where(is_zero, ones_like(xv), xv);
+      Tensor others = where(is_zero, where(zeros_in_group == 1, prod_nonzero, zeros_like(prod_nonzero)),
+                            where(zeros_in_group == 0, total / safe_x, zeros_like(xv)));
+      return {others * expand_grad(g, r.keep_shape, xv.shape())};
+    });
+  return out;
+}
+
+Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
+  ops::check_defined(x, "var");
+  KILN_CHECK(x.is_floating_point(), "var", "needs a floating-point tensor, got ", x.dtype());
+  KILN_CHECK(correction >= 0, "var", "correction must be >= 0, got ", correction);
+  ReduceDims r = ops::reduce_dims(x, dims, keepdim, "var");
+  backend::ReduceAttrs attrs;
+  attrs.correction = correction;
+  Tensor out = reduce_raw(Op::Var, x, r, x.dtype(), attrs);
+  if (autograd::needs_grad({&x}))
+    autograd::record("VarBackward", {&x}, out, [sx = SavedTensor(x), r, correction](const Tensor& g) -> TensorList {
+      Tensor xv = sx.get("VarBackward");
+      Tensor centered = xv - mean(xv, mask_dims(r.mask, xv.dim()), true);
+      double denom = static_cast<double>(r.count - correction);
+      return {centered * (2.0 / denom) * expand_grad(g, r.keep_shape, xv.shape())};
+    });
+  return out;
+}
+
+Tensor std(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
+  return sqrt(var(x, dims, correction, keepdim));
+}
+
+Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) { return extreme(x, dims, keepdim, true); }
+Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) { return extreme(x, dims, keepdim, false); }
+Tensor max(const Tensor& x) { return extreme(x, {}, false, true); }
+Tensor min(const Tensor& x) { return extreme(x, {}, false, false); }
+std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) { return extreme_dim(x, dim, keepdim, true); }
+std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) { return extreme_dim(x, dim, keepdim, false); }
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) { return arg_extreme(x, dim, keepdim, true); }
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) { return arg_extreme(x, dim, keepdim, false); }
+
+Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
+  ops::check_defined(x, "logsumexp");
+  ScalarType t = ops::float_type(x.dtype());
+  Tensor xf = ops::cast(x, t);
+  ReduceDims r = ops::reduce_dims(x, dims, keepdim, "logsumexp");
+  Tensor out = reduce_raw(Op::LogSumExp, xf, r, t, {});
+  if (autograd::needs_grad({&x}))
+    autograd::record("LogsumexpBackward", {&x}, out, [sx = SavedTensor(xf), so = SavedTensor(out), r](const Tensor& g) -> TensorList {
+      Tensor xv = sx.get("LogsumexpBackward");
+      return {exp(xv - so.get("LogsumexpBackward").reshape(r.keep_shape)) * expand_grad(g, r.keep_shape, xv.shape())};
+    });
+  return out;
+}
+
+Tensor all(const Tensor& x, const Shape& dims, bool keepdim) {
+  ops::check_defined(x, "all");
+  return reduce_raw(Op::All, x, ops::reduce_dims(x, dims, keepdim, "all"), kBool, {});
+}
+
+Tensor any(const Tensor& x, const Shape& dims, bool keepdim) {
+  ops::check_defined(x, "any");
+  return reduce_raw(Op::Any, x, ops::reduce_dims(x, dims, keepdim, "any"), kBool, {});
+}
+
+Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
+  ops::check_defined(x, "norm");
+  KILN_CHECK(x.is_floating_point(), "norm", "needs a floating-point tensor, got ", x.dtype());
+  KILN_CHECK(p >= 0 && !std::isnan(p), "norm", "p must be >= 0 or inf, got ", p);
+  ReduceDims r = ops::reduce_dims(x, dims, keepdim, "norm");
+  backend::ReduceAttrs attrs;
+  attrs.p = p;
+  Tensor out = reduce_raw(Op::Norm, x, r, x.dtype(), attrs);
+  if (autograd::needs_grad({&x}))
+    autograd::record("NormBackward", {&x}, out, [sx = SavedTensor(x), so = SavedTensor(out), r, p](const Tensor& g) -> TensorList {
+      Tensor xv = sx.get("NormBackward");
+      Tensor n = so.get("NormBackward").reshape(r.keep_shape);
+      Tensor ge = expand_grad(g, r.keep_shape, xv.shape());
+      Tensor d;
+      if (p == 0) {
+        d = zeros_like(xv);
+      } else if (p == 1) {
+        d = sign(xv);
+      } else if (std::isinf(p)) {
+        Tensor hit = (abs(xv) == n).to(xv.dtype());
+        d = sign(xv) * hit / sum(hit, mask_dims(r.mask, xv.dim()), true);
+      } else {
+        // x |x|^(p-2) / n^(p-1), and 0 where the norm is 0
+        Tensor safe_n = where(n == 0, ones_like(n), n);
+        d = xv * pow(abs(xv), p - 2) / pow(safe_n, p - 1);
+        if (p < 2) d = where(xv == 0, zeros_like(d), d);
+        d = where(n == 0, zeros_like(d), d);
+      }
+      return {d * ge};
+    });
+  return out;
+}
+
+}  // namespace kiln

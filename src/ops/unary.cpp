@@ -1,0 +1,214 @@
+// One-operand elementwise ops, clamp, where and masked_fill, with their gradients and in-place forms.
+#include "ops/op_util.h"
+
+namespace kiln {
+namespace {
+
+using autograd::SavedTensor;
+using ops::Op;
+
+// A backward helper kernel: f(g, saved) elementwise, both already of one float dtype and shape.
+Tensor helper(Op op, const Tensor& g, const Tensor& saved) {
+  Tensor gc = ops::cast(g, saved.dtype());
+  Tensor out = make_empty(broadcast_shapes(gc.shape(), saved.shape(), "backward"), saved.dtype(), saved.device());
+  ops::run1(op, saved.device(), {gc, saved}, out);
+  return out;
+}
+
+enum class Domain { Same, Float, Bool };  // the result dtype: input's, float, or bool
+
+struct UnaryDef {
+  Op op;
+  const char* name;
+  Domain domain;
+  // gradient from (g, x, out); nullptr when not differentiable
+  Tensor (*grad)(const Tensor& g, const Tensor& x, const Tensor& out);
+  bool saves_x, saves_out;
+};
+
+Tensor unary(const UnaryDef& d, const Tensor& x) {
+  ops::check_defined(x, d.name);
+  KILN_CHECK(!(x.dtype() == kBool && (d.op == Op::Neg || d.op == Op::Abs || d.op == Op::Sign)), d.name,
+             "is not defined for bool tensors");
+  ScalarType t = d.domain == Domain::Float ? ops::float_type(x.dtype()) : x.dtype();
+  Tensor in = ops::cast(x, t);
+  Tensor out = make_empty(x.shape(), d.domain == Domain::Bool ? kBool : t, x.device());
+  ops::run1(d.op, x.device(), {in}, out);
+  if (d.grad && autograd::needs_grad({&x})) {
+    autograd::record(d.name, {&x}, out,
+                     [&d, sx = SavedTensor(d.saves_x ? x : Tensor()), so = SavedTensor(d.saves_out ? out : Tensor())](
+                         const Tensor& g) -> TensorList {
+                       return {d.grad(g, sx.get(d.name), so.get(d.name))};
+                     });
+  }
+  return out;
+}
+
+Tensor& unary_(const UnaryDef& d, Tensor& self) {
+  ops::check_defined(self, d.name);
+  KILN_CHECK(d.domain != Domain::Float || self.is_floating_point(), d.name,
+             "the result is floating point and cannot be written into a ", self.dtype(), " tensor");
+  const bool rec = d.grad && autograd::needs_grad({&self});
+  autograd::check_inplace(self, d.name, rec);
+  Tensor before = rec && d.saves_x ? self.clone() : self;
+  ops::run1(d.op, self.device(), {self}, self);
+  ops::bump_version(self);
+  if (rec) {
+    autograd::record(d.name, {&before}, self,
+                     [&d, sx = SavedTensor(d.saves_x ? before : Tensor()), so = SavedTensor(d.saves_out ? self : Tensor())](
+                         const Tensor& g) -> TensorList { return {d.grad(g, sx.get(d.name), so.get(d.name))}; });
+  }
+  return self;
+}
+
+using T = const Tensor&;
+const UnaryDef kNeg{Op::Neg, "neg", Domain::Same, [](T g, T, T) { return neg(g); }, false, false};
+const UnaryDef kAbs{Op::Abs, "abs", Domain::Same, [](T g, T x, T) { return g * sign(x); }, true, false};
+const UnaryDef kSign{Op::Sign, "sign", Domain::Same, [](T g, T, T) { return zeros_like(g); }, false, false};
+const UnaryDef kExp{Op::Exp, "exp", Domain::Float, [](T g, T, T y) { return g * y; }, false, true};
+const UnaryDef kLog{Op::Log, "log", Domain::Float, [](T g, T x, T) { return g / x; }, true, false};
+const UnaryDef kLog1p{Op::Log1p, "log1p", Domain::Float, [](T g, T x, T) { return g / (x + 1); }, true, false};
+const UnaryDef kExpm1{Op::Expm1, "expm1", Domain::Float, [](T g, T, T y) { return g * (y + 1); }, false, true};
+const UnaryDef kSqrt{Op::Sqrt, "sqrt", Domain::Float, [](T g, T, T y) { return g / (y * 2); }, false, true};
+const UnaryDef kRsqrt{Op::Rsqrt, "rsqrt", Domain::Float, [](T g, T x, T y) { return g * y * -0.5 / x; }, true, true};
+const UnaryDef kSquare{Op::Square, "square", Domain::Same, [](T g, T x, T) { return g * x * 2; }, true, false};
+const UnaryDef kReciprocal{Op::Reciprocal, "reciprocal", Domain::Float, [](T g, T, T y) { return neg(g) * y * y; }, false, true};
+const UnaryDef kTanh{Op::Tanh, "tanh", Domain::Float, [](T g, T, T y) { return helper(Op::TanhBackward, g, y); }, false, true};
+const UnaryDef kSigmoid{Op::Sigmoid, "sigmoid", Domain::Float, [](T g, T, T y) { return helper(Op::SigmoidBackward, g, y); }, false, true};
+const UnaryDef kRelu{Op::Relu, "relu", Domain::Same, [](T g, T, T y) { return helper(Op::ReluBackward, g, y); }, false, true};
+const UnaryDef kGeluErf{Op::GeluErf, "gelu", Domain::Float, [](T g, T x, T) { return helper(Op::GeluErfBackward, g, x); }, true, false};
+const UnaryDef kGeluTanh{Op::GeluTanh, "gelu", Domain::Float, [](T g, T x, T) { return helper(Op::GeluTanhBackward, g, x); }, true, false};
+const UnaryDef kSilu{Op::Silu, "silu", Domain::Float, [](T g, T x, T) { return helper(Op::SiluBackward, g, x); }, true, false};
+const UnaryDef kSin{Op::Sin, "sin", Domain::Float, [](T g, T x, T) { return g * cos(x); }, true, false};
+const UnaryDef kCos{Op::Cos, "cos", Domain::Float, [](T g, T x, T) { return neg(g) * sin(x); }, true, false};
+const UnaryDef kLogicalNot{Op::LogicalNot, "logical_not", Domain::Bool, nullptr, false, false};
+
+backend::ClampAttrs clamp_attrs(std::optional<Scalar> lo, std::optional<Scalar> hi, const char* name) {
+  KILN_CHECK(lo || hi, name, "at least one of min and max must be given");
+  backend::ClampAttrs a;
+  a.has_min = lo.has_value();
+  a.has_max = hi.has_value();
+  a.min = lo ? lo->to_double() : 0;
+  a.max = hi ? hi->to_double() : 0;
+  return a;
+}
+
+autograd::BackwardFn clamp_backward(const Tensor& x, backend::ClampAttrs a) {
+  return [sx = SavedTensor(x), a](const Tensor& g) -> TensorList {
+    Tensor xv = sx.get("ClampBackward");
+    Tensor pass = ones_like(xv, kBool);
+    if (a.has_min) pass = logical_and(pass, xv >= a.min);
+    if (a.has_max) pass = logical_and(pass, xv <= a.max);
+    return {where(pass, g, zeros_like(g))};
+  };
+}
+
+}  // namespace
+
+Tensor neg(const Tensor& x) { return unary(kNeg, x); }
+Tensor abs(const Tensor& x) { return unary(kAbs, x); }
+Tensor sign(const Tensor& x) { return unary(kSign, x); }
+Tensor exp(const Tensor& x) { return unary(kExp, x); }
+Tensor log(const Tensor& x) { return unary(kLog, x); }
+Tensor log1p(const Tensor& x) { return unary(kLog1p, x); }
+Tensor expm1(const Tensor& x) { return unary(kExpm1, x); }
+Tensor sqrt(const Tensor& x) { return unary(kSqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary(kRsqrt, x); }
+Tensor square(const Tensor& x) { return unary(kSquare, x); }
+Tensor reciprocal(const Tensor& x) { return unary(kReciprocal, x); }
+Tensor tanh(const Tensor& x) { return unary(kTanh, x); }
+Tensor sigmoid(const Tensor& x) { return unary(kSigmoid, x); }
+Tensor relu(const Tensor& x) { return unary(kRelu, x); }
+Tensor silu(const Tensor& x) { return unary(kSilu, x); }
+Tensor sin(const Tensor& x) { return unary(kSin, x); }
+Tensor cos(const Tensor& x) { return unary(kCos, x); }
+Tensor logical_not(const Tensor& x) { return unary(kLogicalNot, x); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor operator!(const Tensor& a) { return logical_not(a); }
+
+Tensor gelu(const Tensor& x, const std::string& approximate) {
+  KILN_CHECK(approximate == "none" || approximate == "tanh", "gelu", "approximate must be \"none\" or \"tanh\", got \"",
+             approximate, "\"");
+  return unary(approximate == "none" ? kGeluErf : kGeluTanh, x);
+}
+
+Tensor& Tensor::relu_() { return unary_(kRelu, *this); }
+Tensor& Tensor::neg_() { return unary_(kNeg, *this); }
+Tensor& Tensor::exp_() { return unary_(kExp, *this); }
+Tensor& Tensor::sqrt_() { return unary_(kSqrt, *this); }
+
+Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  ops::check_defined(x, "clamp");
+  backend::ClampAttrs a = clamp_attrs(lo, hi, "clamp");
+  ScalarType t = x.dtype();
+  if ((lo && lo->is_floating_point()) || (hi && hi->is_floating_point())) t = ops::float_type(t);
+  Tensor in = ops::cast(x, t);
+  Tensor out = make_empty(x.shape(), t, x.device());
+  ops::run1(Op::Clamp, x.device(), {in}, out, &a);
+  if (autograd::needs_grad({&x})) autograd::record("ClampBackward", {&x}, out, clamp_backward(x, a));
+  return out;
+}
+Tensor clamp_min(const Tensor& x, Scalar lo) { return clamp(x, lo, std::nullopt); }
+Tensor clamp_max(const Tensor& x, Scalar hi) { return clamp(x, std::nullopt, hi); }
+
+Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  ops::check_defined(*this, "clamp_");
+  backend::ClampAttrs a = clamp_attrs(lo, hi, "clamp_");
+  const bool rec = autograd::needs_grad({this});
+  autograd::check_inplace(*this, "clamp_", rec);
+  Tensor before = rec ? clone() : *this;
+  ops::run1(Op::Clamp, device(), {*this}, *this, &a);
+  ops::bump_version(*this);
+  if (rec) autograd::record("ClampBackward", {&before}, *this, clamp_backward(before, a));
+  return *this;
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  Device dev = ops::common_device({&cond, &a, &b}, "where");
+  KILN_CHECK(cond.dtype() == kBool, "where", "the condition must be a bool tensor, got ", cond.dtype());
+  ScalarType t = ops::result_type_of({&a, &b});
+  Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  Tensor out = make_empty(shape, t, dev);
+  Tensor ac = ops::cast(a, t), bc = ops::cast(b, t);
+  backend::run(Op::Where, dev, std::initializer_list<Tensor>{cond, ac, bc}, std::span<Tensor>(&out, 1));
+  if (autograd::needs_grad({&a, &b})) {
+    struct Meta { Shape shape; ScalarType dtype; bool needs; };
+    Meta ma{a.shape(), a.dtype(), a.requires_grad()}, mb{b.shape(), b.dtype(), b.requires_grad()};
+    autograd::record("WhereBackward", {&cond, &a, &b}, out, [sc = SavedTensor(cond), ma, mb](const Tensor& g) -> TensorList {
+      Tensor c = sc.get("WhereBackward");
+      Tensor z = zeros_like(g);
+      Tensor ga = ma.needs ? autograd::sum_to(where(c, g, z), ma.shape).to(ma.dtype) : Tensor();
+      Tensor gb = mb.needs ? autograd::sum_to(where(c, z, g), mb.shape).to(mb.dtype) : Tensor();
+      return {Tensor(), ga, gb};
+    });
+  }
+  return out;
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
+  ops::check_defined(a, "where");
+  Tensor w = ops::wrap_scalar(b);
+  return where(cond, a, ops::wrap_scalar(b, ops::result_type_of({&a, &w})));
+}
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
+  ops::check_defined(b, "where");
+  Tensor w = ops::wrap_scalar(a);
+  return where(cond, ops::wrap_scalar(a, ops::result_type_of({&b, &w})), b);
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  ops::check_defined(x, "masked_fill");
+  ops::check_defined(mask, "masked_fill");
+  KILN_CHECK(mask.dtype() == kBool, "masked_fill", "the mask must be a bool tensor, got ", mask.dtype());
+  Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
+  KILN_CHECK(shape == x.shape(), "masked_fill", "a mask of shape ", mask.shape(),
+             " does not broadcast to the tensor's shape ", x.shape());
+  return where(mask, ops::wrap_scalar(value, x.dtype()), x);
+}
+
+Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
+  Tensor filled = kiln::masked_fill(*this, mask, value);
+  return copy_(filled);
+}
+
+}  // namespace kiln

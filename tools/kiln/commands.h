@@ -1,0 +1,6 @@
+// The subcommands of the kiln command; each takes the arguments after the command name.
+#pragma once
+
+namespace kiln::cli {
+int info(int argc, char** argv);
+}  // namespace kiln::cli

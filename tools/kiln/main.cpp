@@ -1,0 +1,36 @@
+// The kiln command: dispatches to one subcommand per file; errors are one line and exit 1.
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "kiln/error.h"
+#include "tools/kiln/commands.h"
+
+namespace {
+void usage(std::ostream& os) {
+  os << "usage: kiln <command> [options]\n\n"
+        "commands:\n"
+        "  info    version, devices, CPU features, threads, and which backends are built\n"
+        "  help    this text\n";
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "--help") == 0) {
+    usage(argc < 2 ? std::cerr : std::cout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "info") return kiln::cli::info(argc - 1, argv + 1);
+    std::cerr << "kiln: unknown command '" << cmd << "'\n";
+    usage(std::cerr);
+    return 2;
+  } catch (const kiln::Error& e) {
+    std::cerr << "kiln: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "kiln: error: " << e.what() << "\n";
+    return 1;
+  }
+}
