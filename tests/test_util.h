@@ -1,0 +1,53 @@
+// Helpers shared by the test suites: reference data, element access and comparisons.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace kiln::test {
+
+// Values of t in row-major order, as doubles (any dtype, any device, any strides).
+inline std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+
+// Asserts t has `shape` and values within atol + rtol * |expected| (NaNs must match).
+inline void expect_close(const Tensor& t, const std::vector<double>& expected, const Shape& shape,
+                         double rtol = 1e-5, double atol = 1e-6, const std::string& what = "") {
+  ASSERT_TRUE(t.defined()) << what;
+  ASSERT_EQ(t.shape(), shape) << what;
+  std::vector<double> got = values(t);
+  ASSERT_EQ(got.size(), expected.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(expected[i])) {
+      EXPECT_TRUE(std::isnan(got[i])) << what << " element " << i;
+    } else if (std::isinf(expected[i])) {
+      EXPECT_EQ(got[i], expected[i]) << what << " element " << i;
+    } else {
+      EXPECT_NEAR(got[i], expected[i], atol + rtol * std::abs(expected[i])) << what << " element " << i;
+    }
+  }
+}
+
+// Expects `fn` to throw kiln::Error whose message contains `needle`.
+template <class F>
+void expect_error(F&& fn, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected kiln::Error containing \"" << needle << "\"";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message: " << e.what();
+  }
+}
+
+// The devices this build can run on: the CPU, plus each CUDA device present.
+inline std::vector<Device> devices() {
+  std::vector<Device> d{Device::cpu()};
+  for (int i = 0; i < cuda::device_count(); ++i) d.push_back(Device::cuda(i));
+  return d;
+}
+
+}  // namespace kiln::test
