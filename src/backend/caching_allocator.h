@@ -25,6 +25,10 @@ class CachingAllocator {
   CachingAllocator(std::string device_name, RawAlloc raw_alloc, RawFree raw_free)
       : device_name_(std::move(device_name)), raw_alloc_(std::move(raw_alloc)), raw_free_(std::move(raw_free)) {}
 
+  ~CachingAllocator() { empty_cache(); }
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
   static size_t size_class(size_t n);
 
   void* allocate(size_t nbytes);

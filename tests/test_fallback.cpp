@@ -1,0 +1,94 @@
+// The device plumbing without a GPU: a stand-in "cuda:0" backed by host memory exercises
+// tensor.to(device), cross-device copies and the CPU fallback with its counts.
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/caching_allocator.h"
+#include "core/device_runtime.h"
+#include "test_util.h"
+
+using namespace kiln;
+
+namespace {
+
+// A device whose memory is host memory, so the fallback's copies can be checked here.
+class HostBackedRuntime final : public DeviceRuntime {
+ public:
+  int device_count() const override { return 1; }
+  std::string device_name(int) const override { return "host-backed test device"; }
+  void* allocate(size_t n, int) override { return cache_.allocate(n); }
+  void deallocate(void* p, size_t n, int) override { cache_.deallocate(p, n); }
+  MemoryStats stats(int) const override { return cache_.stats(); }
+  void reset_peak(int) override { cache_.reset_peak(); }
+  void set_limit(int, size_t b) override { cache_.set_limit(b); }
+  void empty_cache(int) override { cache_.empty_cache(); }
+  void copy_to_host(void* d, const void* s, size_t n, int) override { std::memcpy(d, s, n); ++copies; }
+  void copy_from_host(void* d, const void* s, size_t n, int) override { std::memcpy(d, s, n); ++copies; }
+  void copy_on_device(void* d, const void* s, size_t n, int) override { std::memcpy(d, s, n); }
+  void synchronize(int) override {}
+  int copies = 0;
+
+ private:
+  backend::CachingAllocator cache_{"test device", [](size_t n) { return std::aligned_alloc(64, n); },
+                                   [](void* p) { std::free(p); }};
+};
+
+class Fallback : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::is_available()) GTEST_SKIP() << "a real GPU is present; the stand-in device is not needed";
+    saved_ = find_runtime(DeviceType::CUDA);
+    register_runtime(DeviceType::CUDA, &fake_);
+  }
+  void TearDown() override {
+    if (!cuda::is_available() || find_runtime(DeviceType::CUDA) == &fake_) register_runtime(DeviceType::CUDA, saved_);
+  }
+  DeviceRuntime* saved_ = nullptr;
+  HostBackedRuntime fake_;
+};
+
+}  // namespace
+
+TEST_F(Fallback, ToDeviceAndBackKeepsValues) {
+  Tensor x = arange(12, kFloat32).reshape({3, 4});
+  Tensor d = x.to(Device::cuda(0));
+  EXPECT_EQ(d.device(), Device::cuda(0));
+  EXPECT_GT(fake_.copies, 0);
+  test::expect_close(d.t().cpu(), test::values(x.t()), {4, 3});  // a non-contiguous device view
+  EXPECT_GT(memory_stats(Device::cuda(0)).allocated, 0u);
+}
+
+TEST_F(Fallback, OpsWithoutDeviceKernelsRunOnTheCpuAndAreCounted) {
+  Tensor a = tensor({1.0f, 2.0f, 3.0f}).to(Device::cuda(0));
+  Tensor b = tensor({10.0f, 20.0f, 30.0f}).to(Device::cuda(0));
+  uint64_t before = fallback_counts()["Add"];
+  Tensor c = a + b;
+  EXPECT_EQ(c.device(), Device::cuda(0));
+  test::expect_close(c, {11, 22, 33}, {3});
+  EXPECT_EQ(fallback_counts()["Add"], before + 1);
+}
+
+TEST_F(Fallback, AutogradAcrossTheDevice) {
+  Tensor w = tensor({1.0, 2.0, 3.0}, kFloat64).requires_grad_();
+  Tensor loss = (w.to(Device::cuda(0)) * 3.0).sum();
+  loss.backward();
+  EXPECT_EQ(w.grad().device(), Device::cpu());
+  test::expect_close(w.grad(), {3, 3, 3}, {3});
+}
+
+TEST_F(Fallback, InPlaceOnANonContiguousDeviceView) {
+  Tensor d = zeros({2, 3}).to(Device::cuda(0));
+  Tensor col = d.select(1, 1);  // stride 3: written through a host mirror
+  col.fill_(5);
+  test::expect_close(d.cpu(), {0, 5, 0, 0, 5, 0}, {2, 3});
+}
+
+TEST_F(Fallback, MixingDevicesIsAnError) {
+  Tensor a = ones({2}).to(Device::cuda(0));
+  test::expect_error([&] { (void)(a + ones({2})); }, "[add] expected all tensors on one device");
+}
+
+TEST(Devices, MissingDeviceIsAClearError) {
+  if (cuda::is_available()) GTEST_SKIP() << "a GPU is present";
+  test::expect_error([] { (void)ones({2}).to(Device::cuda(0)); }, "cuda:0");
+}
