@@ -14,9 +14,9 @@ namespace kiln::math {
 #define KILN_PRED template <class T> KILN_HOST_DEVICE bool operator()(T a, T b) const
 #define KILN_UN template <class T> KILN_HOST_DEVICE T operator()(T a) const
 
-struct Add { KILN_FN { return a + b; } };
+struct Add { KILN_FN { if constexpr (std::is_same_v<T, bool>) return a || b; else return a + b; } };
 struct Sub { KILN_FN { return a - b; } };
-struct Mul { KILN_FN { return a * b; } };
+struct Mul { KILN_FN { if constexpr (std::is_same_v<T, bool>) return a && b; else return a * b; } };
 struct Div {
   KILN_FN {
     if constexpr (std::is_integral_v<T>) {
