@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU: build with CUDA, run the tests (the device rows included)
+# and the benches, and leave logs in OUTDIR. Usage: scripts/gpu-check.sh OUTDIR
+set -uo pipefail
+out=${1:?usage: scripts/gpu-check.sh OUTDIR}
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+{
+  nvidia-smi || true
+  nproc
+} >"$out/machine.txt" 2>&1
+scripts/install-deps.sh >"$out/deps.log" 2>&1
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_CUDA=ON >"$out/configure.log" 2>&1 || { echo "configure failed"; tail -30 "$out/configure.log"; exit 1; }
+cmake --build build-gpu -j "$(nproc)" >"$out/build.log" 2>&1 || { echo "build failed"; grep -m 20 error "$out/build.log"; exit 1; }
+build-gpu/tools/kiln/kiln info | tee "$out/info.txt"
+(cd build-gpu && ctest --output-on-failure -j 8 >"$out/ctest.log" 2>&1); echo "ctest exit $?"; tail -5 "$out/ctest.log"
+KILN_FALLBACK=warn build-gpu/bench/bench_overhead --benchmark_min_time=0.2 >"$out/bench_overhead.txt" 2>&1
+tail -8 "$out/bench_overhead.txt"
