@@ -42,6 +42,12 @@ KILN_HOST_DEVICE inline uint32_t word(uint64_t seed, uint64_t offset, uint64_t i
 // Uniform in [0, 1) with 24 random bits (exact in float32).
 KILN_HOST_DEVICE inline double uniform01(uint32_t w) { return (w >> 8) * (1.0 / 16777216.0); }
 
+// Uniform in [0, 1) with `bits` (1 to 24) random bits: with no more bits than a float type's
+// significand holds, rounding to that type cannot reach 1.
+KILN_HOST_DEVICE inline double uniform01(uint32_t w, int bits) {
+  return static_cast<double>(w >> (32 - bits)) / static_cast<double>(1u << bits);
+}
+
 // Standard normal by Box-Muller on the pair of words (2j, 2j+1) of the same counter.
 KILN_HOST_DEVICE inline double normal(uint64_t seed, uint64_t offset, uint64_t i) {
   U32x4 r = philox(seed, offset + i / 4);

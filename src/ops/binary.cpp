@@ -139,7 +139,11 @@ Tensor& binary_(Op op, const char* name, Tensor& self, const Tensor& other) {
   autograd::check_inplace(self, name, rec);
   InputMeta ma(self), mb(other);
   Tensor a_before = rec && (op != Op::Add && op != Op::Sub) ? self.clone() : self;
-  Tensor bc = ops::cast(other, ct);
+  // An operand sharing self's memory (y.mul_(y), x.add_(x.t())) would be read after the kernel
+  // overwrote it, and saved for backward with the new values: use a copy made first (a recorded
+  // one, so that the gradient still reaches the operand).
+  const Tensor b_before = other.storage() == self.storage() ? other.clone() : other;
+  Tensor bc = ops::cast(b_before, ct);
   if (ct == self.dtype()) {
     ops::run1(op, dev, {self, bc}, self);
   } else {
@@ -151,7 +155,7 @@ Tensor& binary_(Op op, const char* name, Tensor& self, const Tensor& other) {
   ops::bump_version(self);
   if (rec) {
     Tensor ac = ops::cast(a_before, ct);
-    autograd::record(backward_name(op), {&a_before, &other}, self, make_backward(op, ac, bc, self, ma, mb));
+    autograd::record(backward_name(op), {&a_before, &b_before}, self, make_backward(op, ac, bc, self, ma, mb));
   }
   return self;
 }

@@ -54,7 +54,9 @@ void record_identity(const char* name, const Tensor& x, const Tensor& out) {
 // Fills `self` with random numbers from `op`, using counters reserved from the global generator.
 Tensor& random_fill(Tensor& self, Op op, double a, double b, const char* name, uint64_t words_per_element) {
   ops::check_defined(self, name);
-  autograd::check_inplace(self, name, false);
+  // New values replace self's history (their gradient is zero), as with fill_.
+  const bool rec = autograd::needs_grad({&self});
+  autograd::check_inplace(self, name, rec);
   Tensor target = self.is_contiguous() ? self : make_empty(self.shape(), self.dtype(), self.device());
   uint64_t words = static_cast<uint64_t>(self.numel()) * words_per_element;
   GeneratorState st = detail::reserve_counters((words + 3) / 4);
@@ -65,6 +67,11 @@ Tensor& random_fill(Tensor& self, Op op, double a, double b, const char* name, u
     self.copy_(target);
   } else {
     ops::bump_version(self);
+  }
+  if (rec) {
+    Tensor before = self;
+    autograd::record(op == Op::Normal ? "NormalBackward" : "UniformBackward", {&before}, self,
+                     [](const Tensor&) -> TensorList { return {Tensor()}; });
   }
   return self;
 }
@@ -135,11 +142,12 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::fill_(Scalar value) {
   ops::check_defined(*this, "fill_");
-  autograd::check_inplace(*this, "fill_", false);
+  const bool rec = autograd::needs_grad({this});
+  autograd::check_inplace(*this, "fill_", rec);
   backend::ScalarAttrs attrs{value};
   ops::run1(Op::Fill, device(), {}, *this, &attrs);
   ops::bump_version(*this);
-  if (autograd::needs_grad({this})) {
+  if (rec) {
     Tensor before = *this;
     autograd::record("FillBackward", {&before}, *this, [](const Tensor&) -> TensorList { return {Tensor()}; });
   }

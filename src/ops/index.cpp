@@ -87,8 +87,22 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   backend::run(Op::ScatterAdd, x.device(), std::initializer_list<Tensor>{ic, src}, std::span<Tensor>(&out, 1), &attrs);
   if (autograd::needs_grad({&x, &src}))
     autograd::record("ScatterAddBackward", {&x, &src}, out,
-                     [d, si = SavedTensor(ic), nx = x.requires_grad(), ns = src.requires_grad()](const Tensor& g) -> TensorList {
-                       return {nx ? g : Tensor(), ns ? gather(g, d, si.get("ScatterAddBackward")) : Tensor()};
+                     [d, si = SavedTensor(ic), nx = x.requires_grad(), ns = src.requires_grad(),
+                      src_shape = src.shape()](const Tensor& g) -> TensorList {
+                       Tensor gs;
+                       if (ns) {
+                         gs = gather(g, d, si.get("ScatterAddBackward"));
+                         if (gs.shape() != src_shape) {
+                           // src may be larger than index: the elements index does not reach
+                           // were not added anywhere, and get a zero gradient.
+                           Tensor full = zeros(src_shape, gs.options());
+                           Tensor part = full;
+                           for (int64_t k = 0; k < gs.dim(); ++k) part = part.narrow(k, 0, gs.size(k));
+                           part.copy_(gs);
+                           gs = full;
+                         }
+                       }
+                       return {nx ? g : Tensor(), gs};
                      });
   return out;
 }

@@ -108,7 +108,9 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   KILN_CHECK(chunks > 0, "chunk", "chunks must be positive, got ", chunks);
   KILN_CHECK(x.dim() > 0, "chunk", "cannot chunk a 0-d tensor");
   const int64_t n = x.size(dim);
-  return split(x, std::max<int64_t>((n + chunks - 1) / chunks, n == 0 ? 0 : 1), dim);
+  // An empty dim still gives `chunks` empty pieces, as in PyTorch (split would give one).
+  if (n == 0) return split(x, std::vector<int64_t>(static_cast<size_t>(chunks), 0), dim);
+  return split(x, (n + chunks - 1) / chunks, dim);
 }
 
 }  // namespace kiln

@@ -1,4 +1,6 @@
 // matmul (with PyTorch's 1-D, 2-D and broadcast-batched rules), mm and bmm, with gradients.
+#include <algorithm>
+
 #include "ops/op_util.h"
 
 namespace kiln {
@@ -82,13 +84,26 @@ void check_operands(const Tensor& a, const Tensor& b, const char* op) {
   KILN_CHECK(a.dtype() != kBool, op, "is not defined for bool tensors");
 }
 
+// The shape rules, checked on the shapes as given, so that messages show those rather than the
+// matrices that vectors become.
+void check_shapes(const Tensor& a, const Tensor& b, const char* op) {
+  const int64_t ka = a.size(-1), kb = b.dim() == 1 ? b.size(0) : b.size(-2);
+  KILN_CHECK(ka == kb, op, "shapes ", a.shape(), " and ", b.shape(), " cannot be multiplied (", ka, " != ", kb, ")");
+  Shape ba(a.shape().begin(), a.shape().end() - std::min<int64_t>(a.dim(), 2));
+  Shape bb(b.shape().begin(), b.shape().end() - std::min<int64_t>(b.dim(), 2));
+  for (size_t i = 1; i <= std::min(ba.size(), bb.size()); ++i) {
+    const int64_t da = ba[ba.size() - i], db = bb[bb.size() - i];
+    KILN_CHECK(da == db || da == 1 || db == 1, op, "shapes ", a.shape(), " and ", b.shape(),
+               " cannot be multiplied: batch dims ", ba, " and ", bb, " cannot be broadcast together");
+  }
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   check_operands(a, b, "matmul");
+  check_shapes(a, b, "matmul");
   if (a.dim() == 1 && b.dim() == 1) {
-    KILN_CHECK(a.size(0) == b.size(0), "matmul", "shapes ", a.shape(), " and ", b.shape(),
-               " cannot be multiplied (", a.size(0), " != ", b.size(0), ")");
     return matmul_with_grad(a.unsqueeze(0), b.unsqueeze(1)).reshape({});
   }
   if (a.dim() == 1) return matmul_with_grad(a.unsqueeze(0), b).squeeze(-2);
@@ -99,6 +114,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 Tensor mm(const Tensor& a, const Tensor& b) {
   check_operands(a, b, "mm");
   KILN_CHECK(a.dim() == 2 && b.dim() == 2, "mm", "expects two 2-D tensors, got shapes ", a.shape(), " and ", b.shape());
+  check_shapes(a, b, "mm");
   return matmul_with_grad(a, b);
 }
 
@@ -106,6 +122,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   check_operands(a, b, "bmm");
   KILN_CHECK(a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0), "bmm",
              "expects two 3-D tensors with one batch size, got shapes ", a.shape(), " and ", b.shape());
+  check_shapes(a, b, "bmm");
   return matmul_with_grad(a, b);
 }
 

@@ -36,8 +36,8 @@ void check_nonempty(const Tensor& x, const ReduceDims& r, const char* op) {
              x.shape(), ")");
 }
 
-Tensor extreme(const Tensor& x, const Shape& dims, bool keepdim, bool is_max) {
-  const char* name = is_max ? "amax" : "amin";
+// `name` is the op the caller called (max() and argmax() reduce through these), for messages.
+Tensor extreme(const Tensor& x, const Shape& dims, bool keepdim, bool is_max, const char* name) {
   ops::check_defined(x, name);
   ReduceDims r = ops::reduce_dims(x, dims, keepdim, name);
   check_nonempty(x, r, name);
@@ -54,8 +54,7 @@ Tensor extreme(const Tensor& x, const Shape& dims, bool keepdim, bool is_max) {
   return out;
 }
 
-std::tuple<Tensor, Tensor> extreme_dim(const Tensor& x, int64_t dim, bool keepdim, bool is_max) {
-  const char* name = is_max ? "max" : "min";
+std::tuple<Tensor, Tensor> extreme_dim(const Tensor& x, int64_t dim, bool keepdim, bool is_max, const char* name) {
   ops::check_defined(x, name);
   ReduceDims r = ops::reduce_dims(x, {dim}, keepdim, name);
   check_nonempty(x, r, name);
@@ -89,10 +88,10 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bo
   NoGradGuard no_grad;
   if (!dim) {
     KILN_CHECK(x.numel() > 0, name, "cannot take the ", name, " of an empty tensor");
-    Tensor idx = std::get<1>(extreme_dim(x.reshape({-1}), 0, false, is_max));
+    Tensor idx = std::get<1>(extreme_dim(x.reshape({-1}), 0, false, is_max, name));
     return keepdim ? idx.reshape(Shape(static_cast<size_t>(x.dim()), 1)) : idx;
   }
-  return std::get<1>(extreme_dim(x, *dim, keepdim, is_max));
+  return std::get<1>(extreme_dim(x, *dim, keepdim, is_max, name));
 }
 
 }  // namespace
@@ -168,12 +167,16 @@ Tensor std(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim)
   return sqrt(var(x, dims, correction, keepdim));
 }
 
-Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) { return extreme(x, dims, keepdim, true); }
-Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) { return extreme(x, dims, keepdim, false); }
-Tensor max(const Tensor& x) { return extreme(x, {}, false, true); }
-Tensor min(const Tensor& x) { return extreme(x, {}, false, false); }
-std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) { return extreme_dim(x, dim, keepdim, true); }
-std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) { return extreme_dim(x, dim, keepdim, false); }
+Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) { return extreme(x, dims, keepdim, true, "amax"); }
+Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) { return extreme(x, dims, keepdim, false, "amin"); }
+Tensor max(const Tensor& x) { return extreme(x, {}, false, true, "max"); }
+Tensor min(const Tensor& x) { return extreme(x, {}, false, false, "min"); }
+std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
+  return extreme_dim(x, dim, keepdim, true, "max");
+}
+std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
+  return extreme_dim(x, dim, keepdim, false, "min");
+}
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) { return arg_extreme(x, dim, keepdim, true); }
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) { return arg_extreme(x, dim, keepdim, false); }
 
@@ -206,6 +209,7 @@ Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
   KILN_CHECK(x.is_floating_point(), "norm", "needs a floating-point tensor, got ", x.dtype());
   KILN_CHECK(p >= 0 && !std::isnan(p), "norm", "p must be >= 0 or inf, got ", p);
   ReduceDims r = ops::reduce_dims(x, dims, keepdim, "norm");
+  if (std::isinf(p)) check_nonempty(x, r, "norm");  // a max has no identity, as in PyTorch
   backend::ReduceAttrs attrs;
   attrs.p = p;
   Tensor out = reduce_raw(Op::Norm, x, r, x.dtype(), attrs);

@@ -20,68 +20,75 @@ enum class Domain { Same, Float, Bool };  // the result dtype: input's, float, o
 struct UnaryDef {
   Op op;
   const char* name;
+  const char* node;  // the autograd node's name, "<Op>Backward" like the other ops'
   Domain domain;
   // gradient from (g, x, out); nullptr when not differentiable
   Tensor (*grad)(const Tensor& g, const Tensor& x, const Tensor& out);
   bool saves_x, saves_out;
 };
 
+void check_not_bool(const UnaryDef& d, const Tensor& x, const char* name) {
+  KILN_CHECK(!(x.dtype() == kBool && (d.op == Op::Neg || d.op == Op::Abs || d.op == Op::Sign)), name,
+             "is not defined for bool tensors");
+}
+
 Tensor unary(const UnaryDef& d, const Tensor& x) {
   ops::check_defined(x, d.name);
-  KILN_CHECK(!(x.dtype() == kBool && (d.op == Op::Neg || d.op == Op::Abs || d.op == Op::Sign)), d.name,
-             "is not defined for bool tensors");
+  check_not_bool(d, x, d.name);
   ScalarType t = d.domain == Domain::Float ? ops::float_type(x.dtype()) : x.dtype();
   Tensor in = ops::cast(x, t);
   Tensor out = make_empty(x.shape(), d.domain == Domain::Bool ? kBool : t, x.device());
   ops::run1(d.op, x.device(), {in}, out);
   if (d.grad && autograd::needs_grad({&x})) {
-    autograd::record(d.name, {&x}, out,
+    autograd::record(d.node, {&x}, out,
                      [&d, sx = SavedTensor(d.saves_x ? x : Tensor()), so = SavedTensor(d.saves_out ? out : Tensor())](
                          const Tensor& g) -> TensorList {
-                       return {d.grad(g, sx.get(d.name), so.get(d.name))};
+                       return {d.grad(g, sx.get(d.node), so.get(d.node))};
                      });
   }
   return out;
 }
 
-Tensor& unary_(const UnaryDef& d, Tensor& self) {
-  ops::check_defined(self, d.name);
-  KILN_CHECK(d.domain != Domain::Float || self.is_floating_point(), d.name,
+// `name` is the in-place op's own name ("exp_"), for messages.
+Tensor& unary_(const UnaryDef& d, Tensor& self, const char* name) {
+  ops::check_defined(self, name);
+  check_not_bool(d, self, name);
+  KILN_CHECK(d.domain != Domain::Float || self.is_floating_point(), name,
              "the result is floating point and cannot be written into a ", self.dtype(), " tensor");
   const bool rec = d.grad && autograd::needs_grad({&self});
-  autograd::check_inplace(self, d.name, rec);
+  autograd::check_inplace(self, name, rec);
   Tensor before = rec && d.saves_x ? self.clone() : self;
   ops::run1(d.op, self.device(), {self}, self);
   ops::bump_version(self);
   if (rec) {
-    autograd::record(d.name, {&before}, self,
+    autograd::record(d.node, {&before}, self,
                      [&d, sx = SavedTensor(d.saves_x ? before : Tensor()), so = SavedTensor(d.saves_out ? self : Tensor())](
-                         const Tensor& g) -> TensorList { return {d.grad(g, sx.get(d.name), so.get(d.name))}; });
+                         const Tensor& g) -> TensorList { return {d.grad(g, sx.get(d.node), so.get(d.node))}; });
   }
   return self;
 }
 
 using T = const Tensor&;
-const UnaryDef kNeg{Op::Neg, "neg", Domain::Same, [](T g, T, T) { return neg(g); }, false, false};
-const UnaryDef kAbs{Op::Abs, "abs", Domain::Same, [](T g, T x, T) { return g * sign(x); }, true, false};
-const UnaryDef kSign{Op::Sign, "sign", Domain::Same, [](T g, T, T) { return zeros_like(g); }, false, false};
-const UnaryDef kExp{Op::Exp, "exp", Domain::Float, [](T g, T, T y) { return g * y; }, false, true};
-const UnaryDef kLog{Op::Log, "log", Domain::Float, [](T g, T x, T) { return g / x; }, true, false};
-const UnaryDef kLog1p{Op::Log1p, "log1p", Domain::Float, [](T g, T x, T) { return g / (x + 1); }, true, false};
-const UnaryDef kExpm1{Op::Expm1, "expm1", Domain::Float, [](T g, T, T y) { return g * (y + 1); }, false, true};
-const UnaryDef kSqrt{Op::Sqrt, "sqrt", Domain::Float, [](T g, T, T y) { return g / (y * 2); }, false, true};
-const UnaryDef kRsqrt{Op::Rsqrt, "rsqrt", Domain::Float, [](T g, T x, T y) { return g * y * -0.5 / x; }, true, true};
-const UnaryDef kSquare{Op::Square, "square", Domain::Same, [](T g, T x, T) { return g * x * 2; }, true, false};
-const UnaryDef kReciprocal{Op::Reciprocal, "reciprocal", Domain::Float, [](T g, T, T y) { return neg(g) * y * y; }, false, true};
-const UnaryDef kTanh{Op::Tanh, "tanh", Domain::Float, [](T g, T, T y) { return helper(Op::TanhBackward, g, y); }, false, true};
-const UnaryDef kSigmoid{Op::Sigmoid, "sigmoid", Domain::Float, [](T g, T, T y) { return helper(Op::SigmoidBackward, g, y); }, false, true};
-const UnaryDef kRelu{Op::Relu, "relu", Domain::Same, [](T g, T, T y) { return helper(Op::ReluBackward, g, y); }, false, true};
-const UnaryDef kGeluErf{Op::GeluErf, "gelu", Domain::Float, [](T g, T x, T) { return helper(Op::GeluErfBackward, g, x); }, true, false};
-const UnaryDef kGeluTanh{Op::GeluTanh, "gelu", Domain::Float, [](T g, T x, T) { return helper(Op::GeluTanhBackward, g, x); }, true, false};
-const UnaryDef kSilu{Op::Silu, "silu", Domain::Float, [](T g, T x, T) { return helper(Op::SiluBackward, g, x); }, true, false};
-const UnaryDef kSin{Op::Sin, "sin", Domain::Float, [](T g, T x, T) { return g * cos(x); }, true, false};
-const UnaryDef kCos{Op::Cos, "cos", Domain::Float, [](T g, T x, T) { return neg(g) * sin(x); }, true, false};
-const UnaryDef kLogicalNot{Op::LogicalNot, "logical_not", Domain::Bool, nullptr, false, false};
+const UnaryDef kNeg{Op::Neg, "neg", "NegBackward", Domain::Same, [](T g, T, T) { return neg(g); }, false, false};
+const UnaryDef kAbs{Op::Abs, "abs", "AbsBackward", Domain::Same, [](T g, T x, T) { return g * sign(x); }, true, false};
+const UnaryDef kSign{Op::Sign, "sign", "SignBackward", Domain::Same, [](T g, T, T) { return zeros_like(g); }, false, false};
+const UnaryDef kExp{Op::Exp, "exp", "ExpBackward", Domain::Float, [](T g, T, T y) { return g * y; }, false, true};
+const UnaryDef kLog{Op::Log, "log", "LogBackward", Domain::Float, [](T g, T x, T) { return g / x; }, true, false};
+const UnaryDef kLog1p{Op::Log1p, "log1p", "Log1pBackward", Domain::Float, [](T g, T x, T) { return g / (x + 1); }, true, false};
+const UnaryDef kExpm1{Op::Expm1, "expm1", "Expm1Backward", Domain::Float, [](T g, T, T y) { return g * (y + 1); }, false, true};
+const UnaryDef kSqrt{Op::Sqrt, "sqrt", "SqrtBackward", Domain::Float, [](T g, T, T y) { return g / (y * 2); }, false, true};
+const UnaryDef kRsqrt{Op::Rsqrt, "rsqrt", "RsqrtBackward", Domain::Float, [](T g, T x, T y) { return g * y * -0.5 / x; }, true, true};
+const UnaryDef kSquare{Op::Square, "square", "SquareBackward", Domain::Same, [](T g, T x, T) { return g * x * 2; }, true, false};
+const UnaryDef kReciprocal{Op::Reciprocal, "reciprocal", "ReciprocalBackward", Domain::Float, [](T g, T, T y) { return neg(g) * y * y; }, false, true};
+const UnaryDef kTanh{Op::Tanh, "tanh", "TanhBackward", Domain::Float, [](T g, T, T y) { return helper(Op::TanhBackward, g, y); }, false, true};
+const UnaryDef kSigmoid{Op::Sigmoid, "sigmoid", "SigmoidBackward", Domain::Float, [](T g, T, T y) { return helper(Op::SigmoidBackward, g, y); }, false, true};
+const UnaryDef kRelu{Op::Relu, "relu", "ReluBackward", Domain::Same, [](T g, T, T y) { return helper(Op::ReluBackward, g, y); }, false, true};
+const UnaryDef kGeluErf{Op::GeluErf, "gelu", "GeluBackward", Domain::Float, [](T g, T x, T) { return helper(Op::GeluErfBackward, g, x); }, true, false};
+const UnaryDef kGeluTanh{Op::GeluTanh, "gelu", "GeluBackward", Domain::Float, [](T g, T x, T) { return helper(Op::GeluTanhBackward, g, x); }, true, false};
+const UnaryDef kSilu{Op::Silu, "silu", "SiluBackward", Domain::Float, [](T g, T x, T) { return helper(Op::SiluBackward, g, x); }, true, false};
+const UnaryDef kSin{Op::Sin, "sin", "SinBackward", Domain::Float, [](T g, T x, T) { return g * cos(x); }, true, false};
+const UnaryDef kCos{Op::Cos, "cos", "CosBackward", Domain::Float, [](T g, T x, T) { return neg(g) * sin(x); }, true, false};
+const UnaryDef kLogicalNot{Op::LogicalNot, "logical_not", "LogicalNotBackward", Domain::Bool, nullptr, false, false};
 
 backend::ClampAttrs clamp_attrs(std::optional<Scalar> lo, std::optional<Scalar> hi, const char* name) {
   KILN_CHECK(lo || hi, name, "at least one of min and max must be given");
@@ -132,10 +139,10 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   return unary(approximate == "none" ? kGeluErf : kGeluTanh, x);
 }
 
-Tensor& Tensor::relu_() { return unary_(kRelu, *this); }
-Tensor& Tensor::neg_() { return unary_(kNeg, *this); }
-Tensor& Tensor::exp_() { return unary_(kExp, *this); }
-Tensor& Tensor::sqrt_() { return unary_(kSqrt, *this); }
+Tensor& Tensor::relu_() { return unary_(kRelu, *this, "relu_"); }
+Tensor& Tensor::neg_() { return unary_(kNeg, *this, "neg_"); }
+Tensor& Tensor::exp_() { return unary_(kExp, *this, "exp_"); }
+Tensor& Tensor::sqrt_() { return unary_(kSqrt, *this, "sqrt_"); }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   ops::check_defined(x, "clamp");
@@ -154,6 +161,11 @@ Tensor clamp_max(const Tensor& x, Scalar hi) { return clamp(x, std::nullopt, hi)
 Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
   ops::check_defined(*this, "clamp_");
   backend::ClampAttrs a = clamp_attrs(lo, hi, "clamp_");
+  // Float bounds make clamp's result floating point (PyTorch's rule), which an integer tensor
+  // cannot hold; the kernel would otherwise truncate the bounds.
+  KILN_CHECK(is_floating_point() || !((lo && lo->is_floating_point()) || (hi && hi->is_floating_point())), "clamp_",
+             "floating-point bounds give a floating-point result, which cannot be written into a ", dtype(),
+             " tensor");
   const bool rec = autograd::needs_grad({this});
   autograd::check_inplace(*this, "clamp_", rec);
   Tensor before = rec ? clone() : *this;

@@ -113,8 +113,12 @@ void generate(KernelArgs& a, const Gen& gen) {
 
 void uniform(KernelArgs& a) {
   const auto& r = *static_cast<const RandomAttrs*>(a.attrs);
+  // The 16-bit floats get only as many random bits as they hold (as in PyTorch): 24 would make
+  // rand() round up to exactly 1 in about 1 draw in 500.
+  const ScalarType t = a.outputs[0].dtype();
+  const int bits = t == kBFloat16 ? 8 : t == kFloat16 ? 11 : 24;
   generate(a, [&](uint64_t i) {
-    double u = r.a + (r.b - r.a) * philox::uniform01(philox::word(r.seed, r.offset, i));
+    double u = r.a + (r.b - r.a) * philox::uniform01(philox::word(r.seed, r.offset, i), bits);
     return u < r.b ? u : r.a;  // rounding must not reach the open upper end
   });
 }

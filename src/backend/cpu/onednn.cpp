@@ -4,6 +4,7 @@
 #ifdef KILN_HAVE_ONEDNN
 #include <list>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -39,23 +40,29 @@ dnnl::memory::desc md(const Tensor& t, dnnl::memory::data_type dt) {
   return dnnl::memory::desc(dims, dt, strides);
 }
 
-// Least-recently-used cache of matmul primitives.
+// Least-recently-used cache of matmul primitives. A geometry oneDNN has no implementation for
+// (float16 on CPUs without native half arithmetic, for one) is cached as nullopt.
 class PrimitiveCache {
  public:
-  dnnl::matmul get(const std::string& key, const dnnl::memory::desc& a, const dnnl::memory::desc& w,
-                   const dnnl::memory::desc& c) {
+  std::optional<dnnl::matmul> get(const std::string& key, const dnnl::memory::desc& a,
+                                  const dnnl::memory::desc& w, const dnnl::memory::desc& c) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = map_.find(key);
     if (it != map_.end()) {
       order_.splice(order_.begin(), order_, it->second.second);
       return it->second.first;
     }
+    std::optional<dnnl::matmul> prim;
+    try {
 #if DNNL_VERSION_MAJOR >= 3
-    dnnl::matmul::primitive_desc pd(engine(), a, w, c);
+      dnnl::matmul::primitive_desc pd(engine(), a, w, c);
 #else
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, w, c), engine());
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, w, c), engine());
 #endif
-    dnnl::matmul prim(pd);
+      prim = dnnl::matmul(pd);
+    } catch (const dnnl::error&) {
+      // unsupported here: the caller falls back to the loop
+    }
     order_.push_front(key);
     map_.emplace(key, std::make_pair(prim, order_.begin()));
     if (map_.size() > kCapacity) {
@@ -69,7 +76,7 @@ class PrimitiveCache {
   static constexpr size_t kCapacity = 256;
   std::mutex mutex_;
   std::list<std::string> order_;
-  std::unordered_map<std::string, std::pair<dnnl::matmul, std::list<std::string>::iterator>> map_;
+  std::unordered_map<std::string, std::pair<std::optional<dnnl::matmul>, std::list<std::string>::iterator>> map_;
 };
 
 void append_geometry(std::string& key, const Tensor& t) {
@@ -93,10 +100,11 @@ bool onednn_matmul(const Tensor& a, const Tensor& w, const Tensor& out) {
   append_geometry(key, w);
   append_geometry(key, out);
   auto amd = md(a, dt), wmd = md(w, dt), cmd = md(out, dt);
-  dnnl::matmul prim = cache.get(key, amd, wmd, cmd);
+  std::optional<dnnl::matmul> prim = cache.get(key, amd, wmd, cmd);
+  if (!prim) return false;
   dnnl::memory am(amd, engine(), a.data_ptr()), wm(wmd, engine(), w.data_ptr()), cm(cmd, engine(), out.data_ptr());
   dnnl::stream s(engine());
-  prim.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, cm}});
+  prim->execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, cm}});
   s.wait();
   return true;
 }
