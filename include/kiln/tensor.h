@@ -53,6 +53,8 @@ struct Storage {
   size_t nbytes = 0;
   Device device;
   std::atomic<uint64_t> version{0};
+  // Bumped when autograd records an in-place change: views taken before it are stale.
+  std::atomic<uint64_t> history{0};
 
   Storage(size_t nbytes, Device device);  // allocates from the device's caching allocator
   ~Storage();
@@ -230,6 +232,18 @@ class Tensor {
   Tensor& neg_();
   Tensor& exp_();
   Tensor& sqrt_();
+  Tensor& abs_();
+  Tensor& sign_();
+  Tensor& log_();
+  Tensor& log1p_();
+  Tensor& expm1_();
+  Tensor& rsqrt_();
+  Tensor& square_();
+  Tensor& reciprocal_();
+  Tensor& tanh_();
+  Tensor& sigmoid_();
+  Tensor& sin_();
+  Tensor& cos_();
   Tensor& zero_();
   Tensor& fill_(Scalar value);
   Tensor& copy_(const Tensor& src);
@@ -304,7 +318,8 @@ struct TensorImpl {
   ScalarType dtype = kFloat32;
   bool is_view = false;
   bool wrapped_number = false;       // made from a C++ number; lower rank in type promotion
-  uint64_t view_version = 0;          // storage version when this view was made
+  uint64_t view_history = 0;          // storage history when this view (or its grad_fn) was made
+  std::shared_ptr<TensorImpl> view_base;  // the tensor that owns the storage, for in-place on views
   std::unique_ptr<AutogradMeta> autograd;
 
   AutogradMeta& autograd_meta() {

@@ -53,11 +53,15 @@ Edge gradient_edge(const Tensor& t) {
 }
 
 namespace {
+uint64_t history(const Tensor& t) { return t.storage()->history.load(std::memory_order_relaxed); }
+
+// A view whose base autograd has since seen changed in place still has the base's old history
+// as its grad_fn; PyTorch regenerates it, Kiln asks for the view to be taken again.
 void check_view_current(const Tensor& t, const char* name) {
   const TensorImpl& impl = *t.impl();
-  if (impl.is_view && impl.autograd && impl.autograd->grad_fn && impl.view_version != t.version())
-    KILN_FAIL(name, "an input is a view whose base was modified in place after the view was taken; "
-              "autograd cannot give its gradient. Take the view again after the in-place op");
+  if (impl.is_view && impl.autograd && impl.autograd->grad_fn && impl.view_history != history(t))
+    KILN_FAIL(name, "an input is a view whose base was changed in place (with autograd recording) after "
+              "the view was taken; take the view again after the in-place op");
 }
 
 void attach(const std::shared_ptr<FunctionNode>& node, const Tensor& output) {
@@ -71,8 +75,18 @@ void attach(const std::shared_ptr<FunctionNode>& node, const Tensor& output) {
   meta.requires_grad = true;
   meta.grad_fn = node;
   meta.output_nr = 0;
-  output.impl()->view_version = output.version();
+  output.impl()->view_history = history(output);
 }
+
+// The geometry of a view inside a fresh buffer laid out like its base.
+struct ViewGeometry {
+  Shape base_sizes, base_strides, sizes, strides;
+  int64_t offset = 0;  // relative to the base's first element
+  Tensor empty_base(const Tensor& like) const {
+    return make_empty_strided(base_sizes, base_strides, like.dtype(), like.device());
+  }
+  Tensor region(const Tensor& base_buffer) const { return make_view(base_buffer, sizes, strides, offset); }
+};
 }  // namespace
 
 void record(const char* name, std::initializer_list<const Tensor*> inputs, const Tensor& output,
@@ -100,9 +114,56 @@ void check_inplace(const Tensor& self, const char* op, bool will_record) {
   if (is_grad_enabled() && self.requires_grad() && self.is_leaf())
     KILN_FAIL(op, "a leaf tensor that requires grad cannot be changed in place while grad mode is on "
               "(use kiln::NoGradGuard, or an out-of-place op)");
-  if (will_record && self.impl()->is_view)
-    KILN_FAIL(op, "in-place changes to a view are not recorded by autograd in this version; "
-              "use the out-of-place op, or make the change under kiln::NoGradGuard");
+  const TensorImpl& impl = *self.impl();
+  if (!will_record || !impl.is_view) return;
+  Tensor base(impl.view_base);
+  KILN_CHECK(!(base.requires_grad() && base.is_leaf()), op,
+             "a view of a leaf tensor that requires grad cannot be changed in place while grad mode is on "
+             "(use kiln::NoGradGuard, or an out-of-place op)");
+  check_view_current(self, op);
+}
+
+void record_inplace(const char* name, const Tensor& self, std::initializer_list<const Tensor*> inputs,
+                    BackwardFn backward) {
+  const TensorImpl& impl = *self.impl();
+  if (!impl.is_view) {
+    record(name, inputs, self, std::move(backward));
+    self.storage()->history.fetch_add(1, std::memory_order_relaxed);
+    self.impl()->view_history = history(self);
+    return;
+  }
+  // A view changed in place changes its base: the base's new history is "the old base, with the
+  // view's region replaced by the op's result" (PyTorch's CopySlices), and the view's new
+  // history is a view of that.
+  Tensor base(impl.view_base);
+  ViewGeometry geo{base.shape(), base.strides(), self.shape(), self.strides(),
+                   self.storage_offset() - base.storage_offset()};
+  auto copy_slices = std::make_shared<FunctionNode>(
+      "CopySlices", [geo, fn = std::move(backward)](const Tensor& g) -> TensorList {
+        Tensor result = geo.empty_base(g);
+        result.copy_(g);
+        Tensor region = geo.region(result);
+        Tensor region_grad = region.clone();
+        region.zero_();  // the region's old values were overwritten; they get their gradient via the op
+        TensorList grads = fn(region_grad);
+        grads.insert(grads.begin(), result);
+        return grads;
+      });
+  copy_slices->next_edges.push_back(gradient_edge(base));
+  for (const Tensor* t : inputs) {
+    if (t->defined() && t->requires_grad()) check_view_current(*t, name);
+    copy_slices->next_edges.push_back(gradient_edge(*t));
+  }
+  self.storage()->history.fetch_add(1, std::memory_order_relaxed);
+  attach(copy_slices, base);
+  auto as_view = std::make_shared<FunctionNode>("AsStridedBackward", [geo](const Tensor& g) -> TensorList {
+    Tensor result = geo.empty_base(g);
+    result.zero_();
+    geo.region(result).copy_(g);
+    return {result};
+  });
+  as_view->next_edges.push_back(gradient_edge(base));
+  attach(as_view, self);
 }
 
 Tensor sum_to(const Tensor& grad, const Shape& shape) {

@@ -40,8 +40,14 @@ void record(const char* name, std::initializer_list<const Tensor*> inputs, const
 void record(const char* name, const std::vector<Tensor>& inputs, const Tensor& output, BackwardFn backward);
 
 // For in-place ops: the tensor being changed must not be a leaf that requires grad, nor (while
-// recording) a view, whose base's history autograd would then get wrong.
+// recording) a view of one, nor a view whose base autograd has since seen changed.
 void check_inplace(const Tensor& self, const char* op, bool will_record);
+
+// Records an in-place op on `self`. `inputs` are self's value before the op (its old history)
+// and the other operands; `backward` maps the gradient of self's new value to theirs. When self
+// is a view, the change is recorded on its base too, so gradients through the base stay right.
+void record_inplace(const char* name, const Tensor& self, std::initializer_list<const Tensor*> inputs,
+                    BackwardFn backward);
 
 // Reduces a broadcast gradient back to `shape` (sums over the broadcast dims).
 Tensor sum_to(const Tensor& grad, const Shape& shape);

@@ -37,7 +37,8 @@ Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset)
   impl->offset = offset;
   impl->dtype = base.dtype();
   impl->is_view = true;
-  impl->view_version = base.version();
+  impl->view_history = base.storage()->history.load(std::memory_order_relaxed);
+  impl->view_base = base.impl()->view_base ? base.impl()->view_base : base.impl_ptr();
   return Tensor(std::move(impl));
 }
 
@@ -50,8 +51,7 @@ Tensor alias_detached(const Tensor& t) {
   impl->offset = src.offset;
   impl->numel = src.numel;
   impl->dtype = src.dtype;
-  impl->is_view = src.is_view;
-  impl->view_version = src.view_version;
+  // A detached alias starts a history of its own: it is not a view for autograd's purposes.
   return Tensor(std::move(impl));
 }
 

@@ -155,7 +155,7 @@ Tensor& binary_(Op op, const char* name, Tensor& self, const Tensor& other) {
   ops::bump_version(self);
   if (rec) {
     Tensor ac = ops::cast(a_before, ct);
-    autograd::record(backward_name(op), {&a_before, &b_before}, self, make_backward(op, ac, bc, self, ma, mb));
+    autograd::record_inplace(backward_name(op), self, {&a_before, &b_before}, make_backward(op, ac, bc, self, ma, mb));
   }
   return self;
 }

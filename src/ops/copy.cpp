@@ -70,7 +70,7 @@ Tensor& random_fill(Tensor& self, Op op, double a, double b, const char* name, u
   }
   if (rec) {
     Tensor before = self;
-    autograd::record(op == Op::Normal ? "NormalBackward" : "UniformBackward", {&before}, self,
+    autograd::record_inplace(op == Op::Normal ? "NormalBackward" : "UniformBackward", self, {&before},
                      [](const Tensor&) -> TensorList { return {Tensor()}; });
   }
   return self;
@@ -128,7 +128,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   ops::run1(Op::Copy, device(), {s}, *this);
   ops::bump_version(*this);
   if (rec) {
-    autograd::record("CopyBackward", {&before, &src}, *this,
+    autograd::record_inplace("CopyBackward", *this, {&before, &src},
                      [shape = src.shape(), dt = src.dtype(), dev = src.device(), needs = src.requires_grad()](
                          const Tensor& g) -> TensorList {
                        if (!needs) return {Tensor(), Tensor()};
@@ -149,7 +149,7 @@ Tensor& Tensor::fill_(Scalar value) {
   ops::bump_version(*this);
   if (rec) {
     Tensor before = *this;
-    autograd::record("FillBackward", {&before}, *this, [](const Tensor&) -> TensorList { return {Tensor()}; });
+    autograd::record_inplace("FillBackward", *this, {&before}, [](const Tensor&) -> TensorList { return {Tensor()}; });
   }
   return *this;
 }

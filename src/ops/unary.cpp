@@ -61,7 +61,7 @@ Tensor& unary_(const UnaryDef& d, Tensor& self, const char* name) {
   ops::run1(d.op, self.device(), {self}, self);
   ops::bump_version(self);
   if (rec) {
-    autograd::record(d.node, {&before}, self,
+    autograd::record_inplace(d.node, self, {&before},
                      [&d, sx = SavedTensor(d.saves_x ? before : Tensor()), so = SavedTensor(d.saves_out ? self : Tensor())](
                          const Tensor& g) -> TensorList { return {d.grad(g, sx.get(d.node), so.get(d.node))}; });
   }
@@ -143,6 +143,18 @@ Tensor& Tensor::relu_() { return unary_(kRelu, *this, "relu_"); }
 Tensor& Tensor::neg_() { return unary_(kNeg, *this, "neg_"); }
 Tensor& Tensor::exp_() { return unary_(kExp, *this, "exp_"); }
 Tensor& Tensor::sqrt_() { return unary_(kSqrt, *this, "sqrt_"); }
+Tensor& Tensor::abs_() { return unary_(kAbs, *this, "abs_"); }
+Tensor& Tensor::sign_() { return unary_(kSign, *this, "sign_"); }
+Tensor& Tensor::log_() { return unary_(kLog, *this, "log_"); }
+Tensor& Tensor::log1p_() { return unary_(kLog1p, *this, "log1p_"); }
+Tensor& Tensor::expm1_() { return unary_(kExpm1, *this, "expm1_"); }
+Tensor& Tensor::rsqrt_() { return unary_(kRsqrt, *this, "rsqrt_"); }
+Tensor& Tensor::square_() { return unary_(kSquare, *this, "square_"); }
+Tensor& Tensor::reciprocal_() { return unary_(kReciprocal, *this, "reciprocal_"); }
+Tensor& Tensor::tanh_() { return unary_(kTanh, *this, "tanh_"); }
+Tensor& Tensor::sigmoid_() { return unary_(kSigmoid, *this, "sigmoid_"); }
+Tensor& Tensor::sin_() { return unary_(kSin, *this, "sin_"); }
+Tensor& Tensor::cos_() { return unary_(kCos, *this, "cos_"); }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   ops::check_defined(x, "clamp");
@@ -171,7 +183,7 @@ Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
   Tensor before = rec ? clone() : *this;
   ops::run1(Op::Clamp, device(), {*this}, *this, &a);
   ops::bump_version(*this);
-  if (rec) autograd::record("ClampBackward", {&before}, *this, clamp_backward(before, a));
+  if (rec) autograd::record_inplace("ClampBackward", *this, {&before}, clamp_backward(before, a));
   return *this;
 }
 

@@ -1,0 +1,94 @@
+// In-place ops on views while autograd records: the base's history is rewritten (CopySlices),
+// views taken before a recorded change are refused, unrecorded changes leave views usable.
+#include "test_util.h"
+
+using namespace kiln;
+using test::expect_close;
+using test::expect_error;
+
+namespace {
+Tensor leaf(std::vector<double> v) { return tensor(v, kFloat64).requires_grad_(); }
+}  // namespace
+
+TEST(AutogradViews, InPlaceOnAViewReachesTheBasesGradient) {
+  Tensor x = leaf({1, 2, 3, 4});
+  Tensor w = tensor({1.0, 10.0, 100.0, 1000.0}, kFloat64);
+  Tensor y = x * 1.0;
+  y.slice(0, 1, 3).mul_(2.0);
+  (y * w).sum().backward();
+  expect_close(x.grad(), {1, 20, 200, 1000}, {4});
+}
+
+TEST(AutogradViews, CopyIntoAViewOfABufferMakesTheBufferDifferentiable) {
+  Tensor x = leaf({3, 4});
+  Tensor buffer = zeros({4}, kFloat64);
+  buffer.narrow(0, 1, 2).copy_(x);
+  EXPECT_TRUE(buffer.requires_grad());
+  EXPECT_FALSE(buffer.is_leaf());
+  EXPECT_EQ(buffer.grad_fn()->name(), "CopySlices");
+  (buffer * buffer).sum().backward();
+  expect_close(x.grad(), {6, 8}, {2});
+}
+
+TEST(AutogradViews, OperandThatRequiresGradInAViewUpdate) {
+  Tensor x = leaf({1, 2, 3});
+  Tensor s = leaf({5});
+  Tensor y = x * 2.0;
+  y.select(0, 2).mul_(s.select(0, 0));  // y[2] = 2 * x[2] * s
+  y.sum().backward();
+  expect_close(x.grad(), {2, 2, 10}, {3});
+  expect_close(s.grad(), {6}, {1});
+}
+
+TEST(AutogradViews, TheViewItselfKeepsAGradient) {
+  Tensor x = leaf({1, 2, 3, 4});
+  Tensor y = x * 3.0;
+  Tensor v = y.view({2, 2}).select(1, 0);  // elements 0 and 2
+  v.add_(1.0);
+  EXPECT_EQ(v.grad_fn()->name(), "AsStridedBackward");
+  (v * v).sum().backward();  // d/dx of (3x + 1)^2 at x = 1 and 3
+  expect_close(x.grad(), {24, 0, 60, 0}, {4});
+}
+
+TEST(AutogradViews, GradcheckThroughInPlaceOnViews) {
+  manual_seed(11);
+  Tensor x = randn({4, 3}, kFloat64).requires_grad_();
+  Tensor z = randn({3}, kFloat64).requires_grad_();
+  auto fn = [](const std::vector<Tensor>& in) {
+    Tensor y = in[0] * 2.0 + 0.5;  // (exp would save y and refuse the in-place changes)
+    y.select(0, 1).mul_(in[1]);
+    y.t().slice(0, 0, 2).add_(in[1].narrow(0, 0, 2).unsqueeze(1));
+    y.narrow(0, 2, 2).tanh_();
+    return (y * y).sum({0});
+  };
+  EXPECT_TRUE(autograd::gradcheck(fn, {x, z}));
+}
+
+TEST(AutogradViews, AViewOfALeafThatRequiresGradCannotChangeInPlace) {
+  Tensor x = leaf({1, 2});
+  expect_error([&] { x.select(0, 0).mul_(2.0); }, "[mul_] a view of a leaf tensor that requires grad");
+  expect_close(x, {1, 2}, {2});
+}
+
+TEST(AutogradViews, AViewTakenBeforeARecordedChangeIsRefused) {
+  Tensor x = leaf({1, 2});
+  Tensor y = x * 2.0;
+  Tensor v = y.select(0, 0);
+  y.mul_(3.0);
+  expect_error([&] { (void)(v * 1.0); }, "take the view again");
+  Tensor fresh = y.select(0, 0);
+  (fresh * 1.0).sum().backward();
+  expect_close(x.grad(), {6, 0}, {2});
+}
+
+TEST(AutogradViews, UnrecordedChangesKeepViewsUsable) {
+  // An optimizer step under NoGradGuard is not part of the graph: views stay valid.
+  Tensor w = leaf({1, 2, 3});
+  Tensor v = w.narrow(0, 0, 2);
+  {
+    NoGradGuard ng;
+    w.sub_(tensor({0.5, 0.5, 0.5}, kFloat64));
+  }
+  (v * v).sum().backward();
+  expect_close(w.grad(), {1, 3, 0}, {3});
+}
