@@ -1,0 +1,58 @@
+// Whole-tensor reductions large enough to be split across threads match a float64 loop,
+// whatever the thread count, and keep NaN and logical semantics across the split.
+#include <cmath>
+
+#include "test_util.h"
+
+using namespace kiln;
+
+namespace {
+constexpr int64_t kN = 300001;  // odd, so the threads' slices differ in length
+
+struct Threads {
+  int saved = get_num_threads();
+  explicit Threads(int n) { set_num_threads(n); }
+  ~Threads() { set_num_threads(saved); }
+};
+}  // namespace
+
+TEST(ReduceSplit, MatchesAFloat64LoopForOneAndTwoThreads) {
+  manual_seed(21);
+  Tensor x = randn({kN});
+  std::vector<double> v = test::values(x);
+  double sum = 0, prod_small = 1, mx = -INFINITY, sq = 0;
+  for (double e : v) {
+    sum += e;
+    mx = std::max(mx, e);
+    sq += e * e;
+  }
+  for (int threads : {1, 2}) {
+    Threads t(threads);
+    test::expect_close(x.sum(), {sum}, {}, 1e-4, 1e-2, "sum");
+    test::expect_close(x.mean(), {sum / kN}, {}, 1e-4, 1e-6, "mean");
+    test::expect_close(x.amax({}), {mx}, {}, 0, 0, "amax");
+    test::expect_close(norm(x), {std::sqrt(sq)}, {}, 1e-5, 0, "norm");
+    test::expect_close(norm(x, INFINITY), {std::max(mx, -test::values(x.amin({}))[0])}, {}, 0, 0, "norm inf");
+    Tensor ones_x = ones({kN}, kFloat64) * 1.000001;
+    test::expect_close(ones_x.prod(), {std::pow(1.000001, kN)}, {}, 1e-9, 0, "prod");
+    (void)prod_small;
+  }
+}
+
+TEST(ReduceSplit, NanAndLogicalResultsSurviveTheSplit) {
+  for (int threads : {1, 2}) {
+    Threads t(threads);
+    Tensor x = zeros({kN});
+    x.narrow(0, kN - 2, 1).fill_(NAN);  // in the last thread's slice
+    EXPECT_TRUE(std::isnan(x.amax({}).item<double>()));
+    EXPECT_TRUE(std::isnan(x.sum().item<double>()));
+    Tensor b = ones({kN}, kBool);
+    EXPECT_TRUE(all(b).item<bool>());
+    b.narrow(0, kN - 1, 1).fill_(false);
+    EXPECT_FALSE(all(b).item<bool>());
+    EXPECT_TRUE(any(b).item<bool>());
+    Tensor ints = ones({kN}, kInt32);
+    EXPECT_EQ(ints.sum().item<int64_t>(), kN);
+    EXPECT_EQ(ints.sum().dtype(), kInt64);
+  }
+}
