@@ -56,8 +56,28 @@ void BM_KilnSum(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * kElements * 4);
 }
+// A bias gradient: [8192, 768] summed over the batch (an outer dim) and over features (inner).
+void BM_KilnSumOuterDim(benchmark::State& state) {
+  kiln::Tensor a = kiln::ones({8192, 768});
+  for (auto _ : state) {
+    kiln::Tensor s = a.sum({0});
+    benchmark::DoNotOptimize(s.data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * a.nbytes());
+}
+
+void BM_KilnSumInnerDim(benchmark::State& state) {
+  kiln::Tensor a = kiln::ones({8192, 768});
+  for (auto _ : state) {
+    kiln::Tensor s = a.sum({1});
+    benchmark::DoNotOptimize(s.data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * a.nbytes());
+}
 }  // namespace
 
+BENCHMARK(BM_KilnSumOuterDim)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_KilnSumInnerDim)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_StreamAdd)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KilnAdd)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KilnAddInplace)->UseRealTime()->Unit(benchmark::kMillisecond);

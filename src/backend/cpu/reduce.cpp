@@ -162,6 +162,37 @@ void fold_kernel(KernelArgs& a) {
         *static_cast<To*>(out.data_ptr()) = static_cast<To>(fold.done(acc, p.inner));
         return;
       }
+      if (!p.keep_sizes.empty() && p.keep_in.back() == 1 && p.keep_out.back() == 1 && !p.red_sizes.empty()) {
+        // The innermost kept dim is contiguous (a sum over the batch, say): fold whole rows of
+        // it at once, lane by lane, instead of striding down one column per output.
+        constexpr int64_t kLanes = 64;
+        const int64_t row = p.keep_sizes.back(), groups = p.outer / row;
+        const int64_t blocks = (row + kLanes - 1) / kLanes;
+        const int nk = static_cast<int>(p.keep_sizes.size()) - 1;
+        const T* in_base = static_cast<const T*>(in.data_ptr());
+        To* out_base = static_cast<To*>(out.data_ptr());
+        parallel_for(groups * blocks, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(p.inner * kLanes, 1)),
+                     [&](int64_t b, int64_t e) {
+          for (int64_t w = b; w < e; ++w) {
+            int64_t g = w / blocks, j0 = (w % blocks) * kLanes, lanes = std::min(kLanes, row - j0);
+            int64_t off_in = j0, off_out = j0, rest = g;
+            for (int d = nk - 1; d >= 0; --d) {
+              int64_t i = rest % p.keep_sizes[d];
+              rest /= p.keep_sizes[d];
+              off_in += i * p.keep_in[d];
+              off_out += i * p.keep_out[d];
+            }
+            A acc[kLanes];
+            for (int64_t j = 0; j < lanes; ++j) acc[j] = fold.template init<A>();
+            for_each_run(p, in_base + off_in, [&](const T* q, int64_t n, int64_t s) {
+              for (int64_t i = 0; i < n; ++i)
+                for (int64_t j = 0; j < lanes; ++j) acc[j] = fold.step(acc[j], static_cast<compute_t<T>>(q[i * s + j]));
+            });
+            for (int64_t j = 0; j < lanes; ++j) out_base[off_out + j] = static_cast<To>(fold.done(acc[j], p.inner));
+          }
+        });
+        return;
+      }
       for_each_output<T, To>(p, in, out, [&](const T* base, To* dst) {
         A acc = fold.template init<A>();
         for_each_run(p, base, [&](const T* q, int64_t n, int64_t s) { acc = fold_run(acc, q, n, s); });
