@@ -135,6 +135,8 @@ TEST(ErrorsIndices, OutOfRange) {
   expect_op_error("narrow", [&] { x.narrow(0, 0, -1); }, {"length -1"});
   expect_op_error("index_select", [&] { x.index_select(1, tensor({0, 10})); }, {"index 10", "size 3"});
   expect_op_error("index_select", [&] { x.index_select(0, tensor({-3})); }, {"index -3"});
+  expect_op_error("index_select", [&] { x.index_select(0, tensor({-1})); }, {"index -1"});  // as PyTorch
+  expect_op_error("gather", [&] { x.gather(1, tensor({{0, -1}, {1, 2}})); }, {"index -1"});
   expect_op_error("index_select", [&] { x.index_select(0, tensor({{0, 1}})); }, {"[1, 2]"});
   expect_op_error("gather", [&] { x.gather(1, tensor({{0, 3}, {1, 2}})); }, {"index 3", "size 3"});
   expect_op_error("gather", [&] { x.gather(1, tensor({0, 1})); }, {"rank"});

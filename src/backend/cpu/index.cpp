@@ -8,9 +8,10 @@
 namespace kiln::backend::cpu {
 namespace {
 
+// Negative indices are errors here, as in PyTorch's index_select, gather and scatter_add.
 inline int64_t checked_index(int64_t i, int64_t size, const char* where) {
-  KILN_CHECK(i >= -size && i < size, where, "index ", i, " is out of range for a dim of size ", size);
-  return i < 0 ? i + size : i;
+  KILN_CHECK(i >= 0 && i < size, where, "index ", i, " is out of range for a dim of size ", size);
+  return i;
 }
 
 // Offset in elements of the element at the flat row-major position `flat` of shape/strides.
