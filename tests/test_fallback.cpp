@@ -1,10 +1,6 @@
 // The device plumbing without a GPU: a stand-in "cuda:0" backed by host memory exercises
 // tensor.to(device), cross-device copies and the CPU fallback with its counts.
-#include <cstdlib>
-#include <cstring>
-
-#include "backend/caching_allocator.h"
-#include "core/device_runtime.h"
+#include "backend/cpu/host_runtime.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -12,25 +8,12 @@ using namespace kiln;
 namespace {
 
 // A device whose memory is host memory, so the fallback's copies can be checked here.
-class HostBackedRuntime final : public DeviceRuntime {
+class HostBackedRuntime final : public backend::cpu::HostRuntime {
  public:
-  int device_count() const override { return 1; }
-  std::string device_name(int) const override { return "host-backed test device"; }
-  void* allocate(size_t n, int) override { return cache_.allocate(n); }
-  void deallocate(void* p, size_t n, int) override { cache_.deallocate(p, n); }
-  MemoryStats stats(int) const override { return cache_.stats(); }
-  void reset_peak(int) override { cache_.reset_peak(); }
-  void set_limit(int, size_t b) override { cache_.set_limit(b); }
-  void empty_cache(int) override { cache_.empty_cache(); }
-  void copy_to_host(void* d, const void* s, size_t n, int) override { std::memcpy(d, s, n); ++copies; }
-  void copy_from_host(void* d, const void* s, size_t n, int) override { std::memcpy(d, s, n); ++copies; }
-  void copy_on_device(void* d, const void* s, size_t n, int) override { std::memcpy(d, s, n); }
-  void synchronize(int) override {}
+  HostBackedRuntime() : HostRuntime("host-backed test device") {}
+  void copy_to_host(void* d, const void* s, size_t n, int i) override { HostRuntime::copy_to_host(d, s, n, i); ++copies; }
+  void copy_from_host(void* d, const void* s, size_t n, int i) override { HostRuntime::copy_from_host(d, s, n, i); ++copies; }
   int copies = 0;
-
- private:
-  backend::CachingAllocator cache_{"test device", [](size_t n) { return std::aligned_alloc(64, n); },
-                                   [](void* p) { std::free(p); }};
 };
 
 class Fallback : public ::testing::Test {

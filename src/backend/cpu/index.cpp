@@ -24,6 +24,20 @@ inline int64_t strided_offset(int64_t flat, const Shape& shape, const Shape& str
   return off;
 }
 
+// Offset in `t` of the element at index position p (row-major in index's shape) with its
+// coordinate along dim replaced by index[p]: where gather reads and scatter_add writes.
+inline int64_t indexed_offset(const Tensor& t, const Tensor& index, const int64_t* idx, int64_t p, int64_t dim,
+                              const char* where) {
+  const int64_t n = t.dim() == 0 ? 1 : t.shape()[dim];
+  int64_t flat = p, off = 0;
+  for (int64_t d = index.dim() - 1; d >= 0; --d) {
+    int64_t c = flat % index.shape()[d];
+    flat /= index.shape()[d];
+    off += (d == dim ? checked_index(idx[p], n, where) : c) * (t.dim() ? t.strides()[d] : 0);
+  }
+  return off;
+}
+
 // x contiguous, index 1-D int64 contiguous, out contiguous.
 void index_select(KernelArgs& a) {
   const Tensor& x = a.inputs[0];
@@ -56,20 +70,10 @@ void gather(KernelArgs& a) {
   const Tensor& out = a.outputs[0];
   const int64_t dim = static_cast<const DimAttrs*>(a.attrs)->dim;
   const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
-  const int64_t rank = index.dim();
-  const int64_t n = x.dim() == 0 ? 1 : x.shape()[dim];
   visit_dtype(x.dtype(), "gather", [&]<class T>() {
     const T* src = static_cast<const T*>(x.data_ptr());
     T* dst = static_cast<T*>(out.data_ptr());
-    for (int64_t p = 0; p < index.numel(); ++p) {
-      int64_t flat = p, off = 0;
-      for (int64_t d = rank - 1; d >= 0; --d) {
-        int64_t c = flat % index.shape()[d];
-        flat /= index.shape()[d];
-        off += (d == dim ? checked_index(idx[p], n, "gather") : c) * (x.dim() ? x.strides()[d] : 0);
-      }
-      dst[p] = src[off];
-    }
+    for (int64_t p = 0; p < index.numel(); ++p) dst[p] = src[indexed_offset(x, index, idx, p, dim, "gather")];
   });
 }
 
@@ -80,18 +84,11 @@ void scatter_add(KernelArgs& a) {
   const Tensor& out = a.outputs[0];
   const int64_t dim = static_cast<const DimAttrs*>(a.attrs)->dim;
   const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
-  const int64_t rank = index.dim();
-  const int64_t n = out.dim() == 0 ? 1 : out.shape()[dim];
   visit_dtype(out.dtype(), "scatter_add", [&]<class T>() {
     const T* s = static_cast<const T*>(src.data_ptr());
     T* dst = static_cast<T*>(out.data_ptr());
     for (int64_t p = 0; p < index.numel(); ++p) {
-      int64_t flat = p, off = 0;
-      for (int64_t d = rank - 1; d >= 0; --d) {
-        int64_t c = flat % index.shape()[d];
-        flat /= index.shape()[d];
-        off += (d == dim ? checked_index(idx[p], n, "scatter_add") : c) * (out.dim() ? out.strides()[d] : 0);
-      }
+      const int64_t off = indexed_offset(out, index, idx, p, dim, "scatter_add");
       T v = s[strided_offset(p, index.shape(), src.strides())];
       dst[off] = static_cast<T>(static_cast<compute_t<T>>(dst[off]) + static_cast<compute_t<T>>(v));
     }

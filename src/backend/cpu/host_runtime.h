@@ -1,0 +1,36 @@
+// HostRuntime: a device runtime whose memory is 64-byte aligned host memory (the CPU's runtime).
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "backend/caching_allocator.h"
+#include "core/device_runtime.h"
+
+namespace kiln::backend::cpu {
+
+class HostRuntime : public DeviceRuntime {
+ public:
+  explicit HostRuntime(std::string name)
+      : name_(name), cache_(std::move(name), [](size_t n) { return std::aligned_alloc(64, n); },
+                            [](void* p) { std::free(p); }) {}  // class sizes are multiples of 64
+  int device_count() const override { return 1; }
+  std::string device_name(int) const override { return name_; }
+  void* allocate(size_t nbytes, int) override { return cache_.allocate(nbytes); }
+  void deallocate(void* p, size_t nbytes, int) override { cache_.deallocate(p, nbytes); }
+  MemoryStats stats(int) const override { return cache_.stats(); }
+  void reset_peak(int) override { cache_.reset_peak(); }
+  void set_limit(int, size_t bytes) override { cache_.set_limit(bytes); }
+  void empty_cache(int) override { cache_.empty_cache(); }
+  void copy_to_host(void* dst, const void* src, size_t n, int) override { std::memcpy(dst, src, n); }
+  void copy_from_host(void* dst, const void* src, size_t n, int) override { std::memcpy(dst, src, n); }
+  void copy_on_device(void* dst, const void* src, size_t n, int) override { std::memcpy(dst, src, n); }
+  void synchronize(int) override {}
+
+ private:
+  std::string name_;
+  CachingAllocator cache_;
+};
+
+}  // namespace kiln::backend::cpu
