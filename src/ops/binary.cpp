@@ -160,18 +160,12 @@ Tensor& binary_(Op op, const char* name, Tensor& self, const Tensor& other) {
   return self;
 }
 
-// The dtype a Scalar operand takes: the result type with the number as a wrapped operand.
-Tensor wrap_for(const Tensor& t, Scalar s) {
-  Tensor w = ops::wrap_scalar(s);
-  return ops::wrap_scalar(s, ops::result_type_of({&t, &w}));
-}
-
 }  // namespace
 
 #define KILN_DEFINE_BINARY(fn, op)                                                             \
   Tensor fn(const Tensor& a, const Tensor& b) { return binary(Op::op, #fn, a, b); }           \
-  Tensor fn(const Tensor& a, Scalar b) { ops::check_defined(a, #fn); return binary(Op::op, #fn, a, wrap_for(a, b)); } \
-  Tensor fn(Scalar a, const Tensor& b) { ops::check_defined(b, #fn); return binary(Op::op, #fn, wrap_for(b, a), b); }
+  Tensor fn(const Tensor& a, Scalar b) { ops::check_defined(a, #fn); return binary(Op::op, #fn, a, ops::wrap_for(a, b)); } \
+  Tensor fn(Scalar a, const Tensor& b) { ops::check_defined(b, #fn); return binary(Op::op, #fn, ops::wrap_for(b, a), b); }
 KILN_DEFINE_BINARY(add, Add)
 KILN_DEFINE_BINARY(sub, Sub)
 KILN_DEFINE_BINARY(mul, Mul)
@@ -190,13 +184,13 @@ KILN_DEFINE_BINARY(logical_or, LogicalOr)
 #undef KILN_DEFINE_BINARY
 
 Tensor& Tensor::add_(const Tensor& o) { return binary_(Op::Add, "add_", *this, o); }
-Tensor& Tensor::add_(Scalar o) { return binary_(Op::Add, "add_", *this, wrap_for(*this, o)); }
+Tensor& Tensor::add_(Scalar o) { return binary_(Op::Add, "add_", *this, ops::wrap_for(*this, o)); }
 Tensor& Tensor::sub_(const Tensor& o) { return binary_(Op::Sub, "sub_", *this, o); }
-Tensor& Tensor::sub_(Scalar o) { return binary_(Op::Sub, "sub_", *this, wrap_for(*this, o)); }
+Tensor& Tensor::sub_(Scalar o) { return binary_(Op::Sub, "sub_", *this, ops::wrap_for(*this, o)); }
 Tensor& Tensor::mul_(const Tensor& o) { return binary_(Op::Mul, "mul_", *this, o); }
-Tensor& Tensor::mul_(Scalar o) { return binary_(Op::Mul, "mul_", *this, wrap_for(*this, o)); }
+Tensor& Tensor::mul_(Scalar o) { return binary_(Op::Mul, "mul_", *this, ops::wrap_for(*this, o)); }
 Tensor& Tensor::div_(const Tensor& o) { return binary_(Op::Div, "div_", *this, o); }
-Tensor& Tensor::div_(Scalar o) { return binary_(Op::Div, "div_", *this, wrap_for(*this, o)); }
+Tensor& Tensor::div_(Scalar o) { return binary_(Op::Div, "div_", *this, ops::wrap_for(*this, o)); }
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator+(const Tensor& a, Scalar b) { return add(a, b); }

@@ -7,18 +7,13 @@ namespace kiln::ops {
 
 Device common_device(std::initializer_list<const Tensor*> ts, const char* op) {
   std::optional<Device> dev;
-  bool any_cpu_scalar = false;
   for (const Tensor* t : ts) {
     check_defined(*t, op);
-    if (t->dim() == 0 && t->device().is_cpu()) {
-      any_cpu_scalar = true;
-      continue;
-    }
+    if (t->dim() == 0 && t->device().is_cpu()) continue;
     if (!dev) dev = t->device();
     else KILN_CHECK(*dev == t->device(), op, "expected all tensors on one device, got ", dev->str(),
                     " and ", t->device().str());
   }
-  (void)any_cpu_scalar;
   return dev.value_or(Device::cpu());
 }
 
@@ -30,7 +25,6 @@ Tensor wrap_scalar(Scalar s, ScalarType dtype) {
   return t;
 }
 
-Tensor wrap_scalar(Scalar s) { return wrap_scalar(s, s.is_floating_point() ? kFloat64 : s.natural_dtype()); }
 
 namespace {
 enum Category { kCatBool, kCatInt, kCatFloat };
@@ -59,6 +53,16 @@ ScalarType result_type_of(std::initializer_list<const Tensor*> ts) {
   return combine(dimmed, combine(zero_dim, wrapped)).value_or(kDefaultFloat);
 }
 
+ScalarType result_type_of(const Tensor& t, Scalar s) {
+  // The number is alone in the lowest tier; t is above it (dimensioned or 0-d alike) unless
+  // it is a wrapped number too.
+  const ScalarType number = s.natural_dtype();
+  if (t.impl()->wrapped_number) return promote_types(is_floating_point(t.dtype()) ? kDefaultFloat : t.dtype(), number);
+  return *combine(t.dtype(), number);
+}
+
+Tensor wrap_for(const Tensor& t, Scalar s) { return wrap_scalar(s, result_type_of(t, s)); }
+
 ReduceDims reduce_dims(const Tensor& x, const Shape& dims, bool keepdim, const char* op) {
   ReduceDims r;
   const int64_t rank = x.dim();
@@ -86,8 +90,5 @@ ReduceDims reduce_dims(const Tensor& x, const Shape& dims, bool keepdim, const c
 
 namespace kiln {
 ScalarType result_type(const Tensor& a, const Tensor& b) { return ops::result_type_of({&a, &b}); }
-ScalarType result_type(const Tensor& a, Scalar b) {
-  Tensor w = ops::wrap_scalar(b);
-  return ops::result_type_of({&a, &w});
-}
+ScalarType result_type(const Tensor& a, Scalar b) { return ops::result_type_of(a, b); }
 }  // namespace kiln

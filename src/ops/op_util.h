@@ -21,7 +21,6 @@ Device common_device(std::initializer_list<const Tensor*> ts, const char* op);
 
 // A 0-d CPU tensor holding a C++ number, marked as a wrapped number for type promotion.
 Tensor wrap_scalar(Scalar s, ScalarType dtype);
-Tensor wrap_scalar(Scalar s);
 
 // t converted to dtype (t itself when it already has it).
 inline Tensor cast(const Tensor& t, ScalarType dtype) { return t.dtype() == dtype ? t : t.to(dtype); }
@@ -39,6 +38,10 @@ inline void run1(Op op, Device device, std::initializer_list<Tensor> in, Tensor&
 inline void bump_version(const Tensor& t) { t.storage()->version.fetch_add(1, std::memory_order_relaxed); }
 
 ScalarType result_type_of(std::initializer_list<const Tensor*> ts);
+// The same with a C++ number as the second operand (no tensor is made for it).
+ScalarType result_type_of(const Tensor& t, Scalar s);
+// The number as a wrapped 0-d tensor of the type an op on (t, s) computes in.
+Tensor wrap_for(const Tensor& t, Scalar s);
 
 // Shape of the reduced result, and the dims mask the kernels take (dims empty = all).
 struct ReduceDims {

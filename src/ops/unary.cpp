@@ -211,13 +211,11 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   ops::check_defined(a, "where");
-  Tensor w = ops::wrap_scalar(b);
-  return where(cond, a, ops::wrap_scalar(b, ops::result_type_of({&a, &w})));
+  return where(cond, a, ops::wrap_for(a, b));
 }
 Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
   ops::check_defined(b, "where");
-  Tensor w = ops::wrap_scalar(a);
-  return where(cond, ops::wrap_scalar(a, ops::result_type_of({&b, &w})), b);
+  return where(cond, ops::wrap_for(b, a), b);
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
