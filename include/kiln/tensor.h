@@ -92,7 +92,7 @@ class Tensor {
   const std::shared_ptr<Storage>& storage() const;
   uint64_t version() const;
 
-  // Raw data, on the tensor's device; offset applied. data_ptr<T>() checks T and the device.
+  // Raw data, on the tensor's device; offset applied. data_ptr<T>() checks that T is the dtype.
   void* data_ptr() const;
   template <class T> T* data_ptr() const;
   // The value of a one-element tensor, copied to the host (synchronizes).
