@@ -237,3 +237,10 @@ TEST(ErrorsUndefined, UndefinedTensorsAreNamedErrors) {
   expect_op_error("backward", [&] { u.backward(); }, {"undefined"});
   expect_op_error("requires_grad_", [&] { u.requires_grad_(); }, {"undefined"});
 }
+
+TEST(ErrorsSizes, AllocationsTooLargeToAddressAreRefused) {
+  test::expect_error([] { (void)empty({int64_t{1} << 62, 4}); }, "too many elements");
+  test::expect_error([] { (void)empty({int64_t{1} << 61}, kFloat64); }, "more bytes than can be addressed");
+  test::expect_error([] { (void)empty_strided({3, 3}, {int64_t{1} << 62, 1}); }, "spans too many elements");
+  test::expect_error([] { (void)empty({int64_t{1} << 40}); }, "[allocate]");  // 4 TiB: out of memory, no crash
+}

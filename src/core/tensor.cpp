@@ -14,10 +14,15 @@ Tensor make_empty_strided(const Shape& shape, const Shape& strides, ScalarType d
     span = 1;
     for (size_t i = 0; i < shape.size(); ++i) {
       KILN_CHECK(strides[i] >= 0, "empty_strided", "negative stride in ", strides);
-      span += (shape[i] - 1) * strides[i];
+      int64_t reach = 0;
+      bool overflow = __builtin_mul_overflow(shape[i] - 1, strides[i], &reach) || __builtin_add_overflow(span, reach, &span);
+      KILN_CHECK(!overflow, "empty_strided", "shape ", shape, " with strides ", strides, " spans too many elements");
     }
   }
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(span) * element_size(dtype), device);
+  int64_t nbytes = 0;
+  KILN_CHECK(!__builtin_mul_overflow(span, static_cast<int64_t>(element_size(dtype)), &nbytes), "empty",
+             "shape ", shape, " of ", dtype, " needs more bytes than can be addressed");
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(nbytes), device);
   impl->sizes = shape;
   impl->strides = strides;
   impl->dtype = dtype;
@@ -25,6 +30,7 @@ Tensor make_empty_strided(const Shape& shape, const Shape& strides, ScalarType d
 }
 
 Tensor make_empty(const Shape& shape, ScalarType dtype, Device device) {
+  shape_numel(shape, "empty");  // checks sizes and overflow before strides are computed from them
   return make_empty_strided(shape, contiguous_strides(shape), dtype, device);
 }
 
