@@ -413,3 +413,10 @@ TEST(TensorCopy, DataPtrChecksTheDtype) {
   EXPECT_EQ(tensor({true}).data_ptr<bool>()[0], true);
   EXPECT_EQ(static_cast<float>(tensor({1.5}, kFloat16).data_ptr<Half>()[0]), 1.5f);
 }
+
+TEST(TensorConversions, FloatToIntegerOutOfRangeIsDefined) {
+  // Through int64 and wrapping, as PyTorch on x86; NaN becomes 0. (No undefined behaviour.)
+  Tensor t = tensor({300.0, -1.0, 2.7, -2.7, NAN}, kFloat64);
+  EXPECT_EQ(t.to(kUInt8).to_vector<int64_t>(), (std::vector<int64_t>{44, 255, 2, 254, 0}));
+  EXPECT_EQ(t.to(kInt32).to_vector<int64_t>(), (std::vector<int64_t>{300, -1, 2, -2, 0}));
+}

@@ -15,6 +15,15 @@ void copy(KernelArgs& a) {
     visit_dtype(in.dtype(), "copy", [&]<class Ti>() {
       if constexpr (std::is_same_v<To, bool>) {
         unary_loop<To, Ti>(out, in, [](auto x) { return x != decltype(x)(0); });
+      } else if constexpr (std::is_integral_v<To> && !std::is_integral_v<compute_t<Ti>>) {
+        // Float to integer outside the integer's range is undefined in C++: go through int64
+        // (clamped, NaN as 0) and wrap from there, which is what PyTorch gives on x86 (300.0 -> 44).
+        unary_loop<To, Ti>(out, in, [](auto x) {
+          constexpr double kLimit = 9.2233720368547748e18;  // just below 2^63
+          double d = static_cast<double>(x);
+          int64_t i = d != d ? 0 : d >= kLimit ? INT64_MAX : d <= -kLimit ? INT64_MIN : static_cast<int64_t>(d);
+          return static_cast<To>(i);
+        });
       } else {
         unary_loop<To, Ti>(out, in, [](auto x) { return x; });
       }
