@@ -8,11 +8,25 @@
 
 #include "kiln/dtype.h"
 
+#if defined(__CUDACC__)
+#define KILN_MATH_INLINE __forceinline__
+namespace kiln::math {
+template <class T> KILN_HOST_DEVICE T exp(T x) { return ::exp(x); }
+template <class T> KILN_HOST_DEVICE T tanh(T x) { return ::tanh(x); }
+template <class T> KILN_HOST_DEVICE T erf(T x) { return ::erf(x); }
+template <class T, class V> KILN_HOST_DEVICE constexpr T K(V v) { return static_cast<T>(v); }
+}  // namespace kiln::math
+#else
+#define KILN_MATH_INLINE __attribute__((always_inline))  // see vec_math.h: no vector calls across ISAs
+// exp, tanh, erf for float that vectorize, and math::vfloat, the CPU loops' 16-lane type.
+#include "backend/vec_math.h"
+#endif
+
 namespace kiln::math {
 
-#define KILN_FN template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const
-#define KILN_PRED template <class T> KILN_HOST_DEVICE bool operator()(T a, T b) const
-#define KILN_UN template <class T> KILN_HOST_DEVICE T operator()(T a) const
+#define KILN_FN template <class T> KILN_HOST_DEVICE KILN_MATH_INLINE T operator()(T a, T b) const
+#define KILN_PRED template <class T> KILN_HOST_DEVICE KILN_MATH_INLINE bool operator()(T a, T b) const
+#define KILN_UN template <class T> KILN_HOST_DEVICE KILN_MATH_INLINE T operator()(T a) const
 
 struct Add { KILN_FN { if constexpr (std::is_same_v<T, bool>) return a || b; else return a + b; } };
 struct Sub { KILN_FN { return a - b; } };
@@ -63,36 +77,46 @@ inline constexpr double kSqrt1_2 = 0.70710678118654752440;
 inline constexpr double kSqrt2OverPi = 0.79788456080286535588;
 inline constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
-// Backward helpers: (incoming gradient, saved value) -> gradient of the input.
+// Backward helpers: (incoming gradient, saved value) -> gradient of the input. Those marked
+// kVector also run on math::vfloat (16 lanes) in the CPU loops; their constants are K<T>(...).
 struct ReluBackward { KILN_FN { return b > T(0) ? a : T(0); } };          // b = relu output
-struct SigmoidBackward { KILN_FN { return a * b * (T(1) - b); } };        // b = sigmoid output
-struct TanhBackward { KILN_FN { return a * (T(1) - b * b); } };           // b = tanh output
+struct SigmoidBackward {                                                   // b = sigmoid output
+  static constexpr bool kVector = true;
+  KILN_FN { return a * b * (K<T>(1) - b); }
+};
+struct TanhBackward {                                                      // b = tanh output
+  static constexpr bool kVector = true;
+  KILN_FN { return a * (K<T>(1) - b * b); }
+};
 struct GeluErfBackward {                                                   // b = input
+  static constexpr bool kVector = true;
   KILN_FN {
-    T cdf = T(0.5) * (T(1) + std::erf(b * T(kSqrt1_2)));
-    T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * b * b);
+    T cdf = K<T>(0.5) * (K<T>(1) + math::erf(b * K<T>(kSqrt1_2)));
+    T pdf = K<T>(kInvSqrt2Pi) * math::exp(K<T>(-0.5) * b * b);
     return a * (cdf + b * pdf);
   }
 };
 struct GeluTanhBackward {                                                  // b = input
+  static constexpr bool kVector = true;
   KILN_FN {
-    T inner = T(kSqrt2OverPi) * (b + T(0.044715) * b * b * b);
-    T th = std::tanh(inner);
-    T dinner = T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * b * b);
-    return a * (T(0.5) * (T(1) + th) + T(0.5) * b * (T(1) - th * th) * dinner);
+    T inner = K<T>(kSqrt2OverPi) * (b + K<T>(0.044715) * b * b * b);
+    T th = math::tanh(inner);
+    T dinner = K<T>(kSqrt2OverPi) * (K<T>(1) + K<T>(3 * 0.044715) * b * b);
+    return a * (K<T>(0.5) * (K<T>(1) + th) + K<T>(0.5) * b * (K<T>(1) - th * th) * dinner);
   }
 };
 struct SiluBackward {                                                      // b = input
+  static constexpr bool kVector = true;
   KILN_FN {
-    T s = T(1) / (T(1) + std::exp(-b));
-    return a * s * (T(1) + b * (T(1) - s));
+    T s = K<T>(1) / (K<T>(1) + math::exp(-b));
+    return a * s * (K<T>(1) + b * (K<T>(1) - s));
   }
 };
 
 struct Neg { KILN_UN { return static_cast<T>(-a); } };
 struct Abs { KILN_UN { if constexpr (std::is_unsigned_v<T>) return a; else return a < T(0) ? static_cast<T>(-a) : a; } };
 struct Sign { KILN_UN { return static_cast<T>((T(0) < a) - (a < T(0))); } };
-struct Exp { KILN_UN { return std::exp(a); } };
+struct Exp { static constexpr bool kVector = true; KILN_UN { return math::exp(a); } };
 struct Log { KILN_UN { return std::log(a); } };
 struct Log1p { KILN_UN { return std::log1p(a); } };
 struct Expm1 { KILN_UN { return std::expm1(a); } };
@@ -100,14 +124,18 @@ struct Sqrt { KILN_UN { return std::sqrt(a); } };
 struct Rsqrt { KILN_UN { return T(1) / std::sqrt(a); } };
 struct Square { KILN_UN { return static_cast<T>(a * a); } };
 struct Reciprocal { KILN_UN { return T(1) / a; } };
-struct Tanh { KILN_UN { return std::tanh(a); } };
-struct Sigmoid { KILN_UN { return T(1) / (T(1) + std::exp(-a)); } };
+struct Tanh { static constexpr bool kVector = true; KILN_UN { return math::tanh(a); } };
+struct Sigmoid { static constexpr bool kVector = true; KILN_UN { return K<T>(1) / (K<T>(1) + math::exp(-a)); } };
 struct Relu { KILN_UN { return a > T(0) ? a : (a != a ? a : T(0)); } };
-struct GeluErf { KILN_UN { return T(0.5) * a * (T(1) + std::erf(a * T(kSqrt1_2))); } };
-struct GeluTanh {
-  KILN_UN { return T(0.5) * a * (T(1) + std::tanh(T(kSqrt2OverPi) * (a + T(0.044715) * a * a * a))); }
+struct GeluErf {
+  static constexpr bool kVector = true;
+  KILN_UN { return K<T>(0.5) * a * (K<T>(1) + math::erf(a * K<T>(kSqrt1_2))); }
 };
-struct Silu { KILN_UN { return a / (T(1) + std::exp(-a)); } };
+struct GeluTanh {
+  static constexpr bool kVector = true;
+  KILN_UN { return K<T>(0.5) * a * (K<T>(1) + math::tanh(K<T>(kSqrt2OverPi) * (a + K<T>(0.044715) * a * a * a))); }
+};
+struct Silu { static constexpr bool kVector = true; KILN_UN { return a / (K<T>(1) + math::exp(-a)); } };
 struct Sin { KILN_UN { return std::sin(a); } };
 struct Cos { KILN_UN { return std::cos(a); } };
 

@@ -4,9 +4,11 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "backend/cpu/parallel.h"
+#include "backend/math.h"
 #include "kiln/tensor.h"
 
 #if defined(__x86_64__) && !defined(__clang__) && !defined(KILN_NO_TARGET_CLONES)
@@ -110,15 +112,33 @@ void run_plan(const LoopPlan<N>& p, const Inner& inner, int64_t grain = kElement
 
 template <class T> using compute_t = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
 
+// Functors whose math calls exp/tanh/erf mark themselves kVector and run on 16 floats at a time
+// (the compiler cannot vectorize those calls itself); the rest rely on auto-vectorization.
+template <class F, class... T>
+inline constexpr bool kExplicitVector = requires { F::kVector; } && (std::is_same_v<T, float> && ...);
+
+__attribute__((always_inline)) inline math::vfloat load16(const float* p) {
+  math::vfloat v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+__attribute__((always_inline)) inline void store16(float* p, math::vfloat v) { std::memcpy(p, &v, sizeof v); }
+
 template <class To, class Ta, class F>
 KILN_VECTORIZE void unary_contig(To* __restrict o, const Ta* __restrict a, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) o[i] = static_cast<To>(f(static_cast<compute_t<Ta>>(a[i])));
+  int64_t i = 0;
+  if constexpr (kExplicitVector<F, To, Ta>)
+    for (; i + 16 <= n; i += 16) store16(o + i, f(load16(a + i)));
+  for (; i < n; ++i) o[i] = static_cast<To>(f(static_cast<compute_t<Ta>>(a[i])));
 }
 
 template <class To, class Ta, class Tb, class F>
 KILN_VECTORIZE void binary_contig(To* __restrict o, const Ta* __restrict a, const Tb* __restrict b,
                                   int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i)
+  int64_t i = 0;
+  if constexpr (kExplicitVector<F, To, Ta, Tb>)
+    for (; i + 16 <= n; i += 16) store16(o + i, f(load16(a + i), load16(b + i)));
+  for (; i < n; ++i)
     o[i] = static_cast<To>(f(static_cast<compute_t<Ta>>(a[i]), static_cast<compute_t<Tb>>(b[i])));
 }
 

@@ -1,0 +1,84 @@
+// The vectorized float32 exp/tanh/erf behind exp, sigmoid, silu, tanh and gelu: accuracy over
+// the whole range, special values, and the same result in a vector body and a scalar tail.
+#include <cmath>
+#include <functional>
+
+#include "test_util.h"
+
+using namespace kiln;
+
+namespace {
+
+struct Case {
+  const char* name;
+  std::function<Tensor(const Tensor&)> op;
+  std::function<double(double)> ref;
+  double rtol, atol;
+};
+
+const double kPi = 3.14159265358979323846;
+
+std::vector<Case> cases() {
+  return {
+      {"exp", [](const Tensor& x) { return exp(x); }, [](double v) { return std::exp(v); }, 3e-7, 1e-45},
+      {"tanh", [](const Tensor& x) { return tanh(x); }, [](double v) { return std::tanh(v); }, 3e-7, 1e-12},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, [](double v) { return 1 / (1 + std::exp(-v)); }, 3e-7, 1.2e-38},  // subnormal results flush to 0
+      {"silu", [](const Tensor& x) { return silu(x); }, [](double v) { return v / (1 + std::exp(-v)); }, 3e-7, 3e-37},  // exp(-x) overflows below -88.7
+      {"gelu", [](const Tensor& x) { return gelu(x); },
+       [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }, 1e-6, 5e-7},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); },
+       [](double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / kPi) * (v + 0.044715 * v * v * v))); }, 1e-6, 5e-7},
+  };
+}
+
+}  // namespace
+
+TEST(VecMath, AccurateOverTheWholeRange) {
+  std::vector<float> xs;
+  for (int i = 0; i <= 20000; ++i) xs.push_back(-110.0f + 220.0f * static_cast<float>(i) / 20000.0f);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-6f, 88.7f, 88.73f, -87.4f, -100.0f, -104.0f}) xs.push_back(v);
+  Tensor x = tensor(xs);
+  for (const Case& c : cases()) {
+    std::vector<double> want;
+    for (float v : xs) want.push_back(c.ref(static_cast<double>(v)));
+    std::vector<double> got = test::values(c.op(x));
+    for (size_t i = 0; i < xs.size(); ++i) {
+      double w = want[i];
+      if (std::isinf(w) || std::abs(w) > 3.4e38) {
+        EXPECT_TRUE(std::isinf(got[i]) || std::abs(got[i]) > 3.3e38) << c.name << " at " << xs[i];
+        continue;
+      }
+      EXPECT_NEAR(got[i], w, c.atol + c.rtol * std::abs(w)) << c.name << " at " << xs[i];
+    }
+  }
+}
+
+TEST(VecMath, SpecialValues) {
+  Tensor x = tensor({NAN, INFINITY, -INFINITY, 0.0f, NAN, 1.0f, -1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f});
+  auto e = test::values(exp(x));
+  EXPECT_TRUE(std::isnan(e[0]) && std::isnan(e[4]));
+  EXPECT_EQ(e[1], INFINITY);
+  EXPECT_EQ(e[2], 0.0);
+  EXPECT_EQ(e[3], 1.0);
+  auto t = test::values(tanh(x));
+  EXPECT_TRUE(std::isnan(t[0]));
+  EXPECT_EQ(t[1], 1.0);
+  EXPECT_EQ(t[2], -1.0);
+  auto s = test::values(sigmoid(x));
+  EXPECT_EQ(s[1], 1.0);
+  EXPECT_EQ(s[2], 0.0);
+  auto g = test::values(gelu(x));
+  EXPECT_TRUE(std::isnan(g[0]));
+  EXPECT_EQ(g[1], INFINITY);
+}
+
+TEST(VecMath, VectorBodyAndScalarTailAgree) {
+  manual_seed(5);
+  Tensor x = randn({37}) * 4.0;  // 2 blocks of 16 and a tail of 5
+  for (const Case& c : cases()) {
+    // Shifting the start by one moves every element between the vector body and the tail.
+    auto whole = test::values(c.op(x));
+    auto shifted = test::values(c.op(x.narrow(0, 1, 36).contiguous()));
+    for (size_t i = 0; i < shifted.size(); ++i) EXPECT_EQ(shifted[i], whole[i + 1]) << c.name << " element " << i + 1;
+  }
+}
