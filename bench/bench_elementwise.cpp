@@ -74,8 +74,24 @@ void BM_KilnSumInnerDim(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * a.nbytes());
 }
+// Transcendental unary ops on 16M floats (vectorized exp/tanh/erf): in + out bytes.
+template <kiln::Tensor (*Op)(const kiln::Tensor&)>
+void BM_KilnUnary(benchmark::State& state) {
+  kiln::manual_seed(0);
+  kiln::Tensor x = kiln::randn({int64_t{1} << 24});
+  for (auto _ : state) {
+    kiln::Tensor y = Op(x);
+    benchmark::DoNotOptimize(y.data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * x.nbytes() * 2);
+}
+kiln::Tensor gelu_erf(const kiln::Tensor& x) { return kiln::gelu(x); }
 }  // namespace
 
+BENCHMARK(BM_KilnUnary<kiln::exp>)->Name("BM_KilnExp")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KilnUnary<kiln::sigmoid>)->Name("BM_KilnSigmoid")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KilnUnary<kiln::tanh>)->Name("BM_KilnTanh")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KilnUnary<gelu_erf>)->Name("BM_KilnGelu")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KilnSumOuterDim)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_KilnSumInnerDim)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_StreamAdd)->UseRealTime()->Unit(benchmark::kMillisecond);
