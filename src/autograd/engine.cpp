@@ -113,9 +113,18 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   Tensor g = std::move(grads[0]);
   AutogradMeta& meta = leaf_->autograd_meta();
   if (!meta.grad.defined()) {
-    // Steal the buffer when nothing else shares it; otherwise copy, so that an in-place
-    // change to .grad() (zero_, an optimizer) cannot reach another tensor.
-    meta.grad = g.storage().use_count() == 1 && g.impl_ptr().use_count() == 1 ? g : g.clone();
+    // Steal the buffer when nothing else shares it and it is laid out like the leaf (PyTorch's
+    // gradient layout contract: a channels-last weight gets a channels-last .grad()); otherwise
+    // copy, so that an in-place change to .grad() (zero_, an optimizer) cannot reach another
+    // tensor, nor write one element many times through a broadcast (stride-0) gradient.
+    Tensor leaf(leaf_);
+    const bool own = g.storage().use_count() == 1 && g.impl_ptr().use_count() == 1;
+    if (own && g.strides() == strides_like(leaf, leaf.shape())) {
+      meta.grad = g;
+    } else {
+      meta.grad = make_empty_like(leaf, leaf.shape(), g.dtype(), g.device());
+      meta.grad.copy_(g);
+    }
   } else {
     meta.grad = meta.grad + g;
   }

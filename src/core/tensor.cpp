@@ -1,5 +1,6 @@
 // Tensor metadata and the internal helpers that make tensors and views.
 #include <algorithm>
+#include <vector>
 
 #include "core/device_runtime.h"
 #include "core/tensor_util.h"
@@ -32,6 +33,31 @@ Tensor make_empty_strided(const Shape& shape, const Shape& strides, ScalarType d
 Tensor make_empty(const Shape& shape, ScalarType dtype, Device device) {
   shape_numel(shape, "empty");  // checks sizes and overflow before strides are computed from them
   return make_empty_strided(shape, contiguous_strides(shape), dtype, device);
+}
+
+bool is_non_overlapping_and_dense(const Tensor& t) {
+  if (t.is_contiguous()) return true;
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.shape()[d] != 1) dims.push_back(d);
+  std::sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) { return t.strides()[a] < t.strides()[b]; });
+  int64_t expected = 1;
+  for (int64_t d : dims) {
+    if (t.strides()[d] != expected) return false;
+    expected *= t.shape()[d];
+  }
+  return true;
+}
+
+Shape strides_like(const Tensor& like, const Shape& shape) {
+  if (!like.defined() || like.shape() != shape || like.is_contiguous() || !is_non_overlapping_and_dense(like))
+    return contiguous_strides(shape);
+  return like.strides();  // dense in another dim order
+}
+
+Tensor make_empty_like(const Tensor& like, const Shape& shape, ScalarType dtype, Device device) {
+  shape_numel(shape, "empty");
+  return make_empty_strided(shape, strides_like(like, shape), dtype, device);
 }
 
 Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset) {

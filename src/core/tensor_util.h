@@ -10,6 +10,15 @@ namespace kiln {
 // A new tensor over fresh storage on `device`; strides default to row-major.
 Tensor make_empty(const Shape& shape, ScalarType dtype, Device device);
 Tensor make_empty_strided(const Shape& shape, const Shape& strides, ScalarType dtype, Device device);
+// Whether t's elements exactly fill a block of memory, each once (any dim order).
+bool is_non_overlapping_and_dense(const Tensor& t);
+// A new tensor of `shape` laid out like `like` when `like` has that shape and is dense in another
+// dim order (channels-last, transposed), otherwise row-major: elementwise results, clone and
+// *_like keep their input's layout, as in PyTorch.
+Tensor make_empty_like(const Tensor& like, const Shape& shape, ScalarType dtype, Device device);
+// The strides make_empty_like would choose.
+Shape strides_like(const Tensor& like, const Shape& shape);
+
 // A view of `base`'s storage with the given geometry; no autograd (ops record that).
 Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset);
 // A handle sharing data and version counter with t but carrying no autograd history.

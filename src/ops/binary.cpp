@@ -115,7 +115,7 @@ Tensor binary(Op op, const char* name, const Tensor& a, const Tensor& b) {
   Device dev = ops::common_device({&a, &b}, name);
   ScalarType ct = compute_type(op, a, b, name);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  Tensor out = make_empty(shape, is_predicate(op) ? kBool : ct, dev);
+  Tensor out = make_empty_like(a.shape() == shape ? a : b, shape, is_predicate(op) ? kBool : ct, dev);
   Tensor ac = ops::cast(a, ct), bc = ops::cast(b, ct);
   ops::run1(op, dev, {ac, bc}, out);
   if (is_differentiable(op) && autograd::needs_grad({&a, &b}))

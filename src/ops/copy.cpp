@@ -37,8 +37,9 @@ Tensor transfer(const Tensor& t, Device device) {
   return out;
 }
 
-Tensor convert(const Tensor& t, ScalarType dtype) {
-  Tensor out = make_empty(t.shape(), dtype, t.device());
+// A copy of t in dtype, laid out like t (dense layouts kept) or row-major.
+Tensor convert(const Tensor& t, ScalarType dtype, bool keep_layout = true) {
+  Tensor out = keep_layout ? make_empty_like(t, t.shape(), dtype, t.device()) : make_empty(t.shape(), dtype, t.device());
   ops::run1(Op::Copy, t.device(), {t}, out);
   return out;
 }
@@ -80,7 +81,10 @@ Tensor& random_fill(Tensor& self, Op op, double a, double b, const char* name, u
 
 Tensor Tensor::contiguous() const {
   ops::check_defined(*this, "contiguous");
-  return is_contiguous() ? *this : clone();
+  if (is_contiguous()) return *this;
+  Tensor out = convert(*this, dtype(), /*keep_layout=*/false);
+  record_identity("CloneBackward", *this, out);
+  return out;
 }
 
 Tensor Tensor::clone() const {

@@ -199,12 +199,35 @@ TensorOptions like(const Tensor& t, const std::optional<TensorOptions>& o) {
 }
 }  // namespace
 
-Tensor empty_like(const Tensor& t, std::optional<TensorOptions> o) { return empty(t.shape(), like(t, o)); }
-Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> o) { return zeros(t.shape(), like(t, o)); }
-Tensor ones_like(const Tensor& t, std::optional<TensorOptions> o) { return ones(t.shape(), like(t, o)); }
-Tensor full_like(const Tensor& t, Scalar v, std::optional<TensorOptions> o) { return full(t.shape(), v, like(t, o)); }
-Tensor rand_like(const Tensor& t, std::optional<TensorOptions> o) { return rand(t.shape(), like(t, o)); }
-Tensor randn_like(const Tensor& t, std::optional<TensorOptions> o) { return randn(t.shape(), like(t, o)); }
+// *_like keep t's layout when it is dense in another dim order (channels-last, transposed).
+namespace {
+Tensor empty_in_layout(const Tensor& t, const std::optional<TensorOptions>& o) {
+  TensorOptions opts = like(t, o);
+  runtime_for(opts.device(), "empty_like");
+  return make_empty_like(t, t.shape(), opts.dtype(), opts.device());
+}
+Tensor finish_like(Tensor out, const std::optional<TensorOptions>& o) { return o ? finish(out, *o) : out; }
+}  // namespace
+
+Tensor empty_like(const Tensor& t, std::optional<TensorOptions> o) { return finish_like(empty_in_layout(t, o), o); }
+Tensor full_like(const Tensor& t, Scalar v, std::optional<TensorOptions> o) {
+  Tensor out = empty_in_layout(t, o);
+  backend::ScalarAttrs attrs{v};
+  ops::run1(Op::Fill, out.device(), {}, out, &attrs);
+  return finish_like(out, o);
+}
+Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> o) { return full_like(t, 0, o); }
+Tensor ones_like(const Tensor& t, std::optional<TensorOptions> o) { return full_like(t, 1, o); }
+Tensor rand_like(const Tensor& t, std::optional<TensorOptions> o) {
+  Tensor out = empty_in_layout(t, o);
+  out.uniform_(0.0, 1.0);
+  return finish_like(out, o);
+}
+Tensor randn_like(const Tensor& t, std::optional<TensorOptions> o) {
+  Tensor out = empty_in_layout(t, o);
+  out.normal_(0.0, 1.0);
+  return finish_like(out, o);
+}
 
 }  // namespace kiln
 

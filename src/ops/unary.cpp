@@ -10,7 +10,7 @@ using ops::Op;
 // A backward helper kernel: f(g, saved) elementwise, both already of one float dtype and shape.
 Tensor helper(Op op, const Tensor& g, const Tensor& saved) {
   Tensor gc = ops::cast(g, saved.dtype());
-  Tensor out = make_empty(broadcast_shapes(gc.shape(), saved.shape(), "backward"), saved.dtype(), saved.device());
+  Tensor out = make_empty_like(saved, broadcast_shapes(gc.shape(), saved.shape(), "backward"), saved.dtype(), saved.device());
   ops::run1(op, saved.device(), {gc, saved}, out);
   return out;
 }
@@ -37,7 +37,7 @@ Tensor unary(const UnaryDef& d, const Tensor& x) {
   check_not_bool(d, x, d.name);
   ScalarType t = d.domain == Domain::Float ? ops::float_type(x.dtype()) : x.dtype();
   Tensor in = ops::cast(x, t);
-  Tensor out = make_empty(x.shape(), d.domain == Domain::Bool ? kBool : t, x.device());
+  Tensor out = make_empty_like(x, x.shape(), d.domain == Domain::Bool ? kBool : t, x.device());
   ops::run1(d.op, x.device(), {in}, out);
   if (d.grad && autograd::needs_grad({&x})) {
     autograd::record(d.node, {&x}, out,
@@ -162,7 +162,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi
   ScalarType t = x.dtype();
   if ((lo && lo->is_floating_point()) || (hi && hi->is_floating_point())) t = ops::float_type(t);
   Tensor in = ops::cast(x, t);
-  Tensor out = make_empty(x.shape(), t, x.device());
+  Tensor out = make_empty_like(x, x.shape(), t, x.device());
   ops::run1(Op::Clamp, x.device(), {in}, out, &a);
   if (autograd::needs_grad({&x})) autograd::record("ClampBackward", {&x}, out, clamp_backward(x, a));
   return out;
@@ -192,7 +192,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   KILN_CHECK(cond.dtype() == kBool, "where", "the condition must be a bool tensor, got ", cond.dtype());
   ScalarType t = ops::result_type_of({&a, &b});
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
-  Tensor out = make_empty(shape, t, dev);
+  Tensor out = make_empty_like(a.shape() == shape ? a : b, shape, t, dev);
   Tensor ac = ops::cast(a, t), bc = ops::cast(b, t);
   backend::run(Op::Where, dev, std::initializer_list<Tensor>{cond, ac, bc}, std::span<Tensor>(&out, 1));
   if (autograd::needs_grad({&a, &b})) {
