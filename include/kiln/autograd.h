@@ -19,7 +19,7 @@ struct Edge {
   bool valid() const { return fn != nullptr; }
 };
 
-// One recorded op: turns the gradients of its outputs into gradients of its inputs.
+// One recorded op: turns the gradient of its output into gradients of its inputs.
 class Node {
  public:
   virtual ~Node() = default;
@@ -28,7 +28,6 @@ class Node {
   virtual void release_saved() {}
 
   std::vector<Edge> next_edges;  // one per differentiable input
-  uint32_t num_outputs = 1;
   uint64_t sequence_nr = 0;      // creation order; later nodes run first
 };
 

@@ -14,7 +14,6 @@ struct Shape : std::vector<int64_t> {
   Shape() = default;
   Shape(const std::vector<int64_t>& v) : std::vector<int64_t>(v) {}
 };
-using IntArrayRef = const Shape&;
 
 std::ostream& operator<<(std::ostream& os, const Shape& s);
 

@@ -344,7 +344,6 @@ inline bool Tensor::requires_grad() const { return impl_->autograd && impl_->aut
 
 namespace detail {
 void check_data_ptr(const Tensor& t, ScalarType want);
-Scalar item_scalar(const Tensor& t);
 }  // namespace detail
 
 template <class T> T* Tensor::data_ptr() const {

@@ -176,9 +176,11 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
   return lead > 0 || r.shape() != shape ? r.reshape(shape) : r;
 }
 
-Tensor grad_for(const Tensor& grad, const Tensor& input) {
-  Tensor g = sum_to(grad, input.shape());
-  return g.dtype() == input.dtype() ? g : g.to(input.dtype());
+Tensor InputMeta::operator()(const Tensor& grad) const {
+  if (!needs) return {};
+  Tensor g = sum_to(grad, shape);
+  if (g.dtype() != dtype) g = g.to(dtype);
+  return g.device() == device ? g : g.to(device);
 }
 
 }  // namespace kiln::autograd

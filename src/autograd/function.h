@@ -51,7 +51,16 @@ void record_inplace(const char* name, const Tensor& self, std::initializer_list<
 
 // Reduces a broadcast gradient back to `shape` (sums over the broadcast dims).
 Tensor sum_to(const Tensor& grad, const Shape& shape);
-// sum_to, then a cast to the input's dtype if the op computed in another one.
-Tensor grad_for(const Tensor& grad, const Tensor& input);
+// What a gradient must become for one input: summed over broadcast dims to its shape, cast to its
+// dtype and moved to its device; kept by backward functions instead of the input itself.
+struct InputMeta {
+  Shape shape;
+  ScalarType dtype;
+  Device device;
+  bool needs;  // the input requires grad; otherwise operator() gives an undefined tensor
+  explicit InputMeta(const Tensor& t)
+      : shape(t.shape()), dtype(t.dtype()), device(t.device()), needs(t.requires_grad()) {}
+  Tensor operator()(const Tensor& grad) const;
+};
 
 }  // namespace kiln::autograd

@@ -5,21 +5,9 @@
 namespace kiln {
 namespace {
 
+using autograd::InputMeta;
 using autograd::SavedTensor;
 using ops::Op;
-
-// What a gradient must be reduced and cast to for one input.
-struct InputMeta {
-  Shape shape;
-  ScalarType dtype;
-  bool needs;
-  explicit InputMeta(const Tensor& t) : shape(t.shape()), dtype(t.dtype()), needs(t.requires_grad()) {}
-  Tensor operator()(const Tensor& g) const {
-    if (!needs) return {};
-    Tensor r = autograd::sum_to(g, shape);
-    return r.dtype() == dtype ? r : r.to(dtype);
-  }
-};
 
 bool is_differentiable(Op op) {
   switch (op) {

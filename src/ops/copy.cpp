@@ -46,10 +46,7 @@ Tensor convert(const Tensor& t, ScalarType dtype, bool keep_layout = true) {
 
 void record_identity(const char* name, const Tensor& x, const Tensor& out) {
   if (!autograd::needs_grad({&x})) return;
-  autograd::record(name, {&x}, out, [dt = x.dtype(), dev = x.device()](const Tensor& g) -> TensorList {
-    Tensor r = g.dtype() == dt ? g : g.to(dt);
-    return {r.device() == dev ? r : r.to(dev)};
-  });
+  autograd::record(name, {&x}, out, [mx = autograd::InputMeta(x)](const Tensor& g) -> TensorList { return {mx(g)}; });
 }
 
 // Fills `self` with random numbers from `op`, using counters reserved from the global generator.
@@ -133,13 +130,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   ops::bump_version(*this);
   if (rec) {
     autograd::record_inplace("CopyBackward", *this, {&before, &src},
-                     [shape = src.shape(), dt = src.dtype(), dev = src.device(), needs = src.requires_grad()](
-                         const Tensor& g) -> TensorList {
-                       if (!needs) return {Tensor(), Tensor()};
-                       Tensor r = autograd::sum_to(g, shape);
-                       if (r.dtype() != dt) r = r.to(dt);
-                       return {Tensor(), r.device() == dev ? r : r.to(dev)};
-                     });
+                     [ms = autograd::InputMeta(src)](const Tensor& g) -> TensorList { return {Tensor(), ms(g)}; });
   }
   return *this;
 }

@@ -196,15 +196,13 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor ac = ops::cast(a, t), bc = ops::cast(b, t);
   backend::run(Op::Where, dev, std::initializer_list<Tensor>{cond, ac, bc}, std::span<Tensor>(&out, 1));
   if (autograd::needs_grad({&a, &b})) {
-    struct Meta { Shape shape; ScalarType dtype; bool needs; };
-    Meta ma{a.shape(), a.dtype(), a.requires_grad()}, mb{b.shape(), b.dtype(), b.requires_grad()};
-    autograd::record("WhereBackward", {&cond, &a, &b}, out, [sc = SavedTensor(cond), ma, mb](const Tensor& g) -> TensorList {
-      Tensor c = sc.get("WhereBackward");
-      Tensor z = zeros_like(g);
-      Tensor ga = ma.needs ? autograd::sum_to(where(c, g, z), ma.shape).to(ma.dtype) : Tensor();
-      Tensor gb = mb.needs ? autograd::sum_to(where(c, z, g), mb.shape).to(mb.dtype) : Tensor();
-      return {Tensor(), ga, gb};
-    });
+    autograd::record("WhereBackward", {&cond, &a, &b}, out,
+                     [sc = SavedTensor(cond), ma = autograd::InputMeta(a), mb = autograd::InputMeta(b)](
+                         const Tensor& g) -> TensorList {
+                       Tensor c = sc.get("WhereBackward");
+                       Tensor z = zeros_like(g);
+                       return {Tensor(), ma.needs ? ma(where(c, g, z)) : Tensor(), mb.needs ? mb(where(c, z, g)) : Tensor()};
+                     });
   }
   return out;
 }

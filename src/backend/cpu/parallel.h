@@ -57,13 +57,4 @@ decltype(auto) visit_float_dtype(ScalarType dtype, const char* where, F&& f) {
   }
 }
 
-// The type arithmetic on T runs in: float for the 16-bit floats, T otherwise.
-template <class T> struct AccType { using type = T; };
-template <> struct AccType<Half> { using type = float; };
-template <> struct AccType<BFloat16> { using type = float; };
-template <> struct AccType<bool> { using type = int64_t; };
-template <> struct AccType<uint8_t> { using type = int64_t; };
-template <> struct AccType<int32_t> { using type = int64_t; };
-template <class T> using acc_t = typename AccType<T>::type;
-
 }  // namespace kiln::backend::cpu
