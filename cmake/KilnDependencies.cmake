@@ -1,6 +1,8 @@
 # Finds OpenMP, oneDNN and the CUDA toolkit, honouring KILN_WITH_ONEDNN and KILN_WITH_CUDA.
 find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
+# zlib reads gzip-compressed IDX files (the MNIST format).
+find_package(ZLIB REQUIRED)
 
 set(KILN_HAVE_ONEDNN OFF)
 if(NOT KILN_WITH_ONEDNN STREQUAL "OFF")

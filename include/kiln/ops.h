@@ -114,6 +114,38 @@ Tensor squeeze(const Tensor& x);
 Tensor squeeze(const Tensor& x, int64_t dim);
 Tensor unsqueeze(const Tensor& x, int64_t dim);
 
+// ---- neural-network ops (src/ops/conv.cpp, pool.cpp, norm.cpp, loss.cpp, dropout.cpp,
+// linear.cpp). 4-D activations are logical NCHW; results of conv, pooling and batch norm are
+// channels-last (NHWC strides), the layout the CPU and GPU libraries are fastest in.
+
+// x [N, C_in, H, W], weight [C_out, C_in / groups, kH, kW], bias [C_out] or undefined.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const Shape& stride = {1, 1},
+              const Shape& padding = {0, 0}, const Shape& dilation = {1, 1}, int64_t groups = 1);
+// stride empty means stride = kernel_size, as in PyTorch.
+Tensor max_pool2d(const Tensor& x, const Shape& kernel_size, const Shape& stride = {},
+                  const Shape& padding = {0, 0}, const Shape& dilation = {1, 1}, bool ceil_mode = false);
+Tensor avg_pool2d(const Tensor& x, const Shape& kernel_size, const Shape& stride = {},
+                  const Shape& padding = {0, 0}, bool ceil_mode = false, bool count_include_pad = true);
+Tensor adaptive_avg_pool2d(const Tensor& x, const Shape& output_size);
+// Over dim 1 of a [N, C, ...] input. In training, updates running_mean/running_var in place
+// (unbiased variance, running = (1 - momentum) * running + momentum * batch) when defined.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
+                  double eps = 1e-5);
+// Zeroes elements with probability p from the Philox generator and scales the rest by 1/(1-p).
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
+// x [..., in] @ weight[out, in]^T + bias[out].
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+enum class Reduction { None, Mean, Sum };
+// input [N, C] or [N, C, d1, ...] log-probabilities; target [N] / [N, d1, ...] class indices.
+Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
+// input logits; target class indices (integer) or class probabilities (float, input's shape).
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                     Reduction reduction = Reduction::Mean, int64_t ignore_index = -100,
+                     double label_smoothing = 0.0);
+
 // The type an op on these operands computes in (PyTorch's result_type).
 ScalarType result_type(const Tensor& a, const Tensor& b);
 ScalarType result_type(const Tensor& a, Scalar b);
