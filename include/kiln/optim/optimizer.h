@@ -80,7 +80,7 @@ class Optimizer {
   // per-parameter state tensors, each shaped like its parameter.
   Optimizer(std::string name, std::map<std::string, Scalar> defaults, std::vector<std::string> state_names);
   // Checks one group's complete options; `where` names the caller for the message.
-  virtual void check_options(const std::map<std::string, Scalar>  virtual void check_options(const std::map<std::string, Scalar>& options, const std::string& where) const {} /*options*/, const std::string  virtual void check_options(const std::map<std::string, Scalar>& options, const std::string& where) const {} /*where*/) const {}
+  virtual void check_options(const std::map<std::string, Scalar>& /*options*/, const std::string& /*where*/) const {}
   // The parameter's state, created empty on first use.
   std::map<std::string, Tensor>& mutable_state(const Tensor& param) { return state_[param.impl()]; }
 
