@@ -1,0 +1,96 @@
+// kiln::optim::Optimizer: parameter groups, zero_grad, and the state as one flat tensor map.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln::optim {
+
+// Parameters with their own options. Options given here override the optimizer's defaults by
+// name ({"lr", 0.1}), as a param-group dict does in torch.optim; once the group is in an
+// optimizer it holds every option, and schedulers add entries of their own ("initial_lr",
+// "max_lr", ...), as in PyTorch. (libtorch keeps a typed OptimizerOptions object per group
+// instead; a name -> number map is what lets a scheduler or a checkpoint treat every
+// optimizer alike. SGD::options(g) gives the typed view.)
+class OptimizerParamGroup {
+ public:
+  OptimizerParamGroup(std::vector<Tensor> params, std::map<std::string, Scalar> options = {})
+      : params_(std::move(params)), options_(std::move(options)) {}
+
+  std::vector<Tensor>& params() { return params_; }
+  const std::vector<Tensor>& params() const { return params_; }
+  std::map<std::string, Scalar>& options() { return options_; }
+  const std::map<std::string, Scalar>& options() const { return options_; }
+
+  bool has(const std::string& name) const { return options_.count(name) != 0; }
+  // The option as a double; a missing one is an error naming it.
+  double get(const std::string& name) const;
+  void set(const std::string& name, Scalar value) { options_[name] = value; }
+  double lr() const { return get("lr"); }
+  void set_lr(double lr) { set("lr", lr); }
+
+ private:
+  std::vector<Tensor> params_;
+  std::map<std::string, Scalar> options_;
+};
+
+// Called by step() before the update, with grad mode on; its loss is what step() returns.
+using LossClosure = std::function<Tensor()>;
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter that has a gradient.
+  virtual Tensor step(LossClosure closure = nullptr) = 0;
+  // Drops every parameter's .grad() (set_to_none) or fills it with zeros.
+  void zero_grad(bool set_to_none = true);
+  // Adds parameters with options over the defaults. Errors for an unknown option name, a
+  // parameter already in a group, a non-leaf or undefined tensor, or an invalid option value.
+  void add_param_group(OptimizerParamGroup group);
+
+  std::vector<OptimizerParamGroup>& param_groups() { return groups_; }
+  const std::vector<OptimizerParamGroup>& param_groups() const { return groups_; }
+  const std::map<std::string, Scalar>& defaults() const { return defaults_; }
+  // Every group's parameters in order: index i here is "state.<i>." in state_dict().
+  std::vector<Tensor> parameters() const;
+  // The per-parameter state ("momentum_buffer", ...); empty until a step creates it.
+  const std::map<std::string, Tensor>& state(const Tensor& param) const;
+  const std::string& name() const { return name_; }
+
+  // "state.<i>.<name>" -> the state tensor (shared, not copied, as in PyTorch),
+  // "param_groups.<g>.params" -> int64 indices of the group's parameters,
+  // "param_groups.<g>.<option>" -> 0-d float64 (int64 for integer and bool options).
+  std::map<std::string, Tensor> state_dict() const;
+  // Restores a state_dict() of an optimizer of the same kind over parameters of the same
+  // shapes and dtypes. Checks everything first and names what is missing, unexpected or
+  // mismatched ("[SGD::load_state_dict] ..."); on error nothing changes. State tensors are
+  // copied to each parameter's device.
+  void load_state_dict(const std::map<std::string, Tensor>& state_dict);
+
+ protected:
+  // name: "SGD"; defaults: every option with its kind (float, int or bool); state_names: the
+  // per-parameter state tensors, each shaped like its parameter.
+  Optimizer(std::string name, std::map<std::string, Scalar> defaults, std::vector<std::string> state_names);
+  // Checks one group's complete options; `where` names the caller for the message.
+  virtual void check_options(const std::map<std::string, Scalar>& /*options*/, const std::string& /*where*/) const {}
+  // The parameter's state, created empty on first use.
+  std::map<std::string, Tensor>& mutable_state(const Tensor& param) { return state_[param.impl()]; }
+
+ private:
+  std::string name_;
+  std::map<std::string, Scalar> defaults_;
+  std::vector<std::string> state_names_;
+  std::vector<OptimizerParamGroup> groups_;
+  // Keyed by the parameter's TensorImpl, which its group keeps alive.
+  std::unordered_map<const TensorImpl*, std::map<std::string, Tensor>> state_;
+};
+
+}  // namespace kiln::optim

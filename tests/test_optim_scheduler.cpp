@@ -1,0 +1,233 @@
+// LR schedulers against PyTorch's lr sequences (tests/fixtures/optim/schedulers.txt), their
+// state_dict round trip, and their errors.
+#include <map>
+
+#include "kiln/optim.h"
+#include "optim_fixture.h"
+#include "test_util.h"
+
+namespace kiln::test {
+namespace {
+
+using namespace kiln::optim;
+
+std::vector<int64_t> int_list(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) v.push_back(std::stoll(item));
+  return v;
+}
+
+std::vector<double> num_list(const std::string& s) {
+  std::vector<double> v;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) v.push_back(num(item));
+  return v;
+}
+
+// "Name key value key value ..." -> the scheduler, with PyTorch's defaults for absent keys.
+std::shared_ptr<LRScheduler> build(Optimizer& opt, const std::vector<std::string>& w,
+                                   std::vector<std::shared_ptr<LRScheduler>> children = {}) {
+  std::map<std::string, std::string> a;
+  for (size_t i = 2; i + 1 < w.size(); i += 2) a[w[i]] = w[i + 1];
+  auto d = [&](const char* k, double def) { return a.count(k) ? num(a[k]) : def; };
+  const std::string& name = w[1];
+  if (name == "StepLR") return std::make_shared<StepLR>(opt, std::stoll(a.at("step_size")), d("gamma", 0.1));
+  if (name == "MultiStepLR") return std::make_shared<MultiStepLR>(opt, int_list(a.at("milestones")), d("gamma", 0.1));
+  if (name == "LinearLR")
+    return std::make_shared<LinearLR>(opt, d("start_factor", 1.0 / 3), d("end_factor", 1.0),
+                                      static_cast<int64_t>(d("total_iters", 5)));
+  if (name == "CosineAnnealingLR")
+    return std::make_shared<CosineAnnealingLR>(opt, std::stoll(a.at("T_max")), d("eta_min", 0.0));
+  if (name == "SequentialLR") return std::make_shared<SequentialLR>(opt, children, int_list(a.at("milestones")));
+  if (name == "OneCycleLR") {
+    OneCycleLROptions o;
+    std::vector<double> max_lr = num_list(a.at("max_lr"));
+    if (max_lr.size() == 1) o.max_lr = max_lr[0];
+    else o.max_lr_per_group = max_lr;
+    if (a.count("total_steps")) o.total_steps = std::stoll(a["total_steps"]);
+    if (a.count("epochs")) o.epochs = std::stoll(a["epochs"]);
+    if (a.count("steps_per_epoch")) o.steps_per_epoch = std::stoll(a["steps_per_epoch"]);
+    o.pct_start = d("pct_start", o.pct_start);
+    if (a.count("anneal_strategy")) o.anneal_strategy = a["anneal_strategy"];
+    o.cycle_momentum = d("cycle_momentum", 1) != 0;
+    o.base_momentum = d("base_momentum", o.base_momentum);
+    o.max_momentum = d("max_momentum", o.max_momentum);
+    o.div_factor = d("div_factor", o.div_factor);
+    o.final_div_factor = d("final_div_factor", o.final_div_factor);
+    o.three_phase = d("three_phase", 0) != 0;
+    return std::make_shared<OneCycleLR>(opt, o);
+  }
+  ADD_FAILURE() << "unknown scheduler " << name;
+  return nullptr;
+}
+
+// SGD(momentum 0.9) with one parameter per group, and the case's scheduler on it.
+struct SchedRun {
+  std::vector<Tensor> params;
+  std::unique_ptr<SGD> opt;
+  std::shared_ptr<LRScheduler> sched;
+
+  explicit SchedRun(const FixtureCase& c) {
+    std::vector<double> lrs = nums(c.with("groups").at(0), 1);
+    std::vector<OptimizerParamGroup> groups;
+    for (double lr : lrs) {
+      params.push_back(zeros({1}).requires_grad_());
+      groups.push_back(OptimizerParamGroup({params.back()}, {{"lr", lr}}));
+    }
+    opt = std::make_unique<SGD>(groups, SGDOptions{.lr = lrs[0], .momentum = 0.9});
+    std::vector<std::shared_ptr<LRScheduler>> children;
+    for (const auto& w : c.with("child")) children.push_back(build(*opt, w));
+    sched = build(*opt, c.with("sched").at(0), children);
+  }
+  std::vector<double> momenta() const {
+    std::vector<double> m;
+    for (size_t g = 0; g < opt->param_groups().size(); ++g) m.push_back(opt->options(g).momentum);
+    return m;
+  }
+  std::vector<double> lrs() const {
+    std::vector<double> m;
+    for (const auto& g : opt->param_groups()) m.push_back(g.lr());
+    return m;
+  }
+  void step() {
+    opt->step();
+    sched->step();
+  }
+};
+
+void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double rtol,
+                     const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], rtol * std::abs(want[i]) + 1e-300) << what << " group " << i;
+}
+
+TEST(OptimScheduler, MatchesPyTorch) {
+  auto cases = read_fixture_cases("optim/schedulers.txt");
+  ASSERT_EQ(cases.size(), 12u);
+  for (const auto& c : cases) {
+    SchedRun run(c);
+    auto lr_lines = c.with("lr"), m_lines = c.with("momentum");
+    ASSERT_GE(lr_lines.size(), 41u) << c.name;
+    for (size_t s = 0; s < lr_lines.size(); ++s) {
+      if (s > 0) run.step();
+      const std::string what = c.name + " step " + std::to_string(s);
+      expect_near_all(run.sched->get_last_lr(), nums(lr_lines[s], 2), 1e-12, what + " lr");
+      EXPECT_EQ(run.sched->get_last_lr(), run.lrs()) << what;
+      expect_near_all(run.momenta(), nums(m_lines[s], 2), 1e-12, what + " momentum");
+    }
+  }
+}
+
+// Stop after k steps, save optimizer and scheduler, build both anew, load, continue: the same
+// lrs and momenta as without the interruption, to the bit.
+TEST(OptimScheduler, StateDictRoundTrip) {
+  for (const auto& c : read_fixture_cases("optim/schedulers.txt")) {
+    const size_t steps = c.with("lr").size() - 1;
+    for (size_t k : {size_t{1}, size_t{5}, size_t{17}}) {
+      SchedRun whole(c), first(c);
+      for (size_t s = 0; s < k; ++s) {
+        whole.step();
+        first.step();
+      }
+      auto opt_sd = first.opt->state_dict();
+      auto sched_sd = first.sched->state_dict();
+      SchedRun second(c);
+      second.opt->load_state_dict(opt_sd);
+      second.sched->load_state_dict(sched_sd);
+      EXPECT_EQ(second.sched->get_last_lr(), whole.sched->get_last_lr()) << c.name;
+      EXPECT_EQ(second.sched->last_epoch(), whole.sched->last_epoch()) << c.name;
+      for (size_t s = k; s < steps; ++s) {
+        whole.step();
+        second.step();
+        EXPECT_EQ(second.sched->get_last_lr(), whole.sched->get_last_lr()) << c.name << " k " << k << " step " << s;
+        EXPECT_EQ(second.momenta(), whole.momenta()) << c.name << " k " << k << " step " << s;
+      }
+    }
+  }
+}
+
+TEST(OptimScheduler, StateDictKeys) {
+  Tensor p = zeros({1}).requires_grad_();
+  SGD opt({p}, {.lr = 0.1});
+  auto warm = std::make_shared<LinearLR>(opt, 0.5, 1.0, 2);
+  auto cos = std::make_shared<CosineAnnealingLR>(opt, 10);
+  SequentialLR sched(opt, {warm, cos}, {2});
+  for (int i = 0; i < 3; ++i) sched.step();
+  auto sd = sched.state_dict();
+  EXPECT_EQ(sd.at("last_epoch").item<int64_t>(), 3);
+  EXPECT_EQ(sd.at("schedulers.1.last_epoch").item<int64_t>(), 1);  // restarted at the milestone
+  EXPECT_EQ(sd.at("schedulers.0.base_lrs.0").dtype(), kFloat64);
+  EXPECT_EQ(sd.at("schedulers.0.base_lrs.0").item<double>(), 0.1);
+  EXPECT_EQ(sd.at("last_lr.0").item<double>(), sched.get_last_lr()[0]);
+  EXPECT_EQ(sd.size(), 12u);  // 3 schedulers x (last_epoch, step_count, base_lrs.0, last_lr.0)
+  // The optimizer's state_dict carries the lr and the initial_lr the schedulers recorded.
+  auto osd = opt.state_dict();
+  EXPECT_EQ(osd.at("param_groups.0.initial_lr").item<double>(), 0.1);
+  EXPECT_EQ(osd.at("param_groups.0.lr").item<double>(), sched.get_last_lr()[0]);
+}
+
+TEST(OptimScheduler, OneCycleSetsGroupEntries) {
+  Tensor p = zeros({1}).requires_grad_();
+  SGD opt({p}, {.lr = 0.1});
+  OneCycleLR sched(opt, {.max_lr = 1.0, .total_steps = 10, .div_factor = 4, .final_div_factor = 5});
+  const auto& g = opt.param_groups()[0];
+  EXPECT_EQ(g.get("initial_lr"), 0.25);
+  EXPECT_EQ(g.get("max_lr"), 1.0);
+  EXPECT_EQ(g.get("min_lr"), 0.05);
+  EXPECT_EQ(g.lr(), 0.25);
+  EXPECT_EQ(opt.options(0).momentum, 0.95);  // cycle_momentum starts at max_momentum
+  for (int i = 0; i < 9; ++i) sched.step();
+  EXPECT_NEAR(g.lr(), 0.05, 1e-15);  // min_lr at step total_steps - 1
+  sched.step();                      // PyTorch allows one step more
+  expect_error([&] { sched.step(); }, "[OneCycleLR] tried to step 11 times; the specified number of total steps is 10");
+}
+
+TEST(OptimScheduler, Errors) {
+  Tensor p = zeros({1}).requires_grad_(), q = zeros({1}).requires_grad_();
+  SGD opt({p}, {.lr = 0.1});
+  SGD other({q}, {.lr = 0.1});
+  expect_error([&] { StepLR(opt, 0); }, "[StepLR] step_size must be positive, got 0");
+  expect_error([&] { LinearLR(opt, 0.0); }, "[LinearLR] start_factor must be greater than 0 and at most 1, got 0");
+  expect_error([&] { LinearLR(opt, 0.5, 1.5); }, "[LinearLR] end_factor must be between 0 and 1, got 1.5");
+  expect_error([&] { CosineAnnealingLR(opt, 0); }, "[CosineAnnealingLR] T_max must be positive");
+  expect_error([&] { OneCycleLR(opt, {.max_lr = 0.1}); },
+               "[OneCycleLR] give either total_steps or both epochs and steps_per_epoch");
+  expect_error([&] { OneCycleLR(opt, {.max_lr = 0.1, .total_steps = 0}); }, "expected a positive total_steps, got 0");
+  expect_error([&] { OneCycleLR(opt, {.max_lr = 0.1, .total_steps = 10, .pct_start = 1.5}); },
+               "expected pct_start between 0 and 1, got 1.5");
+  expect_error([&] { OneCycleLR(opt, {.max_lr = 0.1, .total_steps = 10, .anneal_strategy = "exp"}); },
+               "anneal_strategy must be \"cos\" or \"linear\", got \"exp\"");
+  expect_error([&] { OneCycleLR(opt, {.max_lr = 0.1, .total_steps = 10, .max_lr_per_group = {0.1, 0.2}}); },
+               "[OneCycleLR] expected 1 values for max_lr_per_group, got 2");
+  EXPECT_FALSE(opt.param_groups()[0].has("max_lr"));  // a failed construction left the groups alone
+
+  auto a = std::make_shared<LinearLR>(opt);
+  auto b = std::make_shared<StepLR>(other, 3);
+  expect_error([&] { SequentialLR(opt, {a, b}, {2}); }, "[SequentialLR] scheduler 1 (StepLR) belongs to a different optimizer");
+  expect_error([&] { SequentialLR(opt, {a}, {2}); }, "[SequentialLR] expects one milestone fewer than schedulers, got 1 schedulers and 1 milestones");
+  expect_error([&] { SequentialLR(opt, {}, {}); }, "[SequentialLR] expects at least one scheduler");
+
+  StepLR s(opt, 3);
+  auto sd = s.state_dict();
+  auto bad = sd;
+  bad.erase("base_lrs.0");
+  expect_error([&] { s.load_state_dict(bad); }, "[StepLR::load_state_dict] missing key 'base_lrs.0'");
+  bad = sd;
+  bad["last_epoch"] = scalar_tensor(3.0, kFloat64);
+  expect_error([&] { s.load_state_dict(bad); }, "[StepLR::load_state_dict] 'last_epoch' must be a 0-d int64 tensor, got float64 of shape []");
+  bad = sd;
+  bad["base_lrs.1"] = scalar_tensor(0.1, kFloat64);
+  expect_error([&] { s.load_state_dict(bad); }, "[StepLR::load_state_dict] unexpected key 'base_lrs.1' (the optimizer has 1 param groups)");
+
+  auto w = std::make_shared<LinearLR>(opt);
+  auto c = std::make_shared<CosineAnnealingLR>(opt, 5);
+  SequentialLR seq(opt, {w, c}, {3});
+  auto ssd = seq.state_dict();
+  ssd.erase("schedulers.1.step_count");
+  expect_error([&] { seq.load_state_dict(ssd); }, "[SequentialLR::load_state_dict] missing key 'schedulers.1.step_count'");
+}
+
+}  // namespace
+}  // namespace kiln::test

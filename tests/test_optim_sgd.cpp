@@ -1,0 +1,292 @@
+// SGD against PyTorch trajectories (tests/fixtures/optim/sgd.txt), its state_dict, zero_grad and errors.
+#include <map>
+
+#include "kiln/optim.h"
+#include "optim_fixture.h"
+#include "test_util.h"
+
+namespace kiln::test {
+namespace {
+
+using optim::OptimizerParamGroup;
+using optim::SGD;
+using optim::SGDOptions;
+
+// key value pairs from words[from] on.
+std::map<std::string, Scalar> option_pairs(const std::vector<std::string>& w, size_t from) {
+  std::map<std::string, Scalar> m;
+  for (size_t i = from; i + 1 < w.size(); i += 2)
+    m[w[i]] = w[i] == "nesterov" ? Scalar(num(w[i + 1]) != 0) : Scalar(num(w[i + 1]));
+  return m;
+}
+
+SGDOptions sgd_options(const std::map<std::string, Scalar>& m) {
+  SGDOptions o{.lr = m.at("lr").to_double()};
+  if (m.count("momentum")) o.momentum = m.at("momentum").to_double();
+  if (m.count("dampening")) o.dampening = m.at("dampening").to_double();
+  if (m.count("weight_decay")) o.weight_decay = m.at("weight_decay").to_double();
+  if (m.count("nesterov")) o.nesterov = m.at("nesterov").to<bool>();
+  return o;
+}
+
+// A fixture case's parameters (fresh leaves) and an SGD over them with the case's groups.
+struct SgdRun {
+  std::vector<Tensor> params;
+  std::unique_ptr<SGD> opt;
+  const FixtureCase* c;
+  ScalarType dtype;
+
+  SgdRun(const FixtureCase& fc, ScalarType dt) : c(&fc), dtype(dt) {
+    for (const auto& w : fc.with("param")) {
+      const int64_t ndim = std::stoll(w[3]);
+      Shape shape;
+      for (int64_t d = 0; d < ndim; ++d) shape.push_back(std::stoll(w[4 + d]));
+      Tensor p = tensor(nums(w, 4 + ndim), shape, kFloat64).to(dtype);
+      p.requires_grad_(true);
+      params.push_back(p);
+    }
+    std::vector<OptimizerParamGroup> groups;
+    for (const auto& g : fc.with("group")) {
+      std::vector<Tensor> ps;
+      for (const auto& w : fc.with("param"))
+        if (w[2] == g[1]) ps.push_back(params[std::stoll(w[1])]);
+      groups.emplace_back(ps, option_pairs(g, 2));
+    }
+    opt = std::make_unique<SGD>(groups, sgd_options(option_pairs(fc.with("defaults").at(0), 1)));
+  }
+
+  // Sets the grads of step s (None where the fixture has none) and steps.
+  void step(int64_t s) {
+    for (auto& p : params) p.set_grad(Tensor());
+    for (const auto& w : c->with("grad"))
+      if (std::stoll(w[1]) == s) {
+        Tensor& p = params[std::stoll(w[2])];
+        p.set_grad(tensor(nums(w, 3), p.shape(), kFloat64).to(dtype));
+      }
+    opt->step();
+  }
+  int64_t steps() const { return std::stoll(c->with("expect").back().at(1)) + 1; }
+};
+
+void expect_trajectory(const FixtureCase& fc, ScalarType dtype, double rtol, double atol) {
+  SgdRun run(fc, dtype);
+  for (int64_t s = 0; s < run.steps(); ++s) {
+    run.step(s);
+    for (const auto& w : fc.with("expect"))
+      if (std::stoll(w[1]) == s) {
+        const Tensor& p = run.params[std::stoll(w[2])];
+        expect_close(p, nums(w, 3), p.shape(), rtol, atol, fc.name + " step " + w[1] + " param " + w[2]);
+      }
+  }
+}
+
+TEST(OptimSGD, MatchesPyTorchFloat64) {
+  auto cases = read_fixture_cases("optim/sgd.txt");
+  ASSERT_EQ(cases.size(), 10u);
+  for (const auto& c : cases) expect_trajectory(c, kFloat64, 1e-10, 1e-12);
+}
+
+TEST(OptimSGD, MatchesPyTorchFloat32) {
+  for (const auto& c : read_fixture_cases("optim/sgd.txt")) expect_trajectory(c, kFloat32, 1e-5, 1e-6);
+}
+
+// Stopping after k steps, saving, loading into a new optimizer and continuing gives exactly
+// the uninterrupted trajectory.
+TEST(OptimSGD, StateDictRoundTrip) {
+  for (const auto& c : read_fixture_cases("optim/sgd.txt")) {
+    SgdRun whole(c, kFloat64), first(c, kFloat64);
+    const int64_t k = 3;
+    for (int64_t s = 0; s < k; ++s) {
+      whole.step(s);
+      first.step(s);
+    }
+    auto sd = first.opt->state_dict();
+    SgdRun second(c, kFloat64);
+    for (size_t i = 0; i < second.params.size(); ++i) {
+      NoGradGuard g;
+      second.params[i].copy_(first.params[i]);
+    }
+    // Different options beforehand: load must restore them.
+    for (auto& g : second.opt->param_groups()) g.set_lr(123.0);
+    second.opt->load_state_dict(sd);
+    first.opt.reset();  // the loaded state must not depend on the first optimizer
+    for (int64_t s = k; s < whole.steps(); ++s) {
+      whole.step(s);
+      second.step(s);
+      for (size_t i = 0; i < whole.params.size(); ++i)
+        EXPECT_EQ(values(whole.params[i]), values(second.params[i])) << c.name << " step " << s << " param " << i;
+    }
+  }
+}
+
+TEST(OptimSGD, StateDictKeysAndTypes) {
+  Tensor a = zeros({2}).requires_grad_(), b = zeros({3}).requires_grad_();
+  SGD opt({OptimizerParamGroup({a}), OptimizerParamGroup({b}, {{"lr", 0.5}, {"momentum", 0}, {"nesterov", false}})},
+          {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+  a.set_grad(ones({2}));
+  opt.step();
+  auto sd = opt.state_dict();
+  ASSERT_TRUE(sd.count("state.0.momentum_buffer"));
+  EXPECT_FALSE(sd.count("state.1.momentum_buffer"));  // b had no grad
+  EXPECT_EQ(values(sd.at("state.0.momentum_buffer")), (std::vector<double>{1, 1}));
+  EXPECT_EQ(sd.at("param_groups.1.lr").dtype(), kFloat64);
+  EXPECT_EQ(sd.at("param_groups.1.lr").dim(), 0);
+  EXPECT_EQ(sd.at("param_groups.1.lr").item<double>(), 0.5);
+  EXPECT_EQ(sd.at("param_groups.1.momentum").item<double>(), 0.0);
+  EXPECT_EQ(sd.at("param_groups.0.nesterov").dtype(), kInt64);
+  EXPECT_EQ(sd.at("param_groups.0.nesterov").item<int64_t>(), 1);
+  EXPECT_EQ(values(sd.at("param_groups.1.params")), std::vector<double>{1});
+  EXPECT_EQ(opt.options(1).lr, 0.5);
+  EXPECT_EQ(opt.options(0).momentum, 0.9);
+  EXPECT_EQ(sd.size(), 13u);  // 1 state + 2 groups x (params + 5 options)
+}
+
+TEST(OptimSGD, BufferIsACopyAndGradIsUntouched) {
+  Tensor p = tensor({1.0, 2.0, 3.0}).requires_grad_();
+  SGD opt({p}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.5, .weight_decay = 0.1});
+  p.set_grad(tensor({0.5, -1.0, 2.0}));
+  opt.step();
+  Tensor buf = opt.state(p).at("momentum_buffer");
+  EXPECT_FALSE(buf.storage() == p.grad().storage());
+  opt.zero_grad(false);  // zeroes the grad in place: the buffer must keep its values
+  EXPECT_EQ(values(p.grad()), (std::vector<double>{0, 0, 0}));
+  expect_close(buf, {0.5 + 0.1 * 1, -1.0 + 0.1 * 2, 2.0 + 0.1 * 3}, {3});
+  Tensor g = tensor({1.0, 1.0, 1.0});
+  p.set_grad(g);
+  opt.step();
+  EXPECT_EQ(values(g), (std::vector<double>{1, 1, 1}));
+}
+
+TEST(OptimSGD, ZeroGrad) {
+  Tensor a = ones({2, 2}).requires_grad_(), b = ones({3}).requires_grad_();
+  SGD opt({a, b}, {.lr = 1});
+  (a.sum() * 2 + b.sum()).backward();
+  ASSERT_TRUE(a.grad().defined());
+  opt.zero_grad(false);
+  EXPECT_EQ(values(a.grad()), (std::vector<double>{0, 0, 0, 0}));
+  EXPECT_EQ(b.grad().shape(), Shape{3});
+  opt.zero_grad();
+  EXPECT_FALSE(a.grad().defined());
+  EXPECT_FALSE(b.grad().defined());
+  opt.step();  // no grads: nothing moves
+  EXPECT_EQ(values(a), (std::vector<double>{1, 1, 1, 1}));
+}
+
+TEST(OptimSGD, TrainsWithBackwardAndClosure) {
+  Tensor w = zeros({3}).requires_grad_();
+  Tensor target = tensor({1.0, -2.0, 0.5});
+  SGD opt({w}, {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+  double first = 0, last = 0;
+  for (int i = 0; i < 60; ++i) {
+    Tensor loss = opt.step([&] {
+      opt.zero_grad();
+      Tensor l = (w - target).square().sum();
+      l.backward();
+      return l;
+    });
+    (i == 0 ? first : last) = loss.item<double>();
+  }
+  EXPECT_EQ(first, 1.0 + 4.0 + 0.25);
+  EXPECT_LT(last, 1e-4);
+  expect_close(w, {1.0, -2.0, 0.5}, {3}, 0, 1e-2);
+  EXPECT_FALSE(w.grad_fn());  // the update is not recorded
+}
+
+TEST(OptimSGD, AddParamGroupFillsDefaults) {
+  Tensor a = zeros({1}).requires_grad_(), b = zeros({1}).requires_grad_();
+  SGD opt({a}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
+  opt.add_param_group({{b}, {{"lr", 1}, {"momentum", 0}}});  // integers become floats
+  ASSERT_EQ(opt.param_groups().size(), 2u);
+  SGDOptions o = opt.options(1);
+  EXPECT_EQ(o.lr, 1.0);
+  EXPECT_EQ(o.momentum, 0.0);
+  EXPECT_EQ(o.weight_decay, 1e-4);
+  EXPECT_TRUE(opt.param_groups()[1].options().at("momentum").is_floating_point());
+  EXPECT_EQ(opt.parameters().size(), 2u);
+  EXPECT_TRUE(opt.parameters()[1].is_same(b));
+}
+
+TEST(OptimSGD, OptionErrors) {
+  Tensor p = zeros({2}).requires_grad_();
+  expect_error([&] { SGD({p}, {.lr = -0.1}); }, "[SGD] invalid learning rate: -0.1");
+  expect_error([&] { SGD({p}, {.lr = 0.1, .momentum = -1}); }, "[SGD] invalid momentum value: -1");
+  expect_error([&] { SGD({p}, {.lr = 0.1, .weight_decay = -1e-4}); }, "[SGD] invalid weight_decay value");
+  expect_error([&] { SGD({p}, {.lr = 0.1, .nesterov = true}); }, "[SGD] Nesterov momentum requires a momentum");
+  expect_error([&] { SGD({p}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true}); },
+               "zero dampening");
+  expect_error([&] { SGD(std::vector<Tensor>{}, {.lr = 0.1}); }, "[SGD] got an empty parameter list");
+  expect_error([&] { SGD({OptimizerParamGroup({p}, {{"lrr", 0.1}})}, {.lr = 0.1}); },
+               "[SGD::add_param_group] unknown option 'lrr' in param group 0");
+  expect_error([&] { SGD({OptimizerParamGroup({p}, {{"lr", -1}})}, {.lr = 0.1}); },
+               "[SGD::add_param_group] invalid learning rate: -1");
+  expect_error([&] { SGD({OptimizerParamGroup({p}), OptimizerParamGroup({p})}, {.lr = 0.1}); },
+               "parameter 0 of param group 1 appears more than once");
+  Tensor q = p * 2;
+  expect_error([&] { SGD({q}, {.lr = 0.1}); }, "is not a leaf tensor");
+  expect_error([&] { SGD({Tensor()}, {.lr = 0.1}); }, "undefined tensor");
+  expect_error([&] { SGD({zeros({2}, kInt64)}, {.lr = 0.1}); }, "must be floating point");
+  SGD opt({p}, {.lr = 0.1});
+  expect_error([&] { opt.options(1); }, "[SGD::options] param group 1 out of range");
+  expect_error([&] { opt.param_groups()[0].get("betas"); }, "[OptimizerParamGroup::get] no option 'betas'");
+}
+
+TEST(OptimSGD, LoadStateDictErrors) {
+  Tensor a = zeros({2}).requires_grad_(), b = zeros({3}).requires_grad_();
+  SGD opt({OptimizerParamGroup({a}), OptimizerParamGroup({b})}, {.lr = 0.1, .momentum = 0.9});
+  a.set_grad(ones({2}));
+  b.set_grad(ones({3}));
+  opt.step();
+  const auto good = opt.state_dict();
+  auto with = [&](auto edit) {
+    auto sd = good;
+    edit(sd);
+    return sd;
+  };
+  const char* L = "[SGD::load_state_dict] ";
+  expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd.erase("param_groups.1.momentum"); })); },
+               std::string(L) + "missing key 'param_groups.1.momentum'");
+  expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd.erase("param_groups.0.params"); })); },
+               std::string(L) + "missing key 'param_groups.0.params'");
+  expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd["state.1.momentum_buffer"] = zeros({2}); })); },
+               std::string(L) + "'state.1.momentum_buffer' has shape [2] but parameter 1 has shape [3]");
+  expect_error(
+      [&] { opt.load_state_dict(with([](auto& sd) { sd["state.0.momentum_buffer"] = zeros({2}, kFloat64); })); },
+      std::string(L) + "'state.0.momentum_buffer' has dtype float64 but parameter 0 has dtype float32");
+  expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd["state.2.momentum_buffer"] = zeros({2}); })); },
+               std::string(L) + "'state.2.momentum_buffer' is for parameter 2 but the optimizer has 2 parameters");
+  expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd["state.0.exp_avg"] = zeros({2}); })); },
+               std::string(L) + "unexpected key 'state.0.exp_avg'");
+  expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd["epoch"] = zeros({}); })); },
+               std::string(L) + "unexpected key 'epoch'");
+  expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd["state.x.momentum_buffer"] = zeros({2}); })); },
+               std::string(L) + "unexpected key 'state.x.momentum_buffer'");
+  expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd["param_groups.2.lr"] = scalar_tensor(0.1, kFloat64); })); },
+               std::string(L) + "'param_groups.2.lr' is for param group 2 but the optimizer has 2 param groups");
+  expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd["param_groups.0.lr"] = scalar_tensor(0.1, kFloat32); })); },
+               std::string(L) + "'param_groups.0.lr' has dtype float32, expected float64");
+  expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd["param_groups.0.lr"] = zeros({1}, kFloat64); })); },
+               std::string(L) + "'param_groups.0.lr' must be a 0-d tensor, got shape [1]");
+  expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd["param_groups.0.nesterov"] = scalar_tensor(1.0, kFloat64); })); },
+               std::string(L) + "'param_groups.0.nesterov' has dtype float64, expected int64");
+  expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd["param_groups.1.params"] = tensor({1L, 2L}, kInt64); })); },
+               std::string(L) + "param group 1 has 2 parameters in the state dict but 1 in the optimizer");
+  expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd["param_groups.0.lr"] = scalar_tensor(-1.0, kFloat64); })); },
+               std::string(L) + "invalid learning rate: -1");
+  expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd["param_groups.0.lr"] = Tensor(); })); },
+               std::string(L) + "'param_groups.0.lr' is an undefined tensor");
+
+  // A failed load changes nothing.
+  Tensor buf_before = opt.state(a).at("momentum_buffer").clone();
+  expect_error([&] {
+    opt.load_state_dict(with([](auto& sd) {
+      sd["state.0.momentum_buffer"] = full({2}, 7.0);
+      sd["param_groups.0.lr"] = scalar_tensor(0.5, kFloat64);
+      sd["bogus"] = zeros({});
+    }));
+  }, "unexpected key 'bogus'");
+  EXPECT_EQ(values(opt.state(a).at("momentum_buffer")), values(buf_before));
+  EXPECT_EQ(opt.options(0).lr, 0.1);
+}
+
+}  // namespace
+}  // namespace kiln::test
