@@ -98,6 +98,25 @@ TEST(Linear, WeightGradientIsDenseLikeTheWeight) {
   expect_close(b.grad(), gb, {5}, 1e-5, 1e-5);
 }
 
+TEST(Linear, InPlaceOnTheResultKeepsTheGradient) {
+  // a 1-D input gives a result that must not be a view of a hidden temporary: an in-place op
+  // on it would otherwise lose linear's history
+  for (Shape xs : {Shape{4}, Shape{2, 4}}) {
+    SCOPED_TRACE(testing::Message() << xs);
+    Tensor x = rnd(xs, 34).requires_grad_(), w = rnd({3, 4}, 35).requires_grad_();
+    Tensor y = linear(x, w);
+    y.mul_(2.0);
+    y.sum().backward();
+    ASSERT_TRUE(x.grad().defined());
+    Vec wv = test::values(w), gx = test::values(x.grad());
+    for (size_t i = 0; i < gx.size(); ++i) {
+      double want = 0;
+      for (int o = 0; o < 3; ++o) want += 2 * wv[o * 4 + i % 4];
+      EXPECT_NEAR(gx[i], want, 1e-12) << i;
+    }
+  }
+}
+
 TEST(Linear, Errors) {
   Tensor x = zeros({3, 4}), w = zeros({5, 4});
   expect_error([&] { linear(zeros({3, 6}), w); }, "[linear] input of shape [3, 6] and weight of shape [5, 4]");
@@ -212,6 +231,34 @@ TEST(Dropout, Errors) {
   expect_error([] { dropout(ones({3}), -0.1); }, "[dropout] probability must be in [0, 1]");
   expect_error([] { dropout(ones({3}, kInt64), 0.5); }, "[dropout] expects a floating-point tensor, got int64");
   expect_error([] { dropout(Tensor(), 0.5); }, "[dropout] got an undefined tensor");
+}
+
+// ---- every other built device against the CPU (skipped where the CPU is the only one)
+
+TEST(NnOpsDevices, MatchTheCpu) {
+  auto devs = test::devices();
+  if (devs.size() < 2) GTEST_SKIP() << "no device besides the CPU in this build";
+  Tensor x = rnd({6, 5}, 30, kFloat32), w = rnd({4, 5}, 31, kFloat32), b = rnd({4}, 32, kFloat32);
+  Tensor t = tensor({0, 3, -100, 1, 2, 3});
+  Tensor cw = rnd({4}, 33, kFloat32) + 2.0;
+  manual_seed(11);
+  Vec mask_cpu = test::values(dropout(ones({1000}), 0.4));
+  Tensor logits_cpu = linear(x, w, b).detach().requires_grad_();
+  Tensor loss_cpu = cross_entropy(logits_cpu, t, cw, Reduction::Mean, -100, 0.1);
+  loss_cpu.backward();
+  for (size_t i = 1; i < devs.size(); ++i) {
+    Device d = devs[i];
+    SCOPED_TRACE(d.str());
+    manual_seed(11);
+    EXPECT_EQ(test::values(dropout(ones({1000}, TensorOptions(kFloat32).device(d)), 0.4)), mask_cpu);
+    Tensor logits = linear(x.to(d), w.to(d), b.to(d)).detach().requires_grad_();
+    expect_close(logits, test::values(logits_cpu), {6, 4}, 1e-4, 1e-5);
+    Tensor loss = cross_entropy(logits, t.to(d), cw.to(d), Reduction::Mean, -100, 0.1);
+    expect_close(loss, test::values(loss_cpu), {}, 1e-5, 1e-6);
+    loss.backward();
+    expect_close(logits.grad(), test::values(logits_cpu.grad()), {6, 4}, 1e-4, 1e-6);
+    expect_error([&] { nll_loss(logits, tensor({0, 1, 2, 3, 4, 0}).to(d)); }, "[nll_loss] target 4 is out of range");
+  }
 }
 
 }  // namespace
