@@ -1,0 +1,191 @@
+// nll_loss and cross_entropy (class indices or probabilities, weights, ignore_index, label
+// smoothing), built from gather/index ops so that no one-hot [N, C] tensor is ever made.
+#include <cmath>
+#include <limits>
+
+#include "ops/op_util.h"
+
+namespace kiln {
+namespace {
+
+// The checked pieces of a class-index loss on [N, C, d1, ...] input (1-D input and 0-d target
+// are batched as [1, C] and [1] by the caller).
+struct IndexTarget {
+  Tensor valid;   // bool, target's shape: not ignore_index
+  Tensor safe;    // int64, target's shape: the class, 0 where ignored (a valid index)
+  Tensor weight;  // the per-target weight, 0 where ignored, input's dtype
+};
+
+void check_weight(const Tensor& input, const Tensor& weight, int64_t classes, const char* op) {
+  if (!weight.defined()) return;
+  ops::common_device({&input, &weight}, op);
+  KILN_CHECK(weight.dim() == 1 && weight.numel() == classes, op, "weight must have shape [", classes,
+             "] (one per class), got ", weight.shape());
+  KILN_CHECK(weight.dtype() == input.dtype(), op, "weight has dtype ", weight.dtype(), " but input has ",
+             input.dtype());
+}
+
+void check_index_shapes(const Tensor& input, const Tensor& target, const char* op) {
+  KILN_CHECK(input.dim() >= 1, op, "input must have at least 1 dim (classes), got shape ", input.shape());
+  KILN_CHECK(target.dtype() == kInt64 || target.dtype() == kInt32, op,
+             "target must hold class indices (int64), got ", target.dtype());
+  Shape want = input.shape();
+  want.erase(want.begin() + (input.dim() == 1 ? 0 : 1));
+  KILN_CHECK(target.shape() == want, op, "input of shape ", input.shape(), " needs a target of shape ", want,
+             ", got ", target.shape());
+}
+
+// Validates the targets (one host sync: out-of-range classes are an error, as in PyTorch on the
+// CPU) and gathers the per-target weights. input is [N, C, ...].
+IndexTarget prepare_targets(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index,
+                            const char* op) {
+  NoGradGuard ng;
+  const int64_t classes = input.size(1);
+  Tensor t = ops::cast(target, kInt64);
+  IndexTarget r;
+  r.valid = ne(t, ignore_index);
+  Tensor bad = logical_and(r.valid, logical_or(lt(t, 0), ge(t, classes)));
+  if (t.numel() > 0 && any(bad).item<bool>()) {
+    for (int64_t v : t.to_vector<int64_t>())
+      KILN_CHECK(v == ignore_index || (v >= 0 && v < classes), op, "target ", v, " is out of range for ", classes,
+                 " classes");
+  }
+  r.safe = where(r.valid, t, 0);
+  if (weight.defined()) {
+    Tensor w = index_select(weight.detach(), 0, r.safe.reshape({-1})).reshape(t.shape());
+    r.weight = where(r.valid, w, 0);
+  } else {
+    r.weight = r.valid.to(input.dtype());
+  }
+  return r;
+}
+
+// Per-target -log p[target] (0 where ignored), times the class weight. logp is [N, C, ...].
+Tensor picked_loss(const Tensor& logp, const IndexTarget& t, bool weighted) {
+  Tensor picked = gather(logp, 1, t.safe.unsqueeze(1)).squeeze(1);
+  // where, not a multiply by 0: an ignored target's logp may be -inf.
+  Tensor l = where(t.valid, neg(picked), 0);
+  return weighted ? l * t.weight : l;
+}
+
+Tensor reduce(const Tensor& per_target, Reduction reduction, const Tensor& weight_sum) {
+  switch (reduction) {
+    case Reduction::None: return per_target;
+    case Reduction::Sum: return sum(per_target);
+    case Reduction::Mean: break;
+  }
+  // PyTorch's weighted mean: the sum of the weights of the targets not ignored (0/0 = NaN when
+  // all are ignored, as in PyTorch).
+  return div(sum(per_target), weight_sum);
+}
+
+// input [C] with a 0-d target is one sample: batch it, and unbatch an unreduced result.
+bool batch_single(Tensor& input, Tensor& target) {
+  if (input.dim() != 1) return false;
+  input = input.unsqueeze(0);
+  target = target.unsqueeze(0);
+  return true;
+}
+
+Tensor unbatch(const Tensor& loss, bool batched, Reduction reduction) {
+  return batched && reduction == Reduction::None ? loss.squeeze(0) : loss;
+}
+
+void check_input(const Tensor& input, const Tensor& target, const char* op) {
+  ops::check_defined(input, op);
+  ops::check_defined(target, op);
+  ops::common_device({&input, &target}, op);
+  KILN_CHECK(input.is_floating_point(), op, "input must be floating point, got ", input.dtype());
+}
+
+// cross_entropy with class-probability targets (target has the input's shape).
+Tensor cross_entropy_probs(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction,
+                           int64_t ignore_index, double label_smoothing) {
+  const char* op = "cross_entropy";
+  KILN_CHECK(target.is_floating_point(), op, "a target of the input's shape ", target.shape(),
+             " holds class probabilities and must be floating point, got ", target.dtype());
+  KILN_CHECK(ignore_index < 0, op, "ignore_index (", ignore_index,
+             ") is not supported with class-probability targets");
+  const int64_t cdim = input.dim() == 1 ? 0 : 1;
+  const int64_t classes = input.size(cdim);
+  check_weight(input, weight, classes, op);
+  Tensor logp = log_softmax(input, cdim);
+  Tensor tgt = target;
+  if (label_smoothing > 0) tgt = tgt * (1.0 - label_smoothing) + label_smoothing / static_cast<double>(classes);
+  Tensor prod = logp * tgt;
+  if (weight.defined()) {
+    Shape ws(static_cast<size_t>(input.dim()), 1);
+    ws[static_cast<size_t>(cdim)] = classes;
+    prod = prod * weight.detach().reshape(ws);
+  }
+  switch (reduction) {
+    case Reduction::None: return neg(sum(prod, {cdim}));
+    case Reduction::Sum: return neg(sum(prod));
+    case Reduction::Mean: break;
+  }
+  // PyTorch divides by the number of samples (N * d1 * ...), whatever the weights.
+  const int64_t samples = classes == 0 ? 0 : input.numel() / classes;
+  if (samples == 0) return mul(neg(sum(prod)), std::numeric_limits<double>::quiet_NaN());
+  return div(neg(sum(prod)), static_cast<double>(samples));
+}
+
+}  // namespace
+
+Tensor nll_loss(const Tensor& input_, const Tensor& target_, const Tensor& weight, Reduction reduction,
+                int64_t ignore_index) {
+  const char* op = "nll_loss";
+  check_input(input_, target_, op);
+  check_index_shapes(input_, target_, op);
+  Tensor input = input_, target = target_;
+  const bool batched = batch_single(input, target);
+  check_weight(input, weight, input.size(1), op);
+  IndexTarget t = prepare_targets(input, target, weight, ignore_index, op);
+  Tensor per_target = picked_loss(input, t, weight.defined());
+  Tensor weight_sum = reduction == Reduction::Mean ? sum(t.weight) : Tensor();
+  return unbatch(reduce(per_target, reduction, weight_sum), batched, reduction);
+}
+
+Tensor cross_entropy(const Tensor& input_, const Tensor& target_, const Tensor& weight, Reduction reduction,
+                     int64_t ignore_index, double label_smoothing) {
+  const char* op = "cross_entropy";
+  check_input(input_, target_, op);
+  KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op, "label_smoothing must be in [0, 1], got ",
+             label_smoothing);
+  KILN_CHECK(input_.dim() >= 1, op, "input must have at least 1 dim (classes), got shape ", input_.shape());
+  // As in PyTorch, a target of the input's shape holds probabilities; otherwise class indices.
+  if (target_.shape() == input_.shape())
+    return cross_entropy_probs(input_, target_, weight, reduction, ignore_index, label_smoothing);
+  KILN_CHECK(!target_.is_floating_point(), op, "a class-probability target must have the input's shape ",
+             input_.shape(), ", got ", target_.shape());
+  check_index_shapes(input_, target_, op);
+  Tensor input = input_, target = target_;
+  const bool batched = batch_single(input, target);
+  const int64_t classes = input.size(1);
+  check_weight(input, weight, classes, op);
+  IndexTarget t = prepare_targets(input, target, weight, ignore_index, op);
+  Tensor logp = log_softmax(input, 1);
+  Tensor per_target = picked_loss(logp, t, weight.defined());
+  Tensor weight_sum = reduction == Reduction::Mean ? sum(t.weight) : Tensor();
+  Tensor loss = reduce(per_target, reduction, weight_sum);
+  if (label_smoothing > 0) {
+    // PyTorch: (1 - eps) * nll + eps / C * smooth, smooth = -sum_c w_c logp_c per target (0 where
+    // ignored), reduced like nll (the mean over the same weight sum).
+    Tensor smooth;
+    if (weight.defined()) {
+      // w over the class dim as a matrix-vector product: no [N, C, ...] temporary for 2-D input.
+      Shape order{0};
+      for (int64_t d = 2; d < logp.dim(); ++d) order.push_back(d);
+      order.push_back(1);  // [N, d1, ..., C]
+      Tensor lp = input.dim() == 2 ? logp : logp.permute(order);
+      smooth = neg(matmul(lp, weight.detach()));
+    } else {
+      smooth = neg(sum(logp, {1}));
+    }
+    smooth = where(t.valid, smooth, 0);
+    loss = loss * (1.0 - label_smoothing) +
+           reduce(smooth, reduction, weight_sum) * (label_smoothing / static_cast<double>(classes));
+  }
+  return unbatch(loss, batched, reduction);
+}
+
+}  // namespace kiln
