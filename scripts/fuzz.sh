@@ -8,10 +8,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 shift || true
 build=build-fuzz
-CC="${CC:-clang}" CXX="${CXX:-clang++}" cmake -S . -B "$build" \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address -fno-omit-frame-pointer" \
-  -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address" \
+CC="${CC:-clang}" CXX="${CXX:-clang++}" cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF -DKILN_WITH_ONEDNN=OFF -DKILN_WITH_CUDA=OFF \
   ${KILN_FUZZ_CMAKE_ARGS:-}
 cmake --build "$build" -j"${JOBS:-2}" --target fuzz_safetensors
@@ -20,4 +17,4 @@ corpus="$build/corpus/safetensors"
 mkdir -p "$corpus" "$build/artifacts"
 ASAN_OPTIONS="${ASAN_OPTIONS:-allocator_may_return_null=1}" \
   "$build/fuzz/fuzz_safetensors" -max_total_time="$seconds" -rss_limit_mb=4096 -max_len=65536 \
-  -artifact_prefix="$build/artifacts/" "$@" "$corpus" tests/fixtures/safetensors
+  -artifact_prefix="$build/artifacts/" -dict=fuzz/safetensors.dict "$@" "$corpus" tests/fixtures/safetensors

@@ -149,7 +149,7 @@ class Reader {
       expect(':');
       skip_space();
       Value member = value(depth + 1);
-      v.members.emplace_back(std::move(key), std::move(member));
+      v.members.push_back(Member{std::move(key), std::move(member)});
       skip_space();
       if (peek() == ',' && !at_end()) { ++pos_; continue; }
       expect('}');

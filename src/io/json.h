@@ -5,10 +5,11 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 namespace kiln::io::json {
+
+struct Member;
 
 struct Value {
   enum class Kind { Null, Bool, Number, String, Array, Object };
@@ -20,11 +21,18 @@ struct Value {
   int64_t integer = 0;
   std::string text;  // the decoded string, or the number's spelling
   std::vector<Value> items;
-  std::vector<std::pair<std::string, Value>> members;  // in file order; keys are unique
+  std::vector<Member> members;  // in file order; keys are unique
 
   const char* kind_name() const;
   // The value as it would appear in an error message (strings quoted, long text cut short).
   std::string describe() const;
+};
+
+// An object's member. (A struct rather than std::pair: a vector may hold an incomplete type,
+// a pair may not.)
+struct Member {
+  std::string key;
+  Value value;
 };
 
 // Nesting deeper than this is an error (keeps the recursive reader's stack bounded).

@@ -31,7 +31,8 @@ struct SafetensorsHeader {
 };
 
 // Parses and validates a whole safetensors buffer's layout: every length, offset, dtype and
-// shape is checked against `size` before use. Errors: "[where] <origin>: ...".
+// shape is checked against `size` before use, and BOOL data holds only 0 and 1. Errors:
+// "[where] <origin>: ...".
 SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, const char* where,
                                            const std::string& origin);
 
