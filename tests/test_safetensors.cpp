@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 
+#include "backend/cpu/host_runtime.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -138,6 +139,41 @@ TEST_F(Safetensors, MetadataRoundTripsAndCheckpointsUseTheSameFormat) {
   io::save_safetensors(path("none.safetensors"), in);
   EXPECT_TRUE(io::load_safetensors_file(path("none.safetensors")).metadata.empty());
   EXPECT_EQ(read_bytes(path("none.safetensors")).find("__metadata__"), std::string::npos);
+}
+
+TEST_F(Safetensors, SavesDeviceTensorsThroughTheHost) {
+  if (cuda::is_available()) {
+    Tensor x = arange(12, kFloat32).reshape({3, 4});
+    io::save_safetensors(path("d.safetensors"), {{"x", x.to(Device::cuda(0)).t()}});
+    expect_close(io::load_safetensors(path("d.safetensors")).at("x"), values(x.t()), {4, 3}, 0, 0);
+    return;
+  }
+  // No GPU: a stand-in "cuda:0" whose memory is host memory (as in test_fallback.cpp).
+  struct StandIn {
+    backend::cpu::HostRuntime fake{"host-backed test device"};
+    DeviceRuntime* saved = find_runtime(DeviceType::CUDA);
+    StandIn() { register_runtime(DeviceType::CUDA, &fake); }
+    ~StandIn() { register_runtime(DeviceType::CUDA, saved); }
+  };
+  {
+    StandIn stand_in;
+    Tensor d = arange(12, kFloat32).reshape({3, 4}).to(Device::cuda(0)).t();
+    ASSERT_EQ(d.device(), Device::cuda(0));
+    io::save_safetensors(path("d.safetensors"), {{"x", d}});
+  }
+  Tensor got = io::load_safetensors(path("d.safetensors")).at("x");
+  EXPECT_EQ(got.device(), Device::cpu());
+  expect_close(got, values(arange(12, kFloat32).reshape({3, 4}).t()), {4, 3}, 0, 0);
+}
+
+TEST_F(Safetensors, DecodesJsonEscapesInNames) {
+  std::string p = path("esc.safetensors");
+  write_bytes(p, make_file("{\"\\ud83d\\ude00 \\u00e9\\/\\\"\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,1]}}",
+                           "\x07"));
+  auto t = io::load_safetensors(p);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t.begin()->first, "\xf0\x9f\x98\x80 \xc3\xa9/\"");
+  expect_close(t.begin()->second, {7}, {}, 0, 0);
 }
 
 TEST_F(Safetensors, ReadsEveryDtypeWrittenByThePythonLibrary) {
