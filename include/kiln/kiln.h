@@ -1,10 +1,11 @@
-// Everything a Kiln user includes: tensors, ops, autograd, random numbers and the runtime.
+// Everything a Kiln user includes: tensors, ops, autograd, random numbers, the runtime and io.
 #pragma once
 
 #include "kiln/autograd.h"
 #include "kiln/device.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
+#include "kiln/io.h"
 #include "kiln/ops.h"
 #include "kiln/random.h"
 #include "kiln/runtime.h"

@@ -1,0 +1,72 @@
+// kiln::io: safetensors files (Hugging Face's format), checkpoints, and atomic file writing.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "kiln/tensor.h"
+
+namespace kiln::io {
+
+// A safetensors file's tensors and its "__metadata__" (string to string) map.
+struct SafetensorsFile {
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+// Reads a safetensors file (memory-mapped; each tensor is copied into a new CPU tensor, so the
+// file is closed on return). Dtypes: BOOL, U8, I32, I64, F16, BF16, F32, F64. The file is
+// untrusted: any malformed header, layout or unsupported dtype is a kiln::Error
+// "[load_safetensors] <path>: ...".
+std::map<std::string, Tensor> load_safetensors(const std::string& path);
+SafetensorsFile load_safetensors_file(const std::string& path);
+
+// Writes tensors (any device, any strides; copied to contiguous CPU memory first) and
+// metadata as a safetensors file, laid out as the Python library lays it out (data sorted by
+// dtype size, then name; header padded with spaces to 8 bytes). The write is atomic: an
+// error or a crash part-way leaves any previous file at `path` untouched.
+void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Checkpoints are safetensors files: one flat tensor map (module, optimizer, scheduler and RNG
+// state under prefixed names) plus string metadata (step, epoch, ...). Errors name
+// save_checkpoint / load_checkpoint.
+void save_checkpoint(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                     const std::map<std::string, std::string>& metadata = {});
+SafetensorsFile load_checkpoint(const std::string& path);
+
+// A file written under a temporary name in the target's directory and renamed over the target
+// by commit(), after its data and then the directory are flushed to disk (fsync). Destroying
+// it without commit() removes the temporary: the target keeps its previous contents.
+class AtomicFile {
+ public:
+  // `where` names the caller in error messages ("[where] <path>: ...").
+  explicit AtomicFile(const std::string& path, const char* where = "AtomicFile");
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t nbytes);
+  void commit();
+  const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return temp_path_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& what, int err);
+  void discard() noexcept;
+
+  std::string path_;
+  std::string temp_path_;
+  const char* where_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// Runs `writer` on an AtomicFile for `path` and commits it; if `writer` throws, the
+// temporary is removed, the exception propagates and `path` is unchanged.
+void write_file_atomically(const std::string& path, const std::function<void(AtomicFile&)>& writer,
+                           const char* where = "write_file_atomically");
+
+}  // namespace kiln::io

@@ -1,0 +1,109 @@
+// AtomicFile: write to a temporary in the same directory, fsync, rename over the target, fsync
+// the directory — so a failed or interrupted save never destroys the previous file.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "kiln/error.h"
+#include "kiln/io.h"
+
+namespace kiln::io {
+
+namespace {
+
+std::string directory_of(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// A name no other writer (thread or process) picks: pid, a per-process counter and a random
+// number. O_EXCL makes a collision an EEXIST we retry rather than a shared file.
+std::string temp_name(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  return dir + "." + base + ".tmp." + std::to_string(::getpid()) + "." +
+         std::to_string(counter.fetch_add(1)) + "." + std::to_string(rng() % 1000000);
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(const std::string& path, const char* where) : path_(path), where_(where) {
+  KILN_CHECK(!path.empty() && path.back() != '/', where_, "\"", path, "\" is not a file path");
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    temp_path_ = temp_name(path);
+    // Mode 0666 filtered by the umask: the saved file gets the permissions any new file would.
+    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd_ >= 0) return;
+    if (errno != EEXIST) break;
+  }
+  int err = errno;
+  KILN_FAIL(where_, path_, ": cannot create a temporary file ", temp_path_, " in its directory: ",
+            std::strerror(err));
+}
+
+AtomicFile::~AtomicFile() {
+  if (!committed_) discard();
+}
+
+void AtomicFile::discard() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
+}
+
+void AtomicFile::fail(const std::string& what, int err) {
+  discard();
+  KILN_FAIL(where_, path_, ": ", what, ": ", std::strerror(err));
+}
+
+void AtomicFile::write(const void* data, size_t nbytes) {
+  KILN_CHECK(fd_ >= 0 && !committed_, where_, path_, ": write after commit or failure");
+  const char* p = static_cast<const char*>(data);
+  while (nbytes > 0) {
+    ssize_t n = ::write(fd_, p, nbytes);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write failed", errno);
+    }
+    p += n;
+    nbytes -= static_cast<size_t>(n);
+  }
+}
+
+void AtomicFile::commit() {
+  KILN_CHECK(fd_ >= 0 && !committed_, where_, path_, ": commit after commit or failure");
+  if (::fsync(fd_) != 0) fail("fsync failed", errno);
+  int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail("close failed", errno);
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) fail("cannot rename the temporary file over it", errno);
+  committed_ = true;
+  // The rename is durable only once the directory entry is on disk. Some file systems cannot
+  // fsync a directory (EINVAL); the file itself is complete by then.
+  int dir = ::open(directory_of(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    int rc = ::fsync(dir);
+    int err = errno;
+    ::close(dir);
+    KILN_CHECK(rc == 0 || err == EINVAL, where_, path_, ": fsync of its directory failed: ", std::strerror(err));
+  }
+}
+
+void write_file_atomically(const std::string& path, const std::function<void(AtomicFile&)>& writer,
+                           const char* where) {
+  AtomicFile file(path, where);
+  writer(file);  // on an exception, ~AtomicFile removes the temporary
+  file.commit();
+}
+
+}  // namespace kiln::io

@@ -1,0 +1,387 @@
+// kiln::io safetensors: round trips, files written by the Python library, malformed files, and
+// atomic writes.
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "backend/cpu/host_runtime.h"
+#include "io/safetensors.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln::test {
+namespace {
+
+std::string source_dir() {
+#ifdef KILN_SOURCE_DIR
+  return KILN_SOURCE_DIR;
+#else
+  return fs::path(__FILE__).parent_path().parent_path().string();
+#endif
+}
+std::string fixture(const std::string& name) { return source_dir() + "/tests/fixtures/safetensors/" + name; }
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+// A safetensors file from its header text and data bytes (no padding: readers must not need it).
+std::string make_file(const std::string& header, const std::string& data) {
+  uint64_t n = header.size();
+  std::string out(reinterpret_cast<const char*>(&n), 8);
+  return out + header + data;
+}
+std::string raw_bytes(const Tensor& t) {
+  Tensor c = t.contiguous();
+  return std::string(static_cast<const char*>(c.data_ptr()), c.nbytes());
+}
+
+// Each test gets its own empty directory.
+class Safetensors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "kiln_safetensors_XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  std::vector<std::string> listing() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  // Writes `bytes` to a file and expects loading it to fail with a message containing `needle`.
+  void expect_rejected(const std::string& bytes, const std::string& needle) {
+    std::string p = path("bad.safetensors");
+    write_bytes(p, bytes);
+    expect_error([&] { io::load_safetensors(p); }, "[load_safetensors] " + p + ": ");
+    expect_error([&] { io::load_safetensors(p); }, needle);
+  }
+  std::string dir_;
+};
+
+TEST_F(Safetensors, RoundTripsEveryDtypeWithZeroDimAndEmptyTensors) {
+  std::map<std::string, Tensor> in;
+  const ScalarType types[] = {kBool, kUInt8, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64};
+  for (ScalarType t : types) {
+    std::string n = dtype_name(t);
+    in[n] = randint(0, 2, {2, 3, 4}).to(t);
+    if (is_floating_point(t)) in[n] = randn({2, 3, 4}).to(t);
+    in[n + ".scalar"] = scalar_tensor(1, t);
+    in[n + ".empty"] = empty({3, 0, 2}, t);
+  }
+  io::save_safetensors(path("a.safetensors"), in);
+  auto out = io::load_safetensors(path("a.safetensors"));
+  ASSERT_EQ(out.size(), in.size());
+  for (const auto& [name, t] : in) {
+    ASSERT_TRUE(out.count(name)) << name;
+    const Tensor& got = out.at(name);
+    EXPECT_EQ(got.dtype(), t.dtype()) << name;
+    EXPECT_EQ(got.shape(), t.shape()) << name;
+    EXPECT_EQ(got.device(), Device::cpu()) << name;
+    EXPECT_EQ(raw_bytes(got), raw_bytes(t)) << name;
+  }
+  EXPECT_EQ(listing(), std::vector<std::string>{"a.safetensors"});
+}
+
+TEST_F(Safetensors, NonContiguousInputIsSavedInRowMajorOrder) {
+  Tensor base = arange(24, kFloat32).reshape({2, 3, 4});
+  std::map<std::string, Tensor> in = {
+      {"transposed", base.transpose(0, 2)},
+      {"strided", base.slice(2, 0, 4, 2)},
+      {"expanded", arange(3, kInt64).unsqueeze(0).expand({4, 3})},
+      {"offset", base.select(0, 1)},
+      {"grad", randn({3}).requires_grad_()},
+  };
+  io::save_safetensors(path("v.safetensors"), in);
+  auto out = io::load_safetensors(path("v.safetensors"));
+  for (const auto& [name, t] : in) {
+    EXPECT_TRUE(out.at(name).is_contiguous()) << name;
+    EXPECT_FALSE(out.at(name).requires_grad()) << name;
+    expect_close(out.at(name), values(t), t.shape(), 0, 0, name);
+  }
+  // Only the viewed elements were written: 24 + 12 floats, 12 int64s, 12 + 3 floats.
+  size_t data = 24 * 4 + 12 * 4 + 12 * 8 + 12 * 4 + 3 * 4;
+  uint64_t header = 0;
+  std::string bytes = read_bytes(path("v.safetensors"));
+  std::memcpy(&header, bytes.data(), 8);
+  EXPECT_EQ(bytes.size(), 8 + header + data);
+  EXPECT_EQ(header % 8, 0u);
+}
+
+TEST_F(Safetensors, MetadataRoundTripsAndCheckpointsUseTheSameFormat) {
+  std::map<std::string, std::string> meta = {{"step", "1200"}, {"empty", ""}, {"\xc3\xbc", "line\nbreak \"q\""}};
+  std::map<std::string, Tensor> in = {{"model.w", ones({2, 2})}, {"rng", arange(4, kInt64)}};
+  io::save_safetensors(path("m.safetensors"), in, meta);
+  io::SafetensorsFile f = io::load_safetensors_file(path("m.safetensors"));
+  EXPECT_EQ(f.metadata, meta);
+  EXPECT_EQ(f.tensors.size(), 2u);
+
+  io::save_checkpoint(path("c.ckpt"), in, meta);
+  EXPECT_EQ(read_bytes(path("c.ckpt")), read_bytes(path("m.safetensors")));
+  io::SafetensorsFile c = io::load_checkpoint(path("c.ckpt"));
+  EXPECT_EQ(c.metadata, meta);
+  expect_close(c.tensors.at("rng"), {0, 1, 2, 3}, {4}, 0, 0);
+  write_bytes(path("bad.ckpt"), "short");
+  expect_error([&] { io::load_checkpoint(path("bad.ckpt")); }, "[load_checkpoint] " + path("bad.ckpt"));
+
+  io::save_safetensors(path("none.safetensors"), in);
+  EXPECT_TRUE(io::load_safetensors_file(path("none.safetensors")).metadata.empty());
+  EXPECT_EQ(read_bytes(path("none.safetensors")).find("__metadata__"), std::string::npos);
+}
+
+TEST_F(Safetensors, SavesDeviceTensorsThroughTheHost) {
+  if (cuda::is_available()) {
+    Tensor x = arange(12, kFloat32).reshape({3, 4});
+    io::save_safetensors(path("d.safetensors"), {{"x", x.to(Device::cuda(0)).t()}});
+    expect_close(io::load_safetensors(path("d.safetensors")).at("x"), values(x.t()), {4, 3}, 0, 0);
+    return;
+  }
+  // No GPU: a stand-in "cuda:0" whose memory is host memory (as in test_fallback.cpp).
+  struct StandIn {
+    backend::cpu::HostRuntime fake{"host-backed test device"};
+    DeviceRuntime* saved = find_runtime(DeviceType::CUDA);
+    StandIn() { register_runtime(DeviceType::CUDA, &fake); }
+    ~StandIn() { register_runtime(DeviceType::CUDA, saved); }
+  };
+  {
+    StandIn stand_in;
+    Tensor d = arange(12, kFloat32).reshape({3, 4}).to(Device::cuda(0)).t();
+    ASSERT_EQ(d.device(), Device::cuda(0));
+    io::save_safetensors(path("d.safetensors"), {{"x", d}});
+  }
+  Tensor got = io::load_safetensors(path("d.safetensors")).at("x");
+  EXPECT_EQ(got.device(), Device::cpu());
+  expect_close(got, values(arange(12, kFloat32).reshape({3, 4}).t()), {4, 3}, 0, 0);
+}
+
+TEST_F(Safetensors, DecodesJsonEscapesInNames) {
+  std::string p = path("esc.safetensors");
+  write_bytes(p, make_file("{\"\\ud83d\\ude00 \\u00e9\\/\\\"\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,1]}}",
+                           "\x07"));
+  auto t = io::load_safetensors(p);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t.begin()->first, "\xf0\x9f\x98\x80 \xc3\xa9/\"");
+  expect_close(t.begin()->second, {7}, {}, 0, 0);
+}
+
+TEST_F(Safetensors, ReadsEveryDtypeWrittenByThePythonLibrary) {
+  io::SafetensorsFile f = io::load_safetensors_file(fixture("all_dtypes.safetensors"));
+  EXPECT_EQ(f.metadata, (std::map<std::string, std::string>{{"format", "pt"}}));
+  auto& t = f.tensors;
+  ASSERT_EQ(t.size(), 11u);
+  const double inf = INFINITY, nan = NAN;
+  EXPECT_EQ(t.at("bool").dtype(), kBool);
+  expect_close(t.at("bool"), {1, 0, 1, 0, 0, 1}, {2, 3}, 0, 0);
+  EXPECT_EQ(t.at("u8").dtype(), kUInt8);
+  expect_close(t.at("u8"), {0, 1, 127, 128, 255}, {5}, 0, 0);
+  EXPECT_EQ(t.at("i32").dtype(), kInt32);
+  expect_close(t.at("i32"), {-2147483648.0, -1, 0, 1, 2147483647.0}, {5}, 0, 0);
+  ASSERT_EQ(t.at("i64").dtype(), kInt64);
+  const int64_t* i64 = t.at("i64").data_ptr<int64_t>();
+  EXPECT_EQ(i64[0], std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(i64[1], -1);
+  EXPECT_EQ(i64[4], std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(t.at("f16").dtype(), kFloat16);
+  expect_close(t.at("f16"), {-2.5, 0, 0.333251953125, 65504, inf, -inf, nan, std::ldexp(1.0, -24)}, {8}, 0, 0);
+  EXPECT_EQ(t.at("bf16").dtype(), kBFloat16);
+  expect_close(t.at("bf16"), {-2.5, 1, 3.140625, std::ldexp(1.0, 100), inf, nan}, {6}, 0, 0);
+  std::vector<double> w;
+  for (int i = 0; i < 12; ++i) w.push_back(0.25 * i - 1);
+  EXPECT_EQ(t.at("layer.0.weight").dtype(), kFloat32);
+  expect_close(t.at("layer.0.weight"), w, {3, 4}, 0, 0);
+  EXPECT_EQ(t.at("f64").dtype(), kFloat64);
+  expect_close(t.at("f64"), {1.0 / 3, -1e300, 5e-324}, {3}, 0, 0);
+  expect_close(t.at("scalar"), {3.5}, {}, 0, 0);
+  expect_close(t.at("empty_f32"), {}, {2, 0, 3});
+  EXPECT_EQ(t.at("empty_i64").dtype(), kInt64);
+  expect_close(t.at("empty_i64"), {}, {0});
+}
+
+TEST_F(Safetensors, ReadsEscapedNamesAndMetadataWrittenByThePythonLibrary) {
+  io::SafetensorsFile f = io::load_safetensors_file(fixture("names.safetensors"));
+  EXPECT_EQ(f.metadata.at("note"), "\xc3\x9f\xcf\x80 \"q\"\n\\");
+  expect_close(f.tensors.at("\xc3\xbcn\xc3\xaf" "c\xc3\xb8" "d\xc3\xa9.\xcf\x80"), {1, 2}, {2}, 0, 0);
+  expect_close(f.tensors.at("quote\"back\\slash"), {3}, {1}, 0, 0);
+  expect_close(f.tensors.at("tab\tnewline\ncontrol\x01"), {1}, {1}, 0, 0);
+
+  io::SafetensorsFile m = io::load_safetensors_file(fixture("metadata.safetensors"));
+  EXPECT_EQ(m.metadata, (std::map<std::string, std::string>{
+                            {"step", "1200"}, {"epoch", "3"}, {"model", "resnet18"}, {"empty", ""}}));
+  expect_close(m.tensors.at("x"), {1, -1}, {2}, 0, 0);
+  EXPECT_TRUE(io::load_safetensors(fixture("no_tensors.safetensors")).empty());
+}
+
+// Kiln's writer lays files out exactly as the Python library does (data order, header JSON,
+// escapes, padding), so these files are byte-identical and Python reads ours.
+TEST_F(Safetensors, WritesTheSameBytesAsThePythonLibrary) {
+  for (std::string name : {"all_dtypes.safetensors", "names.safetensors", "no_tensors.safetensors"}) {
+    io::SafetensorsFile f = io::load_safetensors_file(fixture(name));
+    io::save_safetensors(path(name), f.tensors, f.metadata);
+    EXPECT_EQ(read_bytes(path(name)), read_bytes(fixture(name))) << name;
+  }
+}
+
+TEST_F(Safetensors, RejectsTruncatedFiles) {
+  std::string good = read_bytes(fixture("all_dtypes.safetensors"));
+  uint64_t n = 0;
+  std::memcpy(&n, good.data(), 8);
+  expect_rejected("", "file is 0 bytes, too short for the 8-byte header length");
+  expect_rejected(good.substr(0, 7), "file is 7 bytes, too short");
+  expect_rejected(good.substr(0, 8), "header length " + std::to_string(n) + " runs past the end of the file (8 bytes)");
+  expect_rejected(good.substr(0, 8 + n - 1), "runs past the end of the file");
+  expect_rejected(good.substr(0, 8 + n), "are out of range: the data section has 0 bytes");
+  expect_rejected(good.substr(0, good.size() - 1), "are out of range: the data section has");
+  expect_rejected(good + "x", "the tensors cover only");
+}
+
+TEST_F(Safetensors, RejectsBadHeaderLengthsAndJson) {
+  std::string big(8, '\0');
+  uint64_t n = io::detail::kMaxHeaderBytes + 1;
+  std::memcpy(big.data(), &n, 8);
+  expect_rejected(big + "{}", "header length 100000001 exceeds the limit of 100000000 bytes");
+  n = ~uint64_t{0};
+  std::memcpy(big.data(), &n, 8);
+  expect_rejected(big + "{}", "exceeds the limit");
+
+  expect_rejected(make_file("{\"a\":", ""), "invalid JSON header at byte 5: unexpected end of the header");
+  expect_rejected(make_file("{\"a\":1,}", ""), "invalid JSON header at byte 7: expected a string key");
+  expect_rejected(make_file("{} x", ""), "unexpected text after the JSON value");
+  expect_rejected(make_file("[1, 2]", ""), "header is an array, expected a JSON object");
+  expect_rejected(make_file("{\"a\":\"\xff\"}", ""), "invalid UTF-8 in a string");
+  expect_rejected(make_file("{\"a\":\"\\ud800\"}", ""), "lone high surrogate");
+  expect_rejected(make_file("{\"a\":01}", ""), "leading zero");
+  std::string deep = "{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,1],\"x\":" + std::string(100, '[') +
+                     std::string(100, ']') + "}}";
+  expect_rejected(make_file(deep, "a"), "nested deeper than 64 levels");
+  std::string t = "{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}";
+  expect_rejected(make_file("{\"a\":" + t + ",\"a\":" + t + "}", "a"), "duplicate key \"a\"");
+  expect_rejected(make_file("{\"__metadata__\":{\"k\":1}}", ""), "\"__metadata__\" entry \"k\" is a number");
+  expect_rejected(make_file("{\"__metadata__\":[]}", ""), "\"__metadata__\" is an array");
+}
+
+TEST_F(Safetensors, RejectsBadTensorEntries) {
+  expect_rejected(make_file("{\"a\":[]}", ""), "tensor \"a\" is an array, expected an object");
+  expect_rejected(make_file("{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", "abcd"), "tensor \"a\" has no \"data_offsets\"");
+  expect_rejected(make_file("{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", "abcd"), "has no \"dtype\"");
+  expect_rejected(make_file("{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", "abcd"), "has no \"shape\"");
+  auto entry = [](const std::string& dtype, const std::string& shape, const std::string& offsets) {
+    return "{\"t\":{\"dtype\":" + dtype + ",\"shape\":" + shape + ",\"data_offsets\":" + offsets + "}}";
+  };
+  expect_rejected(make_file(entry("\"I8\"", "[1]", "[0,1]"), "a"), "tensor \"t\" has unsupported dtype \"I8\" (kiln reads BOOL, U8");
+  expect_rejected(make_file(entry("\"F8_E4M3\"", "[1]", "[0,1]"), "a"), "unsupported dtype \"F8_E4M3\"");
+  expect_rejected(make_file(entry("\"U16\"", "[1]", "[0,2]"), "ab"), "unsupported dtype \"U16\"");
+  expect_rejected(make_file(entry("\"f32\"", "[1]", "[0,4]"), "abcd"), "unknown dtype \"f32\"");
+  expect_rejected(make_file(entry("32", "[1]", "[0,4]"), "abcd"), "\"dtype\" is a number, expected a string");
+  expect_rejected(make_file(entry("\"F32\"", "[-1]", "[0,4]"), "abcd"), "\"shape\" holds -1, expected a non-negative integer");
+  expect_rejected(make_file(entry("\"F32\"", "[1.5]", "[0,4]"), "abcd"), "\"shape\" holds 1.5");
+  expect_rejected(make_file(entry("\"F32\"", "[99999999999999999999]", "[0,4]"), "abcd"), "holds 99999999999999999999");
+  expect_rejected(make_file(entry("\"F32\"", "{}", "[0,4]"), "abcd"), "\"shape\" is an object");
+  expect_rejected(make_file(entry("\"F32\"", "[4294967296,4294967296]", "[0,4]"), "abcd"),
+                  "has shape [4294967296, 4294967296], whose element count overflows");
+  expect_rejected(make_file(entry("\"F64\"", "[1152921504606846976,8]", "[0,4]"), "abcd"), "overflows");
+  expect_rejected(make_file(entry("\"F32\"", "[2]", "[0,4]"), "abcd"),
+                  "tensor \"t\" of dtype F32 and shape [2] needs 8 bytes but data_offsets [0, 4] hold 4");
+  expect_rejected(make_file(entry("\"F32\"", "[1]", "[0]"), "abcd"), "must be an array of two integers");
+  expect_rejected(make_file(entry("\"F32\"", "[1]", "[0,4,8]"), "abcd"), "must be an array of two integers");
+  expect_rejected(make_file(entry("\"F32\"", "[1]", "[0,-4]"), "abcd"), "\"data_offsets\" holds -4");
+  expect_rejected(make_file(entry("\"F32\"", "[0]", "[4,0]"), "abcd"), "data_offsets [4, 0] end before they begin");
+  expect_rejected(make_file(entry("\"F32\"", "[25]", "[0,100]"), "abcd"),
+                  "data_offsets [0, 100] are out of range: the data section has 4 bytes");
+  expect_rejected(make_file(entry("\"BOOL\"", "[2]", "[0,2]"), std::string("\x01\x02", 2)),
+                  "tensor \"t\" of dtype BOOL holds byte 2 at element 1");
+}
+
+TEST_F(Safetensors, RejectsOverlapsGapsAndTrailingData) {
+  auto two = [](const std::string& a, const std::string& b) {
+    return "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":" + a +
+           "},\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":" + b + "}}";
+  };
+  std::string data16(16, '\0');
+  expect_rejected(make_file(two("[0,8]", "[4,12]"), std::string(12, '\0')),
+                  "tensors \"a\" (data_offsets [0, 8]) and \"b\" (data_offsets [4, 12]) overlap");
+  expect_rejected(make_file(two("[0,8]", "[0,8]"), data16), "overlap");
+  expect_rejected(make_file(two("[8,16]", "[0,8]"), data16 + "xxxx"), "the data section has 20 bytes but the tensors cover only 16");
+  expect_rejected(make_file(two("[0,8]", "[12,20]"), std::string(20, '\0')),
+                  "gap of 4 bytes in the data before tensor \"b\" (data_offsets [12, 20])");
+  // An empty tensor inside another tensor's bytes overlaps it too (as the reference says).
+  std::string with_empty = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                           "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]}}";
+  expect_rejected(make_file(with_empty, std::string(8, '\0')), "overlap");
+  // Out of order in the header but tiling the data is fine; so is any JSON whitespace.
+  std::string p = path("ok.safetensors");
+  write_bytes(p, make_file(" {\"b\" : {\"shape\":[2], \"dtype\":\"F32\", \"data_offsets\":[8,16], \"extra\":null},\n"
+                           "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}  ", data16));
+  auto t = io::load_safetensors(p);
+  EXPECT_EQ(t.size(), 2u);
+}
+
+TEST_F(Safetensors, RejectsMissingFilesAndDirectories) {
+  expect_error([&] { io::load_safetensors(path("missing.safetensors")); },
+               "[load_safetensors] " + path("missing.safetensors") + ": cannot open: No such file");
+  expect_error([&] { io::load_safetensors(dir_); }, "not a regular file");
+}
+
+TEST_F(Safetensors, SaveRejectsBadNamesAndTensorsAndKeepsThePreviousFile) {
+  std::string p = path("keep.safetensors");
+  io::save_safetensors(p, {{"w", ones({2})}});
+  std::string before = read_bytes(p);
+  expect_error([&] { io::save_safetensors(p, {{"__metadata__", ones({1})}}); }, "\"__metadata__\" is reserved");
+  expect_error([&] { io::save_safetensors(p, {{"\xff", ones({1})}}); }, "is not valid UTF-8");
+  expect_error([&] { io::save_safetensors(p, {{"x", Tensor()}}); }, "[save_safetensors] " + p + ": tensor \"x\" is undefined");
+  expect_error([&] { io::save_safetensors(p, {{"x", ones({1})}}, {{"k", "\xc0\xaf"}}); }, "metadata entry \"k\"");
+  EXPECT_EQ(read_bytes(p), before);
+  EXPECT_EQ(listing(), std::vector<std::string>{"keep.safetensors"});
+  expect_error([&] { io::save_safetensors(path("no/such/dir/x.safetensors"), {{"w", ones({2})}}); },
+               "cannot create a temporary file");
+}
+
+TEST_F(Safetensors, InterruptedAtomicWriteLeavesThePreviousFileAndNoTemporary) {
+  std::string p = path("ckpt.safetensors");
+  io::save_safetensors(p, {{"w", arange(6, kFloat32)}}, {{"step", "1"}});
+  std::string before = read_bytes(p);
+  std::string temp;
+  EXPECT_THROW(io::write_file_atomically(p,
+                                         [&](io::AtomicFile& f) {
+                                           temp = f.temp_path();
+                                           f.write("partial", 7);
+                                           EXPECT_TRUE(fs::exists(temp));
+                                           throw std::runtime_error("simulated crash");
+                                         }),
+               std::runtime_error);
+  EXPECT_FALSE(temp.empty());
+  EXPECT_EQ(fs::path(temp).parent_path(), fs::path(p).parent_path());
+  EXPECT_FALSE(fs::exists(temp));
+  EXPECT_EQ(read_bytes(p), before);
+  EXPECT_EQ(listing(), std::vector<std::string>{"ckpt.safetensors"});
+  EXPECT_EQ(io::load_safetensors_file(p).metadata.at("step"), "1");
+
+  {  // destroyed without commit: nothing is created
+    io::AtomicFile f(path("never"));
+    f.write("x", 1);
+  }
+  EXPECT_EQ(listing(), std::vector<std::string>{"ckpt.safetensors"});
+
+  io::write_file_atomically(p, [](io::AtomicFile& f) { f.write("new", 3); });
+  EXPECT_EQ(read_bytes(p), "new");
+  EXPECT_EQ(listing(), std::vector<std::string>{"ckpt.safetensors"});
+  mode_t mask = ::umask(0);
+  ::umask(mask);
+  struct stat st {};
+  ASSERT_EQ(::stat(p.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0666 & ~mask);  // as any newly created file, not mkstemp's 0600
+}
+
+}  // namespace
+}  // namespace kiln::test
