@@ -38,3 +38,4 @@ void BM_FashionMNISTBatches(benchmark::State& state) {
 BENCHMARK(BM_FashionMNISTBatches)->ArgsProduct({{0, 1, 2}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
+BENCHMARK_MAIN();

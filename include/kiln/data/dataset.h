@@ -56,7 +56,7 @@ class Dataset {
   virtual int64_t size() const = 0;
   virtual Example get(int64_t index) const = 0;
   // What the loader calls: datasets with random transforms draw their randomness from `gen`.
-  virtual Example get(int64_t index, SampleGenerator& gen) const { return get(index); }
+  virtual Example get(int64_t index, SampleGenerator& /*gen*/) const { return get(index); }
 };
 
 // Examples are (data[i], targets[i]) of two CPU tensors with the same first dimension.
