@@ -1,0 +1,110 @@
+// DataLoader: seeded shuffling, batching, and background prefetch on worker threads.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <vector>
+
+#include "kiln/data/dataset.h"
+
+namespace kiln::data {
+
+// Examples stacked along a new first dim: data [B, ...], target [B, ...] (class indices: [B]).
+struct Batch {
+  Tensor data;
+  Tensor target;
+  int64_t index = 0;  // the batch's number within its epoch
+};
+
+// Stacks examples whose data (and targets) agree in shape and dtype. Contiguous CPU samples
+// are copied with one memcpy each; others go through kiln::stack.
+Batch collate(const std::vector<Example>& examples);
+
+// Fields in torch.utils.data.DataLoader's order, for designated initialisers:
+// DataLoader loader(dataset, {.batch_size = 128, .shuffle = true, .num_workers = 2}).
+struct DataLoaderOptions {
+  int64_t batch_size = 1;
+  bool shuffle = false;
+  bool drop_last = false;  // drop the last batch when it is smaller than batch_size
+  int64_t num_workers = 0;  // 0: batches are made on the iterating thread
+  int64_t prefetch = 2;     // ready batches each worker may hold ahead of the consumer
+  uint64_t seed = 0;        // shuffling and random transforms derive from (seed, epoch)
+};
+
+namespace detail {
+struct EpochRun;
+}
+
+// Iterates over a dataset in batches: `for (Batch& batch : loader) ...`.
+//
+// Determinism: epoch e's order is a Fisher-Yates permutation drawn from (seed, e), and sample i's
+// random transforms draw from (seed, e, i) (SampleGenerator). Workers only decide when a batch is
+// made, never what it holds; batches arrive in order. So the batches are the same for any
+// num_workers, and a run resumed with set_epoch(e, b) sees exactly the batches it would have.
+//
+// Epochs: each begin() runs epoch epoch() and then advances it by one, so consecutive loops
+// shuffle differently; set_epoch(e, start_batch) picks the next epoch (and, once, the batch it
+// starts at).
+//
+// Workers: with num_workers = W, worker w makes batches start + w, start + w + W, ..., at most
+// W * prefetch batches ahead of the consumer (a bounded buffer). An exception thrown while making a
+// batch reaches the consumer when it gets to that batch. Destroying the iterator (a loop that
+// breaks, an exception) stops and joins its workers; an iterator does not refer to its loader,
+// so either may be destroyed first.
+class DataLoader {
+ public:
+  class Iterator;
+
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options = {});
+  template <class D>
+    requires std::derived_from<D, Dataset>
+  DataLoader(D dataset, DataLoaderOptions options = {})
+      : DataLoader(std::make_shared<const D>(std::move(dataset)), options) {}
+
+  int64_t size() const;  // batches per epoch
+  const DataLoaderOptions& options() const { return options_; }
+  const Dataset& dataset() const { return *dataset_; }
+
+  uint64_t epoch() const { return epoch_; }
+  void set_epoch(uint64_t epoch, int64_t start_batch = 0);
+
+  // The order in which epoch `epoch` visits the dataset's indices.
+  std::vector<int64_t> sample_order(uint64_t epoch) const;
+  // Batch `index` of epoch `epoch`, made on the calling thread.
+  Batch batch(uint64_t epoch, int64_t index) const;
+
+  Iterator begin();
+  std::default_sentinel_t end() const { return {}; }
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+  DataLoaderOptions options_;
+  uint64_t epoch_ = 0;
+  int64_t start_batch_ = 0;
+};
+
+class DataLoader::Iterator {
+ public:
+  using iterator_concept = std::input_iterator_tag;
+  using value_type = Batch;
+  using difference_type = std::ptrdiff_t;
+
+  Iterator();
+  explicit Iterator(std::unique_ptr<detail::EpochRun> run);
+  Iterator(Iterator&&) noexcept;
+  Iterator& operator=(Iterator&&) noexcept;
+  ~Iterator();
+
+  Batch& operator*() const;
+  Batch* operator->() const { return &**this; }
+  Iterator& operator++();
+  void operator++(int) { ++*this; }
+  bool operator==(std::default_sentinel_t) const;
+
+ private:
+  std::unique_ptr<detail::EpochRun> run_;
+};
+
+}  // namespace kiln::data

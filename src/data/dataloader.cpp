@@ -1,0 +1,263 @@
+// DataLoader: the epoch's sample order, collation by memcpy, and the ordered, bounded prefetch of
+// batches by worker threads.
+#include "kiln/data/dataloader.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "core/philox.h"
+#include "kiln/ops.h"
+
+namespace kiln::data {
+namespace {
+
+Tensor stack_field(const std::vector<Example>& examples, Tensor Example::*field, const char* name) {
+  const Tensor& first = examples[0].*field;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    const Tensor& t = examples[i].*field;
+    KILN_CHECK(t.defined(), "collate", "example ", i, " has no ", name);
+    KILN_CHECK(t.shape() == first.shape() && t.dtype() == first.dtype() && t.device() == first.device(), "collate",
+               "example ", i, " has ", name, " ", t.dtype(), " ", t.shape(), " on ", t.device(), " but example 0 has ",
+               first.dtype(), " ", first.shape(), " on ", first.device());
+  }
+  if (!first.device().is_cpu()) {
+    std::vector<Tensor> list;
+    for (const auto& e : examples) list.push_back((e.*field).detach());
+    return stack(list, 0);
+  }
+  Shape shape{static_cast<int64_t>(examples.size())};
+  shape.insert(shape.end(), first.shape().begin(), first.shape().end());
+  Tensor out = empty(shape, first.dtype());
+  size_t bytes = first.nbytes();
+  char* dst = static_cast<char*>(out.data_ptr());
+  for (size_t i = 0; i < examples.size(); ++i) {
+    Tensor t = (examples[i].*field).contiguous();  // no copy when already contiguous
+    if (bytes) std::memcpy(dst + i * bytes, t.data_ptr(), bytes);
+  }
+  return out;
+}
+
+}  // namespace
+
+Batch collate(const std::vector<Example>& examples) {
+  KILN_CHECK(!examples.empty(), "collate", "no examples to stack");
+  return {stack_field(examples, &Example::data, "data"), stack_field(examples, &Example::target, "target")};
+}
+
+namespace detail {
+
+// One pass over the dataset, owned by its iterator; with workers, also their threads and the ring
+// of batches made ahead of the consumer.
+struct EpochRun {
+  std::shared_ptr<const Dataset> dataset;
+  DataLoaderOptions options;
+  uint64_t epoch = 0;
+  std::vector<int64_t> order;
+  int64_t num_batches = 0;
+  int64_t next = 0;  // the batch the consumer takes next
+  Batch current;
+  bool done = false;
+
+  struct Slot {
+    bool full = false;
+    Batch batch;
+    std::exception_ptr error;
+  };
+  std::mutex mutex;
+  std::condition_variable space;  // workers wait for room in the ring
+  std::condition_variable ready;  // the consumer waits for its next batch
+  std::vector<Slot> slots;        // batch b lives in slots[b % slots.size()]
+  bool stop = false;
+  std::vector<std::thread> workers;
+
+  Batch make(int64_t b) const {
+    int64_t n = static_cast<int64_t>(order.size()), bs = options.batch_size;
+    int64_t begin = b * bs, end = std::min(n, begin + bs);
+    std::vector<Example> examples;
+    examples.reserve(static_cast<size_t>(end - begin));
+    try {
+      for (int64_t k = begin; k < end; ++k) {
+        SampleGenerator gen(options.seed, epoch, order[static_cast<size_t>(k)]);
+        examples.push_back(dataset->get(order[static_cast<size_t>(k)], gen));
+      }
+      Batch batch = collate(examples);
+      batch.index = b;
+      return batch;
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      KILN_FAIL("DataLoader", "batch ", b, " of epoch ", epoch, ": ", e.what());
+    } catch (...) {
+      KILN_FAIL("DataLoader", "batch ", b, " of epoch ", epoch, ": unknown exception");
+    }
+  }
+
+  void start_workers(int64_t start) {
+    int64_t w_count = options.num_workers;
+    slots.resize(static_cast<size_t>(w_count * options.prefetch));
+    for (int64_t w = 0; w < w_count; ++w) workers.emplace_back([this, start, w, w_count] { work(start + w, w_count); });
+  }
+
+  void work(int64_t first, int64_t step) {
+    int64_t capacity = static_cast<int64_t>(slots.size());
+    for (int64_t b = first; b < num_batches; b += step) {
+      {
+        std::unique_lock lock(mutex);
+        space.wait(lock, [&] { return stop || b < next + capacity; });
+        if (stop) return;
+      }
+      Slot slot{true, {}, nullptr};
+      try {
+        slot.batch = make(b);
+      } catch (...) {
+        slot.error = std::current_exception();
+      }
+      bool failed = slot.error != nullptr;
+      {
+        std::lock_guard lock(mutex);
+        if (stop) return;
+        slots[static_cast<size_t>(b % capacity)] = std::move(slot);
+      }
+      ready.notify_one();
+      if (failed) return;  // the consumer stops at this batch; later ones are never needed
+    }
+  }
+
+  void shutdown() {
+    {
+      std::lock_guard lock(mutex);
+      stop = true;
+    }
+    space.notify_all();
+    for (auto& t : workers) t.join();
+    workers.clear();
+    slots.clear();
+  }
+
+  // Moves batch `next` into `current`, or marks the run done. A failed batch ends the run and
+  // rethrows its exception here, on the consumer's thread.
+  void advance() {
+    current = Batch{};
+    if (next >= num_batches) {
+      done = true;
+      shutdown();
+      return;
+    }
+    if (workers.empty()) {
+      try {
+        current = make(next++);
+      } catch (...) {
+        done = true;
+        throw;
+      }
+      return;
+    }
+    Slot slot;
+    {
+      std::unique_lock lock(mutex);
+      Slot& s = slots[static_cast<size_t>(next % static_cast<int64_t>(slots.size()))];
+      ready.wait(lock, [&] { return s.full; });
+      slot = std::move(s);
+      s = Slot{};
+      ++next;
+    }
+    space.notify_all();
+    if (slot.error) {
+      done = true;
+      shutdown();
+      std::rethrow_exception(slot.error);
+    }
+    current = std::move(slot.batch);
+  }
+
+  ~EpochRun() { shutdown(); }
+};
+
+}  // namespace detail
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
+    : dataset_(std::move(dataset)), options_(options) {
+  KILN_CHECK(dataset_ != nullptr, "DataLoader", "the dataset is null");
+  KILN_CHECK(options_.batch_size >= 1, "DataLoader", "batch_size must be at least 1, got ", options_.batch_size);
+  KILN_CHECK(options_.num_workers >= 0, "DataLoader", "num_workers must be >= 0, got ", options_.num_workers);
+  KILN_CHECK(options_.prefetch >= 1, "DataLoader", "prefetch must be at least 1, got ", options_.prefetch);
+  KILN_CHECK(dataset_->size() >= 0, "DataLoader", "the dataset reports size ", dataset_->size());
+}
+
+int64_t DataLoader::size() const {
+  int64_t n = dataset_->size(), bs = options_.batch_size;
+  return options_.drop_last ? n / bs : n / bs + (n % bs != 0);
+}
+
+void DataLoader::set_epoch(uint64_t epoch, int64_t start_batch) {
+  KILN_CHECK(start_batch >= 0 && start_batch <= size(), "DataLoader", "start batch ", start_batch,
+             " out of range [0, ", size(), "]");
+  epoch_ = epoch;
+  start_batch_ = start_batch;
+}
+
+std::vector<int64_t> DataLoader::sample_order(uint64_t epoch) const {
+  int64_t n = dataset_->size();
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  if (!options_.shuffle) return order;
+  // Fisher-Yates; step i takes the 64-bit number i of the Philox stream keyed by (seed, epoch).
+  uint64_t key = detail::epoch_keys(options_.seed, epoch).shuffle;
+  for (int64_t i = n - 1; i > 0; --i) {
+    philox::U32x4 r = philox::philox(key, static_cast<uint64_t>(i) / 2);
+    uint64_t word = i % 2 ? (uint64_t{r.v[0]} << 32) | r.v[1] : (uint64_t{r.v[2]} << 32) | r.v[3];
+    auto j = static_cast<int64_t>((static_cast<unsigned __int128>(word) * static_cast<uint64_t>(i + 1)) >> 64);
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+  }
+  return order;
+}
+
+Batch DataLoader::batch(uint64_t epoch, int64_t index) const {
+  KILN_CHECK(index >= 0 && index < size(), "DataLoader", "batch ", index, " out of range [0, ", size(), ")");
+  detail::EpochRun run;
+  run.dataset = dataset_;
+  run.options = options_;
+  run.epoch = epoch;
+  run.order = sample_order(epoch);
+  run.num_batches = size();
+  return run.make(index);
+}
+
+DataLoader::Iterator DataLoader::begin() {
+  auto run = std::make_unique<detail::EpochRun>();
+  run->dataset = dataset_;
+  run->options = options_;
+  run->epoch = epoch_;
+  run->order = sample_order(epoch_);
+  run->num_batches = size();
+  run->next = start_batch_;
+  ++epoch_;
+  start_batch_ = 0;
+  if (options_.num_workers > 0 && run->next < run->num_batches) run->start_workers(run->next);
+  run->advance();
+  return Iterator(std::move(run));
+}
+
+DataLoader::Iterator::Iterator() = default;
+DataLoader::Iterator::Iterator(std::unique_ptr<detail::EpochRun> run) : run_(std::move(run)) {}
+DataLoader::Iterator::Iterator(Iterator&&) noexcept = default;
+DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&&) noexcept = default;
+DataLoader::Iterator::~Iterator() = default;
+
+Batch& DataLoader::Iterator::operator*() const {
+  KILN_CHECK(run_ && !run_->done, "DataLoader", "dereferencing an iterator at the end of its epoch");
+  return run_->current;
+}
+
+DataLoader::Iterator& DataLoader::Iterator::operator++() {
+  KILN_CHECK(run_ && !run_->done, "DataLoader", "advancing an iterator past the end of its epoch");
+  run_->advance();
+  return *this;
+}
+
+bool DataLoader::Iterator::operator==(std::default_sentinel_t) const { return !run_ || run_->done; }
+
+}  // namespace kiln::data

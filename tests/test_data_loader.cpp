@@ -1,0 +1,239 @@
+// DataLoader: coverage of every index, seeded order, workers, early exit, errors, resume, collate.
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <set>
+
+#include "kiln/data/dataloader.h"
+#include "kiln/data/transforms.h"
+#include "test_util.h"
+
+namespace kiln::test {
+namespace {
+
+using data::Batch;
+using data::DataLoader;
+using data::DataLoaderOptions;
+using data::Example;
+
+// Sample i: data [2, 3] filled with i + 0.5 * j, target i (int64). Counts calls to get().
+class CountingDataset : public data::Dataset {
+ public:
+  explicit CountingDataset(int64_t n, int64_t fail_at = -1, bool std_error = false)
+      : n_(n), fail_at_(fail_at), std_error_(std_error) {}
+  int64_t size() const override { return n_; }
+  Example get(int64_t i) const override {
+    calls.fetch_add(1);
+    if (i == fail_at_) {
+      if (std_error_) throw std::runtime_error("disk on fire");
+      KILN_FAIL("CountingDataset", "cannot read sample ", i);
+    }
+    std::vector<float> v;
+    for (int j = 0; j < 6; ++j) v.push_back(static_cast<float>(i) + 0.5f * j);
+    return {tensor(v, Shape{2, 3}), scalar_tensor(i, kInt64)};
+  }
+  mutable std::atomic<int64_t> calls{0};
+
+ private:
+  int64_t n_, fail_at_;
+  bool std_error_;
+};
+
+std::vector<int64_t> targets_of(DataLoader& loader) {
+  std::vector<int64_t> all;
+  for (Batch& b : loader) {
+    auto t = b.target.to_vector<int64_t>();
+    all.insert(all.end(), t.begin(), t.end());
+  }
+  return all;
+}
+
+TEST(DataLoader, EveryIndexOncePerEpochWithStackedBatches) {
+  auto ds = std::make_shared<CountingDataset>(103);
+  DataLoader loader(ds, {.batch_size = 10, .shuffle = true, .seed = 7});
+  EXPECT_EQ(loader.size(), 11);
+  int64_t count = 0;
+  std::vector<int64_t> seen;
+  for (Batch& b : loader) {
+    EXPECT_EQ(b.index, count);
+    int64_t rows = count == 10 ? 3 : 10;
+    ASSERT_EQ(b.data.shape(), (Shape{rows, 2, 3}));
+    ASSERT_EQ(b.target.shape(), (Shape{rows}));
+    ASSERT_EQ(b.target.dtype(), kInt64);
+    auto t = b.target.to_vector<int64_t>();
+    auto d = b.data.to_vector<float>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int j = 0; j < 6; ++j)
+        EXPECT_EQ(d[static_cast<size_t>(r * 6 + j)], static_cast<float>(t[static_cast<size_t>(r)]) + 0.5f * j);
+    seen.insert(seen.end(), t.begin(), t.end());
+    ++count;
+  }
+  EXPECT_EQ(count, 11);
+  std::vector<int64_t> sorted = seen;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 103; ++i) EXPECT_EQ(sorted[static_cast<size_t>(i)], i);
+  EXPECT_FALSE(std::is_sorted(seen.begin(), seen.end()));
+  EXPECT_EQ(loader.epoch(), 1u);
+}
+
+TEST(DataLoader, NoShuffleKeepsOrderAndDropLast) {
+  DataLoader plain(std::make_shared<CountingDataset>(25), {.batch_size = 4});
+  std::vector<int64_t> expect(25);
+  for (int64_t i = 0; i < 25; ++i) expect[static_cast<size_t>(i)] = i;
+  EXPECT_EQ(targets_of(plain), expect);
+  DataLoader dropping(std::make_shared<CountingDataset>(25), {.batch_size = 4, .shuffle = true, .drop_last = true, .seed = 3});
+  EXPECT_EQ(dropping.size(), 6);
+  int batches = 0;
+  std::set<int64_t> seen;
+  for (Batch& b : dropping) {
+    EXPECT_EQ(b.data.size(0), 4);
+    for (int64_t t : b.target.to_vector<int64_t>()) EXPECT_TRUE(seen.insert(t).second) << t;
+    ++batches;
+  }
+  EXPECT_EQ(batches, 6);
+  EXPECT_EQ(seen.size(), 24u);
+}
+
+TEST(DataLoader, SeedAndEpochDetermineTheOrder) {
+  auto ds = std::make_shared<CountingDataset>(50);
+  DataLoader a(ds, {.batch_size = 8, .shuffle = true, .seed = 1});
+  DataLoader b(ds, {.batch_size = 8, .shuffle = true, .seed = 1});
+  DataLoader c(ds, {.batch_size = 8, .shuffle = true, .seed = 2});
+  auto a0 = targets_of(a), a1 = targets_of(a);
+  auto b0 = targets_of(b), b1 = targets_of(b);
+  EXPECT_EQ(a0, b0);
+  EXPECT_EQ(a1, b1);
+  EXPECT_NE(a0, a1);  // epochs 0 and 1 shuffle differently
+  EXPECT_NE(a0, targets_of(c));
+  EXPECT_EQ(a0, a.sample_order(0));
+  b.set_epoch(1);
+  EXPECT_EQ(targets_of(b), a1);
+}
+
+// Workers change when batches are made, never what they hold: data with random transforms too.
+TEST(DataLoader, SameBatchesWithZeroOneAndThreeWorkers) {
+  auto base = std::make_shared<CountingDataset>(61);
+  auto augmented = std::make_shared<data::TransformDataset>(
+      base, std::vector<data::Transform>{data::transforms::RandomCrop(3, 1), data::transforms::RandomHorizontalFlip()});
+  std::vector<std::vector<double>> reference;
+  for (int64_t workers : {0, 1, 3}) {
+    DataLoader loader(augmented, {.batch_size = 4, .shuffle = true, .num_workers = workers, .prefetch = 1, .seed = 9});
+    loader.set_epoch(2);
+    std::vector<std::vector<double>> got;
+    for (Batch& b : loader) {
+      got.push_back(values(b.data));
+      got.push_back(values(b.target));
+    }
+    if (reference.empty()) reference = got;
+    EXPECT_EQ(got, reference) << workers << " workers";
+  }
+  ASSERT_EQ(reference.size(), 32u);
+  // The padded crop put zeros somewhere, so the transforms really ran.
+  EXPECT_NE(std::count(reference[0].begin(), reference[0].end(), 0.0), 0);
+}
+
+TEST(DataLoader, EarlyBreakAndRestart) {
+  auto ds = std::make_shared<CountingDataset>(200);
+  DataLoader loader(ds, {.batch_size = 5, .shuffle = true, .num_workers = 3, .prefetch = 2, .seed = 4});
+  int taken = 0;
+  for (Batch& b : loader) {
+    (void)b;
+    if (++taken == 2) break;
+  }
+  // Workers stop at the bounded buffer: taken batches + 3 * 2 ready + 3 in the making, at most.
+  EXPECT_LE(ds->calls.load(), (2 + 3 * 2 + 3) * 5);
+  EXPECT_EQ(loader.epoch(), 1u);
+  EXPECT_EQ(targets_of(loader).size(), 200u);  // epoch 1, complete
+}
+
+TEST(DataLoader, IteratorOutlivesLoader) {
+  auto ds = std::make_shared<CountingDataset>(40);
+  auto loader = std::make_unique<DataLoader>(ds, DataLoaderOptions{.batch_size = 4, .num_workers = 2});
+  auto it = loader->begin();
+  loader.reset();
+  int64_t batches = 0;
+  for (; it != std::default_sentinel; ++it) {
+    EXPECT_EQ(it->target.to_vector<int64_t>()[0], batches * 4);
+    ++batches;
+  }
+  EXPECT_EQ(batches, 10);
+  // Destroyed mid-epoch with workers running: joins them.
+  auto loader2 = std::make_unique<DataLoader>(ds, DataLoaderOptions{.batch_size = 1, .num_workers = 3});
+  { auto it2 = loader2->begin(); ++it2; loader2.reset(); }
+}
+
+TEST(DataLoader, ErrorsReachTheConsumerInOrder) {
+  for (int64_t workers : {0, 1, 3}) {
+    auto ds = std::make_shared<CountingDataset>(30, /*fail_at=*/17);
+    DataLoader loader(ds, {.batch_size = 4, .num_workers = workers});
+    int64_t good = 0;
+    expect_error([&] { for (Batch& b : loader) { (void)b; ++good; } }, "[CountingDataset] cannot read sample 17");
+    EXPECT_EQ(good, 4) << workers;  // batches 0..3 arrive, batch 4 (samples 16..19) fails
+    auto ds2 = std::make_shared<CountingDataset>(30, /*fail_at=*/2, /*std_error=*/true);
+    DataLoader loader2(ds2, {.batch_size = 4, .num_workers = workers});
+    expect_error([&] { for (Batch& b : loader2) (void)b; }, "[DataLoader] batch 0 of epoch 0: disk on fire");
+  }
+}
+
+TEST(DataLoader, ResumeFromABatch) {
+  auto ds = std::make_shared<CountingDataset>(37);
+  for (int64_t workers : {0, 2}) {
+    DataLoader loader(ds, {.batch_size = 5, .shuffle = true, .num_workers = workers, .seed = 11});
+    loader.set_epoch(3);
+    std::vector<std::vector<int64_t>> full;
+    for (Batch& b : loader) full.push_back(b.target.to_vector<int64_t>());
+    ASSERT_EQ(full.size(), 8u);
+    loader.set_epoch(3, 5);
+    std::vector<std::vector<int64_t>> resumed;
+    for (Batch& b : loader) {
+      EXPECT_EQ(b.index, 5 + static_cast<int64_t>(resumed.size()));
+      resumed.push_back(b.target.to_vector<int64_t>());
+    }
+    EXPECT_EQ(resumed, std::vector<std::vector<int64_t>>(full.begin() + 5, full.end()));
+    EXPECT_EQ(loader.batch(3, 6).target.to_vector<int64_t>(), full[6]);
+    loader.set_epoch(3, 8);  // the end: an empty epoch
+    EXPECT_TRUE(loader.begin() == loader.end());
+    // The start batch applies once: the next epoch starts at 0.
+    EXPECT_EQ(targets_of(loader).size(), 37u);
+  }
+}
+
+TEST(DataLoader, BadArgumentsRejected) {
+  auto ds = std::make_shared<CountingDataset>(10);
+  expect_error([&] { DataLoader(ds, {.batch_size = 0}); }, "[DataLoader] batch_size must be at least 1, got 0");
+  expect_error([&] { DataLoader(ds, {.num_workers = -1}); }, "[DataLoader] num_workers must be >= 0, got -1");
+  expect_error([&] { DataLoader(ds, {.prefetch = 0}); }, "[DataLoader] prefetch must be at least 1, got 0");
+  DataLoader loader(ds, {.batch_size = 3});
+  expect_error([&] { loader.set_epoch(0, 5); }, "[DataLoader] start batch 5 out of range [0, 4]");
+  expect_error([&] { loader.batch(0, 4); }, "[DataLoader] batch 4 out of range [0, 4)");
+  auto it = loader.begin();
+  for (int i = 0; i < 4; ++i) ++it;
+  EXPECT_TRUE(it == loader.end());
+  expect_error([&] { ++it; }, "[DataLoader] advancing an iterator past the end");
+}
+
+TEST(DataLoader, CollateChecksShapesAndHandlesViews) {
+  Tensor x = arange(12, kFloat32).reshape({3, 4});
+  Batch b = data::collate({{x.select(1, 0), scalar_tensor(0, kInt64)}, {x.select(1, 2), scalar_tensor(1, kInt64)}});
+  expect_close(b.data, {0, 4, 8, 2, 6, 10}, {2, 3});
+  expect_close(b.target, {0, 1}, {2});
+  expect_error([&] { data::collate({{x[0], x[0]}, {x, x[0]}}); },
+               "[collate] example 1 has data float32 [3, 4] on cpu but example 0 has float32 [4] on cpu");
+  expect_error([&] { data::collate({}); }, "[collate] no examples to stack");
+}
+
+TEST(DataLoader, TensorDatasetBatches) {
+  Tensor data = arange(20, kFloat32).reshape({10, 2});
+  Tensor targets = arange(10, kInt64);
+  DataLoader loader(data::TensorDataset(data, targets), {.batch_size = 4});
+  std::vector<Batch> batches;
+  for (Batch& b : loader) batches.push_back(b);
+  ASSERT_EQ(batches.size(), 3u);
+  expect_close(batches[2].data, {16, 17, 18, 19}, {2, 2});
+  expect_close(batches[2].target, {8, 9}, {2});
+  expect_error([&] { data::TensorDataset(data, arange(9, kInt64)); },
+               "[TensorDataset] data has 10 samples but targets 9");
+}
+
+}  // namespace
+}  // namespace kiln::test
