@@ -21,6 +21,8 @@ std::ostream& operator<<(std::ostream& os, const Shape& s);
 int64_t shape_numel(const Shape& s, const char* where = "shape");
 // Row-major strides for a shape.
 Shape contiguous_strides(const Shape& s);
+// NHWC strides for a 4-D NCHW shape (row-major strides for other ranks).
+Shape channels_last_strides(const Shape& s);
 // Wraps a possibly negative dim into [0, rank); rank 0 accepts -1 and 0 (as PyTorch does).
 int64_t wrap_dim(int64_t dim, int64_t rank, const char* where);
 // NumPy broadcasting of two shapes.

@@ -25,6 +25,10 @@ class Tensor;
 using TensorList = std::vector<Tensor>;
 
 // What a factory makes: dtype, device and whether the result requires grad.
+// How a dense tensor is laid out: row-major, or channels-last (a 4-D tensor with logical NCHW
+// shape stored as NHWC), as in PyTorch's torch.memory_format.
+enum class MemoryFormat { Contiguous, ChannelsLast };
+
 class TensorOptions {
  public:
   TensorOptions() = default;
@@ -86,6 +90,7 @@ class Tensor {
   Device device() const;
   TensorOptions options() const { return TensorOptions(dtype()).device(device()); }
   bool is_contiguous() const;
+  bool is_contiguous(MemoryFormat format) const;
   bool is_floating_point() const { return kiln::is_floating_point(dtype()); }
   size_t element_size() const { return kiln::element_size(dtype()); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
@@ -121,6 +126,8 @@ class Tensor {
 
   // ---- copies and conversions
   Tensor contiguous() const;
+  // A copy in `format` unless already laid out so (then this tensor itself).
+  Tensor contiguous(MemoryFormat format) const;
   Tensor clone() const;
   Tensor detach() const;
   Tensor to(ScalarType dtype) const;

@@ -23,7 +23,10 @@ namespace kiln::backend {
   X(Softmax) X(LogSoftmax) X(SoftmaxBackward) X(LogSoftmaxBackward)                         \
   X(Matmul)                                                                                 \
   X(IndexSelect) X(Gather) X(ScatterAdd) X(Tril) X(Triu)                                    \
-  X(Arange) X(Uniform) X(Normal) X(RandInt)
+  X(Arange) X(Uniform) X(Normal) X(RandInt)                                                \
+  X(Conv2d) X(Conv2dBackwardInput) X(Conv2dBackwardWeight)                                  \
+  X(MaxPool2d) X(MaxPool2dBackward) X(AvgPool2d) X(AvgPool2dBackward)                       \
+  X(BatchNormStats) X(BatchNormApply) X(BatchNormBackward)
 
 enum class Op : uint16_t {
 #define KILN_OP_ENUM(name) name,
@@ -66,6 +69,28 @@ struct DimAttrs { int64_t dim = 0; };
 struct TriAttrs { int64_t diagonal = 0; };
 struct ArangeAttrs { double start = 0, step = 1; };
 struct RandomAttrs { uint64_t seed = 0, offset = 0; double a = 0, b = 1; };
+// conv2d: inputs {x, w[, bias]} -> {y}; backward input {grad_y, w} -> {grad_x};
+// backward weight {grad_y, x} -> {grad_w[, grad_bias]}. Tensors are 4-D with any strides.
+struct ConvAttrs {
+  int64_t stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
+  int64_t groups = 1;
+  bool inference = false;  // no backward will follow (lets a library pick an inference kernel)
+};
+// Pooling over H and W of 4-D tensors. Max: {x} -> {y, indices (int64, h * W + w)}, backward
+// {grad_y, indices} -> {grad_x}. Avg and adaptive avg: {x} -> {y}, backward {grad_y} -> {grad_x}.
+struct PoolAttrs {
+  enum Kind : uint8_t { Max, Avg, AdaptiveAvg } kind = Max;
+  int64_t kernel[2] = {1, 1}, stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
+  bool count_include_pad = true;
+};
+// Batch norm over [N, C, S...] laid out row-major or as channels-last [N, C, H, W]:
+// stats {x} -> {mean[C], invstd[C], biased var[C]}; apply {x, mean, invstd, weight, bias} -> {y};
+// backward {grad_y, x, mean, invstd, weight} -> {grad_x, grad_weight, grad_bias}, where
+// `training` says mean/invstd came from this batch (so grad_x includes their derivative).
+struct BatchNormAttrs {
+  double eps = 1e-5;
+  bool training = true;
+};
 
 }  // namespace kiln::backend
 

@@ -31,6 +31,13 @@ Shape contiguous_strides(const Shape& s) {
   return st;
 }
 
+Shape channels_last_strides(const Shape& s) {
+  if (s.size() != 4) return contiguous_strides(s);
+  auto nz = [](int64_t v) { return v > 0 ? v : 1; };
+  const int64_t c = nz(s[1]), w = nz(s[3]), h = nz(s[2]);
+  return Shape{h * w * c, 1, w * c, c};
+}
+
 int64_t wrap_dim(int64_t dim, int64_t rank, const char* where) {
   int64_t r = rank == 0 ? 1 : rank;
   KILN_CHECK(dim >= -r && dim < r, where, "dim ", dim, " is out of range for a tensor of rank ", rank,

@@ -128,6 +128,14 @@ void upload_mirror(const Tensor& mirror, const Tensor& t) {
 int64_t Tensor::size(int64_t d) const { return impl_->sizes[wrap_dim(d, dim(), "size")]; }
 int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
 bool Tensor::is_contiguous() const { return compute_contiguous(impl_->sizes, impl_->strides); }
+bool Tensor::is_contiguous(MemoryFormat format) const {
+  if (format == MemoryFormat::Contiguous || dim() != 4) return is_contiguous();
+  // Size-1 dims may have any stride, as in PyTorch.
+  const Shape want = channels_last_strides(impl_->sizes);
+  for (int64_t d = 0; d < 4; ++d)
+    if (impl_->sizes[d] != 1 && impl_->strides[d] != want[d]) return false;
+  return true;
+}
 
 namespace detail {
 void check_data_ptr(const Tensor& t, ScalarType want) {

@@ -84,6 +84,16 @@ Tensor Tensor::contiguous() const {
   return out;
 }
 
+Tensor Tensor::contiguous(MemoryFormat format) const {
+  ops::check_defined(*this, "contiguous");
+  if (format == MemoryFormat::Contiguous || dim() != 4) return contiguous();
+  if (is_contiguous(format)) return *this;
+  Tensor out = make_empty_strided(shape(), channels_last_strides(shape()), dtype(), device());
+  ops::run1(Op::Copy, device(), {*this}, out);
+  record_identity("CloneBackward", *this, out);
+  return out;
+}
+
 Tensor Tensor::clone() const {
   ops::check_defined(*this, "clone");
   Tensor out = convert(*this, dtype());

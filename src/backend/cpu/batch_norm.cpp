@@ -1,0 +1,183 @@
+// CPU kernels for batch norm: per-channel statistics, the normalising pass and the backward pass,
+// over row-major [N, C, S] or channels-last [N, C, H, W] (rows of C contiguous channels).
+#include <cmath>
+#include <mutex>
+#include <vector>
+
+#include "backend/cpu/loops.h"
+#include "backend/dispatch.h"
+
+namespace kiln::backend::cpu {
+namespace {
+
+// x viewed as [outer, C, inner] with element (o, c, s) at (o * C + c) * inner + s. Channels-last
+// is outer = N * H * W, inner = 1.
+struct Geometry {
+  int64_t outer = 0, c = 0, inner = 1;
+};
+Geometry geometry(const Tensor& x) {
+  Geometry g;
+  g.c = x.size(1);
+  const bool channels_last = x.dim() == 4 && !x.is_contiguous();
+  int64_t rest = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) rest *= x.size(d);
+  g.outer = channels_last ? x.size(0) * rest : x.size(0);
+  g.inner = channels_last ? 1 : rest;
+  return g;
+}
+
+// Per-channel sums of f(o, c, s) -> (a, b) pairs into double accumulators: split over rows
+// when channels are innermost, over channels otherwise.
+template <class F>
+void channel_sums(const Geometry& g, std::vector<double>& sa, std::vector<double>& sb, const F& f) {
+  sa.assign(g.c, 0.0);
+  sb.assign(g.c, 0.0);
+  if (g.inner == 1) {
+    std::mutex m;
+    parallel_for(g.outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(g.c, 1)), [&](int64_t b, int64_t e) {
+      std::vector<double> la(g.c, 0.0), lb(g.c, 0.0);
+      for (int64_t o = b; o < e; ++o)
+        for (int64_t c = 0; c < g.c; ++c) f(o * g.c + c, c, la[c], lb[c]);
+      std::lock_guard<std::mutex> lock(m);
+      for (int64_t c = 0; c < g.c; ++c) {
+        sa[c] += la[c];
+        sb[c] += lb[c];
+      }
+    });
+  } else {
+    parallel_for(g.c, 1, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c) {
+        double a = 0, bb = 0;
+        for (int64_t o = 0; o < g.outer; ++o) {
+          const int64_t base = (o * g.c + c) * g.inner;
+          for (int64_t s = 0; s < g.inner; ++s) f(base + s, c, a, bb);
+        }
+        sa[c] = a;
+        sb[c] = bb;
+      }
+    });
+  }
+}
+
+// y[i] = f(i, c) for every element, c its channel.
+template <class F>
+void channel_map(const Geometry& g, const F& f) {
+  if (g.inner == 1) {
+    parallel_for(g.outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(g.c, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o)
+        for (int64_t c = 0; c < g.c; ++c) f(o * g.c + c, c);
+    });
+  } else {
+    parallel_for(g.outer * g.c, std::max<int64_t>(1, 32768 / g.inner), [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        const int64_t c = p % g.c;
+        for (int64_t s = 0; s < g.inner; ++s) f(p * g.inner + s, c);
+      }
+    });
+  }
+}
+
+void batch_norm_stats(KernelArgs& a) {
+  const Tensor& x = a.inputs[0];
+  const double eps = static_cast<const BatchNormAttrs*>(a.attrs)->eps;
+  Geometry g = geometry(x);
+  const double count = static_cast<double>(g.outer * g.inner);
+  visit_float_dtype(x.dtype(), "batch_norm", [&]<class T>() {
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    std::vector<double> sum, sq;
+    channel_sums(g, sum, sq, [&](int64_t i, int64_t, double& s1, double& s2) {
+      const double v = static_cast<double>(static_cast<compute_t<T>>(xp[i]));
+      s1 += v;
+      s2 += v * v;
+    });
+    visit_float_dtype(a.outputs[0].dtype(), "batch_norm", [&]<class A>() {
+      A* mean = static_cast<A*>(a.outputs[0].data_ptr());
+      A* invstd = static_cast<A*>(a.outputs[1].data_ptr());
+      A* var = static_cast<A*>(a.outputs[2].data_ptr());
+      for (int64_t c = 0; c < g.c; ++c) {
+        const double m = sum[c] / count, v = std::max(0.0, sq[c] / count - m * m);
+        mean[c] = static_cast<A>(m);
+        var[c] = static_cast<A>(v);
+        invstd[c] = static_cast<A>(1.0 / std::sqrt(v + eps));
+      }
+    });
+  });
+}
+
+// y = (x - mean) * invstd * weight + bias, as one multiply-add per element.
+void batch_norm_apply(KernelArgs& a) {
+  const Tensor& x = a.inputs[0];
+  Geometry g = geometry(x);
+  visit_float_dtype(x.dtype(), "batch_norm", [&]<class T>() {
+    using A = compute_t<T>;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* yp = static_cast<T*>(a.outputs[0].data_ptr());
+    std::vector<A> scale(g.c), shift(g.c);
+    visit_float_dtype(a.inputs[1].dtype(), "batch_norm", [&]<class S>() {
+      const S *mean = a.inputs[1].data_ptr<S>(), *invstd = a.inputs[2].data_ptr<S>();
+      const S *w = a.inputs[3].data_ptr<S>(), *b = a.inputs[4].data_ptr<S>();
+      for (int64_t c = 0; c < g.c; ++c) {
+        scale[c] = static_cast<A>(invstd[c] * w[c]);
+        shift[c] = static_cast<A>(b[c] - mean[c] * invstd[c] * w[c]);
+      }
+    });
+    const A *sc = scale.data(), *sh = shift.data();
+    channel_map(g, [&](int64_t i, int64_t c) { yp[i] = static_cast<T>(static_cast<A>(xp[i]) * sc[c] + sh[c]); });
+  });
+}
+
+// grad_weight = sum(g * xhat), grad_bias = sum(g); grad_x = w * invstd * (g - [training]
+// (mean(g) + xhat * mean(g * xhat))), xhat = (x - mean) * invstd.
+void batch_norm_backward(KernelArgs& a) {
+  const Tensor &gy = a.inputs[0], &x = a.inputs[1];
+  const bool training = static_cast<const BatchNormAttrs*>(a.attrs)->training;
+  Geometry g = geometry(x);
+  const double count = static_cast<double>(g.outer * g.inner);
+  visit_float_dtype(x.dtype(), "batch_norm", [&]<class T>() {
+    using A = compute_t<T>;
+    const T* gp = static_cast<const T*>(gy.data_ptr());
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* gxp = static_cast<T*>(a.outputs[0].data_ptr());
+    visit_float_dtype(a.inputs[2].dtype(), "batch_norm", [&]<class S>() {
+      const S *mean = a.inputs[2].data_ptr<S>(), *invstd = a.inputs[3].data_ptr<S>(), *w = a.inputs[4].data_ptr<S>();
+      std::vector<double> sg, sgx;
+      channel_sums(g, sg, sgx, [&](int64_t i, int64_t c, double& s1, double& s2) {
+        const double gv = static_cast<double>(static_cast<A>(gp[i]));
+        s1 += gv;
+        s2 += gv * (static_cast<double>(static_cast<A>(xp[i])) - static_cast<double>(mean[c]));
+      });
+      S* gw = a.outputs[1].data_ptr<S>();
+      S* gb = a.outputs[2].data_ptr<S>();
+      // Per channel: grad_x = k * g + m * (x - mean) + d.
+      std::vector<A> k(g.c), m(g.c), d(g.c), mu(g.c);
+      for (int64_t c = 0; c < g.c; ++c) {
+        const double is = static_cast<double>(invstd[c]), wc = static_cast<double>(w[c]);
+        gw[c] = static_cast<S>(sgx[c] * is);
+        gb[c] = static_cast<S>(sg[c]);
+        const double kk = wc * is;
+        if (training && count > 0) {
+          const double mm = -kk * is * is * sgx[c] / count;
+          k[c] = static_cast<A>(kk);
+          m[c] = static_cast<A>(mm);
+          d[c] = static_cast<A>(-kk * sg[c] / count);
+        } else {
+          k[c] = static_cast<A>(kk);
+          m[c] = A(0);
+          d[c] = A(0);
+        }
+        mu[c] = static_cast<A>(mean[c]);
+      }
+      const A *kp = k.data(), *mp = m.data(), *dp = d.data(), *mup = mu.data();
+      channel_map(g, [&](int64_t i, int64_t c) {
+        gxp[i] = static_cast<T>(kp[c] * static_cast<A>(gp[i]) + mp[c] * (static_cast<A>(xp[i]) - mup[c]) + dp[c]);
+      });
+    });
+  });
+}
+
+KILN_REGISTER_KERNEL(Op::BatchNormStats, DeviceType::CPU, batch_norm_stats);
+KILN_REGISTER_KERNEL(Op::BatchNormApply, DeviceType::CPU, batch_norm_apply);
+KILN_REGISTER_KERNEL(Op::BatchNormBackward, DeviceType::CPU, batch_norm_backward);
+
+}  // namespace
+}  // namespace kiln::backend::cpu

@@ -1,0 +1,217 @@
+// oneDNN convolution forward, backward-data and backward-weights, with cached primitives and the
+// weight reorders they need (oneDNN's fast kernels read weights in a blocked layout).
+#include "backend/cpu/onednn.h"
+#include "backend/dispatch.h"
+
+#ifdef KILN_HAVE_ONEDNN
+#include <optional>
+
+#include "backend/cpu/onednn_util.h"
+#include "core/tensor_util.h"
+
+namespace kiln::backend::cpu {
+namespace {
+
+using namespace onednn;
+using dnnl::memory;
+using Dims = memory::dims;
+
+// Weights as oneDNN sees them: [G, O/G, I/G, kH, kW] when grouped.
+memory::desc weights_md(const Tensor& w, int64_t groups, memory::data_type dt) {
+  if (groups == 1) return md(w, dt);
+  const Shape& s = w.strides();
+  return memory::desc(Dims{groups, w.size(0) / groups, w.size(1), w.size(2), w.size(3)}, dt,
+                      Dims{w.size(0) / groups * s[0], s[0], s[1], s[2], s[3]});
+}
+
+memory::desc any_like(const memory::desc& d) {
+#if DNNL_VERSION_MAJOR >= 3
+  return memory::desc(d.get_dims(), d.get_data_type(), memory::format_tag::any);
+#else
+  return memory::desc(d.dims(), d.data_type(), memory::format_tag::any);
+#endif
+}
+
+struct Geometry {
+  Dims strides, dilates, pad;
+  explicit Geometry(const ConvAttrs& a)
+      : strides{a.stride[0], a.stride[1]}, dilates{a.dilation[0] - 1, a.dilation[1] - 1}, pad{a.padding[0], a.padding[1]} {}
+};
+
+std::string conv_key(char kind, const ConvAttrs& a, ScalarType dt, std::initializer_list<const Tensor*> ts) {
+  std::string key{kind, static_cast<char>('0' + static_cast<int>(dt)), a.inference ? 'i' : 't'};
+  for (int i = 0; i < 2; ++i)
+    key += std::to_string(a.stride[i]) + "," + std::to_string(a.padding[i]) + "," + std::to_string(a.dilation[i]) + ",";
+  key += std::to_string(a.groups) + "|";
+  for (const Tensor* t : ts) {
+    if (t->defined()) append_geometry(key, *t);
+    else key += "-|";
+  }
+  return key;
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(dnnl::prop_kind prop, const memory::desc& x, const memory::desc& w,
+                                                     const memory::desc* b, const memory::desc& y, const Geometry& g) {
+  const auto alg = dnnl::algorithm::convolution_direct;
+#if DNNL_VERSION_MAJOR >= 3
+  if (b) return {engine(), prop, alg, x, w, *b, y, g.strides, g.dilates, g.pad, g.pad};
+  return {engine(), prop, alg, x, w, y, g.strides, g.dilates, g.pad, g.pad};
+#else
+  if (b) return {dnnl::convolution_forward::desc(prop, alg, x, w, *b, y, g.strides, g.dilates, g.pad, g.pad), engine()};
+  return {dnnl::convolution_forward::desc(prop, alg, x, w, y, g.strides, g.dilates, g.pad, g.pad), engine()};
+#endif
+}
+
+// A primitive plus the reorder of user weights into (or, for weight gradients, out of) the
+// layout the primitive wants; no reorder when the layouts agree.
+struct Entry {
+  dnnl::primitive prim;
+  memory::desc user_w, prim_w;
+  std::optional<dnnl::reorder> reorder;
+};
+
+void set_reorder(Entry& e, const memory::desc& user, const memory::desc& prim, bool to_prim) {
+  e.user_w = user;
+  e.prim_w = prim;
+  if (prim != user)
+    e.reorder = to_prim ? dnnl::reorder(memory(user, engine()), memory(prim, engine()))
+                        : dnnl::reorder(memory(prim, engine()), memory(user, engine()));
+}
+
+// Scratch memory for weights in the primitive's layout, from Kiln's caching allocator.
+struct Scratch {
+  Tensor buffer;
+  memory mem;
+  Scratch(const memory::desc& d) : buffer(make_empty({static_cast<int64_t>(d.get_size())}, kUInt8, Device::cpu())),
+                                   mem(d, engine(), buffer.data_ptr()) {}
+};
+
+}  // namespace
+
+bool onednn_conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, const ConvAttrs& a) {
+  memory::data_type dt;
+  if (!to_dnnl_type(x.dtype(), &dt)) return false;
+  static PrimitiveCache<Entry> cache;
+  auto xmd = md(x, dt), wmd = weights_md(w, a.groups, dt), ymd = md(y, dt);
+  memory::desc bmd = b.defined() ? md(b, dt) : memory::desc();
+  std::shared_ptr<const Entry> e = cache.get(conv_key('f', a, x.dtype(), {&x, &w, &b, &y}), [&] {
+    auto pd = forward_pd(a.inference ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training, xmd,
+                         any_like(wmd), b.defined() ? &bmd : nullptr, ymd, Geometry(a));
+    auto entry = std::make_shared<Entry>(Entry{dnnl::convolution_forward(pd), {}, {}, {}});
+    set_reorder(*entry, wmd, pd.weights_desc(), true);
+    return entry;
+  });
+  if (!e) return false;
+  dnnl::stream s(engine());
+  memory wm(wmd, engine(), w.data_ptr());
+  std::optional<Scratch> ws;
+  if (e->reorder) {
+    ws.emplace(e->prim_w);
+    e->reorder->execute(s, wm, ws->mem);
+    wm = ws->mem;
+  }
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(xmd, engine(), x.data_ptr())},
+                                       {DNNL_ARG_WEIGHTS, wm},
+                                       {DNNL_ARG_DST, memory(ymd, engine(), y.data_ptr())}};
+  if (b.defined()) args.emplace(DNNL_ARG_BIAS, memory(bmd, engine(), b.data_ptr()));
+  e->prim.execute(s, args);
+  s.wait();
+  return true;
+}
+
+bool onednn_conv_backward_input(const Tensor& gy, const Tensor& w, const Tensor& gx, const ConvAttrs& a) {
+  memory::data_type dt;
+  if (!to_dnnl_type(gy.dtype(), &dt)) return false;
+  static PrimitiveCache<Entry> cache;
+  auto gxmd = md(gx, dt), wmd = weights_md(w, a.groups, dt), gymd = md(gy, dt);
+  std::shared_ptr<const Entry> e = cache.get(conv_key('d', a, gy.dtype(), {&gy, &w, &gx}), [&] {
+    const Geometry g(a);
+    auto hint = forward_pd(dnnl::prop_kind::forward_training, gxmd, any_like(wmd), nullptr, gymd, g);
+    const auto alg = dnnl::algorithm::convolution_direct;
+#if DNNL_VERSION_MAJOR >= 3
+    dnnl::convolution_backward_data::primitive_desc pd(engine(), alg, gxmd, any_like(wmd), gymd, g.strides, g.dilates,
+                                                       g.pad, g.pad, hint);
+#else
+    dnnl::convolution_backward_data::primitive_desc pd(
+        dnnl::convolution_backward_data::desc(alg, gxmd, any_like(wmd), gymd, g.strides, g.dilates, g.pad, g.pad),
+        engine(), hint);
+#endif
+    auto entry = std::make_shared<Entry>(Entry{dnnl::convolution_backward_data(pd), {}, {}, {}});
+    set_reorder(*entry, wmd, pd.weights_desc(), true);
+    return entry;
+  });
+  if (!e) return false;
+  dnnl::stream s(engine());
+  memory wm(wmd, engine(), w.data_ptr());
+  std::optional<Scratch> ws;
+  if (e->reorder) {
+    ws.emplace(e->prim_w);
+    e->reorder->execute(s, wm, ws->mem);
+    wm = ws->mem;
+  }
+  e->prim.execute(s, {{DNNL_ARG_DIFF_DST, memory(gymd, engine(), gy.data_ptr())},
+                      {DNNL_ARG_WEIGHTS, wm},
+                      {DNNL_ARG_DIFF_SRC, memory(gxmd, engine(), gx.data_ptr())}});
+  s.wait();
+  return true;
+}
+
+bool onednn_conv_backward_weight(const Tensor& gy, const Tensor& x, const Tensor& gw, const Tensor& gb,
+                                 const ConvAttrs& a) {
+  memory::data_type dt;
+  if (!to_dnnl_type(gy.dtype(), &dt)) return false;
+  static PrimitiveCache<Entry> cache;
+  auto xmd = md(x, dt), gwmd = weights_md(gw, a.groups, dt), gymd = md(gy, dt);
+  memory::desc gbmd = gb.defined() ? md(gb, dt) : memory::desc();
+  std::shared_ptr<const Entry> e = cache.get(conv_key('w', a, gy.dtype(), {&gy, &x, &gw, &gb}), [&] {
+    const Geometry g(a);
+    const memory::desc* bp = gb.defined() ? &gbmd : nullptr;
+    auto hint = forward_pd(dnnl::prop_kind::forward_training, xmd, any_like(gwmd), bp, gymd, g);
+    const auto alg = dnnl::algorithm::convolution_direct;
+#if DNNL_VERSION_MAJOR >= 3
+    auto pd = bp ? dnnl::convolution_backward_weights::primitive_desc(engine(), alg, xmd, any_like(gwmd), gbmd, gymd,
+                                                                      g.strides, g.dilates, g.pad, g.pad, hint)
+                 : dnnl::convolution_backward_weights::primitive_desc(engine(), alg, xmd, any_like(gwmd), gymd,
+                                                                      g.strides, g.dilates, g.pad, g.pad, hint);
+#else
+    auto pd = bp ? dnnl::convolution_backward_weights::primitive_desc(
+                       dnnl::convolution_backward_weights::desc(alg, xmd, any_like(gwmd), gbmd, gymd, g.strides,
+                                                                g.dilates, g.pad, g.pad),
+                       engine(), hint)
+                 : dnnl::convolution_backward_weights::primitive_desc(
+                       dnnl::convolution_backward_weights::desc(alg, xmd, any_like(gwmd), gymd, g.strides, g.dilates,
+                                                                g.pad, g.pad),
+                       engine(), hint);
+#endif
+    auto entry = std::make_shared<Entry>(Entry{dnnl::convolution_backward_weights(pd), {}, {}, {}});
+    set_reorder(*entry, gwmd, pd.diff_weights_desc(), false);
+    return entry;
+  });
+  if (!e) return false;
+  dnnl::stream s(engine());
+  memory gwm(gwmd, engine(), gw.data_ptr());
+  std::optional<Scratch> ws;
+  if (e->reorder) ws.emplace(e->prim_w);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(xmd, engine(), x.data_ptr())},
+                                       {DNNL_ARG_DIFF_DST, memory(gymd, engine(), gy.data_ptr())},
+                                       {DNNL_ARG_DIFF_WEIGHTS, ws ? ws->mem : gwm}};
+  if (gb.defined()) args.emplace(DNNL_ARG_DIFF_BIAS, memory(gbmd, engine(), gb.data_ptr()));
+  e->prim.execute(s, args);
+  if (e->reorder) e->reorder->execute(s, ws->mem, gwm);
+  s.wait();
+  return true;
+}
+
+}  // namespace kiln::backend::cpu
+
+#else
+
+namespace kiln::backend::cpu {
+bool onednn_conv_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const ConvAttrs&) { return false; }
+bool onednn_conv_backward_input(const Tensor&, const Tensor&, const Tensor&, const ConvAttrs&) { return false; }
+bool onednn_conv_backward_weight(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const ConvAttrs&) {
+  return false;
+}
+}  // namespace kiln::backend::cpu
+
+#endif

@@ -1,0 +1,188 @@
+// CPU kernels for 2-D max and average pooling (plain and adaptive) and their backward passes.
+// Channels are the innermost loop, so channels-last tensors are read and written contiguously.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/loops.h"
+#include "backend/dispatch.h"
+
+namespace kiln::backend::cpu {
+namespace {
+
+struct Dims {
+  int64_t n, c, h, w, oh, ow;
+};
+Dims dims_of(const Tensor& x, const Tensor& y) {
+  return {x.size(0), x.size(1), x.size(2), x.size(3), y.size(2), y.size(3)};
+}
+
+// The input rows (or columns) output position `o` averages over: [start, end) clipped to the
+// input, and the divisor's share before clipping (PyTorch's avg_pool2d and adaptive rules).
+struct Window {
+  int64_t start, end, padded;
+};
+Window avg_window(const PoolAttrs& a, int i, int64_t o, int64_t in, int64_t out) {
+  if (a.kind == PoolAttrs::AdaptiveAvg) {
+    const int64_t s = o * in / out, e = ((o + 1) * in + out - 1) / out;
+    return {s, e, e - s};
+  }
+  int64_t s = o * a.stride[i] - a.padding[i];
+  int64_t e = std::min(s + a.kernel[i], in + a.padding[i]);
+  const int64_t padded = e - s;
+  return {std::max<int64_t>(s, 0), std::min(e, in), padded};
+}
+
+// Zeroes a dense tensor (all-zero bits are 0 in every float type).
+void zero_dense(const Tensor& t) { std::memset(t.data_ptr(), 0, t.nbytes()); }
+
+void max_pool_forward(KernelArgs& args) {
+  const Tensor &x = args.inputs[0], &y = args.outputs[0], &ind = args.outputs[1];
+  const auto& a = *static_cast<const PoolAttrs*>(args.attrs);
+  const Dims d = dims_of(x, y);
+  visit_float_dtype(x.dtype(), "max_pool2d", [&]<class T>() {
+    using A = compute_t<T>;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* yp = static_cast<T*>(y.data_ptr());
+    int64_t* ip = ind.data_ptr<int64_t>();
+    const Shape &xs = x.strides(), &ys = y.strides(), &is = ind.strides();
+    parallel_for(d.n * d.oh, std::max<int64_t>(1, 4096 / std::max<int64_t>(d.c * d.ow, 1)), [&](int64_t b, int64_t e) {
+      std::vector<A> best(d.c);
+      std::vector<int64_t> arg(d.c);
+      for (int64_t p = b; p < e; ++p) {
+        const int64_t n = p / d.oh, oh = p % d.oh;
+        for (int64_t ow = 0; ow < d.ow; ++ow) {
+          std::fill(best.begin(), best.end(), -std::numeric_limits<A>::infinity());
+          const int64_t h0 = oh * a.stride[0] - a.padding[0], w0 = ow * a.stride[1] - a.padding[1];
+          bool first = true;
+          for (int64_t kh = 0; kh < a.kernel[0]; ++kh) {
+            const int64_t ih = h0 + kh * a.dilation[0];
+            if (ih < 0 || ih >= d.h) continue;
+            for (int64_t kw = 0; kw < a.kernel[1]; ++kw) {
+              const int64_t iw = w0 + kw * a.dilation[1];
+              if (iw < 0 || iw >= d.w) continue;
+              const T* src = xp + n * xs[0] + ih * xs[2] + iw * xs[3];
+              const int64_t flat = ih * d.w + iw;
+              if (first) std::fill(arg.begin(), arg.end(), flat);
+              first = false;
+              for (int64_t c = 0; c < d.c; ++c) {
+                const A v = static_cast<A>(src[c * xs[1]]);
+                if (v > best[c] || std::isnan(v)) {
+                  best[c] = v;
+                  arg[c] = flat;
+                }
+              }
+            }
+          }
+          T* dst = yp + n * ys[0] + oh * ys[2] + ow * ys[3];
+          int64_t* idst = ip + n * is[0] + oh * is[2] + ow * is[3];
+          for (int64_t c = 0; c < d.c; ++c) {
+            dst[c * ys[1]] = static_cast<T>(best[c]);
+            idst[c * is[1]] = arg[c];
+          }
+        }
+      }
+    });
+  });
+}
+
+// grad_x[idx] += grad_y; batch items write disjoint planes, so they run in parallel.
+void max_pool_backward(KernelArgs& args) {
+  const Tensor &g = args.inputs[0], &ind = args.inputs[1], &gx = args.outputs[0];
+  const Dims d = dims_of(gx, g);
+  zero_dense(gx);
+  visit_float_dtype(g.dtype(), "max_pool2d_backward", [&]<class T>() {
+    using A = compute_t<T>;
+    const T* gp = static_cast<const T*>(g.data_ptr());
+    const int64_t* ip = ind.data_ptr<int64_t>();
+    T* xp = static_cast<T*>(gx.data_ptr());
+    const Shape &gs = g.strides(), &is = ind.strides(), &xs = gx.strides();
+    parallel_for(d.n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t n = b; n < e; ++n)
+        for (int64_t oh = 0; oh < d.oh; ++oh)
+          for (int64_t ow = 0; ow < d.ow; ++ow)
+            for (int64_t c = 0; c < d.c; ++c) {
+              const int64_t flat = ip[n * is[0] + c * is[1] + oh * is[2] + ow * is[3]];
+              T& dst = xp[n * xs[0] + c * xs[1] + (flat / d.w) * xs[2] + (flat % d.w) * xs[3]];
+              dst = static_cast<T>(static_cast<A>(dst) + static_cast<A>(gp[n * gs[0] + c * gs[1] + oh * gs[2] + ow * gs[3]]));
+            }
+    });
+  });
+}
+
+void avg_pool_forward(KernelArgs& args) {
+  const Tensor &x = args.inputs[0], &y = args.outputs[0];
+  const auto& a = *static_cast<const PoolAttrs*>(args.attrs);
+  const Dims d = dims_of(x, y);
+  visit_float_dtype(x.dtype(), "avg_pool2d", [&]<class T>() {
+    using A = compute_t<T>;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* yp = static_cast<T*>(y.data_ptr());
+    const Shape &xs = x.strides(), &ys = y.strides();
+    parallel_for(d.n * d.oh, std::max<int64_t>(1, 4096 / std::max<int64_t>(d.c * d.ow, 1)), [&](int64_t b, int64_t e) {
+      std::vector<A> acc(d.c);
+      for (int64_t p = b; p < e; ++p) {
+        const int64_t n = p / d.oh, oh = p % d.oh;
+        const Window wh = avg_window(a, 0, oh, d.h, d.oh);
+        for (int64_t ow = 0; ow < d.ow; ++ow) {
+          const Window ww = avg_window(a, 1, ow, d.w, d.ow);
+          std::fill(acc.begin(), acc.end(), A(0));
+          for (int64_t ih = wh.start; ih < wh.end; ++ih)
+            for (int64_t iw = ww.start; iw < ww.end; ++iw) {
+              const T* src = xp + n * xs[0] + ih * xs[2] + iw * xs[3];
+              for (int64_t c = 0; c < d.c; ++c) acc[c] += static_cast<A>(src[c * xs[1]]);
+            }
+          const int64_t count = a.kind == PoolAttrs::Avg && a.count_include_pad
+                                    ? wh.padded * ww.padded
+                                    : (wh.end - wh.start) * (ww.end - ww.start);
+          const A inv = count > 0 ? A(1) / static_cast<A>(count) : A(0);
+          T* dst = yp + n * ys[0] + oh * ys[2] + ow * ys[3];
+          for (int64_t c = 0; c < d.c; ++c) dst[c * ys[1]] = static_cast<T>(acc[c] * inv);
+        }
+      }
+    });
+  });
+}
+
+void avg_pool_backward(KernelArgs& args) {
+  const Tensor &g = args.inputs[0], &gx = args.outputs[0];
+  const auto& a = *static_cast<const PoolAttrs*>(args.attrs);
+  const Dims d = dims_of(gx, g);
+  zero_dense(gx);
+  visit_float_dtype(g.dtype(), "avg_pool2d_backward", [&]<class T>() {
+    using A = compute_t<T>;
+    const T* gp = static_cast<const T*>(g.data_ptr());
+    T* xp = static_cast<T*>(gx.data_ptr());
+    const Shape &gs = g.strides(), &xs = gx.strides();
+    parallel_for(d.n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t n = b; n < e; ++n)
+        for (int64_t oh = 0; oh < d.oh; ++oh) {
+          const Window wh = avg_window(a, 0, oh, d.h, d.oh);
+          for (int64_t ow = 0; ow < d.ow; ++ow) {
+            const Window ww = avg_window(a, 1, ow, d.w, d.ow);
+            const int64_t count = a.kind == PoolAttrs::Avg && a.count_include_pad
+                                      ? wh.padded * ww.padded
+                                      : (wh.end - wh.start) * (ww.end - ww.start);
+            if (count <= 0) continue;
+            const A inv = A(1) / static_cast<A>(count);
+            const T* src = gp + n * gs[0] + oh * gs[2] + ow * gs[3];
+            for (int64_t ih = wh.start; ih < wh.end; ++ih)
+              for (int64_t iw = ww.start; iw < ww.end; ++iw) {
+                T* dst = xp + n * xs[0] + ih * xs[2] + iw * xs[3];
+                for (int64_t c = 0; c < d.c; ++c)
+                  dst[c * xs[1]] = static_cast<T>(static_cast<A>(dst[c * xs[1]]) + static_cast<A>(src[c * gs[1]]) * inv);
+              }
+          }
+        }
+    });
+  });
+}
+
+KILN_REGISTER_KERNEL(Op::MaxPool2d, DeviceType::CPU, max_pool_forward);
+KILN_REGISTER_KERNEL(Op::MaxPool2dBackward, DeviceType::CPU, max_pool_backward);
+KILN_REGISTER_KERNEL(Op::AvgPool2d, DeviceType::CPU, avg_pool_forward);
+KILN_REGISTER_KERNEL(Op::AvgPool2dBackward, DeviceType::CPU, avg_pool_backward);
+
+}  // namespace
+}  // namespace kiln::backend::cpu

@@ -1,0 +1,110 @@
+// conv2d: checks, output shape, the kernels for forward and both gradients, and autograd.
+#include "ops/op_util.h"
+
+namespace kiln {
+namespace {
+
+using autograd::SavedTensor;
+using ops::Op;
+
+// A 2-D parameter given as one value (used for both dims) or two.
+void pair_param(const Shape& v, const char* what, int64_t out[2], int64_t min) {
+  KILN_CHECK(v.size() == 1 || v.size() == 2, "conv2d", what, " must have 1 or 2 values, got ", v);
+  out[0] = v[0];
+  out[1] = v.size() == 2 ? v[1] : v[0];
+  KILN_CHECK(out[0] >= min && out[1] >= min, "conv2d", what, " must be at least ", min, ", got ", v);
+}
+
+// The input's gradient, laid out like the input when that is dense (channels-last stays so).
+Tensor conv_backward_input(const Tensor& g, const Tensor& w, const Tensor& x, const backend::ConvAttrs& a) {
+  Tensor gx = make_empty_like(x, x.shape(), g.dtype(), g.device());
+  if (gx.numel() == 0) return gx;
+  backend::run(Op::Conv2dBackwardInput, g.device(), std::initializer_list<Tensor>{g, w}, std::span<Tensor>(&gx, 1), &a);
+  return gx;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride,
+              const Shape& padding, const Shape& dilation, int64_t groups) {
+  ops::check_defined(input, "conv2d");
+  ops::check_defined(weight, "conv2d");
+  KILN_CHECK(input.dim() == 4 || input.dim() == 3, "conv2d",
+             "expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape ", input.shape());
+  if (input.dim() == 3) return conv2d(input.unsqueeze(0), weight, bias, stride, padding, dilation, groups).squeeze(0);
+  KILN_CHECK(weight.dim() == 4, "conv2d", "expected a 4-D weight [C_out, C_in / groups, kH, kW], got shape ",
+             weight.shape());
+  KILN_CHECK(groups >= 1, "conv2d", "groups must be positive, got ", groups);
+  const int64_t n = input.size(0), c_in = input.size(1), h = input.size(2), wd = input.size(3);
+  const int64_t c_out = weight.size(0), kh = weight.size(2), kw = weight.size(3);
+  KILN_CHECK(c_in == weight.size(1) * groups, "conv2d", "input has ", c_in, " channels but weight ",
+             weight.shape(), " with groups=", groups, " expects ", weight.size(1) * groups);
+  KILN_CHECK(c_out % groups == 0, "conv2d", "weight has ", c_out, " output channels, not divisible by groups=",
+             groups);
+  KILN_CHECK(kh > 0 && kw > 0 && c_out > 0, "conv2d", "weight shape ", weight.shape(), " has an empty dim");
+  KILN_CHECK(input.is_floating_point(), "conv2d", "expected a floating-point input, got ", input.dtype());
+  KILN_CHECK(weight.dtype() == input.dtype(), "conv2d", "input is ", input.dtype(), " but weight is ",
+             weight.dtype());
+  if (bias.defined()) {
+    KILN_CHECK(bias.dim() == 1 && bias.size(0) == c_out, "conv2d", "expected bias of shape [", c_out, "], got ",
+               bias.shape());
+    KILN_CHECK(bias.dtype() == input.dtype(), "conv2d", "input is ", input.dtype(), " but bias is ",
+               bias.dtype());
+  }
+  Device dev = ops::common_device({&input, &weight, bias.defined() ? &bias : &input}, "conv2d");
+  backend::ConvAttrs a;
+  pair_param(stride, "stride", a.stride, 1);
+  pair_param(padding, "padding", a.padding, 0);
+  pair_param(dilation, "dilation", a.dilation, 1);
+  a.groups = groups;
+  int64_t out_hw[2];
+  const int64_t in_hw[2] = {h, wd}, k[2] = {kh, kw};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t span = a.dilation[i] * (k[i] - 1) + 1, padded = in_hw[i] + 2 * a.padding[i];
+    KILN_CHECK(padded >= span, "conv2d", "kernel ", weight.shape(), " with dilation ", dilation,
+               " is larger than the padded input ", input.shape(), " (padding ", padding, ")");
+    out_hw[i] = (padded - span) / a.stride[i] + 1;
+  }
+  const bool grad = autograd::needs_grad({&input, &weight, &bias});
+  a.inference = !grad;
+  const Shape out_shape{n, c_out, out_hw[0], out_hw[1]};
+  Tensor out = make_empty_strided(out_shape, channels_last_strides(out_shape), input.dtype(), dev);
+  if (out.numel() > 0) {
+    if (input.numel() == 0) {
+      out.zero_();
+    } else if (bias.defined()) {
+      ops::run1(Op::Conv2d, dev, {input, weight, bias}, out, &a);
+    } else {
+      ops::run1(Op::Conv2d, dev, {input, weight}, out, &a);
+    }
+  }
+  if (grad) {
+    autograd::record("Conv2dBackward", {&input, &weight, &bias}, out,
+                     [sx = SavedTensor(input), sw = SavedTensor(weight), a, has_bias = bias.defined(),
+                      need_x = input.requires_grad(), need_w = weight.requires_grad(),
+                      need_b = bias.defined() && bias.requires_grad()](const Tensor& g_in) -> TensorList {
+                       Tensor x = sx.get("Conv2dBackward"), w = sw.get("Conv2dBackward");
+                       // Gradients arrive in whatever layout the next op made; the kernels want
+                       // them laid out like the output (channels-last).
+                       Tensor g = g_in.contiguous(MemoryFormat::ChannelsLast);
+                       Tensor gx, gw, gb;
+                       if (need_x) gx = conv_backward_input(g, w, x, a);
+                       if (need_w || need_b) {
+                         gw = make_empty(w.shape(), w.dtype(), w.device());
+                         std::vector<Tensor> outs{gw};
+                         if (has_bias) outs.push_back(make_empty({w.size(0)}, w.dtype(), w.device()));
+                         if (x.numel() == 0) {
+                           for (auto& t : outs) t.zero_();
+                         } else {
+                           backend::run(Op::Conv2dBackwardWeight, g.device(), std::initializer_list<Tensor>{g, x},
+                                        std::span<Tensor>(outs), &a);
+                         }
+                         if (has_bias) gb = outs[1];
+                       }
+                       return {gx, need_w ? gw : Tensor(), need_b ? gb : Tensor()};
+                     });
+  }
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,124 @@
+// max_pool2d, avg_pool2d and adaptive_avg_pool2d: checks, PyTorch's output sizes, autograd.
+#include "ops/op_util.h"
+
+namespace kiln {
+namespace {
+
+using autograd::SavedTensor;
+using backend::PoolAttrs;
+using ops::Op;
+
+void pair_param(const char* op, const Shape& v, const char* what, int64_t out[2], int64_t min) {
+  KILN_CHECK(v.size() == 1 || v.size() == 2, op, what, " must have 1 or 2 values, got ", v);
+  out[0] = v[0];
+  out[1] = v.size() == 2 ? v[1] : v[0];
+  KILN_CHECK(out[0] >= min && out[1] >= min, op, what, " must be at least ", min, ", got ", v);
+}
+
+// PyTorch's pooling_output_shape: with ceil_mode the last window must start inside the input
+// or its left padding.
+int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  const int64_t span = d * (k - 1) + 1, num = in + 2 * p - span + (ceil_mode ? s - 1 : 0);
+  int64_t out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
+  if (ceil_mode && (out - 1) * s >= in + p) --out;
+  return out;
+}
+
+// A 3-D [C, H, W] input is pooled as a batch of one.
+Tensor check_input(const Tensor& x, const char* op) {
+  ops::check_defined(x, op);
+  KILN_CHECK(x.dim() == 3 || x.dim() == 4, op, "expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape ",
+             x.shape());
+  KILN_CHECK(x.is_floating_point(), op, "expected a floating-point input, got ", x.dtype());
+  Tensor x4 = x.dim() == 3 ? x.unsqueeze(0) : x;
+  KILN_CHECK(x4.size(1) > 0 && x4.size(2) > 0 && x4.size(3) > 0, op, "expected non-empty C, H and W, got shape ",
+             x.shape());
+  return x4;
+}
+
+Tensor empty_pooled(const Tensor& x, int64_t oh, int64_t ow, ScalarType dtype) {
+  const Shape s{x.size(0), x.size(1), oh, ow};
+  return make_empty_strided(s, channels_last_strides(s), dtype, x.device());
+}
+
+Tensor finish(const Tensor& x_in, const Tensor& out) { return x_in.dim() == 3 ? out.squeeze(0) : out; }
+
+// Sets kernel, stride and padding (stride defaults to the kernel) and the output size.
+void window_params(const char* op, const Tensor& x, const Shape& kernel_size, const Shape& stride,
+                   const Shape& padding, PoolAttrs& a, bool ceil_mode, int64_t out_hw[2]) {
+  pair_param(op, kernel_size, "kernel_size", a.kernel, 1);
+  pair_param(op, stride.empty() ? kernel_size : stride, "stride", a.stride, 1);
+  pair_param(op, padding, "padding", a.padding, 0);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t span = a.dilation[i] * (a.kernel[i] - 1) + 1;
+    KILN_CHECK(2 * a.padding[i] <= span, op, "padding ", padding,
+               " must be at most half of the effective kernel size ", kernel_size);
+    out_hw[i] = pooled_size(x.size(2 + i), a.kernel[i], a.stride[i], a.padding[i], a.dilation[i], ceil_mode);
+    KILN_CHECK(out_hw[i] > 0, op, "input ", x.shape(), " is too small for kernel_size ", kernel_size,
+               " (output would be empty)");
+  }
+}
+
+// Avg-style pooling (plain or adaptive): forward kernel, and a backward node using the
+// backward kernel with the same attributes.
+Tensor avg_pool(const Tensor& x_in, const Tensor& x, PoolAttrs a, int64_t oh, int64_t ow, const char* node) {
+  Tensor out = empty_pooled(x, oh, ow, x.dtype());
+  if (out.numel() > 0) ops::run1(Op::AvgPool2d, x.device(), {x}, out, &a);
+  if (autograd::needs_grad({&x}))
+    autograd::record(node, {&x}, out, [a, xs = x.shape(), xst = strides_like(x, x.shape())](const Tensor& g) -> TensorList {
+      Tensor gx = make_empty_strided(xs, xst, g.dtype(), g.device());
+      if (gx.numel() > 0) ops::run1(Op::AvgPool2dBackward, g.device(), {g}, gx, &a);
+      return {gx};
+    });
+  return finish(x_in, out);
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x_in, const Shape& kernel_size, const Shape& stride, const Shape& padding,
+                  const Shape& dilation, bool ceil_mode) {
+  Tensor x = check_input(x_in, "max_pool2d");
+  PoolAttrs a;
+  a.kind = PoolAttrs::Max;
+  pair_param("max_pool2d", dilation, "dilation", a.dilation, 1);
+  int64_t o[2];
+  window_params("max_pool2d", x, kernel_size, stride, padding, a, ceil_mode, o);
+  Tensor out = empty_pooled(x, o[0], o[1], x.dtype());
+  Tensor idx = empty_pooled(x, o[0], o[1], kInt64);
+  if (out.numel() > 0) {
+    std::vector<Tensor> outs{out, idx};
+    backend::run(Op::MaxPool2d, x.device(), std::initializer_list<Tensor>{x}, std::span<Tensor>(outs), &a);
+  }
+  if (autograd::needs_grad({&x}))
+    autograd::record("MaxPool2DWithIndicesBackward", {&x}, out,
+                     [a, idx, xs = x.shape(), xst = strides_like(x, x.shape())](const Tensor& g) -> TensorList {
+                       Tensor gx = make_empty_strided(xs, xst, g.dtype(), g.device());
+                       if (gx.numel() > 0) ops::run1(Op::MaxPool2dBackward, g.device(), {g, idx}, gx, &a);
+                       return {gx};
+                     });
+  return finish(x_in, out);
+}
+
+Tensor avg_pool2d(const Tensor& x_in, const Shape& kernel_size, const Shape& stride, const Shape& padding,
+                  bool ceil_mode, bool count_include_pad) {
+  Tensor x = check_input(x_in, "avg_pool2d");
+  PoolAttrs a;
+  a.kind = PoolAttrs::Avg;
+  a.count_include_pad = count_include_pad;
+  int64_t o[2];
+  window_params("avg_pool2d", x, kernel_size, stride, padding, a, ceil_mode, o);
+  return avg_pool(x_in, x, a, o[0], o[1], "AvgPool2DBackward");
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x_in, const Shape& output_size) {
+  Tensor x = check_input(x_in, "adaptive_avg_pool2d");
+  KILN_CHECK(output_size.size() == 1 || output_size.size() == 2, "adaptive_avg_pool2d",
+             "output_size must have 1 or 2 values, got ", output_size);
+  const int64_t oh = output_size[0], ow = output_size.size() == 2 ? output_size[1] : output_size[0];
+  KILN_CHECK(oh > 0 && ow > 0, "adaptive_avg_pool2d", "output_size must be positive, got ", output_size);
+  PoolAttrs a;
+  a.kind = PoolAttrs::AdaptiveAvg;
+  return avg_pool(x_in, x, a, oh, ow, "AdaptiveAvgPool2DBackward");
+}
+
+}  // namespace kiln

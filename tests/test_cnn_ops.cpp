@@ -1,0 +1,307 @@
+// conv2d, pooling and batch_norm: values against float64 loops written here, layouts, float32
+// (oneDNN) gradients against float64 (direct loops, gradchecked) ones, gradchecks, errors.
+#include <cmath>
+#include <random>
+
+#include "test_util.h"
+
+namespace {
+
+using namespace kiln;
+using kiln::test::expect_close;
+using kiln::test::expect_error;
+using kiln::test::values;
+
+Tensor rnd(const Shape& s, ScalarType dt = kFloat64, double lo = -1, double hi = 1) {
+  static std::mt19937_64 g(11);
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  std::vector<double> v(n);
+  for (auto& x : v) x = std::uniform_real_distribution<double>(lo, hi)(g);
+  return tensor(v, s, kFloat64).to(dt);
+}
+
+struct ConvCase {
+  Shape x, w;
+  int64_t stride[2], pad[2], dil[2], groups;
+  bool bias;
+};
+
+// Direct float64 convolution from the definition.
+std::vector<double> conv_ref(const Tensor& x, const Tensor& w, const Tensor& b, const ConvCase& c, Shape& out) {
+  auto xv = values(x), wv = values(w);
+  const int64_t N = c.x[0], C = c.x[1], H = c.x[2], W = c.x[3], O = c.w[0], CI = c.w[1], KH = c.w[2], KW = c.w[3];
+  const int64_t OH = (H + 2 * c.pad[0] - c.dil[0] * (KH - 1) - 1) / c.stride[0] + 1;
+  const int64_t OW = (W + 2 * c.pad[1] - c.dil[1] * (KW - 1) - 1) / c.stride[1] + 1;
+  out = {N, O, OH, OW};
+  std::vector<double> y(N * O * OH * OW, 0.0);
+  std::vector<double> bv = b.defined() ? values(b) : std::vector<double>(O, 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t i = 0; i < OH; ++i)
+        for (int64_t j = 0; j < OW; ++j) {
+          double acc = bv[o];
+          const int64_t g = o / (O / c.groups);
+          for (int64_t ci = 0; ci < CI; ++ci)
+            for (int64_t kh = 0; kh < KH; ++kh)
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                const int64_t ih = i * c.stride[0] - c.pad[0] + kh * c.dil[0];
+                const int64_t iw = j * c.stride[1] - c.pad[1] + kw * c.dil[1];
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                acc += xv[((n * C + g * CI + ci) * H + ih) * W + iw] * wv[((o * CI + ci) * KH + kh) * KW + kw];
+              }
+          y[((n * O + o) * OH + i) * OW + j] = acc;
+        }
+  return y;
+}
+
+const std::vector<ConvCase> kConvCases = {
+    {{2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+    {{2, 4, 9, 8}, {6, 2, 3, 2}, {2, 1}, {1, 0}, {1, 2}, 2, false},
+    {{1, 8, 6, 6}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 8, true},   // depthwise
+    {{3, 5, 5, 5}, {7, 5, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, true},   // 1x1 stride 2 (ResNet downsample)
+    {{2, 3, 12, 12}, {4, 3, 7, 7}, {2, 2}, {3, 3}, {1, 1}, 1, false}, // ResNet stem
+};
+
+Tensor run_conv(const Tensor& x, const Tensor& w, const Tensor& b, const ConvCase& c) {
+  return conv2d(x, w, b, {c.stride[0], c.stride[1]}, {c.pad[0], c.pad[1]}, {c.dil[0], c.dil[1]}, c.groups);
+}
+
+TEST(Conv2d, MatchesDefinitionInEveryLayoutAndDtype) {
+  for (const auto& c : kConvCases)
+    for (ScalarType dt : {kFloat64, kFloat32})
+      for (int layout = 0; layout < 3; ++layout) {
+        Tensor x = rnd(c.x), w = rnd(c.w), b = c.bias ? rnd({c.w[0]}) : Tensor();
+        Shape out;
+        auto expected = conv_ref(x, w, b, c, out);
+        Tensor xin = x.to(dt);
+        if (layout == 1) xin = xin.contiguous(MemoryFormat::ChannelsLast);
+        if (layout == 2) xin = xin.transpose(2, 3).contiguous().transpose(2, 3);  // non-dense order
+        Tensor y = run_conv(xin, w.to(dt), c.bias ? b.to(dt) : Tensor(), c);
+        EXPECT_TRUE(y.is_contiguous(MemoryFormat::ChannelsLast));
+        expect_close(y, expected, out, dt == kFloat32 ? 1e-4 : 1e-12, dt == kFloat32 ? 1e-4 : 1e-12);
+      }
+}
+
+// float32 gradients (oneDNN's backward primitives) equal float64 ones (direct loops).
+TEST(Conv2d, Float32GradientsMatchFloat64) {
+  for (const auto& c : kConvCases) {
+    Tensor x = rnd(c.x), w = rnd(c.w), b = c.bias ? rnd({c.w[0]}) : Tensor();
+    Tensor gy;
+    std::vector<std::vector<double>> grads[2];
+    for (int k = 0; k < 2; ++k) {
+      ScalarType dt = k == 0 ? kFloat64 : kFloat32;
+      Tensor xs = x.to(dt).contiguous(MemoryFormat::ChannelsLast).detach().requires_grad_();
+      Tensor ws = w.to(dt).detach().requires_grad_();
+      Tensor bs = c.bias ? b.to(dt).detach().requires_grad_() : Tensor();
+      Tensor y = run_conv(xs, ws, bs, c);
+      if (!gy.defined()) gy = rnd(y.shape());
+      (y * gy.to(dt)).sum().backward();
+      EXPECT_EQ(xs.grad().strides(), xs.strides());
+      grads[k] = {values(xs.grad()), values(ws.grad())};
+      if (c.bias) grads[k].push_back(values(bs.grad()));
+    }
+    for (size_t i = 0; i < grads[0].size(); ++i)
+      for (size_t j = 0; j < grads[0][i].size(); ++j)
+        EXPECT_NEAR(grads[1][i][j], grads[0][i][j], 1e-4 + 1e-4 * std::abs(grads[0][i][j])) << "grad " << i;
+  }
+}
+
+TEST(Conv2d, Gradcheck) {
+  for (const auto& c : kConvCases) {
+    if (c.x[1] * c.x[2] * c.x[3] > 300) continue;  // finite differences over big inputs are slow
+    std::vector<Tensor> in{rnd(c.x).requires_grad_(), rnd(c.w).requires_grad_()};
+    if (c.bias) in.push_back(rnd({c.w[0]}).requires_grad_());
+    EXPECT_TRUE(autograd::gradcheck(
+        [&](const std::vector<Tensor>& v) { return run_conv(v[0], v[1], c.bias ? v[2] : Tensor(), c); }, in));
+  }
+  Tensor x = rnd({1, 2, 5, 4}).contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+  EXPECT_TRUE(autograd::gradcheck([](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], {}, {2, 1}, {1, 2}); },
+                                  {x, rnd({3, 2, 3, 3}).requires_grad_()}));
+}
+
+TEST(Conv2d, UnbatchedInputAndErrors) {
+  Tensor x = rnd({3, 5, 5}), w = rnd({2, 3, 3, 3});
+  Tensor y = conv2d(x, w);
+  EXPECT_EQ(y.shape(), (Shape{2, 3, 3}));
+  expect_close(y, values(conv2d(x.unsqueeze(0), w)), {2, 3, 3}, 1e-12, 1e-12);
+  expect_error([&] { conv2d(rnd({1, 4, 5, 5}), w); }, "[conv2d] input has 4 channels");
+  expect_error([&] { conv2d(rnd({1, 3, 2, 2}), w); }, "larger than the padded input");
+  expect_error([&] { conv2d(rnd({1, 3, 5, 5}), w, rnd({3})); }, "expected bias of shape [2]");
+  expect_error([&] { conv2d(rnd({1, 3, 5, 5}), w, {}, {0, 1}); }, "stride must be at least 1");
+  expect_error([&] { conv2d(rnd({1, 3, 5, 5}), w.to(kFloat32)); }, "but weight is");
+  expect_error([&] { conv2d(rnd({1, 4, 5, 5}), rnd({3, 2, 3, 3}), {}, {1, 1}, {0, 0}, {1, 1}, 2); },
+               "not divisible by groups=2");
+  expect_error([&] { conv2d(rnd({5, 5}), w); }, "expected a 3-D");
+}
+
+// ---- pooling
+
+std::vector<double> pool_ref(const Tensor& x, int kind, int64_t k, int64_t s, int64_t p, bool ceil, bool incl,
+                             Shape& out, int64_t oh_ad = 0) {
+  auto xv = values(x);
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  auto osize = [&](int64_t in) {
+    int64_t num = in + 2 * p - k + (ceil ? s - 1 : 0);
+    int64_t o = num / s + 1;
+    if (ceil && (o - 1) * s >= in + p) --o;
+    return o;
+  };
+  const int64_t OH = kind == 2 ? oh_ad : osize(H), OW = kind == 2 ? oh_ad : osize(W);
+  out = {N, C, OH, OW};
+  std::vector<double> y;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < OH; ++i)
+        for (int64_t j = 0; j < OW; ++j) {
+          int64_t h0, h1, w0, w1, cnt;
+          if (kind == 2) {
+            h0 = i * H / OH, h1 = ((i + 1) * H + OH - 1) / OH, w0 = j * W / OW, w1 = ((j + 1) * W + OW - 1) / OW;
+            cnt = (h1 - h0) * (w1 - w0);
+          } else {
+            h0 = i * s - p, w0 = j * s - p;
+            h1 = std::min(h0 + k, H + p), w1 = std::min(w0 + k, W + p);
+            cnt = (h1 - h0) * (w1 - w0);
+            h0 = std::max<int64_t>(h0, 0), w0 = std::max<int64_t>(w0, 0), h1 = std::min(h1, H), w1 = std::min(w1, W);
+            if (!(kind == 1 && incl)) cnt = (h1 - h0) * (w1 - w0);
+          }
+          double acc = kind == 0 ? -INFINITY : 0.0;
+          for (int64_t a = h0; a < h1; ++a)
+            for (int64_t b = w0; b < w1; ++b) {
+              double v = xv[((n * C + c) * H + a) * W + b];
+              acc = kind == 0 ? std::max(acc, v) : acc + v;
+            }
+          y.push_back(kind == 0 ? acc : acc / cnt);
+        }
+  return y;
+}
+
+TEST(Pool2d, MatchDefinition) {
+  for (ScalarType dt : {kFloat64, kFloat32})
+    for (bool cl : {false, true})
+      for (bool ceil : {false, true}) {
+        Tensor x = rnd({2, 3, 9, 8});
+        Tensor xin = cl ? x.to(dt).contiguous(MemoryFormat::ChannelsLast) : x.to(dt);
+        Shape out;
+        auto e = pool_ref(x, 0, 3, 2, 1, ceil, true, out);
+        expect_close(max_pool2d(xin, {3}, {2}, {1}, {1}, ceil), e, out, 1e-6, 1e-6, "max");
+        for (bool incl : {false, true}) {
+          e = pool_ref(x, 1, 3, 2, 1, ceil, incl, out);
+          expect_close(avg_pool2d(xin, {3}, {2}, {1}, ceil, incl), e, out, 1e-6, 1e-6, "avg");
+        }
+        for (int64_t o : {1, 3, 5, 7}) {
+          e = pool_ref(x, 2, 0, 0, 0, false, false, out, o);
+          expect_close(adaptive_avg_pool2d(xin, {o, o}), e, out, 1e-6, 1e-6, "adaptive");
+        }
+      }
+}
+
+TEST(Pool2d, MaxPoolDilationAndNan) {
+  Tensor x = tensor(std::vector<double>{1, 5, 2, 8, 3, 4, 7, 6, 0}, {1, 1, 3, 3}, kFloat64);
+  // dilation 2 with kernel 2 sees the four corners.
+  expect_close(max_pool2d(x, {2}, {1}, {0}, {2}), {7.0}, {1, 1, 1, 1});
+  Tensor xn = tensor(std::vector<double>{1, NAN, 2, 3}, {1, 1, 2, 2}, kFloat64);
+  EXPECT_TRUE(std::isnan(values(max_pool2d(xn, {2}))[0]));
+}
+
+TEST(Pool2d, Gradcheck) {
+  // Distinct values so max is never tied.
+  std::vector<double> v(2 * 2 * 7 * 6);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.013 * static_cast<double>((i * 37) % v.size());
+  Tensor x = tensor(v, {2, 2, 7, 6}, kFloat64).contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+  using V = const std::vector<Tensor>&;
+  EXPECT_TRUE(autograd::gradcheck([](V t) { return max_pool2d(t[0], {3, 2}, {2, 1}, {1, 1}, {1, 1}, true); }, {x}));
+  EXPECT_TRUE(autograd::gradcheck([](V t) { return max_pool2d(t[0], {2}, {1}, {0}, {2}); }, {x}));
+  EXPECT_TRUE(autograd::gradcheck([](V t) { return avg_pool2d(t[0], {3}, {2}, {1}, true, false); }, {x}));
+  EXPECT_TRUE(autograd::gradcheck([](V t) { return avg_pool2d(t[0], {2, 3}, {1, 2}, {1, 0}); }, {x}));
+  EXPECT_TRUE(autograd::gradcheck([](V t) { return adaptive_avg_pool2d(t[0], {3, 4}); }, {x}));
+  EXPECT_TRUE(autograd::gradcheck([](V t) { return adaptive_avg_pool2d(t[0], {1}); }, {x}));
+}
+
+TEST(Pool2d, Errors) {
+  Tensor x = rnd({1, 2, 4, 4});
+  expect_error([&] { max_pool2d(x, {3}, {1}, {2}); }, "[max_pool2d] padding [2] must be at most half");
+  expect_error([&] { max_pool2d(x, {5}); }, "too small for kernel_size");
+  expect_error([&] { avg_pool2d(x, {0}); }, "kernel_size must be at least 1");
+  expect_error([&] { adaptive_avg_pool2d(x, {0, 2}); }, "output_size must be positive");
+  expect_error([&] { max_pool2d(rnd({4, 4}), {2}); }, "expected a 3-D");
+  expect_error([&] { max_pool2d(x.to(kInt64), {2}); }, "floating-point");
+  EXPECT_EQ(max_pool2d(rnd({2, 4, 4}), {2}).shape(), (Shape{2, 2, 2}));
+}
+
+// ---- batch norm
+
+TEST(BatchNorm, TrainingNormalisesAndUpdatesRunningStats) {
+  for (ScalarType dt : {kFloat64, kFloat32})
+    for (bool cl : {false, true}) {
+      Tensor x = rnd({4, 3, 5, 2}, kFloat64, -2, 3);
+      Tensor w = rnd({3}), b = rnd({3});
+      Tensor rm = zeros({3}, dt), rv = ones({3}, dt);
+      Tensor xin = cl ? x.to(dt).contiguous(MemoryFormat::ChannelsLast) : x.to(dt);
+      Tensor y = batch_norm(xin, rm, rv, w.to(dt), b.to(dt), true, 0.1, 1e-5);
+      EXPECT_EQ(y.strides(), xin.strides());
+      auto xv = values(x), wv = values(w), bv = values(b);
+      std::vector<double> mean(3, 0), var(3, 0), expect(xv.size());
+      const int64_t m = 4 * 5 * 2;
+      for (size_t i = 0; i < xv.size(); ++i) mean[(i / 10) % 3] += xv[i] / m;
+      for (size_t i = 0; i < xv.size(); ++i) var[(i / 10) % 3] += std::pow(xv[i] - mean[(i / 10) % 3], 2) / m;
+      for (size_t i = 0; i < xv.size(); ++i) {
+        const size_t c = (i / 10) % 3;
+        expect[i] = (xv[i] - mean[c]) / std::sqrt(var[c] + 1e-5) * wv[c] + bv[c];
+      }
+      const double tol = dt == kFloat32 ? 1e-5 : 1e-12;
+      expect_close(y, expect, x.shape(), tol, tol);
+      std::vector<double> erm(3), erv(3);
+      for (int c = 0; c < 3; ++c) erm[c] = 0.1 * mean[c], erv[c] = 0.9 + 0.1 * var[c] * m / (m - 1);
+      expect_close(rm, erm, {3}, tol, tol);
+      expect_close(rv, erv, {3}, tol, tol);
+      // Evaluation uses the running statistics.
+      Tensor ye = batch_norm(xin, rm, rv, w.to(dt), b.to(dt), false);
+      auto rmv = values(rm), rvv = values(rv);
+      for (size_t i = 0; i < xv.size(); ++i) {
+        const size_t c = (i / 10) % 3;
+        expect[i] = (xv[i] - rmv[c]) / std::sqrt(rvv[c] + 1e-5) * wv[c] + bv[c];
+      }
+      expect_close(ye, expect, x.shape(), tol, tol);
+    }
+}
+
+TEST(BatchNorm, Gradcheck) {
+  using V = const std::vector<Tensor>&;
+  for (bool cl : {false, true}) {
+    Tensor x = rnd({3, 2, 3, 2});
+    if (cl) x = x.contiguous(MemoryFormat::ChannelsLast);
+    x.requires_grad_();
+    Tensor w = rnd({2}).requires_grad_(), b = rnd({2}).requires_grad_();
+    EXPECT_TRUE(autograd::gradcheck([](V t) { return batch_norm(t[0], {}, {}, t[1], t[2], true); }, {x, w, b}));
+    Tensor rm = rnd({2}), rv = rnd({2}, kFloat64, 0.5, 2);
+    EXPECT_TRUE(autograd::gradcheck([&](V t) { return batch_norm(t[0], rm, rv, t[1], t[2], false); }, {x, w, b}));
+  }
+  Tensor x2 = rnd({5, 3}).requires_grad_();  // BatchNorm1d-style [N, C]
+  EXPECT_TRUE(autograd::gradcheck([](V t) { return batch_norm(t[0], {}, {}, {}, {}, true); }, {x2}));
+}
+
+TEST(BatchNorm, Float32GradientsMatchFloat64) {
+  Tensor x = rnd({4, 5, 3, 3}, kFloat64, -1, 2), w = rnd({5}), b = rnd({5}), gy = rnd({4, 5, 3, 3});
+  std::vector<double> g[2][3];
+  for (int k = 0; k < 2; ++k) {
+    ScalarType dt = k ? kFloat32 : kFloat64;
+    Tensor xs = x.to(dt).contiguous(MemoryFormat::ChannelsLast).detach().requires_grad_();
+    Tensor ws = w.to(dt).detach().requires_grad_(), bs = b.to(dt).detach().requires_grad_();
+    (batch_norm(xs, {}, {}, ws, bs, true) * gy.to(dt)).sum().backward();
+    g[k][0] = values(xs.grad()), g[k][1] = values(ws.grad()), g[k][2] = values(bs.grad());
+  }
+  for (int i = 0; i < 3; ++i)
+    for (size_t j = 0; j < g[0][i].size(); ++j) EXPECT_NEAR(g[1][i][j], g[0][i][j], 1e-4);
+}
+
+TEST(BatchNorm, Errors) {
+  Tensor x = rnd({2, 3, 2, 2});
+  expect_error([&] { batch_norm(x, {}, {}, rnd({4}), {}, true); }, "[batch_norm] expected weight of shape [3]");
+  expect_error([&] { batch_norm(x, {}, {}, {}, {}, false); }, "needs running_mean and running_var");
+  expect_error([&] { batch_norm(rnd({1, 3}), {}, {}, {}, {}, true); }, "more than 1 value per channel");
+  expect_error([&] { batch_norm(rnd({3}), {}, {}, {}, {}, true); }, "rank 2 or more");
+  expect_error([&] { batch_norm(x, zeros({3}, kFloat64), {}, {}, {}, true); }, "both given or both omitted");
+}
+
+}  // namespace
