@@ -123,3 +123,72 @@ TEST(NnLayers, TinyTrainingLoopDecreasesTheLoss) {
 
 }  // namespace
 }  // namespace kiln::test
+
+namespace kiln::test {
+namespace {
+
+namespace nn = kiln::nn;
+namespace F = kiln::nn::functional;
+
+TEST(NnLayers, ConvAndPoolModulesForwardToTheOps) {
+  manual_seed(4);
+  Tensor x = randn({2, 4, 9, 9});
+  nn::Conv2d conv(4, 6, {3, 2}, {.stride = {2, 1}, .padding = 1, .dilation = 1, .groups = 2});
+  Tensor expected = F::conv2d(x, conv->weight, {.bias = conv->bias, .stride = {2, 1}, .padding = 1, .groups = 2});
+  EXPECT_EQ(conv(x).shape(), (Shape{2, 6, 5, 10}));
+  EXPECT_EQ(values(conv(x)), values(expected));
+  EXPECT_EQ(values(nn::MaxPool2d(3, {.stride = 2, .padding = 1})(x)),
+            values(F::max_pool2d(x, {.kernel_size = 3, .stride = 2, .padding = 1})));
+  EXPECT_EQ(nn::MaxPool2d(2)(x).shape(), (Shape{2, 4, 4, 4}));  // stride defaults to the kernel size
+  EXPECT_EQ(nn::MaxPool2d(2, {.ceil_mode = true})(x).shape(), (Shape{2, 4, 5, 5}));
+  EXPECT_EQ(values(nn::AvgPool2d(2)(x)), values(F::avg_pool2d(x, {.kernel_size = 2})));
+  EXPECT_EQ(values(nn::AdaptiveAvgPool2d({1, 3})(x)), values(F::adaptive_avg_pool2d(x, {1, 3})));
+  // A 1x1 adaptive pool is the mean over H and W.
+  expect_close(nn::AdaptiveAvgPool2d(1)(x), values(x.mean({2, 3}, true)), {2, 4, 1, 1});
+  // Gradients reach the conv's parameters.
+  conv(x).sum().backward();
+  EXPECT_EQ(conv->weight.grad().shape(), conv->weight.shape());
+  EXPECT_EQ(conv->bias.grad().shape(), (Shape{6}));
+}
+
+TEST(NnLayers, BatchNormTrainingUpdatesRunningStatisticsAndEvalUsesThem) {
+  manual_seed(6);
+  nn::BatchNorm2d bn(3);
+  Tensor x = randn({4, 3, 5, 5}) * 2.0 + 1.0;
+  Tensor y = bn(x);
+  // Training: each channel normalised with the batch's statistics.
+  Tensor m = y.mean({0, 2, 3});
+  for (double v : values(m)) EXPECT_NEAR(v, 0.0, 1e-5);
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 1);
+  // running = 0.9 * running + 0.1 * batch (unbiased variance).
+  expect_close(bn->running_mean, values(x.mean({0, 2, 3}) * 0.1), {3}, 1e-5, 1e-6);
+  expect_close(bn->running_var, values(x.var({0, 2, 3}) * 0.1 + 0.9), {3}, 1e-4, 1e-6);
+  // Eval: (x - running_mean) / sqrt(running_var + eps), statistics left alone.
+  bn->eval();
+  std::vector<double> rm = values(bn->running_mean), rv = values(bn->running_var);
+  Tensor z = bn(x);
+  expect_close(z, values((x - bn->running_mean.reshape({1, 3, 1, 1})) / (bn->running_var.reshape({1, 3, 1, 1}) + 1e-5).sqrt()),
+               {4, 3, 5, 5}, 1e-4, 1e-5);
+  EXPECT_EQ(values(bn->running_mean), rm);
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 1);
+  EXPECT_EQ(values(F::batch_norm(x, bn->running_mean, bn->running_var, {.weight = bn->weight, .bias = bn->bias})),
+            values(z));
+}
+
+TEST(NnLayers, BatchNormWithoutMomentumAveragesAllBatches) {
+  nn::BatchNorm2d bn(2, {.momentum = std::nullopt});
+  Tensor a = full({2, 2, 2, 2}, 1.0), b = full({2, 2, 2, 2}, 3.0);
+  bn(a);
+  bn(b);
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 2);
+  expect_close(bn->running_mean, {2.0, 2.0}, {2});  // the average of 1 and 3
+  nn::BatchNorm2d stateless(2, {.track_running_stats = false});
+  stateless->eval();
+  // No running statistics: eval mode normalises with the batch's own.
+  Tensor y = stateless(randn({3, 2, 4, 4}));
+  for (double v : values(y.mean({0, 2, 3}))) EXPECT_NEAR(v, 0.0, 1e-5);
+  expect_error([&] { bn(zeros({2, 2})); }, "[BatchNorm2d] expected 4D input, got 2D input");
+}
+
+}  // namespace
+}  // namespace kiln::test

@@ -6,23 +6,6 @@
 
 namespace kiln {
 
-KILN_WEAK Tensor conv2d(const Tensor&, const Tensor&, const Tensor&, const Shape&, const Shape&, const Shape&,
-                        int64_t) {
-  KILN_FAIL("conv2d", "not merged into this branch yet");
-}
-KILN_WEAK Tensor max_pool2d(const Tensor&, const Shape&, const Shape&, const Shape&, const Shape&, bool) {
-  KILN_FAIL("max_pool2d", "not merged into this branch yet");
-}
-KILN_WEAK Tensor avg_pool2d(const Tensor&, const Shape&, const Shape&, const Shape&, bool, bool) {
-  KILN_FAIL("avg_pool2d", "not merged into this branch yet");
-}
-KILN_WEAK Tensor adaptive_avg_pool2d(const Tensor&, const Shape&) {
-  KILN_FAIL("adaptive_avg_pool2d", "not merged into this branch yet");
-}
-KILN_WEAK Tensor batch_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, double,
-                            double) {
-  KILN_FAIL("batch_norm", "not merged into this branch yet");
-}
 KILN_WEAK Tensor dropout(const Tensor& x, double p, bool training) {
   if (!training || p == 0) return x;
   return x * (rand_like(x) >= p).to(x.dtype()) / (1.0 - p);
