@@ -78,6 +78,20 @@ INSTANTIATE_TEST_SUITE_P(Models, TorchvisionKeys,
                          ::testing::Values("resnet18", "resnet34", "resnet50", "resnet101", "vgg11", "vgg13", "vgg16",
                                            "vgg19", "vgg11_bn", "vgg13_bn", "vgg16_bn", "vgg19_bn"));
 
+// The whole module tree prints as PyTorch prints torchvision's model.
+TEST(Models, PrintsLikeTorchvision) {
+  for (const std::string name : {"resnet50", "vgg11_bn"}) {
+    std::ifstream in(fixture_path(name + ".repr"));
+    ASSERT_TRUE(in) << fixture_path(name + ".repr");
+    std::stringstream want;
+    want << in.rdbuf();
+    auto model = name == "resnet50" ? models::create(name, 10) : vgg_without_init(name);
+    std::ostringstream got;
+    got << model;
+    EXPECT_EQ(got.str(), want.str()) << name;
+  }
+}
+
 TEST(Models, CreateListsKnownNamesForAnUnknownOne) {
   expect_error([] { models::create("resnet17", 10); },
                "[models::create] unknown model \"resnet17\"; known models: small_cnn, resnet18, resnet34, resnet50, "

@@ -188,6 +188,16 @@ TEST(NnLayers, BatchNormWithoutMomentumAveragesAllBatches) {
   Tensor y = stateless(randn({3, 2, 4, 4}));
   for (double v : values(y.mean({0, 2, 3}))) EXPECT_NEAR(v, 0.0, 1e-5);
   expect_error([&] { bn(zeros({2, 2})); }, "[BatchNorm2d] expected 4D input, got 2D input");
+  // bias = false: a learned scale only (PyTorch's keyword-only bias).
+  nn::BatchNorm2d scale_only(2, {.bias = false});
+  EXPECT_EQ(scale_only->parameters().size(), 1u);
+  EXPECT_FALSE(scale_only->bias.defined());
+  {
+    NoGradGuard g;
+    scale_only->weight.fill_(2.0);
+  }
+  Tensor z = scale_only(randn({3, 2, 4, 4}));
+  for (double v : values(z.var({0, 2, 3}, 0))) EXPECT_NEAR(v, 4.0, 1e-3);
 }
 
 }  // namespace

@@ -221,7 +221,7 @@ TEST(NnModule, PrintsLikePyTorch) {
   EXPECT_NE(nested.str().find("  (layers): Sequential(\n    (0): Block(\n      (fc): Linear(in_features=4"),
             std::string::npos)
       << nested.str();
-  EXPECT_NE(nested.str().find("(bn): BatchNorm2d(4, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)"),
+  EXPECT_NE(nested.str().find("(bn): BatchNorm2d(4, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True)"),
             std::string::npos)
       << nested.str();
 }

@@ -12,7 +12,7 @@ BatchNorm2dImpl::BatchNorm2dImpl(int64_t num_features, BatchNormOptions options)
   KILN_CHECK(num_features > 0, "BatchNorm2d", "num_features must be positive, got ", num_features);
   if (options.affine) {
     weight = register_parameter("weight", empty({num_features}));
-    bias = register_parameter("bias", empty({num_features}));
+    if (options.bias) bias = register_parameter("bias", empty({num_features}));
   }
   if (options.track_running_stats) {
     running_mean = register_buffer("running_mean", zeros({num_features}));
@@ -33,7 +33,7 @@ void BatchNorm2dImpl::reset_parameters() {
   reset_running_stats();
   if (options.affine) {
     init::ones_(weight);
-    init::zeros_(bias);
+    if (bias.defined()) init::zeros_(bias);
   }
 }
 
@@ -62,7 +62,7 @@ void BatchNorm2dImpl::pretty_print(std::ostream& os) const {
     os << "None";
   }
   os << ", affine=" << (options.affine ? "True" : "False")
-     << ", track_running_stats=" << (options.track_running_stats ? "True" : "False") << ")";
+     << ", bias=" << (options.affine && options.bias ? "True" : "False") << ", track_running_stats=" << (options.track_running_stats ? "True" : "False") << ")";
 }
 
 }  // namespace kiln::nn

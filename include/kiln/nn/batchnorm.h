@@ -7,16 +7,19 @@
 
 namespace kiln::nn {
 
-// Fields in torch.nn.BatchNorm2d's argument order. momentum = std::nullopt averages all
-// batches seen (cumulative moving average), as momentum=None does in PyTorch.
+// Fields in torch.nn.BatchNorm2d's argument order (bias is keyword-only there, PyTorch >= 2.10).
+// momentum = std::nullopt averages all batches seen (cumulative moving average), as
+// momentum=None does in PyTorch. bias = false (with affine) learns a scale only.
 struct BatchNormOptions {
   double eps = 1e-5;
   std::optional<double> momentum = 0.1;
   bool affine = true;
   bool track_running_stats = true;
+  bool bias = true;
 };
 
-// Normalises over dim 1 of [N, C, H, W]. Parameters weight (1) and bias (0) when affine;
+// Normalises over dim 1 of [N, C, H, W]. Parameters weight (1) and bias (0) when affine (bias
+// only with options.bias);
 // buffers running_mean (0), running_var (1) and num_batches_tracked (int64 0-d) when
 // tracking running statistics — the names and dtypes of PyTorch's state_dict.
 class BatchNorm2dImpl : public Module {
