@@ -144,6 +144,21 @@ TEST(Models, ForwardShapes) {
   }
 }
 
+TEST(Models, StateDictRoundTripGivesTheSameOutputs) {
+  manual_seed(3);
+  auto a = models::resnet18({.num_classes = 4});
+  manual_seed(4);
+  auto b = models::resnet18({.num_classes = 4});
+  Tensor x = randn({2, 3, 32, 32});
+  a->train();
+  a(x);  // moves a's running statistics and num_batches_tracked away from their initial values
+  a->eval();
+  b->eval();
+  b->load_state_dict(a->state_dict());
+  EXPECT_EQ(values(b(x)), values(a(x)));
+  EXPECT_EQ(b->bn1->num_batches_tracked.item<int64_t>(), 1);
+}
+
 TEST(Models, SmallCNNShapesAndTraining) {
   manual_seed(2);
   auto net = models::small_cnn();

@@ -97,6 +97,24 @@ TEST(NnModule, ChildrenAndModules) {
   EXPECT_EQ(net->children().size(), 3u);
 }
 
+TEST(NnModule, ApplyVisitsEveryModule) {
+  Net net;
+  int linears = 0;
+  net->apply([&](nn::Module& m) {
+    if (auto* lin = dynamic_cast<nn::LinearImpl*>(&m)) {
+      nn::init::zeros_(lin->weight);
+      ++linears;
+    }
+  });
+  EXPECT_EQ(linears, 4);
+  EXPECT_EQ(values(net->layers->ptr<BlockImpl>(1)->fc->weight), std::vector<double>(16, 0.0));
+  std::vector<std::string> names;
+  net->apply([&](const std::string& name, nn::Module& m) { names.push_back(name + "=" + m.name()); });
+  EXPECT_EQ(names, (std::vector<std::string>{"=Net", "stem=Linear", "layers=Sequential", "layers.0=Block",
+                                             "layers.0.fc=Linear", "layers.0.bn=BatchNorm2d", "layers.1=Block",
+                                             "layers.1.fc=Linear", "layers.1.bn=BatchNorm2d", "head=Linear"}));
+}
+
 TEST(NnModule, RegistrationErrors) {
   nn::LinearImpl lin(2, 2);
   expect_error([&] { lin.register_parameter("weight", zeros({1})); }, "[register_parameter] \"weight\" is already registered");

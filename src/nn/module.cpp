@@ -166,6 +166,16 @@ std::vector<std::shared_ptr<Module>> Module::modules(bool include_self) {
   return out;
 }
 
+void Module::apply(const std::function<void(Module&)>& fn) {
+  fn(*this);
+  for (auto& [n, c] : children_) c->apply(fn);
+}
+
+void Module::apply(const std::function<void(const std::string&, Module&)>& fn, const std::string& prefix) {
+  fn(prefix, *this);
+  for (auto& [n, c] : children_) c->apply(fn, prefix.empty() ? n : prefix + "." + n);
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [n, c] : children_) c->train(on);

@@ -1,6 +1,7 @@
 // kiln::nn::Module (libtorch's torch::nn::Module): registered parameters, buffers and submodules.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -67,6 +68,10 @@ class Module : public std::enable_shared_from_this<Module> {
   // This module (when owned by a shared_ptr) and every descendant, depth first.
   std::vector<std::shared_ptr<Module>> modules(bool include_self = true);
   NamedModules named_modules(const std::string& prefix = "", bool include_self = true);
+
+  // Calls fn on this module and every descendant, depth first (for custom initialisation).
+  void apply(const std::function<void(Module&)>& fn);
+  void apply(const std::function<void(const std::string& name, Module&)>& fn, const std::string& prefix = "");
 
   // Sets training mode here and in every descendant.
   virtual void train(bool on = true);
