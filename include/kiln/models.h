@@ -1,0 +1,7 @@
+// kiln::models: ResNet, VGG and SmallCNN, and create() by name.
+#pragma once
+
+#include "kiln/models/registry.h"
+#include "kiln/models/resnet.h"
+#include "kiln/models/small_cnn.h"
+#include "kiln/models/vgg.h"

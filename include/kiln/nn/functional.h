@@ -1,0 +1,101 @@
+// kiln::nn::functional (torch.nn.functional): the nn ops with options as designated initialisers.
+#pragma once
+
+#include "kiln/nn/expanding_array.h"
+#include "kiln/ops.h"
+
+namespace kiln::nn::functional {
+
+// Fields of every options struct follow the PyTorch function's argument order.
+
+struct Conv2dFuncOptions {
+  Tensor bias;
+  ExpandingArray<2> stride = 1;
+  ExpandingArray<2> padding = 0;
+  ExpandingArray<2> dilation = 1;
+  int64_t groups = 1;
+};
+inline Tensor conv2d(const Tensor& x, const Tensor& weight, const Conv2dFuncOptions& o = {}) {
+  return kiln::conv2d(x, weight, o.bias, o.stride, o.padding, o.dilation, o.groups);
+}
+
+// An empty stride means the kernel size.
+struct MaxPool2dFuncOptions {
+  ExpandingArray<2> kernel_size;
+  ExpandingArray<2> stride = {};
+  ExpandingArray<2> padding = 0;
+  ExpandingArray<2> dilation = 1;
+  bool ceil_mode = false;
+};
+inline Tensor max_pool2d(const Tensor& x, const MaxPool2dFuncOptions& o) {
+  return kiln::max_pool2d(x, o.kernel_size, o.stride, o.padding, o.dilation, o.ceil_mode);
+}
+
+struct AvgPool2dFuncOptions {
+  ExpandingArray<2> kernel_size;
+  ExpandingArray<2> stride = {};
+  ExpandingArray<2> padding = 0;
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+};
+inline Tensor avg_pool2d(const Tensor& x, const AvgPool2dFuncOptions& o) {
+  return kiln::avg_pool2d(x, o.kernel_size, o.stride, o.padding, o.ceil_mode, o.count_include_pad);
+}
+
+inline Tensor adaptive_avg_pool2d(const Tensor& x, ExpandingArray<2> output_size) {
+  return kiln::adaptive_avg_pool2d(x, output_size);
+}
+
+struct BatchNormFuncOptions {
+  Tensor weight;
+  Tensor bias;
+  bool training = false;
+  double momentum = 0.1;
+  double eps = 1e-5;
+};
+inline Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                         const BatchNormFuncOptions& o = {}) {
+  return kiln::batch_norm(x, running_mean, running_var, o.weight, o.bias, o.training, o.momentum, o.eps);
+}
+
+struct DropoutFuncOptions {
+  double p = 0.5;
+  bool training = true;
+};
+inline Tensor dropout(const Tensor& x, const DropoutFuncOptions& o = {}) {
+  return kiln::dropout(x, o.p, o.training);
+}
+
+inline Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}) {
+  return kiln::linear(x, weight, bias);
+}
+
+// torch.flatten's defaults (all dims); nn::Flatten keeps the batch dim.
+inline Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1) {
+  return kiln::flatten(x, start_dim, end_dim);
+}
+
+inline Tensor relu(const Tensor& x) { return kiln::relu(x); }
+inline Tensor softmax(const Tensor& x, int64_t dim) { return kiln::softmax(x, dim); }
+inline Tensor log_softmax(const Tensor& x, int64_t dim) { return kiln::log_softmax(x, dim); }
+
+struct CrossEntropyFuncOptions {
+  Tensor weight;
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::Mean;
+  double label_smoothing = 0.0;
+};
+inline Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyFuncOptions& o = {}) {
+  return kiln::cross_entropy(input, target, o.weight, o.reduction, o.ignore_index, o.label_smoothing);
+}
+
+struct NLLLossFuncOptions {
+  Tensor weight;
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::Mean;
+};
+inline Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossFuncOptions& o = {}) {
+  return kiln::nll_loss(input, target, o.weight, o.reduction, o.ignore_index);
+}
+
+}  // namespace kiln::nn::functional

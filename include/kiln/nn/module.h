@@ -1,0 +1,129 @@
+// kiln::nn::Module (libtorch's torch::nn::Module): registered parameters, buffers and submodules.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln::nn {
+
+// Ordered (name, value) pairs, in registration order (PyTorch's order).
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+class Module;
+using NamedModules = std::vector<std::pair<std::string, std::shared_ptr<Module>>>;
+
+// What load_state_dict(strict = false) skipped (PyTorch returns the same two lists).
+struct LoadStateDictResult {
+  std::vector<std::string> missing_keys;
+  std::vector<std::string> unexpected_keys;
+};
+
+// Parameters and buffers are Tensor handles shared between the module's registry and its
+// members (`lin->weight`). Operations that change a tensor's dtype or device (to()) change the
+// tensor behind the handle in place (set_data), so every handle, an optimizer's list included,
+// sees the new tensor and a parameter stays the same leaf. Assigning a new Tensor to a member
+// after registration does not change the registry (as in libtorch): register it again instead.
+class Module : public std::enable_shared_from_this<Module> {
+ public:
+  Module() = default;
+  // `name` is what printing shows; empty means the class name without "Impl".
+  explicit Module(std::string name) : name_(std::move(name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // The module's type name for printing, e.g. "Linear".
+  const std::string& name() const;
+
+  // Registers a leaf parameter (a non-leaf is detached first) and returns its handle. An
+  // undefined tensor is allowed (an absent bias) and is skipped by every listing.
+  Tensor register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
+  Tensor register_buffer(const std::string& name, Tensor tensor);
+  // Registers a submodule; returns what it was given (a holder or a shared_ptr).
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module);
+    return module;
+  }
+  template <class Holder>
+    requires requires(const Holder& h) { h.ptr(); typename Holder::ContainedType; }
+  Holder register_module(const std::string& name, Holder holder) {
+    add_child(name, holder.ptr());
+    return holder;
+  }
+
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  NamedTensors named_parameters(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  NamedTensors named_buffers(bool recurse = true) const;
+  std::vector<std::shared_ptr<Module>> children() const;
+  NamedModules named_children() const;
+  // This module (when owned by a shared_ptr) and every descendant, depth first.
+  std::vector<std::shared_ptr<Module>> modules(bool include_self = true);
+  NamedModules named_modules(const std::string& prefix = "", bool include_self = true);
+
+  // Calls fn on this module and every descendant, depth first (for custom initialisation).
+  void apply(const std::function<void(Module&)>& fn);
+  void apply(const std::function<void(const std::string& name, Module&)>& fn, const std::string& prefix = "");
+
+  // Sets training mode here and in every descendant.
+  virtual void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // Moves parameters and buffers (and gradients) to a device; to(dtype) converts only the
+  // floating-point ones, as PyTorch does. Handles keep referring to the converted tensors.
+  void to(Device device);
+  void to(ScalarType dtype);
+  void to(Device device, ScalarType dtype);
+
+  // Clears the gradients of all parameters: to undefined (set_to_none) or to zeros.
+  void zero_grad(bool set_to_none = true);
+
+  // Parameters and persistent buffers under their dotted names (detached, sharing storage).
+  std::map<std::string, Tensor> state_dict() const;
+  // The same entries in PyTorch's state_dict order (each module's parameters, then its
+  // buffers, then its children).
+  NamedTensors ordered_state_dict() const;
+  // Copies values into the registered tensors under NoGradGuard. Names, shapes and dtypes are
+  // checked and all problems are reported in one kiln::Error. With strict = false, missing
+  // and unexpected keys are returned instead (shape and dtype mismatches are still errors).
+  // A missing "num_batches_tracked" is not an error (older checkpoints lack it, as in PyTorch).
+  LoadStateDictResult load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
+
+  // The part of the repr inside the brackets' line, e.g. "Linear(in_features=2, ...)".
+  virtual void pretty_print(std::ostream& os) const;
+
+  // The named parameter/buffer/child of this module only, or null/undefined.
+  Tensor* find_parameter(const std::string& name);
+  Tensor* find_buffer(const std::string& name);
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> module);
+  void collect(NamedTensors& out, const std::string& prefix, bool params, bool bufs, bool recurse) const;
+  void apply_to(const std::optional<Device>& device, const std::optional<ScalarType>& dtype);
+
+  mutable std::string name_;
+  bool training_ = true;
+  NamedTensors parameters_;
+  NamedTensors buffers_;
+  NamedModules children_;
+};
+
+// PyTorch's repr: "Sequential(\n  (0): Linear(in_features=2, out_features=3, bias=True)\n)".
+std::ostream& operator<<(std::ostream& os, const Module& module);
+
+namespace detail {
+// Replaces the tensor behind `t`'s handle by `data` (same TensorImpl, new storage, shape,
+// strides, dtype); autograd state (requires_grad, the leaf's accumulator) stays. libtorch's set_data.
+void set_data(Tensor& t, const Tensor& data);
+}  // namespace detail
+
+}  // namespace kiln::nn

@@ -1,0 +1,20 @@
+// ReLU and Dropout modules: forward and printing.
+#include "kiln/nn/activation.h"
+
+#include "kiln/ops.h"
+
+namespace kiln::nn {
+
+Tensor ReLUImpl::forward(const Tensor& x) { return kiln::relu(x); }
+
+void ReLUImpl::pretty_print(std::ostream& os) const { os << (inplace ? "ReLU(inplace=True)" : "ReLU()"); }
+
+DropoutImpl::DropoutImpl(double p) : p(p) {
+  KILN_CHECK(p >= 0.0 && p <= 1.0, "Dropout", "probability must be in [0, 1], got ", p);
+}
+
+Tensor DropoutImpl::forward(const Tensor& x) { return kiln::dropout(x, p, is_training()); }
+
+void DropoutImpl::pretty_print(std::ostream& os) const { os << "Dropout(p=" << p << ", inplace=False)"; }
+
+}  // namespace kiln::nn

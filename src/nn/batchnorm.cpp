@@ -1,0 +1,68 @@
+// BatchNorm2d: parameters, running statistics and the train/eval behaviour of PyTorch's module.
+#include "kiln/nn/batchnorm.h"
+
+#include "kiln/autograd.h"
+#include "kiln/nn/init.h"
+#include "kiln/ops.h"
+
+namespace kiln::nn {
+
+BatchNorm2dImpl::BatchNorm2dImpl(int64_t num_features, BatchNormOptions options)
+    : num_features(num_features), options(options) {
+  KILN_CHECK(num_features > 0, "BatchNorm2d", "num_features must be positive, got ", num_features);
+  if (options.affine) {
+    weight = register_parameter("weight", empty({num_features}));
+    if (options.bias) bias = register_parameter("bias", empty({num_features}));
+  }
+  if (options.track_running_stats) {
+    running_mean = register_buffer("running_mean", zeros({num_features}));
+    running_var = register_buffer("running_var", ones({num_features}));
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, kInt64));
+  }
+  reset_parameters();
+}
+
+void BatchNorm2dImpl::reset_running_stats() {
+  if (!options.track_running_stats) return;
+  init::zeros_(running_mean);
+  init::ones_(running_var);
+  init::zeros_(num_batches_tracked);
+}
+
+void BatchNorm2dImpl::reset_parameters() {
+  reset_running_stats();
+  if (options.affine) {
+    init::ones_(weight);
+    if (bias.defined()) init::zeros_(bias);
+  }
+}
+
+Tensor BatchNorm2dImpl::forward(const Tensor& x) {
+  KILN_CHECK(x.defined() && x.dim() == 4, "BatchNorm2d", "expected 4D input, got ", x.defined() ? x.dim() : 0,
+             "D input");
+  double momentum = options.momentum.value_or(0.0);
+  if (is_training() && options.track_running_stats) {
+    {
+      NoGradGuard no_grad;
+      num_batches_tracked.add_(1);
+    }
+    // momentum = None: the running statistics are the average over all batches seen.
+    if (!options.momentum) momentum = 1.0 / num_batches_tracked.item<double>();
+  }
+  // Without running statistics (undefined buffers) even eval mode uses batch statistics.
+  bool use_batch_stats = is_training() || !running_mean.defined();
+  return kiln::batch_norm(x, running_mean, running_var, weight, bias, use_batch_stats, momentum, options.eps);
+}
+
+void BatchNorm2dImpl::pretty_print(std::ostream& os) const {
+  os << "BatchNorm2d(" << num_features << ", eps=" << options.eps << ", momentum=";
+  if (options.momentum) {
+    os << *options.momentum;
+  } else {
+    os << "None";
+  }
+  os << ", affine=" << (options.affine ? "True" : "False")
+     << ", bias=" << (options.affine && options.bias ? "True" : "False") << ", track_running_stats=" << (options.track_running_stats ? "True" : "False") << ")";
+}
+
+}  // namespace kiln::nn

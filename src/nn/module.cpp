@@ -1,0 +1,306 @@
+// kiln::nn::Module: registration, listings, train/eval, to(), zero_grad and printing.
+#include "kiln/nn/module.h"
+
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <sstream>
+#include <typeinfo>
+
+#include "kiln/autograd.h"
+
+namespace kiln::nn {
+namespace {
+
+// "kiln::nn::LinearImpl" -> "Linear", "kiln::models::BasicBlockImpl" -> "BasicBlock".
+std::string type_name(const std::type_info& info) {
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(info.name(), nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled ? demangled : info.name();
+  std::free(demangled);
+  if (auto pos = name.rfind("::"); pos != std::string::npos) name = name.substr(pos + 2);
+  if (name.size() > 4 && name.ends_with("Impl")) name.resize(name.size() - 4);
+  return name;
+}
+
+void check_name(const std::string& name, const char* where, const NamedTensors& params,
+                const NamedTensors& bufs, const NamedModules& children) {
+  KILN_CHECK(!name.empty(), where, "the name must not be empty");
+  KILN_CHECK(name.find('.') == std::string::npos, where, "the name must not contain '.', got \"", name, "\"");
+  auto taken = [&](const auto& list) {
+    for (const auto& [n, v] : list)
+      if (n == name) return true;
+    return false;
+  };
+  KILN_CHECK(!taken(params) && !taken(bufs) && !taken(children), where, "\"", name, "\" is already registered");
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+}  // namespace
+
+namespace detail {
+void set_data(Tensor& t, const Tensor& data) {
+  KILN_CHECK(t.defined() && data.defined(), "set_data", "both tensors must be defined");
+  TensorImpl* dst = t.impl();
+  const TensorImpl* src = data.impl();
+  dst->storage = src->storage;
+  dst->sizes = src->sizes;
+  dst->strides = src->strides;
+  dst->offset = src->offset;
+  dst->numel = src->numel;
+  dst->dtype = src->dtype;
+  dst->is_view = false;
+  dst->view_base.reset();
+  dst->view_history = src->storage->history.load();
+}
+}  // namespace detail
+
+const std::string& Module::name() const {
+  if (name_.empty()) name_ = type_name(typeid(*this));
+  return name_;
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor tensor, bool requires_grad) {
+  check_name(name, "register_parameter", parameters_, buffers_, children_);
+  if (tensor.defined()) {
+    if (!tensor.is_leaf()) tensor = tensor.detach();
+    if (requires_grad || tensor.requires_grad()) tensor.requires_grad_(requires_grad);
+  }
+  parameters_.emplace_back(name, tensor);
+  return tensor;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
+  check_name(name, "register_buffer", parameters_, buffers_, children_);
+  buffers_.emplace_back(name, tensor);
+  return tensor;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
+  check_name(name, "register_module", parameters_, buffers_, children_);
+  KILN_CHECK(module != nullptr, "register_module", "submodule \"", name, "\" is empty");
+  KILN_CHECK(module.get() != this, "register_module", "a module cannot be its own child (\"", name, "\")");
+  children_.emplace_back(name, std::move(module));
+}
+
+Tensor* Module::find_parameter(const std::string& name) {
+  for (auto& [n, t] : parameters_)
+    if (n == name) return &t;
+  return nullptr;
+}
+
+Tensor* Module::find_buffer(const std::string& name) {
+  for (auto& [n, t] : buffers_)
+    if (n == name) return &t;
+  return nullptr;
+}
+
+// Own parameters, own buffers, then each child's: PyTorch's state_dict order, and (with only
+// one kind) its named_parameters / named_buffers order.
+void Module::collect(NamedTensors& out, const std::string& prefix, bool params, bool bufs, bool recurse) const {
+  if (params)
+    for (const auto& [n, t] : parameters_)
+      if (t.defined()) out.emplace_back(prefix + n, t);
+  if (bufs)
+    for (const auto& [n, t] : buffers_)
+      if (t.defined()) out.emplace_back(prefix + n, t);
+  if (recurse)
+    for (const auto& [n, child] : children_) child->collect(out, prefix + n + ".", params, bufs, true);
+}
+
+NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors out;
+  collect(out, "", true, false, recurse);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+NamedTensors Module::named_buffers(bool recurse) const {
+  NamedTensors out;
+  collect(out, "", false, true, recurse);
+  return out;
+}
+
+std::vector<Tensor> Module::buffers(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_buffers(recurse)) out.push_back(t);
+  return out;
+}
+
+std::vector<std::shared_ptr<Module>> Module::children() const {
+  std::vector<std::shared_ptr<Module>> out;
+  for (const auto& [n, c] : children_) out.push_back(c);
+  return out;
+}
+
+NamedModules Module::named_children() const { return children_; }
+
+NamedModules Module::named_modules(const std::string& prefix, bool include_self) {
+  NamedModules out;
+  if (include_self) {
+    auto self = weak_from_this().lock();
+    KILN_CHECK(self != nullptr, "named_modules",
+               "include_self needs the module to be owned by a shared_ptr or holder");
+    out.emplace_back(prefix, self);
+  }
+  for (const auto& [n, c] : children_) {
+    auto sub = c->named_modules(prefix.empty() ? n : prefix + "." + n, true);
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
+}
+
+std::vector<std::shared_ptr<Module>> Module::modules(bool include_self) {
+  std::vector<std::shared_ptr<Module>> out;
+  for (auto& [n, m] : named_modules("", include_self)) out.push_back(m);
+  return out;
+}
+
+void Module::apply(const std::function<void(Module&)>& fn) {
+  fn(*this);
+  for (auto& [n, c] : children_) c->apply(fn);
+}
+
+void Module::apply(const std::function<void(const std::string&, Module&)>& fn, const std::string& prefix) {
+  fn(prefix, *this);
+  for (auto& [n, c] : children_) c->apply(fn, prefix.empty() ? n : prefix + "." + n);
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, c] : children_) c->train(on);
+}
+
+void Module::apply_to(const std::optional<Device>& device, const std::optional<ScalarType>& dtype) {
+  NoGradGuard no_grad;
+  auto convert = [&](Tensor& t) {
+    if (!t.defined()) return;
+    // Integer and bool tensors (num_batches_tracked) keep their dtype, as in PyTorch.
+    ScalarType want = dtype && t.is_floating_point() ? *dtype : t.dtype();
+    Device where = device.value_or(t.device());
+    if (want == t.dtype() && where == t.device()) return;
+    Tensor grad = t.grad();
+    detail::set_data(t, t.detach().to(where, want));
+    if (grad.defined()) t.set_grad(grad.to(where, want));
+  };
+  for (auto& [n, t] : parameters_) convert(t);
+  for (auto& [n, t] : buffers_) convert(t);
+  for (auto& [n, c] : children_) c->apply_to(device, dtype);
+}
+
+void Module::to(Device device) { apply_to(device, std::nullopt); }
+void Module::to(ScalarType dtype) {
+  KILN_CHECK(kiln::is_floating_point(dtype), "Module::to", "only floating-point dtypes are accepted, got ", dtype);
+  apply_to(std::nullopt, dtype);
+}
+void Module::to(Device device, ScalarType dtype) {
+  KILN_CHECK(kiln::is_floating_point(dtype), "Module::to", "only floating-point dtypes are accepted, got ", dtype);
+  apply_to(device, dtype);
+}
+
+void Module::zero_grad(bool set_to_none) {
+  NoGradGuard no_grad;
+  for (auto& t : parameters()) {
+    Tensor g = t.grad();
+    if (!g.defined()) continue;
+    if (set_to_none) {
+      t.set_grad(Tensor());
+    } else {
+      g.zero_();
+    }
+  }
+}
+
+NamedTensors Module::ordered_state_dict() const {
+  NamedTensors out;
+  collect(out, "", true, true, true);
+  for (auto& [n, t] : out) t = t.detach();
+  return out;
+}
+
+std::map<std::string, Tensor> Module::state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (auto& [n, t] : ordered_state_dict()) out.emplace(n, t);
+  return out;
+}
+
+LoadStateDictResult Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
+  NamedTensors own;
+  collect(own, "", true, true, true);
+  LoadStateDictResult result;
+  std::vector<std::string> mismatches;
+  std::map<std::string, bool> expected;
+  for (auto& [name, t] : own) {
+    expected[name] = true;
+    auto it = state.find(name);
+    if (it == state.end()) {
+      if (!name.ends_with("num_batches_tracked")) result.missing_keys.push_back(name);
+      continue;
+    }
+    const Tensor& v = it->second;
+    if (!v.defined()) {
+      mismatches.push_back(kiln::detail::cat("undefined tensor for ", name));
+    } else if (v.shape() != t.shape()) {
+      mismatches.push_back(kiln::detail::cat("shape mismatch for ", name, ": expected ", t.shape(), ", got ", v.shape()));
+    } else if (v.dtype() != t.dtype()) {
+      mismatches.push_back(kiln::detail::cat("dtype mismatch for ", name, ": expected ", t.dtype(), ", got ", v.dtype()));
+    }
+  }
+  for (const auto& [name, v] : state)
+    if (!expected.count(name)) result.unexpected_keys.push_back(name);
+
+  std::vector<std::string> problems;
+  if (strict && !result.missing_keys.empty()) problems.push_back("missing keys: " + join(result.missing_keys));
+  if (strict && !result.unexpected_keys.empty())
+    problems.push_back("unexpected keys: " + join(result.unexpected_keys));
+  problems.insert(problems.end(), mismatches.begin(), mismatches.end());
+  if (!problems.empty()) {
+    std::string msg;
+    for (const auto& p : problems) msg += (msg.empty() ? "" : "; ") + p;
+    KILN_FAIL("load_state_dict", msg);
+  }
+  // Everything was checked first, so a failed load changes nothing.
+  NoGradGuard no_grad;
+  for (auto& [name, t] : own) {
+    auto it = state.find(name);
+    if (it != state.end()) t.copy_(it->second);
+  }
+  return result;
+}
+
+void Module::pretty_print(std::ostream& os) const { os << name() << "()"; }
+
+namespace {
+void print_tree(std::ostream& os, const Module& m, int indent) {
+  auto children = m.named_children();
+  if (children.empty()) {
+    m.pretty_print(os);
+    return;
+  }
+  os << m.name() << "(\n";
+  std::string pad(indent + 2, ' ');
+  for (const auto& [n, c] : children) {
+    os << pad << "(" << n << "): ";
+    print_tree(os, *c, indent + 2);
+    os << "\n";
+  }
+  os << std::string(indent, ' ') << ")";
+}
+}  // namespace
+
+std::ostream& operator<<(std::ostream& os, const Module& module) {
+  print_tree(os, module, 0);
+  return os;
+}
+
+}  // namespace kiln::nn

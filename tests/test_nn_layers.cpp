@@ -1,0 +1,204 @@
+// kiln::nn layers and containers: forward against the ops, Sequential/ModuleList, a tiny training loop.
+#include <cmath>
+
+#include "kiln/nn.h"
+#include "test_util.h"
+
+namespace kiln::test {
+namespace {
+
+namespace nn = kiln::nn;
+namespace F = kiln::nn::functional;
+
+TEST(NnLayers, LinearForwardIsXWtPlusB) {
+  nn::Linear lin(3, 2);
+  Tensor x = tensor({{1.0, 2.0, 3.0}, {-1.0, 0.5, 0.0}});
+  std::vector<double> w = values(lin->weight), b = values(lin->bias), xs = values(x), expected;
+  for (int i = 0; i < 2; ++i)
+    for (int o = 0; o < 2; ++o) {
+      double acc = b[o];
+      for (int k = 0; k < 3; ++k) acc += xs[i * 3 + k] * w[o * 3 + k];
+      expected.push_back(acc);
+    }
+  expect_close(lin(x), expected, {2, 2});
+  expect_close(F::linear(x, lin->weight, lin->bias), expected, {2, 2});
+  nn::Linear no_bias(3, 2, false);
+  EXPECT_FALSE(no_bias->bias.defined());
+  EXPECT_EQ(no_bias->parameters().size(), 1u);
+}
+
+TEST(NnLayers, FlattenReluDropoutIdentity) {
+  Tensor x = arange(24, kFloat32).reshape({2, 3, 2, 2}) - 10.0;
+  EXPECT_EQ(nn::Flatten()(x).shape(), (Shape{2, 12}));
+  EXPECT_EQ(nn::Flatten(0, 1)(x).shape(), (Shape{6, 2, 2}));
+  EXPECT_EQ(F::flatten(x).shape(), (Shape{24}));
+  EXPECT_EQ(values(nn::ReLU()(x)), values(relu(x)));
+  EXPECT_EQ(values(F::relu(x)), values(relu(x)));
+  EXPECT_EQ(values(nn::Identity()(x)), values(x));
+
+  nn::Dropout drop(0.5);
+  drop->eval();
+  EXPECT_EQ(values(drop(x)), values(x));  // eval: identity
+  drop->train();
+  manual_seed(5);
+  Tensor y = drop(ones({1000}));
+  std::vector<double> v = values(y);
+  int zeros = 0;
+  for (double e : v) {
+    EXPECT_TRUE(e == 0.0 || std::abs(e - 2.0) < 1e-6) << e;
+    zeros += e == 0.0;
+  }
+  EXPECT_GT(zeros, 400);
+  EXPECT_LT(zeros, 600);
+  EXPECT_EQ(values(F::dropout(x, {.p = 0.3, .training = false})), values(x));
+  expect_error([] { nn::Dropout(1.5); }, "[Dropout] probability must be in [0, 1], got 1.5");
+}
+
+TEST(NnLayers, SequentialRunsInOrder) {
+  manual_seed(2);
+  nn::Linear a(4, 8), b(8, 3);
+  nn::Sequential seq(a, nn::ReLU(), b);
+  Tensor x = randn({5, 4});
+  EXPECT_EQ(values(seq(x)), values(b(relu(a(x)))));
+  EXPECT_EQ(seq->size(), 3u);
+  EXPECT_EQ(seq->ptr<nn::LinearImpl>(0).get(), a.get());
+  EXPECT_EQ(seq[2].get<nn::LinearImpl>(), b.get());
+  EXPECT_EQ(seq[1].get<nn::LinearImpl>(), nullptr);
+  expect_error([&] { seq->ptr<nn::LinearImpl>(1); }, "[Sequential::ptr] module 1 is a ReLU");
+  expect_error([&] { seq[7]; }, "[Sequential] index 7 is out of range for 3 modules");
+  seq->push_back(nn::Linear(3, 1));
+  seq->push_back("named", nn::Flatten(0));
+  EXPECT_EQ(seq(x).shape(), (Shape{5}));
+  std::vector<std::string> names;
+  for (auto& [n, p] : seq->named_parameters()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias", "3.weight", "3.bias"}));
+  nn::AnyModule any = seq;
+  EXPECT_EQ(values(any(x)), values(seq(x)));
+  EXPECT_EQ(any->parameters().size(), 6u);
+}
+
+TEST(NnLayers, ModuleListRegistersItsModules) {
+  nn::ModuleList list(nn::Linear(2, 2), nn::ReLU());
+  list->push_back(nn::Linear(2, 3, false));
+  EXPECT_EQ(list->size(), 3u);
+  std::vector<std::string> names;
+  for (auto& [n, p] : list->named_parameters()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias", "2.weight"}));
+  EXPECT_EQ(list->ptr<nn::LinearImpl>(2)->out_features, 3);
+  expect_error([&] { list->ptr<nn::LinearImpl>(1); }, "[ModuleList::ptr] module 1 is a ReLU");
+}
+
+TEST(NnLayers, LossFunctionalsForwardTheirOptions) {
+  Tensor logits = tensor({{2.0, 0.5, -1.0}, {0.1, 0.2, 3.0}});
+  Tensor labels = tensor({0, 2}, kInt64);
+  Tensor logp = log_softmax(logits, 1);
+  std::vector<double> lp = values(logp);
+  double expected = -(lp[0] + lp[5]) / 2;
+  expect_close(F::cross_entropy(logits, labels), {expected}, {});
+  expect_close(F::nll_loss(F::log_softmax(logits, 1), labels), {expected}, {});
+  expect_close(F::softmax(logits, 1), values(softmax(logits, 1)), {2, 3});
+}
+
+// Two-layer net on a separable problem: the loss must fall well below its start.
+TEST(NnLayers, TinyTrainingLoopDecreasesTheLoss) {
+  manual_seed(7);
+  nn::Sequential net(nn::Linear(2, 16), nn::ReLU(), nn::Linear(16, 2));
+  Tensor x = randn({64, 2});
+  // Label: which side of the line x0 + x1 = 0 a point lies on.
+  Tensor y = gt(x.sum({1}), 0.0).to(kInt64);
+  double first = 0, last = 0;
+  for (int step = 0; step < 100; ++step) {
+    net->zero_grad();
+    Tensor loss = F::cross_entropy(net(x), y);
+    loss.backward();
+    {
+      NoGradGuard g;
+      for (auto& p : net->parameters()) p.sub_(p.grad() * 0.5);
+    }
+    if (step == 0) first = loss.item<double>();
+    last = loss.item<double>();
+  }
+  EXPECT_LT(last, 0.5 * first) << "first " << first << " last " << last;
+}
+
+}  // namespace
+}  // namespace kiln::test
+
+namespace kiln::test {
+namespace {
+
+namespace nn = kiln::nn;
+namespace F = kiln::nn::functional;
+
+TEST(NnLayers, ConvAndPoolModulesForwardToTheOps) {
+  manual_seed(4);
+  Tensor x = randn({2, 4, 9, 9});
+  nn::Conv2d conv(4, 6, {3, 2}, {.stride = {2, 1}, .padding = 1, .dilation = 1, .groups = 2});
+  Tensor expected = F::conv2d(x, conv->weight, {.bias = conv->bias, .stride = {2, 1}, .padding = 1, .groups = 2});
+  EXPECT_EQ(conv(x).shape(), (Shape{2, 6, 5, 10}));
+  EXPECT_EQ(values(conv(x)), values(expected));
+  EXPECT_EQ(values(nn::MaxPool2d(3, {.stride = 2, .padding = 1})(x)),
+            values(F::max_pool2d(x, {.kernel_size = 3, .stride = 2, .padding = 1})));
+  EXPECT_EQ(nn::MaxPool2d(2)(x).shape(), (Shape{2, 4, 4, 4}));  // stride defaults to the kernel size
+  EXPECT_EQ(nn::MaxPool2d(2, {.ceil_mode = true})(x).shape(), (Shape{2, 4, 5, 5}));
+  EXPECT_EQ(values(nn::AvgPool2d(2)(x)), values(F::avg_pool2d(x, {.kernel_size = 2})));
+  EXPECT_EQ(values(nn::AdaptiveAvgPool2d({1, 3})(x)), values(F::adaptive_avg_pool2d(x, {1, 3})));
+  // A 1x1 adaptive pool is the mean over H and W.
+  expect_close(nn::AdaptiveAvgPool2d(1)(x), values(x.mean({2, 3}, true)), {2, 4, 1, 1});
+  // Gradients reach the conv's parameters.
+  conv(x).sum().backward();
+  EXPECT_EQ(conv->weight.grad().shape(), conv->weight.shape());
+  EXPECT_EQ(conv->bias.grad().shape(), (Shape{6}));
+}
+
+TEST(NnLayers, BatchNormTrainingUpdatesRunningStatisticsAndEvalUsesThem) {
+  manual_seed(6);
+  nn::BatchNorm2d bn(3);
+  Tensor x = randn({4, 3, 5, 5}) * 2.0 + 1.0;
+  Tensor y = bn(x);
+  // Training: each channel normalised with the batch's statistics.
+  Tensor m = y.mean({0, 2, 3});
+  for (double v : values(m)) EXPECT_NEAR(v, 0.0, 1e-5);
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 1);
+  // running = 0.9 * running + 0.1 * batch (unbiased variance).
+  expect_close(bn->running_mean, values(x.mean({0, 2, 3}) * 0.1), {3}, 1e-5, 1e-6);
+  expect_close(bn->running_var, values(x.var({0, 2, 3}) * 0.1 + 0.9), {3}, 1e-4, 1e-6);
+  // Eval: (x - running_mean) / sqrt(running_var + eps), statistics left alone.
+  bn->eval();
+  std::vector<double> rm = values(bn->running_mean), rv = values(bn->running_var);
+  Tensor z = bn(x);
+  expect_close(z, values((x - bn->running_mean.reshape({1, 3, 1, 1})) / (bn->running_var.reshape({1, 3, 1, 1}) + 1e-5).sqrt()),
+               {4, 3, 5, 5}, 1e-4, 1e-5);
+  EXPECT_EQ(values(bn->running_mean), rm);
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 1);
+  EXPECT_EQ(values(F::batch_norm(x, bn->running_mean, bn->running_var, {.weight = bn->weight, .bias = bn->bias})),
+            values(z));
+}
+
+TEST(NnLayers, BatchNormWithoutMomentumAveragesAllBatches) {
+  nn::BatchNorm2d bn(2, {.momentum = std::nullopt});
+  Tensor a = full({2, 2, 2, 2}, 1.0), b = full({2, 2, 2, 2}, 3.0);
+  bn(a);
+  bn(b);
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 2);
+  expect_close(bn->running_mean, {2.0, 2.0}, {2});  // the average of 1 and 3
+  nn::BatchNorm2d stateless(2, {.track_running_stats = false});
+  stateless->eval();
+  // No running statistics: eval mode normalises with the batch's own.
+  Tensor y = stateless(randn({3, 2, 4, 4}));
+  for (double v : values(y.mean({0, 2, 3}))) EXPECT_NEAR(v, 0.0, 1e-5);
+  expect_error([&] { bn(zeros({2, 2})); }, "[BatchNorm2d] expected 4D input, got 2D input");
+  // bias = false: a learned scale only (PyTorch's keyword-only bias).
+  nn::BatchNorm2d scale_only(2, {.bias = false});
+  EXPECT_EQ(scale_only->parameters().size(), 1u);
+  EXPECT_FALSE(scale_only->bias.defined());
+  {
+    NoGradGuard g;
+    scale_only->weight.fill_(2.0);
+  }
+  Tensor z = scale_only(randn({3, 2, 4, 4}));
+  for (double v : values(z.var({0, 2, 3}, 0))) EXPECT_NEAR(v, 4.0, 1e-3);
+}
+
+}  // namespace
+}  // namespace kiln::test

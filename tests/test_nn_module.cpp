@@ -1,0 +1,248 @@
+// kiln::nn::Module: registration and PyTorch's dotted names, holders, train/eval, to(), zero_grad.
+#include <sstream>
+
+#include "kiln/nn.h"
+#include "test_util.h"
+
+namespace kiln::test {
+namespace {
+
+namespace nn = kiln::nn;
+
+// The PyTorch net these tests mirror:
+//   class Block(nn.Module): fc = Linear(4, 4); bn = BatchNorm2d(4)
+//   class Net(nn.Module): stem = Linear(3, 4); layers = Sequential(Block(), Block()); head = Linear(4, 2, bias=False)
+struct BlockImpl : nn::Module {
+  BlockImpl() {
+    fc = register_module("fc", nn::Linear(4, 4));
+    bn = register_module("bn", nn::BatchNorm2d(4));
+  }
+  Tensor forward(const Tensor& x) { return relu(fc(x)); }
+  nn::Linear fc{nullptr};
+  nn::BatchNorm2d bn{nullptr};
+};
+KILN_MODULE(Block);
+
+struct NetImpl : nn::Module {
+  NetImpl() {
+    stem = register_module("stem", nn::Linear(3, 4));
+    layers = register_module("layers", nn::Sequential(Block(), Block()));
+    head = register_module("head", nn::Linear(4, 2, false));
+  }
+  Tensor forward(const Tensor& x) { return head(layers(relu(stem(x)))); }
+  nn::Linear stem{nullptr}, head{nullptr};
+  nn::Sequential layers{nullptr};
+};
+KILN_MODULE(Net);
+
+std::vector<std::string> names_of(const nn::NamedTensors& list) {
+  std::vector<std::string> out;
+  for (const auto& [n, t] : list) out.push_back(n);
+  return out;
+}
+
+TEST(NnModule, NamedParametersUseTorchDottedNamesInOrder) {
+  Net net;
+  std::vector<std::string> params = {"stem.weight",        "stem.bias",          "layers.0.fc.weight",
+                                     "layers.0.fc.bias",   "layers.0.bn.weight", "layers.0.bn.bias",
+                                     "layers.1.fc.weight", "layers.1.fc.bias",   "layers.1.bn.weight",
+                                     "layers.1.bn.bias",   "head.weight"};
+  EXPECT_EQ(names_of(net->named_parameters()), params);
+  EXPECT_EQ(net->parameters().size(), params.size());
+  EXPECT_EQ(names_of(net->named_parameters(false)), std::vector<std::string>{});
+  EXPECT_EQ(names_of(net->named_buffers()),
+            (std::vector<std::string>{"layers.0.bn.running_mean", "layers.0.bn.running_var",
+                                      "layers.0.bn.num_batches_tracked", "layers.1.bn.running_mean",
+                                      "layers.1.bn.running_var", "layers.1.bn.num_batches_tracked"}));
+  // state_dict order: each module's parameters, then its buffers, then its children.
+  auto ordered = names_of(net->ordered_state_dict());
+  std::vector<std::string> expected = {"stem.weight",
+                                       "stem.bias",
+                                       "layers.0.fc.weight",
+                                       "layers.0.fc.bias",
+                                       "layers.0.bn.weight",
+                                       "layers.0.bn.bias",
+                                       "layers.0.bn.running_mean",
+                                       "layers.0.bn.running_var",
+                                       "layers.0.bn.num_batches_tracked",
+                                       "layers.1.fc.weight",
+                                       "layers.1.fc.bias",
+                                       "layers.1.bn.weight",
+                                       "layers.1.bn.bias",
+                                       "layers.1.bn.running_mean",
+                                       "layers.1.bn.running_var",
+                                       "layers.1.bn.num_batches_tracked",
+                                       "head.weight"};
+  EXPECT_EQ(ordered, expected);
+  EXPECT_EQ(net->state_dict().size(), expected.size());
+  // The member handles are the registered tensors.
+  EXPECT_TRUE(net->named_parameters()[0].second.is_same(net->stem->weight));
+  auto block1 = net->layers->ptr<BlockImpl>(1);
+  EXPECT_TRUE(net->named_buffers()[3].second.is_same(block1->bn->running_mean));
+  EXPECT_EQ(block1->bn->num_batches_tracked.dtype(), kInt64);
+  EXPECT_EQ(block1->bn->num_batches_tracked.dim(), 0);
+}
+
+TEST(NnModule, ChildrenAndModules) {
+  Net net;
+  std::vector<std::string> children;
+  for (auto& [n, m] : net->named_children()) children.push_back(n + ":" + m->name());
+  EXPECT_EQ(children, (std::vector<std::string>{"stem:Linear", "layers:Sequential", "head:Linear"}));
+  std::vector<std::string> all;
+  for (auto& [n, m] : net->named_modules()) all.push_back(n);
+  EXPECT_EQ(all, (std::vector<std::string>{"", "stem", "layers", "layers.0", "layers.0.fc", "layers.0.bn",
+                                           "layers.1", "layers.1.fc", "layers.1.bn", "head"}));
+  EXPECT_EQ(net->modules().size(), 10u);
+  EXPECT_EQ(net->modules(false).size(), 9u);
+  EXPECT_EQ(net->children().size(), 3u);
+}
+
+TEST(NnModule, ApplyVisitsEveryModule) {
+  Net net;
+  int linears = 0;
+  net->apply([&](nn::Module& m) {
+    if (auto* lin = dynamic_cast<nn::LinearImpl*>(&m)) {
+      nn::init::zeros_(lin->weight);
+      ++linears;
+    }
+  });
+  EXPECT_EQ(linears, 4);
+  EXPECT_EQ(values(net->layers->ptr<BlockImpl>(1)->fc->weight), std::vector<double>(16, 0.0));
+  std::vector<std::string> names;
+  net->apply([&](const std::string& name, nn::Module& m) { names.push_back(name + "=" + m.name()); });
+  EXPECT_EQ(names, (std::vector<std::string>{"=Net", "stem=Linear", "layers=Sequential", "layers.0=Block",
+                                             "layers.0.fc=Linear", "layers.0.bn=BatchNorm2d", "layers.1=Block",
+                                             "layers.1.fc=Linear", "layers.1.bn=BatchNorm2d", "head=Linear"}));
+}
+
+TEST(NnModule, RegistrationErrors) {
+  nn::LinearImpl lin(2, 2);
+  expect_error([&] { lin.register_parameter("weight", zeros({1})); }, "[register_parameter] \"weight\" is already registered");
+  expect_error([&] { lin.register_buffer("a.b", zeros({1})); }, "[register_buffer] the name must not contain '.'");
+  expect_error([&] { lin.register_module("", nn::ReLU()); }, "[register_module] the name must not be empty");
+  nn::Linear empty{nullptr};
+  EXPECT_TRUE(empty.is_empty());
+  expect_error([&] { empty->forward(zeros({1, 2})); }, "[ModuleHolder] accessing an empty module holder");
+  expect_error([&] { lin.register_module("sub", empty); }, "[register_module] submodule \"sub\" is empty");
+}
+
+TEST(NnModule, RegisterParameterMakesALeafThatRequiresGrad) {
+  nn::Module m;
+  Tensor x = ones({2}, TensorOptions().requires_grad(true));
+  Tensor p = m.register_parameter("p", x * 2);  // a non-leaf is detached
+  EXPECT_TRUE(p.is_leaf());
+  EXPECT_TRUE(p.requires_grad());
+  Tensor frozen = m.register_parameter("frozen", zeros({2}), false);
+  EXPECT_FALSE(frozen.requires_grad());
+  EXPECT_EQ(m.parameters().size(), 2u);
+  m.register_parameter("absent", Tensor());  // like bias=None: registered, never listed
+  EXPECT_EQ(m.parameters().size(), 2u);
+}
+
+TEST(NnModule, HolderCopiesShareTheModule) {
+  nn::Linear a(3, 2);
+  nn::Linear b = a;
+  EXPECT_EQ(a.get(), b.get());
+  Tensor y = a(ones({5, 3}));
+  EXPECT_EQ(y.shape(), (Shape{5, 2}));
+  std::shared_ptr<nn::Module> base = a;
+  EXPECT_EQ(base.get(), static_cast<nn::Module*>(a.get()));
+}
+
+TEST(NnModule, TrainAndEvalRecurse) {
+  Net net;
+  EXPECT_TRUE(net->is_training());
+  net->eval();
+  for (auto& m : net->modules()) EXPECT_FALSE(m->is_training()) << m->name();
+  net->train();
+  for (auto& m : net->modules()) EXPECT_TRUE(m->is_training()) << m->name();
+  net->layers->train(false);
+  EXPECT_TRUE(net->is_training());
+  EXPECT_FALSE(net->layers->ptr<BlockImpl>(0)->fc->is_training());
+}
+
+TEST(NnModule, ToDtypeConvertsFloatingTensorsBehindTheSameHandles) {
+  manual_seed(1);
+  Net net;
+  Tensor weight = net->stem->weight;           // a handle taken before, as an optimizer holds it
+  auto params_before = net->parameters();
+  std::vector<double> before = values(weight);
+  net->stem->weight.sum().backward();
+  ASSERT_TRUE(weight.grad().defined());
+
+  net->to(kFloat64);
+  EXPECT_EQ(weight.dtype(), kFloat64);
+  EXPECT_TRUE(weight.is_same(net->stem->weight));
+  EXPECT_TRUE(weight.is_same(net->named_parameters()[0].second));
+  EXPECT_EQ(values(weight), before);           // float32 values are exact in float64
+  EXPECT_TRUE(weight.is_leaf());
+  EXPECT_TRUE(weight.requires_grad());
+  EXPECT_EQ(weight.grad().dtype(), kFloat64);  // the gradient follows, as in PyTorch
+  for (auto& p : params_before) EXPECT_EQ(p.dtype(), kFloat64);
+  auto bn = net->layers->ptr<BlockImpl>(0)->bn;
+  EXPECT_EQ(bn->running_var.dtype(), kFloat64);
+  EXPECT_EQ(bn->num_batches_tracked.dtype(), kInt64);  // integer buffers keep their dtype
+
+  // The converted parameters still train: gradients reach the same leaves.
+  net->zero_grad();
+  Tensor out = net(ones({2, 3}, kFloat64));
+  EXPECT_EQ(out.dtype(), kFloat64);
+  out.sum().backward();
+  EXPECT_EQ(weight.grad().dtype(), kFloat64);
+  EXPECT_EQ(weight.grad().shape(), (Shape{4, 3}));
+  expect_error([&] { net->to(kInt64); }, "[Module::to] only floating-point dtypes are accepted");
+}
+
+TEST(NnModule, ToDeviceKeepsHandles) {
+  for (Device d : devices()) {
+    Net net;
+    Tensor w = net->head->weight;
+    net->to(d);
+    EXPECT_EQ(w.device(), d);
+    EXPECT_EQ(net->layers->ptr<BlockImpl>(1)->bn->num_batches_tracked.device(), d);
+    EXPECT_TRUE(w.is_same(net->head->weight));
+    Tensor y = net(ones({1, 3}, d));
+    EXPECT_EQ(y.device(), d);
+  }
+}
+
+TEST(NnModule, ZeroGrad) {
+  nn::Linear lin(3, 2);
+  lin(ones({4, 3})).sum().backward();
+  ASSERT_TRUE(lin->weight.grad().defined());
+  lin->zero_grad(false);
+  ASSERT_TRUE(lin->weight.grad().defined());
+  EXPECT_EQ(values(lin->weight.grad()), std::vector<double>(6, 0.0));
+  EXPECT_EQ(values(lin->bias.grad()), std::vector<double>(2, 0.0));
+  lin(ones({4, 3})).sum().backward();
+  EXPECT_EQ(values(lin->bias.grad()), std::vector<double>(2, 4.0));
+  lin->zero_grad();
+  EXPECT_FALSE(lin->weight.grad().defined());
+  EXPECT_FALSE(lin->bias.grad().defined());
+}
+
+TEST(NnModule, PrintsLikePyTorch) {
+  nn::Sequential seq(nn::Linear(2, 3), nn::ReLU(true), nn::Dropout(0.25), nn::Linear(3, 1, false), nn::Flatten());
+  std::ostringstream os;
+  os << seq;
+  EXPECT_EQ(os.str(),
+            "Sequential(\n"
+            "  (0): Linear(in_features=2, out_features=3, bias=True)\n"
+            "  (1): ReLU(inplace=True)\n"
+            "  (2): Dropout(p=0.25, inplace=False)\n"
+            "  (3): Linear(in_features=3, out_features=1, bias=False)\n"
+            "  (4): Flatten(start_dim=1, end_dim=-1)\n"
+            ")");
+  Net net;
+  std::ostringstream nested;
+  nested << *net;
+  EXPECT_NE(nested.str().find("  (layers): Sequential(\n    (0): Block(\n      (fc): Linear(in_features=4"),
+            std::string::npos)
+      << nested.str();
+  EXPECT_NE(nested.str().find("(bn): BatchNorm2d(4, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True)"),
+            std::string::npos)
+      << nested.str();
+}
+
+}  // namespace
+}  // namespace kiln::test
