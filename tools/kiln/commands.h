@@ -3,4 +3,6 @@
 
 namespace kiln::cli {
 int info(int argc, char** argv);
+int train(int argc, char** argv);
+int eval(int argc, char** argv);
 }  // namespace kiln::cli

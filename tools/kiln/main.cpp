@@ -10,6 +10,11 @@ namespace {
 void usage(std::ostream& os) {
   os << "usage: kiln <command> [options]\n\n"
         "commands:\n"
+        "  train   train a model on Fashion-MNIST (default: the small CNN, 3 epochs, best device)\n"
+        "          --model NAME --epochs N --batch-size N --lr X --momentum X --weight-decay X\n"
+        "          --device cpu|cuda[:N] --data DIR --seed N --checkpoint-dir DIR\n"
+        "          --checkpoint-every STEPS --workers N --threads N --max-steps N --resume\n"
+        "  eval    test accuracy of a checkpoint: --checkpoint PATH [--data DIR] [--device D]\n"
         "  info    version, devices, CPU features, threads, and which backends are built\n"
         "  help    this text\n";
 }
@@ -23,6 +28,8 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   try {
     if (cmd == "info") return kiln::cli::info(argc - 1, argv + 1);
+    if (cmd == "train") return kiln::cli::train(argc - 1, argv + 1);
+    if (cmd == "eval") return kiln::cli::eval(argc - 1, argv + 1);
     std::cerr << "kiln: unknown command '" << cmd << "'\n";
     usage(std::cerr);
     return 2;
