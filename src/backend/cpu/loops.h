@@ -2,6 +2,8 @@
 // compiled for several instruction sets and chosen at run time (GCC target_clones).
 #pragma once
 
+#include <algorithm>
+
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -44,9 +46,16 @@ LoopPlan<N> make_plan(const std::array<const Tensor*, N>& ops) {
              kMaxLoopDims);
   p.numel = out.numel();
   for (int k = 0; k < N; ++k) p.base[k] = static_cast<char*>(ops[k]->data_ptr());
-  for (int64_t d = 0; d < rank; ++d) {
+  // Walk dims from the output's largest stride to its smallest, so a dense output in any dim
+  // order (channels-last, transposed) becomes one contiguous run, as PyTorch's TensorIterator does.
+  int64_t order[kMaxLoopDims];
+  int nd = 0;
+  for (int64_t d = 0; d < rank; ++d)
+    if (out.shape()[d] != 1) order[nd++] = d;
+  std::stable_sort(order, order + nd, [&](int64_t a, int64_t b) { return out.strides()[a] > out.strides()[b]; });
+  for (int i = 0; i < nd; ++i) {
+    const int64_t d = order[i];
     int64_t size = out.shape()[d];
-    if (size == 1) continue;
     int64_t st[N];
     for (int k = 0; k < N; ++k) {
       const Tensor& t = *ops[k];

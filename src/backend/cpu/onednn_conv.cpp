@@ -32,6 +32,15 @@ memory::desc any_like(const memory::desc& d) {
 #endif
 }
 
+// An activation's descriptor. Tensors whose strides also read as channels-last (one channel, 1x1
+// images) are described as channels-last, so source and destination agree and oneDNN picks its
+// NHWC kernels rather than the reference one.
+memory::desc act_md(const Tensor& t, memory::data_type dt) {
+  if (!t.is_contiguous(MemoryFormat::ChannelsLast)) return md(t, dt);
+  const Shape st = channels_last_strides(t.shape());
+  return memory::desc(Dims(t.shape().begin(), t.shape().end()), dt, Dims(st.begin(), st.end()));
+}
+
 struct Geometry {
   Dims strides, dilates, pad;
   explicit Geometry(const ConvAttrs& a)
@@ -92,7 +101,7 @@ bool onednn_conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, cons
   memory::data_type dt;
   if (!to_dnnl_type(x.dtype(), &dt)) return false;
   static PrimitiveCache<Entry> cache;
-  auto xmd = md(x, dt), wmd = weights_md(w, a.groups, dt), ymd = md(y, dt);
+  auto xmd = act_md(x, dt), wmd = weights_md(w, a.groups, dt), ymd = act_md(y, dt);
   memory::desc bmd = b.defined() ? md(b, dt) : memory::desc();
   std::shared_ptr<const Entry> e = cache.get(conv_key('f', a, x.dtype(), {&x, &w, &b, &y}), [&] {
     auto pd = forward_pd(a.inference ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training, xmd,
@@ -123,7 +132,7 @@ bool onednn_conv_backward_input(const Tensor& gy, const Tensor& w, const Tensor&
   memory::data_type dt;
   if (!to_dnnl_type(gy.dtype(), &dt)) return false;
   static PrimitiveCache<Entry> cache;
-  auto gxmd = md(gx, dt), wmd = weights_md(w, a.groups, dt), gymd = md(gy, dt);
+  auto gxmd = act_md(gx, dt), wmd = weights_md(w, a.groups, dt), gymd = act_md(gy, dt);
   std::shared_ptr<const Entry> e = cache.get(conv_key('d', a, gy.dtype(), {&gy, &w, &gx}), [&] {
     const Geometry g(a);
     auto hint = forward_pd(dnnl::prop_kind::forward_training, gxmd, any_like(wmd), nullptr, gymd, g);
@@ -161,7 +170,7 @@ bool onednn_conv_backward_weight(const Tensor& gy, const Tensor& x, const Tensor
   memory::data_type dt;
   if (!to_dnnl_type(gy.dtype(), &dt)) return false;
   static PrimitiveCache<Entry> cache;
-  auto xmd = md(x, dt), gwmd = weights_md(gw, a.groups, dt), gymd = md(gy, dt);
+  auto xmd = act_md(x, dt), gwmd = weights_md(gw, a.groups, dt), gymd = act_md(gy, dt);
   memory::desc gbmd = gb.defined() ? md(gb, dt) : memory::desc();
   std::shared_ptr<const Entry> e = cache.get(conv_key('w', a, gy.dtype(), {&gy, &x, &gw, &gb}), [&] {
     const Geometry g(a);

@@ -66,12 +66,15 @@ void max_pool_forward(KernelArgs& args) {
               const int64_t flat = ih * d.w + iw;
               if (first) std::fill(arg.begin(), arg.end(), flat);
               first = false;
+              // Branch-free so the channel loop vectorizes; NaN wins and then stays, as in PyTorch.
+              A* __restrict bp = best.data();
+              int64_t* __restrict ap = arg.data();
+              const int64_t cs = xs[1];
               for (int64_t c = 0; c < d.c; ++c) {
-                const A v = static_cast<A>(src[c * xs[1]]);
-                if (v > best[c] || std::isnan(v)) {
-                  best[c] = v;
-                  arg[c] = flat;
-                }
+                const A v = static_cast<A>(src[c * cs]);
+                const bool take = v > bp[c] || v != v;
+                bp[c] = take ? v : bp[c];
+                ap[c] = take ? flat : ap[c];
               }
             }
           }
