@@ -10,8 +10,10 @@ SmallCNNImpl::SmallCNNImpl(SmallCNNOptions options) : options(options) {
   features = register_module(
       "features",
       nn::Sequential(nn::Conv2d(options.in_channels, 32, 3, {.padding = 1, .bias = false}), nn::BatchNorm2d(32),
+                     nn::ReLU(true), nn::Conv2d(32, 32, 3, {.padding = 1, .bias = false}), nn::BatchNorm2d(32),
                      nn::ReLU(true), nn::MaxPool2d(2),  // 28x28 -> 14x14
                      nn::Conv2d(32, 64, 3, {.padding = 1, .bias = false}), nn::BatchNorm2d(64), nn::ReLU(true),
+                     nn::Conv2d(64, 64, 3, {.padding = 1, .bias = false}), nn::BatchNorm2d(64), nn::ReLU(true),
                      nn::MaxPool2d(2)));  // 14x14 -> 7x7
   classifier = register_module("classifier", nn::Sequential(nn::Linear(64 * 7 * 7, 128), nn::ReLU(true),
                                                             nn::Dropout(options.dropout),

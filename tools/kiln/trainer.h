@@ -17,7 +17,7 @@ struct TrainOptions {
   std::string model = "small_cnn";
   int64_t epochs = 3;
   int64_t batch_size = 128;
-  double lr = 0.05;  // the one-cycle schedule's peak
+  double lr = 0.1;  // the one-cycle schedule's peak
   double momentum = 0.9;
   double weight_decay = 5e-4;
   std::string device;  // empty: the best device present

@@ -11,7 +11,7 @@ struct SmallCNNOptions {
   double dropout = 0.25;
 };
 
-// features: [conv3x3(32) BN ReLU maxpool2] [conv3x3(64) BN ReLU maxpool2]: 28x28 -> 7x7;
+// features: [conv3x3(32) BN ReLU] x2 maxpool2, [conv3x3(64) BN ReLU] x2 maxpool2: 28x28 -> 7x7;
 // classifier: Linear(64*7*7, 128) ReLU Dropout Linear(128, num_classes).
 class SmallCNNImpl : public nn::Module {
  public:
