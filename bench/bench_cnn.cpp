@@ -72,6 +72,7 @@ void bench(const std::string& name, const std::string& mode, const Flags& f) {
     }
   };
   for (int64_t i = 0; i < f.warmup; ++i) step();
+  reset_peak_memory_stats(Device::cpu());  // the peak of this run's steady state, not the last run's
   std::vector<double> times;
   for (int64_t i = 0; i < f.steps; ++i) {
     auto t0 = std::chrono::steady_clock::now();

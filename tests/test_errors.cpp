@@ -240,6 +240,8 @@ TEST(ErrorsUndefined, UndefinedTensorsAreNamedErrors) {
 
 TEST(ErrorsSizes, AllocationsTooLargeToAddressAreRefused) {
   test::expect_error([] { (void)empty({int64_t{1} << 62, 4}); }, "too many elements");
+  // A zero size must not hide the overflow of the other sizes (their strides would overflow).
+  test::expect_error([] { (void)empty({0, int64_t{1} << 62, int64_t{1} << 62}); }, "too many elements");
   test::expect_error([] { (void)empty({int64_t{1} << 61}, kFloat64); }, "more bytes than can be addressed");
   test::expect_error([] { (void)empty_strided({3, 3}, {int64_t{1} << 62, 1}); }, "spans too many elements");
   test::expect_error([] { (void)empty({int64_t{1} << 40}); }, "[allocate]");  // 4 TiB: out of memory, no crash

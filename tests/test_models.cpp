@@ -168,7 +168,9 @@ TEST(Models, SmallCNNShapesAndTraining) {
   std::vector<std::string> names;
   for (auto& [n, t] : net->named_parameters()) names.push_back(n);
   EXPECT_EQ(names, (std::vector<std::string>{"features.0.weight", "features.1.weight", "features.1.bias",
-                                             "features.4.weight", "features.5.weight", "features.5.bias",
+                                             "features.3.weight", "features.4.weight", "features.4.bias",
+                                             "features.7.weight", "features.8.weight", "features.8.bias",
+                                             "features.10.weight", "features.11.weight", "features.11.bias",
                                              "classifier.0.weight", "classifier.0.bias", "classifier.3.weight",
                                              "classifier.3.bias"}));
   // A few SGD steps on one fixed batch drive its loss down.

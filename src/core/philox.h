@@ -48,15 +48,14 @@ KILN_HOST_DEVICE inline double uniform01(uint32_t w, int bits) {
   return static_cast<double>(w >> (32 - bits)) / static_cast<double>(1u << bits);
 }
 
-// Standard normal by Box-Muller on the pair of words (2j, 2j+1) of the same counter.
-KILN_HOST_DEVICE inline double normal(uint64_t seed, uint64_t offset, uint64_t i) {
-  U32x4 r = philox(seed, offset + i / 4);
-  uint64_t pair = (i % 4) / 2;
-  double u1 = ((r.v[2 * pair] >> 8) + 1.0) * (1.0 / 16777217.0);  // (0, 1]
-  double u2 = uniform01(r.v[2 * pair + 1]);
+// Two standard normals by Box-Muller from a pair of words: z0 = r cos(theta), z1 = r sin(theta).
+KILN_HOST_DEVICE inline void box_muller(uint32_t w1, uint32_t w2, double* z0, double* z1) {
+  double u1 = ((w1 >> 8) + 1.0) * (1.0 / 16777217.0);  // (0, 1]
+  double u2 = uniform01(w2);
   double radius = std::sqrt(-2.0 * std::log(u1));
   double theta = 6.283185307179586 * u2;
-  return (i % 2 == 0) ? radius * std::cos(theta) : radius * std::sin(theta);
+  *z0 = radius * std::cos(theta);
+  *z1 = radius * std::sin(theta);
 }
 
 }  // namespace kiln::philox

@@ -12,10 +12,13 @@ std::ostream& operator<<(std::ostream& os, const Shape& s) {
 }
 
 int64_t shape_numel(const Shape& s, const char* where) {
-  int64_t n = 1;
+  // The product of the non-zero sizes must fit too: strides are computed from it even when some
+  // size is 0 ([0, 2^62, 2^62] would overflow them).
+  int64_t n = 1, strided = 1;
   for (int64_t d : s) {
     KILN_CHECK(d >= 0, where, "negative size in shape ", s);
-    KILN_CHECK(d == 0 || n <= INT64_MAX / d, where, "shape ", s, " has too many elements");
+    KILN_CHECK(d == 0 || strided <= INT64_MAX / d, where, "shape ", s, " has too many elements");
+    if (d != 0) strided *= d;
     n *= d;
   }
   return n;

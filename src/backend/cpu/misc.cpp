@@ -108,14 +108,22 @@ void arange(KernelArgs& a) {
   });
 }
 
-// Random kernels: out contiguous; element i uses Philox word i of the reserved counters.
-template <class Gen>
-void generate(KernelArgs& a, const Gen& gen) {
+// Random kernels: out contiguous; element i uses Philox word i of the reserved counters (two
+// words for randint). Each counter's block is computed once: fill(r, vals) writes the kPer values
+// of one counter's output r, so Philox runs once per 4 words and Box-Muller once per pair.
+template <int kPer, class Fill>
+void generate(KernelArgs& a, uint64_t seed, uint64_t offset, const Fill& fill) {
   const Tensor& out = a.outputs[0];
+  const int64_t n = out.numel(), blocks = (n + kPer - 1) / kPer;
   visit_dtype(out.dtype(), "random", [&]<class T>() {
     T* o = static_cast<T*>(out.data_ptr());
-    parallel_for(out.numel(), 4096, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) o[i] = static_cast<T>(gen(static_cast<uint64_t>(i)));
+    parallel_for(blocks, 1024, [&](int64_t b, int64_t e) {
+      double vals[kPer];
+      for (int64_t c = b; c < e; ++c) {
+        fill(philox::philox(seed, offset + static_cast<uint64_t>(c)), vals);
+        const int64_t first = c * kPer, count = std::min<int64_t>(kPer, n - first);
+        for (int64_t j = 0; j < count; ++j) o[first + j] = static_cast<T>(vals[j]);
+      }
     });
   });
 }
@@ -126,26 +134,36 @@ void uniform(KernelArgs& a) {
   // rand() round up to exactly 1 in about 1 draw in 500.
   const ScalarType t = a.outputs[0].dtype();
   const int bits = t == kBFloat16 ? 8 : t == kFloat16 ? 11 : 24;
-  generate(a, [&](uint64_t i) {
-    double u = r.a + (r.b - r.a) * philox::uniform01(philox::word(r.seed, r.offset, i), bits);
-    return u < r.b ? u : r.a;  // rounding must not reach the open upper end
+  generate<4>(a, r.seed, r.offset, [&](const philox::U32x4& w, double* v) {
+    for (int j = 0; j < 4; ++j) {
+      const double u = r.a + (r.b - r.a) * philox::uniform01(w.v[j], bits);
+      v[j] = u < r.b ? u : r.a;  // rounding must not reach the open upper end
+    }
   });
 }
 
 void normal(KernelArgs& a) {
   const auto& r = *static_cast<const RandomAttrs*>(a.attrs);
-  generate(a, [&](uint64_t i) { return r.a + r.b * philox::normal(r.seed, r.offset, i); });
+  generate<4>(a, r.seed, r.offset, [&](const philox::U32x4& w, double* v) {
+    for (int pair = 0; pair < 2; ++pair) {
+      double z0, z1;
+      philox::box_muller(w.v[2 * pair], w.v[2 * pair + 1], &z0, &z1);
+      v[2 * pair] = r.a + r.b * z0;
+      v[2 * pair + 1] = r.a + r.b * z1;
+    }
+  });
 }
 
 void randint(KernelArgs& a) {
   const auto& r = *static_cast<const RandomAttrs*>(a.attrs);
   const auto low = static_cast<int64_t>(r.a);
   const auto range = static_cast<uint64_t>(static_cast<int64_t>(r.b) - low);
-  generate(a, [&](uint64_t i) {
+  generate<2>(a, r.seed, r.offset, [&](const philox::U32x4& w, double* v) {
     // Two words give 64 random bits; the multiply-shift maps them to [0, range).
-    uint64_t bits = (static_cast<uint64_t>(philox::word(r.seed, r.offset, 2 * i)) << 32) |
-                    philox::word(r.seed, r.offset, 2 * i + 1);
-    return low + static_cast<int64_t>((static_cast<unsigned __int128>(bits) * range) >> 64);
+    for (int j = 0; j < 2; ++j) {
+      const uint64_t bits = (static_cast<uint64_t>(w.v[2 * j]) << 32) | w.v[2 * j + 1];
+      v[j] = static_cast<double>(low + static_cast<int64_t>((static_cast<unsigned __int128>(bits) * range) >> 64));
+    }
   });
 }
 
