@@ -16,3 +16,9 @@ build-gpu/tools/kiln/kiln info | tee "$out/info.txt"
 (cd build-gpu && ctest --output-on-failure -j 8 >"$out/ctest.log" 2>&1); echo "ctest exit $?"; tail -5 "$out/ctest.log"
 KILN_FALLBACK=warn build-gpu/bench/bench_overhead --benchmark_min_time=0.2 >"$out/bench_overhead.txt" 2>&1
 tail -8 "$out/bench_overhead.txt"
+# The main job and a whole model on the device (every op falls back to the CPU until the CUDA
+# kernels land; the fallback counts show which).
+(cd "$out" && timeout 300 "$OLDPWD/build-gpu/tools/kiln/kiln" train --device cuda --epochs 1 --max-steps 50 --checkpoint-dir "$out/ckpt") >"$out/train.log" 2>&1
+tail -5 "$out/train.log"
+timeout 120 build-gpu/bench/bench_cnn --models resnet50 --modes eval --batch 8 --warmup 1 --steps 1 >"$out/bench_cnn.txt" 2>&1
+tail -3 "$out/bench_cnn.txt"
