@@ -37,14 +37,19 @@ def step_fn(model, opt, x, y, mode):
     return step
 
 
-def bench(name, mode, batch, size, warmup, steps, num_classes):
+def setup(name, mode, batch, size, num_classes):
+    """The model, a random batch and the optimizer, as one step function."""
     torch.manual_seed(0)
     model = make(name, num_classes)
     model.train(mode == "train")
     x = torch.randn(batch, 3, size, size).contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, num_classes, (batch,))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
-    step = step_fn(model, opt, x, y, mode)
+    return step_fn(model, opt, x, y, mode)
+
+
+def bench(name, mode, batch, size, warmup, steps, num_classes):
+    step = setup(name, mode, batch, size, num_classes)
     for _ in range(warmup):
         step()
     times = []
@@ -60,13 +65,7 @@ def bench(name, mode, batch, size, warmup, steps, num_classes):
 
 
 def profile(name, mode, batch, size, num_classes, top):
-    torch.manual_seed(0)
-    model = make(name, num_classes)
-    model.train(mode == "train")
-    x = torch.randn(batch, 3, size, size).contiguous(memory_format=torch.channels_last)
-    y = torch.randint(0, num_classes, (batch,))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
-    step = step_fn(model, opt, x, y, mode)
+    step = setup(name, mode, batch, size, num_classes)
     step()  # warm-up outside the profile
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         step()

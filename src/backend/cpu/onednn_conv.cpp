@@ -95,6 +95,14 @@ struct Scratch {
                                    mem(d, engine(), buffer.data_ptr()) {}
 };
 
+// The weights as the primitive reads them: the user's, or their reorder into `ws`.
+memory weights_for(const Entry& e, memory user, dnnl::stream& s, std::optional<Scratch>& ws) {
+  if (!e.reorder) return user;
+  ws.emplace(e.prim_w);
+  e.reorder->execute(s, user, ws->mem);
+  return ws->mem;
+}
+
 }  // namespace
 
 bool onednn_conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, const ConvAttrs& a) {
@@ -112,13 +120,8 @@ bool onednn_conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, cons
   });
   if (!e) return false;
   dnnl::stream s(engine());
-  memory wm(wmd, engine(), w.data_ptr());
   std::optional<Scratch> ws;
-  if (e->reorder) {
-    ws.emplace(e->prim_w);
-    e->reorder->execute(s, wm, ws->mem);
-    wm = ws->mem;
-  }
+  memory wm = weights_for(*e, memory(wmd, engine(), w.data_ptr()), s, ws);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(xmd, engine(), x.data_ptr())},
                                        {DNNL_ARG_WEIGHTS, wm},
                                        {DNNL_ARG_DST, memory(ymd, engine(), y.data_ptr())}};
@@ -151,13 +154,8 @@ bool onednn_conv_backward_input(const Tensor& gy, const Tensor& w, const Tensor&
   });
   if (!e) return false;
   dnnl::stream s(engine());
-  memory wm(wmd, engine(), w.data_ptr());
   std::optional<Scratch> ws;
-  if (e->reorder) {
-    ws.emplace(e->prim_w);
-    e->reorder->execute(s, wm, ws->mem);
-    wm = ws->mem;
-  }
+  memory wm = weights_for(*e, memory(wmd, engine(), w.data_ptr()), s, ws);
   e->prim.execute(s, {{DNNL_ARG_DIFF_DST, memory(gymd, engine(), gy.data_ptr())},
                       {DNNL_ARG_WEIGHTS, wm},
                       {DNNL_ARG_DIFF_SRC, memory(gxmd, engine(), gx.data_ptr())}});
