@@ -7,7 +7,20 @@
 #include "kiln/error.h"
 #include "kiln/runtime.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace kiln {
+
+#if defined(__x86_64__)
+namespace {
+bool cpuid7_edx_bit(int bit) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> bit) & 1u);
+}
+}  // namespace
+#endif
 
 void set_num_threads(int n) {
   KILN_CHECK(n > 0, "set_num_threads", "the number of threads must be positive, got ", n);
@@ -33,8 +46,9 @@ BuildInfo build_info() {
       {"avx512bw", __builtin_cpu_supports("avx512bw")},
       {"avx512vnni", __builtin_cpu_supports("avx512vnni")},
       {"avx512bf16", __builtin_cpu_supports("avx512bf16")},
-      {"amx-tile", __builtin_cpu_supports("amx-tile")},
-      {"amx-bf16", __builtin_cpu_supports("amx-bf16")},
+      // AMX from CPUID leaf 7 (EDX bits 24 and 22): clang 14's __builtin_cpu_supports lacks it.
+      {"amx-tile", cpuid7_edx_bit(24)},
+      {"amx-bf16", cpuid7_edx_bit(22)},
   };
   for (auto [name, has] : features)
     if (has) b.cpu_features += (b.cpu_features.empty() ? "" : " ") + std::string(name);
