@@ -305,3 +305,23 @@ TEST(BatchNorm, Errors) {
 }
 
 }  // namespace
+
+namespace {
+
+// A ResNet-style chain keeps activations channels-last from layer to layer (so oneDNN never
+// reorders them), forward and backward.
+TEST(CnnLayout, ActivationsStayChannelsLast) {
+  using kiln::MemoryFormat;
+  kiln::Tensor x = rnd({2, 3, 16, 16}, kiln::kFloat32).contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+  kiln::Tensor w1 = rnd({8, 3, 3, 3}, kiln::kFloat32).requires_grad_(), w2 = rnd({8, 8, 3, 3}, kiln::kFloat32);
+  kiln::Tensor a = kiln::conv2d(x, w1, {}, {2, 2}, {1, 1});
+  kiln::Tensor b = kiln::relu(kiln::batch_norm(a, {}, {}, {}, {}, true));
+  kiln::Tensor c = kiln::max_pool2d(b, {3}, {2}, {1});
+  kiln::Tensor d = kiln::relu(kiln::conv2d(c, w2, {}, {1, 1}, {1, 1}) + c);
+  for (const kiln::Tensor* t : {&a, &b, &c, &d}) EXPECT_TRUE(t->is_contiguous(MemoryFormat::ChannelsLast));
+  kiln::adaptive_avg_pool2d(d, {1}).flatten(1).sum().backward();
+  EXPECT_TRUE(x.grad().is_contiguous(MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(w1.grad().is_contiguous());
+}
+
+}  // namespace

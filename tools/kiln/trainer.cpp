@@ -115,10 +115,10 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)), device_(p
     options_.seed = static_cast<uint64_t>(meta_int(f, "seed", ckpt));
   }
   manual_seed(options_.seed);
-  train_loader_ = make_loader(options_.data, true, options_.batch_size, options_.workers, options_.seed);
-  test_loader_ = make_loader(options_.data, false, 1000, options_.workers, options_.seed);
   model_ = models::create(options_.model, 10);
   model_->to(device_);
+  train_loader_ = make_loader(options_.data, true, options_.batch_size, options_.workers, options_.seed);
+  test_loader_ = make_loader(options_.data, false, 1000, options_.workers, options_.seed);
   optimizer_ = std::make_unique<optim::SGD>(
       model_->parameters(),
       optim::SGDOptions{.lr = options_.lr, .momentum = options_.momentum, .weight_decay = options_.weight_decay});

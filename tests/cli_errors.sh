@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The kiln command on bad input: exit status 1 and exactly one line on stderr, never a crash.
+# Usage: tests/cli_errors.sh path/to/kiln
+set -uo pipefail
+kiln=${1:?usage: cli_errors.sh KILN}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+printf 'garbage' >"$tmp/bad.safetensors"
+mkdir -p "$tmp/data" "$tmp/ck"
+printf '\x00\x00\x08\x03\x00\x00\x00\x05' >"$tmp/data/train-images-idx3-ubyte"  # truncated header
+printf '\x00\x00\x08\x01\x00\x00\x00\x05\x01\x02\x03\x04\x05' >"$tmp/data/train-labels-idx1-ubyte"
+fail=0
+check() {
+  local want=$1
+  shift
+  local err rc
+  err=$("$kiln" "$@" 2>&1 >/dev/null)
+  rc=$?
+  local lines
+  lines=$(printf '%s\n' "$err" | wc -l)
+  if [[ $rc -ne 1 || $lines -ne 1 || "$err" != *"$want"* ]]; then
+    echo "FAIL: kiln $* -> exit $rc, stderr: $err (want one line containing '$want')"
+    fail=1
+  fi
+}
+check "unknown option --bogus" train --bogus 1
+check "--epochs expects an integer" train --epochs x
+check "unknown model" train --model resnet7 --data "$tmp/data"
+check "does not exist" train --data "$tmp/missing"
+check "train-images-idx3-ubyte" train --data "$tmp/data"
+check "cuda:3" train --device cuda:3
+check "no checkpoint file" eval --checkpoint "$tmp/none.safetensors"
+check "bad.safetensors" eval --checkpoint "$tmp/bad.safetensors"
+check "last.safetensors" train --resume --checkpoint-dir "$tmp/ck"
+check "cannot be combined with --resume" train --resume --lr 0.1
+exit $fail
