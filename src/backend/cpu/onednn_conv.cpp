@@ -79,12 +79,15 @@ struct Entry {
   std::optional<dnnl::reorder> reorder;
 };
 
-void set_reorder(Entry& e, const memory::desc& user, const memory::desc& prim, bool to_prim) {
-  e.user_w = user;
-  e.prim_w = prim;
-  if (prim != user)
-    e.reorder = to_prim ? dnnl::reorder(memory(user, engine()), memory(prim, engine()))
-                        : dnnl::reorder(memory(prim, engine()), memory(user, engine()));
+// An entry for `prim` whose weights are `user` to the caller and `inner` to the primitive;
+// to_prim: the weights are read (reorder user -> inner) rather than written (inner -> user).
+std::shared_ptr<Entry> make_entry(dnnl::primitive prim, const memory::desc& user, const memory::desc& inner,
+                                  bool to_prim) {
+  auto e = std::make_shared<Entry>(Entry{std::move(prim), user, inner, {}});
+  if (inner != user)
+    e->reorder = to_prim ? dnnl::reorder(memory(user, engine()), memory(inner, engine()))
+                         : dnnl::reorder(memory(inner, engine()), memory(user, engine()));
+  return e;
 }
 
 // Scratch memory for weights in the primitive's layout, from Kiln's caching allocator.
@@ -114,9 +117,7 @@ bool onednn_conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, cons
   std::shared_ptr<const Entry> e = cache.get(conv_key('f', a, x.dtype(), {&x, &w, &b, &y}), [&] {
     auto pd = forward_pd(a.inference ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training, xmd,
                          any_like(wmd), b.defined() ? &bmd : nullptr, ymd, Geometry(a));
-    auto entry = std::make_shared<Entry>(Entry{dnnl::convolution_forward(pd), {}, {}, {}});
-    set_reorder(*entry, wmd, pd.weights_desc(), true);
-    return entry;
+    return make_entry(dnnl::convolution_forward(pd), wmd, pd.weights_desc(), true);
   });
   if (!e) return false;
   dnnl::stream s(engine());
@@ -148,9 +149,7 @@ bool onednn_conv_backward_input(const Tensor& gy, const Tensor& w, const Tensor&
         dnnl::convolution_backward_data::desc(alg, gxmd, any_like(wmd), gymd, g.strides, g.dilates, g.pad, g.pad),
         engine(), hint);
 #endif
-    auto entry = std::make_shared<Entry>(Entry{dnnl::convolution_backward_data(pd), {}, {}, {}});
-    set_reorder(*entry, wmd, pd.weights_desc(), true);
-    return entry;
+    return make_entry(dnnl::convolution_backward_data(pd), wmd, pd.weights_desc(), true);
   });
   if (!e) return false;
   dnnl::stream s(engine());
@@ -190,9 +189,7 @@ bool onednn_conv_backward_weight(const Tensor& gy, const Tensor& x, const Tensor
                                                                 g.pad, g.pad),
                        engine(), hint);
 #endif
-    auto entry = std::make_shared<Entry>(Entry{dnnl::convolution_backward_weights(pd), {}, {}, {}});
-    set_reorder(*entry, gwmd, pd.diff_weights_desc(), false);
-    return entry;
+    return make_entry(dnnl::convolution_backward_weights(pd), gwmd, pd.diff_weights_desc(), false);
   });
   if (!e) return false;
   dnnl::stream s(engine());
