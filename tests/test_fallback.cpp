@@ -1,6 +1,9 @@
 // The device plumbing without a GPU: a stand-in "cuda:0" backed by host memory exercises
 // tensor.to(device), cross-device copies and the CPU fallback with its counts.
 #include "backend/cpu/host_runtime.h"
+#include "kiln/models.h"
+#include "kiln/nn/functional.h"
+#include "kiln/optim.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -69,6 +72,37 @@ TEST_F(Fallback, InPlaceOnANonContiguousDeviceView) {
 TEST_F(Fallback, MixingDevicesIsAnError) {
   Tensor a = ones({2}).to(Device::cuda(0));
   test::expect_error([&] { (void)(a + ones({2})); }, "[add] expected all tensors on one device");
+}
+
+// What `kiln train --device cuda` does today: every op of a CNN training step (conv, batch norm
+// with its running statistics, pooling, dropout, loss, SGD) on device tensors goes through the
+// fallback and gives the CPU's numbers.
+TEST_F(Fallback, CnnTrainingStepOnTheDeviceMatchesTheCpu) {
+  std::vector<double> losses[2], weights[2], running[2];
+  for (int k = 0; k < 2; ++k) {
+    const Device d = k == 0 ? Device::cpu() : Device::cuda(0);
+    manual_seed(5);
+    auto model = models::small_cnn();
+    model->to(d);
+    optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+    manual_seed(6);
+    Tensor x = randn({4, 1, 28, 28}).to(d), y = tensor(std::vector<int64_t>{1, 7, 3, 0}, {4}, kInt64).to(d);
+    for (int step = 0; step < 2; ++step) {
+      Tensor loss = nn::functional::cross_entropy(model(x), y);
+      EXPECT_EQ(loss.device(), d);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      losses[k].push_back(loss.item<double>());
+    }
+    auto sd = model->state_dict();
+    weights[k] = test::values(sd.at("features.0.weight"));
+    running[k] = test::values(sd.at("features.1.running_var"));
+  }
+  for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_NEAR(losses[1][i], losses[0][i], 1e-5);
+  for (size_t i = 0; i < weights[0].size(); ++i) EXPECT_NEAR(weights[1][i], weights[0][i], 1e-5);
+  for (size_t i = 0; i < running[0].size(); ++i) EXPECT_NEAR(running[1][i], running[0][i], 1e-5);
+  EXPECT_GT(fallback_counts()["Conv2dBackwardWeight"], 0u);
 }
 
 TEST(Devices, MissingDeviceIsAClearError) {
