@@ -34,10 +34,8 @@ KILN_HOST_DEVICE inline U32x4 philox(uint64_t seed, uint64_t ctr) {
   return {{c0, c1, c2, c3}};
 }
 
-// Element i of a draw that started at counter `offset` uses word i % 4 of counter offset + i / 4.
-KILN_HOST_DEVICE inline uint32_t word(uint64_t seed, uint64_t offset, uint64_t i) {
-  return philox(seed, offset + i / 4).v[i % 4];
-}
+// Element i of a draw that started at counter `offset` uses word i % 4 of counter offset + i / 4
+// (the kernels compute each counter once and use its four words).
 
 // Uniform in [0, 1) with 24 random bits (exact in float32).
 KILN_HOST_DEVICE inline double uniform01(uint32_t w) { return (w >> 8) * (1.0 / 16777216.0); }
