@@ -7,14 +7,6 @@ namespace {
 using autograd::SavedTensor;
 using ops::Op;
 
-// A 2-D parameter given as one value (used for both dims) or two.
-void pair_param(const Shape& v, const char* what, int64_t out[2], int64_t min) {
-  KILN_CHECK(v.size() == 1 || v.size() == 2, "conv2d", what, " must have 1 or 2 values, got ", v);
-  out[0] = v[0];
-  out[1] = v.size() == 2 ? v[1] : v[0];
-  KILN_CHECK(out[0] >= min && out[1] >= min, "conv2d", what, " must be at least ", min, ", got ", v);
-}
-
 // The input's gradient, laid out like the input when that is dense (channels-last stays so).
 Tensor conv_backward_input(const Tensor& g, const Tensor& w, const Tensor& x, const backend::ConvAttrs& a) {
   Tensor gx = make_empty_like(x, x.shape(), g.dtype(), g.device());
@@ -53,9 +45,9 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
   }
   Device dev = ops::common_device({&input, &weight, bias.defined() ? &bias : &input}, "conv2d");
   backend::ConvAttrs a;
-  pair_param(stride, "stride", a.stride, 1);
-  pair_param(padding, "padding", a.padding, 0);
-  pair_param(dilation, "dilation", a.dilation, 1);
+  ops::pair_param("conv2d", stride, "stride", a.stride, 1);
+  ops::pair_param("conv2d", padding, "padding", a.padding, 0);
+  ops::pair_param("conv2d", dilation, "dilation", a.dilation, 1);
   a.groups = groups;
   int64_t out_hw[2];
   const int64_t in_hw[2] = {h, wd}, k[2] = {kh, kw};

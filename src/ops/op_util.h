@@ -37,6 +37,15 @@ inline void run1(Op op, Device device, std::initializer_list<Tensor> in, Tensor&
 // Bumps the version counter after an in-place change.
 inline void bump_version(const Tensor& t) { t.storage()->version.fetch_add(1, std::memory_order_relaxed); }
 
+// A 2-D parameter (stride, padding, ...) given as one value for both dims or as two; each at
+// least `min`.
+inline void pair_param(const char* op, const Shape& v, const char* what, int64_t out[2], int64_t min) {
+  KILN_CHECK(v.size() == 1 || v.size() == 2, op, what, " must have 1 or 2 values, got ", v);
+  out[0] = v[0];
+  out[1] = v.size() == 2 ? v[1] : v[0];
+  KILN_CHECK(out[0] >= min && out[1] >= min, op, what, " must be at least ", min, ", got ", v);
+}
+
 ScalarType result_type_of(std::initializer_list<const Tensor*> ts);
 // The same with a C++ number as the second operand (no tensor is made for it).
 ScalarType result_type_of(const Tensor& t, Scalar s);

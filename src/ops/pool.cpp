@@ -8,13 +8,6 @@ using autograd::SavedTensor;
 using backend::PoolAttrs;
 using ops::Op;
 
-void pair_param(const char* op, const Shape& v, const char* what, int64_t out[2], int64_t min) {
-  KILN_CHECK(v.size() == 1 || v.size() == 2, op, what, " must have 1 or 2 values, got ", v);
-  out[0] = v[0];
-  out[1] = v.size() == 2 ? v[1] : v[0];
-  KILN_CHECK(out[0] >= min && out[1] >= min, op, what, " must be at least ", min, ", got ", v);
-}
-
 // PyTorch's pooling_output_shape: with ceil_mode the last window must start inside the input
 // or its left padding.
 int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
@@ -46,9 +39,9 @@ Tensor finish(const Tensor& x_in, const Tensor& out) { return x_in.dim() == 3 ? 
 // Sets kernel, stride and padding (stride defaults to the kernel) and the output size.
 void window_params(const char* op, const Tensor& x, const Shape& kernel_size, const Shape& stride,
                    const Shape& padding, PoolAttrs& a, bool ceil_mode, int64_t out_hw[2]) {
-  pair_param(op, kernel_size, "kernel_size", a.kernel, 1);
-  pair_param(op, stride.empty() ? kernel_size : stride, "stride", a.stride, 1);
-  pair_param(op, padding, "padding", a.padding, 0);
+  ops::pair_param(op, kernel_size, "kernel_size", a.kernel, 1);
+  ops::pair_param(op, stride.empty() ? kernel_size : stride, "stride", a.stride, 1);
+  ops::pair_param(op, padding, "padding", a.padding, 0);
   for (int i = 0; i < 2; ++i) {
     const int64_t span = a.dilation[i] * (a.kernel[i] - 1) + 1;
     KILN_CHECK(2 * a.padding[i] <= span, op, "padding ", padding,
@@ -80,7 +73,7 @@ Tensor max_pool2d(const Tensor& x_in, const Shape& kernel_size, const Shape& str
   Tensor x = check_input(x_in, "max_pool2d");
   PoolAttrs a;
   a.kind = PoolAttrs::Max;
-  pair_param("max_pool2d", dilation, "dilation", a.dilation, 1);
+  ops::pair_param("max_pool2d", dilation, "dilation", a.dilation, 1);
   int64_t o[2];
   window_params("max_pool2d", x, kernel_size, stride, padding, a, ceil_mode, o);
   Tensor out = empty_pooled(x, o[0], o[1], x.dtype());
