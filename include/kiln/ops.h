@@ -146,6 +146,30 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
                      Reduction reduction = Reduction::Mean, int64_t ignore_index = -100,
                      double label_smoothing = 0.0);
 
+// ---- transformer ops (src/ops/embedding.cpp, layer_norm.cpp, softmax.cpp, attention.cpp, linear.cpp)
+// Rows of weight [num_embeddings, dim] picked by integer indices of any shape: [..., dim].
+// Rows whose index equals padding_idx get no gradient (padding_idx < 0: none).
+Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx = -1);
+// Normalizes over the last normalized_shape.size() dims (biased variance), then scales by weight
+// and shifts by bias (each normalized_shape, or undefined).
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
+                  const Tensor& bias = {}, double eps = 1e-5);
+// softmax over dim of x + mask (float mask) or of x where mask is true (bool mask, true = keep);
+// the mask broadcasts to x and gets no gradient. A row with every element masked gives zeros.
+Tensor masked_softmax(const Tensor& x, const Tensor& mask, int64_t dim);
+// q [..., L, E], k [..., S, E], v [..., S, Ev] -> [..., L, Ev]: softmax(q k^T * scale + mask) v,
+// leading dims broadcast. attn_mask is bool (true = attend) or float (added to the scores),
+// broadcastable to [..., L, S]; is_causal masks j > i. scale defaults to 1/sqrt(E). One fused op:
+// the S x S score matrix is never materialised (memory linear in sequence length), and dropout
+// masks come from Philox counters so the backward regenerates them. A query row with every key
+// masked gives zeros.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask = {}, double dropout_p = 0.0,
+                                    bool is_causal = false, std::optional<double> scale = std::nullopt);
+enum class Activation { None, ReLU, GELU, GELUTanh };
+// activation(linear(x, weight, bias)), fused into the matmul where the backend allows.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation);
+
 // The type an op on these operands computes in (PyTorch's result_type).
 ScalarType result_type(const Tensor& a, const Tensor& b);
 ScalarType result_type(const Tensor& a, Scalar b);

@@ -50,3 +50,19 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 }
 
 }  // namespace kiln
+
+namespace kiln {
+
+// STAND-IN: unfused until the oneDNN post-op path lands.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation) {
+  Tensor y = linear(x, weight, bias);
+  switch (activation) {
+    case Activation::None: return y;
+    case Activation::ReLU: return relu(y);
+    case Activation::GELU: return gelu(y);
+    case Activation::GELUTanh: return gelu(y, "tanh");
+  }
+  return y;
+}
+
+}  // namespace kiln

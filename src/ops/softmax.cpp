@@ -1,4 +1,6 @@
 // softmax and log_softmax over one dim, with gradients through dedicated backward kernels.
+#include <cmath>
+
 #include "ops/op_util.h"
 
 namespace kiln {
@@ -33,5 +35,15 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
 
 Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
 Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
+
+}  // namespace kiln
+
+namespace kiln {
+
+// STAND-IN: composed until the masked softmax kernel lands (fully masked rows give NaN here).
+Tensor masked_softmax(const Tensor& x, const Tensor& mask, int64_t dim) {
+  if (mask.dtype() == kBool) return softmax(masked_fill(x, logical_not(mask), -INFINITY), dim);
+  return softmax(add(x, mask), dim);
+}
 
 }  // namespace kiln
