@@ -307,12 +307,30 @@ TEST(OptimAdam, OptionErrors) {
   expect_error([&] { opt.options(1); }, "[AdamW::options] param group 1 out of range");
 }
 
-TEST(OptimAdam, StepErrors) {
-  Tensor h = zeros({2}, kBFloat16).requires_grad_();
-  Adam oh({h});
-  h.set_grad(ones({2}, kBFloat16));
-  expect_error([&] { oh.step(); }, "[Adam::step] the fused step takes float32 and float64 parameters, got bfloat16");
+// bfloat16 parameters and state: computed in float, rounded once per stored value, so they
+// track a float32 run to bfloat16's precision.
+TEST(OptimAdam, BFloat16TracksFloat32) {
+  Tensor p32 = randn({64}).requires_grad_();
+  Tensor p16 = p32.detach().to(kBFloat16).requires_grad_();
+  Tensor start = p16.detach().to(kFloat32);
+  {
+    NoGradGuard g;
+    p32.copy_(start);  // the same starting values
+  }
+  AdamW a32({p32}, {.lr = 0.01}), a16({p16}, {.lr = 0.01});
+  for (int s = 0; s < 3; ++s) {
+    Tensor g = randn({64});
+    p32.set_grad(g);
+    p16.set_grad(g.to(kBFloat16));
+    a32.step();
+    a16.step();
+  }
+  EXPECT_EQ(a16.state(p16).at("exp_avg").dtype(), kBFloat16);
+  expect_close(p16.to(kFloat32), values(p32), {64}, 1e-2, 1e-2);
+  EXPECT_NE(values(p16.to(kFloat32)), values(start));
+}
 
+TEST(OptimAdam, StepErrors) {
   Tensor p = randn({4, 3}).t().requires_grad_();  // a transposed leaf
   AdamW op({p});
   p.set_grad(ones({3, 4}));

@@ -32,8 +32,8 @@ void check_params(std::span<const Tensor> params, const char* where) {
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i];
     KILN_CHECK(p.defined(), where, "parameter ", i, " is an undefined tensor");
-    KILN_CHECK(p.dtype() == kFloat32 || p.dtype() == kFloat64, where,
-               "the fused step takes float32 and float64 parameters, got ", p.dtype(), " for parameter ", i);
+    KILN_CHECK(p.is_floating_point(), where, "parameter ", i, " has dtype ", p.dtype(),
+               "; parameters must be floating point");
     KILN_CHECK(is_dense(p), where, "parameter ", i, " of shape ", p.shape(), " has strides ", p.strides(),
                "; parameters must be contiguous (row-major or channels-last)");
     KILN_CHECK(p.device() == params[0].device(), where, "parameter ", i, " is on ", p.device().str(),

@@ -14,7 +14,7 @@ namespace kiln::optim::detail {
 Tensor like_param(const Tensor& t, const Tensor& p);
 
 // One Adam/AdamW update of every listed parameter in place (and of its state). All tensors:
-// one device, float32 or float64, each state tensor and gradient shaped and laid out like its
+// one device and floating dtype, each state tensor and gradient shaped and laid out like its
 // parameter. max_exp_avg_sqs is empty unless attrs.amsgrad. `where` names the caller in errors.
 void adam_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
                std::span<Tensor> exp_avg_sqs, std::span<Tensor> max_exp_avg_sqs,

@@ -36,7 +36,8 @@ struct AdamWOptions {
 // All parameters of a group (per device and dtype) are updated by one fused kernel. Parameters
 // without a gradient are skipped (their step count does not advance). State per parameter:
 // "step" (0-d float32 on the CPU, as PyTorch's), "exp_avg", "exp_avg_sq", and
-// "max_exp_avg_sq" with amsgrad. Parameters must be float32 or float64 and contiguous.
+// "max_exp_avg_sq" with amsgrad. Parameters must be contiguous (row-major or channels-last);
+// float16/bfloat16 ones are updated in float and rounded once per stored value.
 class AdamBase : public Optimizer {
  public:
   Tensor step(LossClosure closure = nullptr) override;

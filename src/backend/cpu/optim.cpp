@@ -1,5 +1,6 @@
 // CPU kernels for the fused optimizer steps (Adam/AdamW, SGD): one parallel pass over every
-// element of every tensor of a param group, each element read and written once.
+// element of every tensor of a param group, each element read and written once. float16 and
+// bfloat16 compute in float and round once per stored value.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -51,27 +52,27 @@ struct AdamCoef {
   T bc2_sqrt, neg_step_size;
 };
 
-template <class T, Decay kDecay, bool kAmsgrad>
+template <class T, Decay kDecay, bool kAmsgrad, class C = compute_t<T>>
 KILN_VECTORIZE void adam_range(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v,
-                               T* __restrict vmax, int64_t n, AdamCoef<T> c) {
-  const bool small = c.lerp_base_is_m != T(0);
+                               T* __restrict vmax, int64_t n, AdamCoef<C> c) {
+  const bool small = c.lerp_base_is_m != C(0);
   for (int64_t i = 0; i < n; ++i) {
-    T pi = p[i], gi = g[i];
+    C pi = static_cast<C>(p[i]), gi = static_cast<C>(g[i]);
     if constexpr (kDecay == Decay::L2) gi = gi + c.wd * pi;
     if constexpr (kDecay == Decay::Decoupled) pi = pi * c.decay;
-    const T mi = m[i];
-    const T mn = (small ? mi : gi) + c.lerp_coef * (gi - mi);
-    T vn = v[i] * c.beta2;
+    const C mi = static_cast<C>(m[i]);
+    const C mn = (small ? mi : gi) + c.lerp_coef * (gi - mi);
+    C vn = static_cast<C>(v[i]) * c.beta2;
     vn = vn + c.one_minus_beta2 * gi * gi;
-    m[i] = mn;
-    v[i] = vn;
-    T vh = vn;
+    m[i] = static_cast<T>(mn);
+    v[i] = static_cast<T>(vn);
+    C vh = vn;
     if constexpr (kAmsgrad) {
-      vh = std::max(vmax[i], vn);
-      vmax[i] = vh;
+      vh = std::max(static_cast<C>(vmax[i]), vn);
+      vmax[i] = static_cast<T>(vh);
     }
-    const T denom = std::sqrt(vh) / c.bc2_sqrt + c.eps;
-    p[i] = pi + c.neg_step_size * mn / denom;
+    const C denom = std::sqrt(vh) / c.bc2_sqrt + c.eps;
+    p[i] = static_cast<T>(pi + c.neg_step_size * mn / denom);
   }
 }
 
@@ -80,20 +81,21 @@ void adam_all(KernelArgs& a, const AdamStepAttrs& at) {
   const size_t n = a.inputs.size();
   std::vector<int64_t> numel(n);
   for (size_t t = 0; t < n; ++t) numel[t] = a.inputs[t].numel();
-  AdamCoef<T> base{};
-  base.wd = static_cast<T>(at.weight_decay);
-  base.decay = static_cast<T>(1 - at.lr * at.weight_decay);
-  const T w = static_cast<T>(1 - at.beta1);
-  const bool small = std::abs(w) < T(0.5);
-  base.lerp_base_is_m = small ? T(1) : T(0);
-  base.lerp_coef = small ? w : w - T(1);
-  base.beta2 = static_cast<T>(at.beta2);
-  base.one_minus_beta2 = static_cast<T>(1 - at.beta2);
-  base.eps = static_cast<T>(at.eps);
+  using C = compute_t<T>;
+  AdamCoef<C> base{};
+  base.wd = static_cast<C>(at.weight_decay);
+  base.decay = static_cast<C>(1 - at.lr * at.weight_decay);
+  const C w = static_cast<C>(1 - at.beta1);
+  const bool small = std::abs(w) < C(0.5);
+  base.lerp_base_is_m = small ? C(1) : C(0);
+  base.lerp_coef = small ? w : w - C(1);
+  base.beta2 = static_cast<C>(at.beta2);
+  base.one_minus_beta2 = static_cast<C>(1 - at.beta2);
+  base.eps = static_cast<C>(at.eps);
   for_each_range(numel, [&](size_t t, int64_t b, int64_t e) {
-    AdamCoef<T> c = base;
-    c.bc2_sqrt = static_cast<T>(at.bias_correction2_sqrt[t]);
-    c.neg_step_size = static_cast<T>(-at.step_size[t]);
+    AdamCoef<C> c = base;
+    c.bc2_sqrt = static_cast<C>(at.bias_correction2_sqrt[t]);
+    c.neg_step_size = static_cast<C>(-at.step_size[t]);
     T* vmax = kAmsgrad ? data_of<T>(a.outputs[3 * n + t]) + b : nullptr;
     adam_range<T, kDecay, kAmsgrad>(data_of<T>(a.outputs[t]) + b, data_of<T>(a.inputs[t]) + b,
                                     data_of<T>(a.outputs[n + t]) + b, data_of<T>(a.outputs[2 * n + t]) + b, vmax,
@@ -116,10 +118,7 @@ void adam_step(KernelArgs& a) {
       case Decay::Decoupled: with.template operator()<Decay::Decoupled>(); break;
     }
   };
-  const ScalarType dt = a.outputs[0].dtype();
-  if (dt == kFloat32) go.template operator()<float>();
-  else if (dt == kFloat64) go.template operator()<double>();
-  else KILN_FAIL("AdamStep", "float32 and float64 parameters only, got ", dt);
+  visit_float_dtype(a.outputs[0].dtype(), "AdamStep", go);
 }
 
 // ---- SGD
@@ -132,19 +131,19 @@ struct SgdCoef {
   T wd, momentum, one_minus_dampening, neg_lr;
 };
 
-template <class T, bool kWd, bool kMomentum, bool kNesterov>
+template <class T, bool kWd, bool kMomentum, bool kNesterov, class C = compute_t<T>>
 KILN_VECTORIZE void sgd_range(T* __restrict p, const T* __restrict g, T* __restrict buf, bool fresh, int64_t n,
-                              SgdCoef<T> c) {
+                              SgdCoef<C> c) {
   for (int64_t i = 0; i < n; ++i) {
-    const T pi = p[i];
-    T d = g[i];
+    const C pi = static_cast<C>(p[i]);
+    C d = static_cast<C>(g[i]);
     if constexpr (kWd) d = d + c.wd * pi;
     if constexpr (kMomentum) {
-      const T b = fresh ? d : buf[i] * c.momentum + c.one_minus_dampening * d;
-      buf[i] = b;
+      const C b = fresh ? d : static_cast<C>(buf[i]) * c.momentum + c.one_minus_dampening * d;
+      buf[i] = static_cast<T>(b);
       d = kNesterov ? d + c.momentum * b : b;
     }
-    p[i] = pi + c.neg_lr * d;
+    p[i] = static_cast<T>(pi + c.neg_lr * d);
   }
 }
 
@@ -153,8 +152,9 @@ void sgd_all(KernelArgs& a, const SgdStepAttrs& at) {
   const size_t n = a.inputs.size();
   std::vector<int64_t> numel(n);
   for (size_t t = 0; t < n; ++t) numel[t] = a.inputs[t].numel();
-  const SgdCoef<T> c{static_cast<T>(at.weight_decay), static_cast<T>(at.momentum),
-                     static_cast<T>(1 - at.dampening), static_cast<T>(-at.lr)};
+  using C = compute_t<T>;
+  const SgdCoef<C> c{static_cast<C>(at.weight_decay), static_cast<C>(at.momentum),
+                     static_cast<C>(1 - at.dampening), static_cast<C>(-at.lr)};
   for_each_range(numel, [&](size_t t, int64_t b, int64_t e) {
     T* buf = kMomentum ? data_of<T>(a.outputs[n + t]) + b : nullptr;
     const bool fresh = kMomentum && at.fresh_buffer[t] != 0;
@@ -175,10 +175,7 @@ void sgd_step(KernelArgs& a) {
     if (at.weight_decay != 0) with.template operator()<true>();
     else with.template operator()<false>();
   };
-  const ScalarType dt = a.outputs[0].dtype();
-  if (dt == kFloat32) go.template operator()<float>();
-  else if (dt == kFloat64) go.template operator()<double>();
-  else KILN_FAIL("SgdStep", "float32 and float64 parameters only, got ", dt);
+  visit_float_dtype(a.outputs[0].dtype(), "SgdStep", go);
 }
 
 constexpr DeviceType kCpu = DeviceType::CPU;
