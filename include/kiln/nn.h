@@ -12,3 +12,4 @@
 #include "kiln/nn/module.h"
 #include "kiln/nn/pimpl.h"
 #include "kiln/nn/pooling.h"
+#include "kiln/nn/utils.h"
