@@ -335,6 +335,13 @@ TEST(OptimAdam, StepErrors) {
   AdamW op({p});
   p.set_grad(ones({3, 4}));
   expect_error([&] { op.step(); }, "[AdamW::step] parameter 0 of shape [3, 4] has strides [1, 3]; parameters must be contiguous");
+  EXPECT_TRUE(op.state(p).empty());  // the failed step changed no state
+
+  Tensor q = randn({3, 4}).t().requires_grad_();
+  optim::SGD sgd({q}, {.lr = 0.1, .momentum = 0.9});
+  q.set_grad(ones({4, 3}));
+  expect_error([&] { sgd.step(); }, "[SGD::step] parameter 0 of shape [4, 3] has strides [1, 4]");
+  EXPECT_TRUE(sgd.state(q).empty());  // no buffer was made
 }
 
 TEST(OptimAdam, LoadStateDictErrors) {

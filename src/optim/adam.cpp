@@ -74,9 +74,11 @@ Tensor AdamBase::step(LossClosure closure) {
     for (const auto& bucket : detail::bucket_params(group.params())) {
       const size_t n = bucket.index.size();
       std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
+      for (size_t i : bucket.index) params.push_back(group.params()[i]);
+      detail::check_step_params(params, where.c_str());  // before any state changes
       std::vector<double> step_size(n), bc2_sqrt(n);
       for (size_t k = 0; k < n; ++k) {
-        const Tensor& p = group.params()[bucket.index[k]];
+        const Tensor& p = params[k];
         auto& st = mutable_state(p);
         Tensor& step_t = st["step"];
         if (!step_t.defined()) step_t = scalar_tensor(0.0, kFloat32);
@@ -87,7 +89,6 @@ Tensor AdamBase::step(LossClosure closure) {
         const double bc2 = 1 - std::pow(beta2, step);
         step_size[k] = o.lr / bc1;
         bc2_sqrt[k] = std::pow(bc2, 0.5);
-        params.push_back(p);
         grads.push_back(detail::like_param(p.grad(), p));
         exp_avgs.push_back(moment(st, "exp_avg", p));
         exp_avg_sqs.push_back(moment(st, "exp_avg_sq", p));

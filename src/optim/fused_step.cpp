@@ -23,12 +23,18 @@ void check_list(std::span<const Tensor> params, std::span<const Tensor> list, co
                " but its parameter has dtype ", p.dtype());
     KILN_CHECK(t.device() == p.device(), where, what, " ", i, " is on ", t.device().str(),
                " but its parameter is on ", p.device().str());
-    KILN_CHECK(t.strides() == p.strides(), where, what, " ", i, " has strides ", t.strides(),
+    KILN_CHECK(same_layout(t, p), where, what, " ", i, " has strides ", t.strides(),
                " but its parameter has strides ", p.strides());
   }
 }
 
-void check_params(std::span<const Tensor> params, const char* where) {
+void bump_all(std::span<Tensor> ts) {
+  for (const Tensor& t : ts) ops::bump_version(t);
+}
+
+}  // namespace
+
+void check_step_params(std::span<const Tensor> params, const char* where) {
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i];
     KILN_CHECK(p.defined(), where, "parameter ", i, " is an undefined tensor");
@@ -43,14 +49,15 @@ void check_params(std::span<const Tensor> params, const char* where) {
   }
 }
 
-void bump_all(std::span<Tensor> ts) {
-  for (const Tensor& t : ts) ops::bump_version(t);
+bool same_layout(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return false;
+  for (int64_t d = 0; d < a.dim(); ++d)  // a size-1 dim's stride does not move any element
+    if (a.shape()[d] != 1 && a.strides()[d] != b.strides()[d]) return false;
+  return true;
 }
 
-}  // namespace
-
 Tensor like_param(const Tensor& t, const Tensor& p) {
-  if (t.strides() == p.strides()) return t;
+  if (same_layout(t, p)) return t;
   Tensor out = empty_like(p);
   out.copy_(t);
   return out;
@@ -76,7 +83,7 @@ void adam_step(std::span<Tensor> params, std::span<const Tensor> grads, std::spa
                std::span<Tensor> exp_avg_sqs, std::span<Tensor> max_exp_avg_sqs,
                const backend::AdamStepAttrs& attrs, const char* where) {
   if (params.empty()) return;
-  check_params(params, where);
+  check_step_params(params, where);
   check_list(params, grads, "gradient", where);
   check_list(params, exp_avgs, "exp_avg", where);
   check_list(params, exp_avg_sqs, "exp_avg_sq", where);
@@ -96,7 +103,7 @@ void adam_step(std::span<Tensor> params, std::span<const Tensor> grads, std::spa
 void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> momentum_buffers,
               const backend::SgdStepAttrs& attrs, const char* where) {
   if (params.empty()) return;
-  check_params(params, where);
+  check_step_params(params, where);
   check_list(params, grads, "gradient", where);
   std::vector<Tensor> outs(params.begin(), params.end());
   if (attrs.momentum != 0) {

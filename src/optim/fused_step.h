@@ -9,9 +9,16 @@
 
 namespace kiln::optim::detail {
 
+// Whether a and b have one shape and put every element at the same offset.
+bool same_layout(const Tensor& a, const Tensor& b);
+
 // t itself when it has p's strides, else a copy laid out like p (p is dense: row-major or
 // channels-last), so the kernels can walk every tensor of a parameter with one index.
 Tensor like_param(const Tensor& t, const Tensor& p);
+
+// The checks on the parameters alone (floating, dense, one device and dtype), for callers to
+// run before they change any state.
+void check_step_params(std::span<const Tensor> params, const char* where);
 
 // One Adam/AdamW update of every listed parameter in place (and of its state). All tensors:
 // one device and floating dtype, each state tensor and gradient shaped and laid out like its

@@ -64,9 +64,9 @@ Tensor SGD::step(LossClosure closure) {
     for (const auto& bucket : detail::bucket_params(group.params())) {
       std::vector<Tensor> params, grads, bufs;
       std::vector<uint8_t> fresh;
-      for (size_t i : bucket.index) {
-        const Tensor& p = group.params()[i];
-        params.push_back(p);
+      for (size_t i : bucket.index) params.push_back(group.params()[i]);
+      detail::check_step_params(params, where.c_str());  // before any buffer is created
+      for (const Tensor& p : params) {
         grads.push_back(detail::like_param(p.grad(), p));
         if (o.momentum == 0) continue;
         Tensor& buf = mutable_state(p)["momentum_buffer"];
