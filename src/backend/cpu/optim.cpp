@@ -38,8 +38,9 @@ T* data_of(const Tensor& t) {
 
 enum class Decay { None, L2, Decoupled };
 
-// The update of torch.optim.Adam's single-tensor path, operation for operation in T with the
-// coefficients rounded to T as PyTorch's scalar arguments are:
+// The update of torch.optim.Adam's single-tensor path, operation for operation in the compute
+// type C (T, or float for 16-bit T) with the coefficients rounded to C as PyTorch's scalar
+// arguments are:
 //   g += wd * p (Adam) | p *= 1 - lr * wd (AdamW)
 //   m = lerp(m, g, 1 - beta1);  v = v * beta2 + (1 - beta2) * g * g;  vmax = max(vmax, v)
 //   p += -step_size * m / (sqrt(v or vmax) / sqrt(1 - beta2^step) + eps)
@@ -123,7 +124,7 @@ void adam_step(KernelArgs& a) {
 
 // ---- SGD
 
-// torch.optim.SGD's single-tensor path in T:
+// torch.optim.SGD's single-tensor path in the compute type:
 //   d = g + wd * p;  buf = d (fresh) or buf * momentum + (1 - dampening) * d
 //   d = nesterov ? d + momentum * buf : buf;  p += -lr * d
 template <class T>
