@@ -115,6 +115,8 @@ def emit_map(name, m):
     for cp in sorted(m):
         entries.append((cp, len(pool), len(m[cp])))
         pool.extend(m[cp])
+    # MapEntry holds the offset in 16 bits and the length in 8.
+    assert len(pool) < 1 << 16 and max(n for _, _, n in entries) < 1 << 8, name
     lines = [f"const MapEntry k{name}Map[] = {{"]
     lines += wrap([f"{{0x{a:X},{b},{n}}}" for a, b, n in entries])
     lines.append("};")

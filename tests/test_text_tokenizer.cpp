@@ -6,6 +6,7 @@
 #include "io/json.h"
 #include "kiln/text.h"
 #include "test_util.h"
+#include "text/bert_normalizer.h"
 #include "text/read_file.h"
 #include "text/unicode.h"
 
@@ -67,6 +68,32 @@ TEST(TextTokenizer, MatchesHuggingFaceOnEveryFixtureString) {
       EXPECT_EQ(tok.encode(texts[i]), want) << what;
       EXPECT_EQ(tok.decode(want), dec.items[i].text) << what;
       EXPECT_EQ(tok.decode(want, /*skip_special_tokens=*/true), dec_skip.items[i].text) << what;
+    }
+  }
+}
+
+// The generated tables against tokenizers' normaliser and pre-tokenizer on ~12,000 code points.
+TEST(TextTokenizer, UnicodeSweepMatchesHuggingFaceNormalizer) {
+  Value fx = io::json::parse(detail::read_file(kDir + "unicode_sweep.json", "test"), "test", "");
+  std::vector<std::string> texts = strings(member(fx, "texts"));
+  ASSERT_GT(texts.size(), 700u);
+  for (const Value& cfg : member(fx, "configs").items) {
+    bool lower = member(cfg, "lowercase").boolean;
+    detail::NormalizerOptions opts{lower, member(cfg, "strip_accents").boolean, true};
+    const Value& words = member(cfg, "words");
+    ASSERT_EQ(words.items.size(), texts.size());
+    int failures = 0;
+    for (size_t i = 0; i < texts.size() && failures < 10; ++i) {
+      std::u32string norm;
+      detail::normalize(texts[i], opts, norm);
+      std::vector<std::string> got;
+      detail::for_each_word(norm, [&](std::u32string_view w) { got.push_back(unicode::encode_utf8(w)); });
+      std::vector<std::string> want = strings(words.items[i]);
+      if (got != want) {
+        ++failures;
+        ADD_FAILURE() << "lowercase " << lower << " run " << i << " starting at U+" << std::hex
+                      << static_cast<uint32_t>(unicode::decode_utf8(texts[i])[0]);
+      }
     }
   }
 }
