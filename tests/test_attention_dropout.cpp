@@ -146,6 +146,49 @@ TEST(AttentionMemory, PeakGrowsLinearlyInSequenceLength) {
   EXPECT_GT(c1024 - c512, 2.5 * static_cast<double>(p1024 - p512));
 }
 
+struct Threads {
+  int saved = get_num_threads();
+  explicit Threads(int n) { set_num_threads(n); }
+  ~Threads() { set_num_threads(saved); }
+};
+
+// Big enough to run in parallel: one head (split over key blocks, then query blocks), three
+// heads (split too, as 3 is odd) and four (a head per thread) give the same bits on 1, 2 and 3
+// threads, since every output row is summed in the same order, and equal the composite's.
+TEST(Attention, ThreadSplitsGiveIdenticalGradients) {
+  for (const Shape& shape : {Shape{1, 200, 16}, Shape{3, 130, 16}, Shape{4, 130, 16}}) {
+    manual_seed(31);
+    Tensor q = randn(shape, kFloat64), k = randn(shape, kFloat64), v = randn(shape, kFloat64);
+    Tensor w = randn(shape, kFloat64);
+    Tensor m = ge(rand({shape[1], shape[1]}), 0.3);
+    m.narrow(1, 0, 1).fill_(true);
+    std::vector<std::vector<double>> first;
+    for (int threads : {1, 2, 3}) {
+      Threads t(threads);
+      for (bool causal : {false, true}) {
+        Tensor qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(), vg = v.detach().requires_grad_();
+        GeneratorState st{7, 0};
+        set_rng_state(st);
+        Tensor y = scaled_dot_product_attention(qg, kg, vg, m, 0.2, causal);
+        auto g = autograd::grad({mul(y, w).sum()}, {qg, kg, vg});
+        std::vector<std::vector<double>> got{values(y), values(g[0]), values(g[1]), values(g[2])};
+        if (threads == 1) {
+          first.insert(first.end(), got.begin(), got.end());
+          Tensor keep = keep_factors(st, {shape[0], shape[1], shape[1]}, 0.2);
+          Tensor q2 = q.detach().requires_grad_(), k2 = k.detach().requires_grad_(), v2 = v.detach().requires_grad_();
+          Tensor mc = causal ? logical_and(m, tril(ones({shape[1], shape[1]}, kBool))) : m;
+          Tensor ref = composite(q2, k2, v2, mc, 0.25, keep);
+          auto g2 = autograd::grad({mul(ref, w).sum()}, {q2, k2, v2});
+          expect_close(y, values(ref), shape, 1e-11, 1e-11, "forward");
+          for (int i = 0; i < 3; ++i) expect_close(g[i], values(g2[i]), shape, 1e-10, 1e-10, "grad");
+        } else {
+          for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], first[(causal ? 4 : 0) + i]) << threads;
+        }
+      }
+    }
+  }
+}
+
 TEST(Attention, HalfInputsComputeInFloat32) {
   manual_seed(12);
   Tensor q = randn({2, 9, 8}), k = randn({2, 11, 8}), v = randn({2, 11, 4});

@@ -87,7 +87,7 @@ struct Problem {
   }
 
   // Scores of one tile row in place: scale, mask, causal; -inf past the nk real keys.
-  void mask_row(T* s, int64_t b, int64_t i, int64_t j0, int64_t nk) const {
+  KILN_VEC_INLINE void mask_row(T* s, int64_t b, int64_t i, int64_t j0, int64_t nk) const {
     const T ninf = -std::numeric_limits<T>::infinity();
     for (int64_t j = 0; j < nk; ++j) s[j] *= scale;
     if (mask == MaskKind::Bool) {
@@ -102,21 +102,47 @@ struct Problem {
     for (int64_t j = last; j < kBlockK; ++j) s[j] = ninf;
   }
 
-  // Multiplies one tile row by its dropout factors (keep_mul or 0).
-  void drop_row(T* p, int64_t b, int64_t i, int64_t j0, int64_t nk) const {
-    const uint64_t n = (static_cast<uint64_t>(b) * L + i) * S + j0;
-    const uint64_t bits = attention::keep_bits(seed, offset, n, static_cast<int>(nk), threshold);
-    for (int64_t j = 0; j < nk; ++j) p[j] *= ((bits >> j) & 1) ? keep_mul : T(0);
+  // The Philox words of scores j0 .. j0 + nk of row i, in order, at the returned pointer into
+  // `flat` (68 words): score n uses word n % 4 of counter offset + n / 4 (attention::keep_bits'
+  // rule). The (at most 17) counters of a row run 16 at a time in vector registers.
+  KILN_VEC_INLINE const uint32_t* keep_words(int64_t b, int64_t i, int64_t j0, int64_t nk, uint32_t* flat) const {
+    const uint64_t n = (static_cast<uint64_t>(b) * L + i) * S + j0, c0 = n >> 2;
+    attn::vu32 v[4];
+    attn::philox16(seed, offset + c0, v);
+    for (int c = 0; c < 16; ++c)
+      for (int k = 0; k < 4; ++k) flat[4 * c + k] = v[k][c];
+    if (((n + nk - 1) >> 2) - c0 >= 16) {
+      const philox::U32x4 r = philox::philox(seed, offset + c0 + 16);
+      for (int k = 0; k < 4; ++k) flat[64 + k] = r.v[k];
+    } else {
+      for (int k = 0; k < 4; ++k) flat[64 + k] = 0;
+    }
+    return flat + (n & 3);
+  }
+
+  // Multiplies a tile row by its dropout factors (keep_mul or 0), branch-free over the whole
+  // padded row (its entries past nk are 0).
+  KILN_VEC_INLINE void drop_row(T* p, const uint32_t* words) const {
+    for (int64_t j = 0; j < kBlockK; ++j) p[j] *= (words[j] >> 8) >= threshold ? keep_mul : T(0);
   }
 
   // First key block a query block [i0, i0 + nq) needs, and the end of those it needs.
   int64_t key_end(int64_t i0, int64_t nq) const { return causal ? std::min(S, i0 + nq) : S; }
 };
 
+// Units of work per thread below which a parallel region costs more than it saves (a region
+// is a few microseconds, much more on a loaded machine): about 2^18 multiply-adds.
+template <class T>
+int64_t unit_grain(const Problem<T>& P, int64_t units) {
+  const int64_t fma = P.B * P.L * std::max<int64_t>(P.S, 1) * (P.E + P.Ev);
+  return fma < (int64_t{1} << 18) ? units : 1;
+}
+
 // Per-thread tiles, allocated once per parallel chunk (a few tens of KiB, never L x S).
 template <class T>
 struct Workspace {
   std::vector<T> kt, vt, kp, vp, qp, dop, s, dp, pd, o, dk, dv, dq, m, l;
+  uint32_t words[68];
 };
 
 // Forward for query rows [i0, i0 + nq) of batch b: online softmax over key blocks.
@@ -156,7 +182,7 @@ KILN_VECTORIZE void forward_block(const Problem<T>& P, int64_t b, int64_t i0, in
       w.m[r] = m_new;
       if (alpha != T(1))
         for (int64_t e = 0; e < EvP; ++e) w.o[r * EvP + e] *= alpha;
-      if (P.dropout) P.drop_row(s, b, i0 + r, j0, nk);  // the sum above is before dropout
+      if (P.dropout) P.drop_row(s, P.keep_words(b, i0 + r, j0, nk, w.words));  // l is summed before dropout
     }
     gemm(w.s.data(), kBlockK, 1, nq, w.vp.data(), EvP, nk, EvP, w.o.data(), EvP, true);
   }
@@ -180,7 +206,7 @@ void attention_forward_t(KernelArgs& a) {
   T* out = static_cast<T*>(a.outputs[0].data_ptr());
   T* lse = static_cast<T*>(a.outputs[1].data_ptr());
   const int64_t nqb = (P.L + kBlockQ - 1) / kBlockQ;
-  parallel_for(P.B * nqb, 1, [&](int64_t begin, int64_t end) {
+  parallel_for(P.B * nqb, unit_grain(P, P.B * nqb), [&](int64_t begin, int64_t end) {
     Workspace<T> w;
     w.kt.resize(static_cast<size_t>(P.E * kBlockK));
     w.vp.resize(static_cast<size_t>(kBlockK * P.EvP));
@@ -234,8 +260,9 @@ KILN_VECTORIZE void backward_range(const Problem<T>& P, int64_t b, int64_t kb0, 
         pd = w.pd.data();
         std::copy(s, s + nq * kBlockK, pd);
         for (int64_t r = 0; r < nq; ++r) {
-          P.drop_row(pd + r * kBlockK, b, i0 + r, j0, nk);
-          P.drop_row(dp + r * kBlockK, b, i0 + r, j0, nk);
+          const uint32_t* words = P.keep_words(b, i0 + r, j0, nk, w.words);
+          P.drop_row(pd + r * kBlockK, words);
+          P.drop_row(dp + r * kBlockK, words);
         }
       }
       if (want_kv) {
@@ -296,7 +323,7 @@ void attention_backward_t(KernelArgs& a) {
   std::fill(dq, dq + B * L * E, T(0));
   const int64_t nqb = (L + kBlockQ - 1) / kBlockQ, nkb = (S + kBlockK - 1) / kBlockK;
   auto run = [&](int64_t units, auto&& body) {
-    parallel_for(units, 1, [&](int64_t begin, int64_t end) {
+    parallel_for(units, unit_grain(P, units), [&](int64_t begin, int64_t end) {
       Workspace<T> w;
       w.kt.resize(static_cast<size_t>(E * kBlockK)), w.vt.resize(static_cast<size_t>(Ev * kBlockK));
       w.kp.resize(static_cast<size_t>(kBlockK * P.EP)), w.qp.resize(static_cast<size_t>(kBlockQ * P.EP));
@@ -311,7 +338,7 @@ void attention_backward_t(KernelArgs& a) {
     backward_range(P, b, kb0, kb1, qb0, qb1, kv, wq, go + go_off[b], go_rs, D + b * L, lse + b * L, dq + b * L * E,
                    dk + b * S * E, dv + b * S * Ev, w);
   };
-  const int64_t threads = omp_get_max_threads();
+  const int64_t threads = unit_grain(P, 2) == 1 ? omp_get_max_threads() : 1;
   if (threads <= 1 || B % threads == 0 || B >= 4 * threads) {
     // One thread owns a whole head: every output row has one writer.
     run(B, [&](int64_t b, Workspace<T>& w) { range(b, 0, nkb, 0, nqb, true, true, w); });

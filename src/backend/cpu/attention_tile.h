@@ -107,3 +107,35 @@ KILN_VEC_INLINE T row_max(const T* x, int64_t n) {
 }
 
 }  // namespace kiln::backend::cpu::attn
+
+namespace kiln::backend::cpu::attn {
+
+using vu32 = uint32_t __attribute__((vector_size(64)));
+using vu64 = uint64_t __attribute__((vector_size(128)));
+
+KILN_VEC_INLINE vu32 mulhilo(uint32_t a, vu32 b, vu32* hi) {
+  const vu64 p = __builtin_convertvector(b, vu64) * static_cast<uint64_t>(a);
+  *hi = __builtin_convertvector(p >> 32, vu32);
+  return __builtin_convertvector(p, vu32);
+}
+
+// philox::philox for the 16 counters ctr, ctr + 1, ..., ctr + 15 at once: w[k][lane] is word k
+// of counter ctr + lane (the same numbers, computed in vector registers).
+KILN_VEC_INLINE void philox16(uint64_t seed, uint64_t ctr, vu32 w[4]) {
+  const vu64 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const vu64 c = lane + ctr;
+  vu32 c0 = __builtin_convertvector(c, vu32), c1 = __builtin_convertvector(c >> 32, vu32), c2{}, c3{};
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int r = 0; r < 10; ++r) {
+    vu32 hi0, hi1;
+    const vu32 lo0 = mulhilo(0xD2511F53u, c0, &hi0);
+    const vu32 lo1 = mulhilo(0xCD9E8D57u, c2, &hi1);
+    const vu32 n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c0 = n0, c1 = lo1, c2 = n2, c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  w[0] = c0, w[1] = c1, w[2] = c2, w[3] = c3;
+}
+
+}  // namespace kiln::backend::cpu::attn
