@@ -88,14 +88,17 @@ struct Problem {
 
   // Scores of one tile row in place: scale, mask, causal; -inf past the nk real keys.
   KILN_VEC_INLINE void mask_row(T* s, int64_t b, int64_t i, int64_t j0, int64_t nk) const {
-    const T ninf = -std::numeric_limits<T>::infinity();
-    for (int64_t j = 0; j < nk; ++j) s[j] *= scale;
+    // Members copied to locals: stores through s (a T*) could otherwise alias them, which
+    // keeps the compiler from vectorising these loops.
+    const T ninf = -std::numeric_limits<T>::infinity(), sc = scale;
+    const int64_t cs = m_cs;
+    for (int64_t j = 0; j < nk; ++j) s[j] *= sc;
     if (mask == MaskKind::Bool) {
       const bool* m = reinterpret_cast<const bool*>(mask_base) + m_off[b] + i * m_rs + j0 * m_cs;
-      for (int64_t j = 0; j < nk; ++j) s[j] = m[j * m_cs] ? s[j] : ninf;
+      for (int64_t j = 0; j < nk; ++j) s[j] = m[j * cs] ? s[j] : ninf;
     } else if (mask == MaskKind::Float) {
       const T* m = reinterpret_cast<const T*>(mask_base) + m_off[b] + i * m_rs + j0 * m_cs;
-      for (int64_t j = 0; j < nk; ++j) s[j] += m[j * m_cs];
+      for (int64_t j = 0; j < nk; ++j) s[j] += m[j * cs];
     }
     // Top-left aligned as in PyTorch: query i sees keys 0..i whatever L and S are.
     const int64_t last = causal ? std::clamp<int64_t>(i - j0 + 1, 0, nk) : nk;
@@ -123,7 +126,9 @@ struct Problem {
   // Multiplies a tile row by its dropout factors (keep_mul or 0), branch-free over the whole
   // padded row (its entries past nk are 0).
   KILN_VEC_INLINE void drop_row(T* p, const uint32_t* words) const {
-    for (int64_t j = 0; j < kBlockK; ++j) p[j] *= (words[j] >> 8) >= threshold ? keep_mul : T(0);
+    const uint32_t thr = threshold;
+    const T mul = keep_mul;
+    for (int64_t j = 0; j < kBlockK; ++j) p[j] *= (words[j] >> 8) >= thr ? mul : T(0);
   }
 
   // First key block a query block [i0, i0 + nq) needs, and the end of those it needs.

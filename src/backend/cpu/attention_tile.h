@@ -111,19 +111,22 @@ KILN_VEC_INLINE T row_max(const T* x, int64_t n) {
 namespace kiln::backend::cpu::attn {
 
 using vu32 = uint32_t __attribute__((vector_size(64)));
-using vu64 = uint64_t __attribute__((vector_size(128)));
+using vu64 = uint64_t __attribute__((vector_size(64)));
 
+// 16 lanes of a * b as 64-bit products, split into low and high words: the even and odd lanes
+// are multiplied as 8 zero-extended 64-bit lanes each (one vpmuludq apiece on AVX-512).
 KILN_VEC_INLINE vu32 mulhilo(uint32_t a, vu32 b, vu32* hi) {
-  const vu64 p = __builtin_convertvector(b, vu64) * static_cast<uint64_t>(a);
-  *hi = __builtin_convertvector(p >> 32, vu32);
-  return __builtin_convertvector(p, vu32);
+  const vu64 wide = reinterpret_cast<vu64>(b), lo32 = vu64{} + 0xffffffffull;
+  const vu64 even = (wide & lo32) * static_cast<uint64_t>(a), odd = (wide >> 32) * static_cast<uint64_t>(a);
+  *hi = reinterpret_cast<vu32>((even >> 32) | (odd & ~lo32));
+  return reinterpret_cast<vu32>((even & lo32) | (odd << 32));
 }
 
 // philox::philox for the 16 counters ctr, ctr + 1, ..., ctr + 15 at once: w[k][lane] is word k
 // of counter ctr + lane (the same numbers, computed in vector registers).
 KILN_VEC_INLINE void philox16(uint64_t seed, uint64_t ctr, vu32 w[4]) {
-  const vu64 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  const vu64 c = lane + ctr;
+  using vu64x16 = uint64_t __attribute__((vector_size(128)));
+  const vu64x16 c = vu64x16{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15} + ctr;
   vu32 c0 = __builtin_convertvector(c, vu32), c1 = __builtin_convertvector(c >> 32, vu32), c2{}, c3{};
   uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   for (int r = 0; r < 10; ++r) {
