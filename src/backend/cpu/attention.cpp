@@ -143,6 +143,16 @@ int64_t unit_grain(const Problem<T>& P, int64_t units) {
   return fma < (int64_t{1} << 18) ? units : 1;
 }
 
+// Copies rows of n elements into a tile of width ld (>= n), zero past n: the padded lanes the
+// tile products read.
+template <class T>
+KILN_VEC_INLINE void pack_rows(const T* src, int64_t src_rs, int64_t rows, int64_t n, T* dst, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy(src + r * src_rs, src + r * src_rs + n, dst + r * ld);
+    std::fill(dst + r * ld + n, dst + (r + 1) * ld, T(0));
+  }
+}
+
 // Per-thread tiles, allocated once per parallel chunk (a few tens of KiB, never L x S).
 template <class T>
 struct Workspace {
@@ -168,10 +178,7 @@ KILN_VECTORIZE void forward_block(const Problem<T>& P, int64_t b, int64_t i0, in
     // K^T block [E, 64] (zero past nk) so the score product streams contiguous rows.
     for (int64_t j = 0; j < kBlockK; ++j)
       for (int64_t e = 0; e < E; ++e) w.kt[e * kBlockK + j] = j < nk ? k[(j0 + j) * P.k_rs + e] : T(0);
-    for (int64_t j = 0; j < nk; ++j) {
-      std::copy(v + (j0 + j) * P.v_rs, v + (j0 + j) * P.v_rs + Ev, w.vp.data() + j * EvP);
-      std::fill(w.vp.data() + j * EvP + Ev, w.vp.data() + (j + 1) * EvP, T(0));
-    }
+    pack_rows(v + j0 * P.v_rs, P.v_rs, nk, Ev, w.vp.data(), EvP);
     gemm(q, P.q_rs, 1, nq, w.kt.data(), kBlockK, E, kBlockK, w.s.data(), kBlockK, false);
     for (int64_t r = 0; r < nq; ++r) {
       T* s = w.s.data() + r * kBlockK;
@@ -243,8 +250,7 @@ KILN_VECTORIZE void backward_range(const Problem<T>& P, int64_t b, int64_t kb0, 
       for (int64_t e = 0; e < E; ++e) w.kt[e * kBlockK + j] = j < nk ? k[(j0 + j) * P.k_rs + e] : T(0);
       for (int64_t e = 0; e < Ev; ++e) w.vt[e * kBlockK + j] = j < nk ? v[(j0 + j) * P.v_rs + e] : T(0);
     }
-    for (int64_t j = 0; j < nk; ++j)
-      for (int64_t e = 0; e < EP; ++e) w.kp[j * EP + e] = e < E ? k[(j0 + j) * P.k_rs + e] : T(0);
+    pack_rows(k + j0 * P.k_rs, P.k_rs, nk, E, w.kp.data(), EP);
     if (want_kv) {
       std::fill(w.dk.begin(), w.dk.end(), T(0));
       std::fill(w.dv.begin(), w.dv.end(), T(0));
@@ -271,8 +277,7 @@ KILN_VECTORIZE void backward_range(const Problem<T>& P, int64_t b, int64_t kb0, 
         }
       }
       if (want_kv) {
-        for (int64_t r = 0; r < nq; ++r)
-          for (int64_t e = 0; e < EvP; ++e) w.dop[r * EvP + e] = e < Ev ? gr[r * go_rs + e] : T(0);
+        pack_rows(gr, go_rs, nq, Ev, w.dop.data(), EvP);
         gemm(pd, 1, kBlockK, nk, w.dop.data(), EvP, nq, EvP, w.dv.data(), EvP, true);
       }
       for (int64_t r = 0; r < nq; ++r) {
@@ -285,8 +290,7 @@ KILN_VECTORIZE void backward_range(const Problem<T>& P, int64_t b, int64_t kb0, 
           for (int64_t e = 0; e < E; ++e) dq[(i0 + r) * E + e] += P.scale * w.dq[r * EP + e];
       }
       if (want_kv) {
-        for (int64_t r = 0; r < nq; ++r)
-          for (int64_t e = 0; e < EP; ++e) w.qp[r * EP + e] = e < E ? qr[r * P.q_rs + e] : T(0);
+        pack_rows(qr, P.q_rs, nq, E, w.qp.data(), EP);
         gemm(dp, 1, kBlockK, nk, w.qp.data(), EP, nq, EP, w.dk.data(), EP, true);
       }
     }
