@@ -81,13 +81,17 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Plan plan;
   plan.batch = batch;
   plan.compute = q.dtype() == kFloat64 ? kFloat64 : kFloat32;
-  auto prep = [&](const Tensor& t, int64_t rows, int64_t cols) {
-    return unit_last_stride(ops::cast(t, plan.compute).expand(with_rows(batch, rows, cols)));
-  };
-  Tensor qc = prep(q, L, E), kc = prep(k, S, E), vc = prep(v, S, Ev);
-  Tensor mc;
-  if (attn_mask.defined())
-    mc = (attn_mask.dtype() == kBool ? attn_mask : ops::cast(attn_mask, plan.compute)).expand(score_shape);
+  // The kernels' views of the operands; this op records its own node, so none for these.
+  Tensor qc, kc, vc, mc;
+  {
+    NoGradGuard ng;
+    auto prep = [&](const Tensor& t, int64_t rows, int64_t cols) {
+      return unit_last_stride(ops::cast(t, plan.compute).expand(with_rows(batch, rows, cols)));
+    };
+    qc = prep(q, L, E), kc = prep(k, S, E), vc = prep(v, S, Ev);
+    if (attn_mask.defined())
+      mc = (attn_mask.dtype() == kBool ? attn_mask : ops::cast(attn_mask, plan.compute)).expand(score_shape);
+  }
 
   auto& at = plan.attrs;
   at.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
@@ -112,7 +116,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     Tensor outs[2] = {out, lse};
     backend::run(Op::Attention, device, in, outs, &at);
   }
-  Tensor result = ops::cast(out, q.dtype());
+  Tensor result;
+  {
+    NoGradGuard ng;
+    result = ops::cast(out, q.dtype());
+  }
 
   if (autograd::needs_grad({&q, &k, &v}))
     autograd::record("ScaledDotProductAttentionBackward", {&q, &k, &v}, result,
