@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/attention_math.h"
 #include "test_util.h"
 
 namespace {
@@ -78,6 +79,21 @@ TEST(AttentionDropout, MaskEqualsCompositeDropoutForwardAndBackward) {
     auto g2 = autograd::grad({mul(ref, w).sum()}, {q2, k2, v2});
     for (int i = 0; i < 3; ++i)
       expect_close(g[i], values(g2[i]), g2[i].shape(), tol, tol, std::string("grad ") + "qkv"[i] + dtype_name(dt));
+  }
+}
+
+// The rule a device kernel implements (attention_math.h): rand() >= p, read at any score offset.
+TEST(AttentionDropout, KeepBitsRuleEqualsRandThreshold) {
+  const GeneratorState st{5, 3};
+  set_rng_state(st);
+  const std::vector<double> u = values(rand({200}));
+  for (double p : {0.1, 0.3, 0.5}) {
+    const uint32_t thr = attention::keep_threshold(p);
+    for (uint64_t n : {0, 1, 2, 3, 61, 130}) {
+      const int count = static_cast<int>(std::min<uint64_t>(64, 200 - n));
+      const uint64_t bits = attention::keep_bits(st.seed, st.offset, n, count, thr);
+      for (int t = 0; t < count; ++t) EXPECT_EQ((bits >> t) & 1, u[n + t] >= p ? 1u : 0u) << n << " " << t;
+    }
   }
 }
 
