@@ -340,4 +340,200 @@ TEST(MaskedSoftmax, Errors) {
   expect_error([&] { masked_softmax(tensor({1, 2}, kInt64), ones({2}).to(kBool), 0); }, "floating-point");
 }
 
+// ---------------------------------------------------------------------------------------------
+// linear with an activation
+
+double act_ref(double v, Activation a) {
+  switch (a) {
+    case Activation::None: return v;
+    case Activation::ReLU: return v > 0 ? v : 0;
+    case Activation::GELU: return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    case Activation::GELUTanh: return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  }
+  return v;
+}
+
+// act(x @ w^T + b) over rows of x [rows, in].
+Vec linear_ref(const Vec& x, const Vec& w, const Vec* b, int64_t in, int64_t out, Activation a) {
+  const int64_t rows = in == 0 ? static_cast<int64_t>(x.size()) : static_cast<int64_t>(x.size()) / in;
+  Vec y;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double acc = b ? (*b)[o] : 0.0;
+      for (int64_t k = 0; k < in; ++k) acc += x[r * in + k] * w[o * in + k];
+      y.push_back(act_ref(acc, a));
+    }
+  return y;
+}
+
+struct LinCase {
+  Shape x;
+  int64_t out;
+  bool bias, transposed;
+};
+
+const Activation kActs[] = {Activation::None, Activation::ReLU, Activation::GELU, Activation::GELUTanh};
+
+TEST(LinearActivation, FusedEvalMatchesLoopsAndUnfusedOps) {
+  const std::vector<LinCase> cases = {
+      {{5, 7}, 3, true, false},   {{2, 3, 7}, 9, true, false}, {{7}, 4, true, false},
+      {{6, 5}, 17, false, false}, {{6, 33}, 16, true, true},   {{0, 4}, 3, true, false},
+      {{3, 2, 5}, 6, false, true},
+  };
+  for (ScalarType dt : {kFloat32, kFloat64}) {
+    for (const auto& c : cases) {
+      for (Activation a : kActs) {
+        SCOPED_TRACE(testing::Message() << dt << " x " << c.x << " out " << c.out << " act " << static_cast<int>(a));
+        const int64_t in = c.x.back();
+        Tensor x = rnd(c.x, dt, -2, 2);
+        if (c.transposed) x = transposed(x);
+        Tensor w = rnd({c.out, in}, dt), b = c.bias ? rnd({c.out}, dt) : Tensor();
+        Vec bv = c.bias ? values(b) : Vec();
+        Shape ys = c.x;
+        ys.back() = c.out;
+        Tensor y = linear(x, w, b, a);  // no grad needed: the fused kernel
+        EXPECT_FALSE(y.requires_grad());
+        const double tol = dt == kFloat64 ? 1e-12 : 1e-5;
+        expect_close(y, linear_ref(values(x), values(w), c.bias ? &bv : nullptr, in, c.out, a), ys, tol, tol);
+        // the unfused ops give the same within float rounding
+        Tensor z = linear(x, w, b);
+        if (a == Activation::ReLU) z = relu(z);
+        if (a == Activation::GELU) z = gelu(z);
+        if (a == Activation::GELUTanh) z = gelu(z, "tanh");
+        expect_close(y, values(z), ys, tol, tol);
+      }
+    }
+  }
+}
+
+TEST(LinearActivation, EmptyInnerDimGivesActivationOfBias) {
+  for (ScalarType dt : {kFloat32, kFloat64}) {
+    Tensor b = rnd({3}, dt);
+    Tensor y = linear(rnd({2, 0}, dt), rnd({3, 0}, dt), b, Activation::GELU);
+    Vec want;
+    for (int r = 0; r < 2; ++r)
+      for (double v : values(b)) want.push_back(act_ref(v, Activation::GELU));
+    expect_close(y, want, {2, 3}, 1e-6, 1e-7);
+  }
+}
+
+TEST(LinearActivation, IntegerLinearUsesTheLoopEpilogue) {
+  Tensor x = tensor({{1, 2, 3}, {-4, 5, 6}}, kInt64), w = tensor({{1, 0, -1}, {2, 1, 0}}, kInt64);
+  Tensor b = tensor({10, -20}, kInt64);
+  Tensor y = linear(x, w, b);
+  EXPECT_EQ(y.dtype(), kInt64);
+  expect_close(y, {1 - 3 + 10, 2 + 2 - 20, -4 - 6 + 10, -8 + 5 - 20}, {2, 2}, 0, 0);
+}
+
+TEST(LinearActivation, TrainingKeepsThePreActivationAndGradchecks) {
+  for (Activation a : kActs) {
+    SCOPED_TRACE(static_cast<int>(a));
+    Tensor x = rnd({2, 3, 5}).requires_grad_(), w = rnd({4, 5}).requires_grad_(), b = rnd({4}).requires_grad_();
+    Tensor y = linear(x, w, b, a);
+    EXPECT_TRUE(y.requires_grad());
+    Vec bv = values(b);
+    expect_close(y, linear_ref(values(x), values(w), &bv, 5, 4, a), {2, 3, 4}, 1e-12, 1e-12);
+    EXPECT_TRUE(autograd::gradcheck([a](V t) { return linear(t[0], t[1], t[2], a); }, {x, w, b}));
+    EXPECT_TRUE(autograd::gradcheck([a](V t) { return linear(t[0], t[1], Tensor(), a); }, {x, w}));
+  }
+  // float32 gradients through the fused-bias matmul against float64
+  Tensor x = rnd({8, 16}), w = rnd({12, 16}), b = rnd({12}), g = rnd({8, 12});
+  std::vector<Tensor> ref, got;
+  for (ScalarType dt : {kFloat64, kFloat32}) {
+    Tensor xs = x.to(dt).detach().requires_grad_(), ws = w.to(dt).detach().requires_grad_(),
+           bs = b.to(dt).detach().requires_grad_();
+    linear(xs, ws, bs, Activation::GELU).backward(g.to(dt));
+    (dt == kFloat64 ? ref : got) = {xs.grad(), ws.grad(), bs.grad()};
+  }
+  for (int i = 0; i < 3; ++i) expect_close(got[i], values(ref[i]), ref[i].shape(), 1e-4, 1e-5);
+}
+
+// ---------------------------------------------------------------------------------------------
+// cross_entropy on [N, C] logits (the fused kernels)
+
+// Per-target loss w[t] * (logsumexp(x) - x[t]), 0 where ignored; and the gradient of
+// sum(g * loss) with respect to x.
+void cross_entropy_ref(const Vec& x, const std::vector<int64_t>& t, const Vec* w, int64_t c, int64_t ignore,
+                       const Vec& g, Vec& loss, Vec& grad) {
+  const size_t n = t.size();
+  loss.assign(n, 0.0);
+  grad.assign(n * c, 0.0);
+  for (size_t r = 0; r < n; ++r) {
+    if (t[r] == ignore) continue;
+    double mx = -INFINITY, s = 0;
+    for (int64_t j = 0; j < c; ++j) mx = std::max(mx, x[r * c + j]);
+    for (int64_t j = 0; j < c; ++j) s += std::exp(x[r * c + j] - mx);
+    const double lse = mx + std::log(s), wt = w ? (*w)[t[r]] : 1.0;
+    loss[r] = wt * (lse - x[r * c + t[r]]);
+    for (int64_t j = 0; j < c; ++j) grad[r * c + j] = g[r] * wt * (std::exp(x[r * c + j] - lse) - (j == t[r]));
+  }
+}
+
+TEST(CrossEntropyFused, ValuesAndGradientsAgainstLoops) {
+  struct Case {
+    int64_t n, c;
+    bool weight;
+    int64_t ignore;
+  };
+  const std::vector<Case> cases = {{6, 5, false, -100}, {9, 1003, true, -100}, {7, 17, false, 3},
+                                   {5, 40, true, 2},    {0, 4, false, -100},   {3, 1, false, -100}};
+  for (ScalarType dt : {kFloat32, kFloat64}) {
+    for (const auto& c : cases) {
+      for (Reduction red : {Reduction::None, Reduction::Sum, Reduction::Mean}) {
+        SCOPED_TRACE(testing::Message() << dt << " n " << c.n << " c " << c.c << " reduction " << static_cast<int>(red));
+        Tensor x = rnd({c.n, c.c}, dt, -4, 4).requires_grad_();
+        std::vector<int64_t> tv;
+        for (int64_t i = 0; i < c.n; ++i) tv.push_back(i % 3 == 1 ? c.ignore : std::uniform_int_distribution<int64_t>(0, c.c - 1)(gen()));
+        Tensor t = tensor(tv, Shape{c.n}, kInt64);
+        Tensor w = c.weight ? rnd({c.c}, dt, 0.2, 2) : Tensor();
+        Vec wv = c.weight ? values(w) : Vec();
+        Tensor loss = cross_entropy(x, t, w, red, c.ignore);
+        Vec per, grad;
+        Vec ones_g(static_cast<size_t>(c.n), 1.0);
+        cross_entropy_ref(values(x), tv, c.weight ? &wv : nullptr, c.c, c.ignore, ones_g, per, grad);
+        double total = 0, wsum = 0;
+        for (int64_t i = 0; i < c.n; ++i) {
+          total += per[i];
+          if (tv[i] != c.ignore) wsum += c.weight ? wv[tv[i]] : 1.0;
+        }
+        const double tol = dt == kFloat64 ? 1e-10 : 1e-5;
+        Vec g(static_cast<size_t>(c.n), red == Reduction::Mean ? 1.0 / wsum : 1.0);
+        if (red == Reduction::None) {
+          expect_close(loss, per, {c.n}, tol, tol);
+          g = values(rnd({c.n}));
+          loss.backward(tensor(g, Shape{c.n}, kFloat64).to(dt));
+        } else {
+          expect_close(loss, {red == Reduction::Sum ? total : total / wsum}, {}, tol, tol);
+          loss.backward();
+        }
+        if (red == Reduction::Mean && wsum == 0) continue;  // 0/0: NaN, as in PyTorch
+        cross_entropy_ref(values(x), tv, c.weight ? &wv : nullptr, c.c, c.ignore, g, per, grad);
+        expect_close(x.grad(), grad, {c.n, c.c}, tol, tol);
+      }
+    }
+  }
+}
+
+TEST(CrossEntropyFused, GradcheckAndNonContiguousLogits) {
+  Tensor x = rnd({5, 6}).requires_grad_();
+  Tensor t = tensor({0, 5, -100, 2, 2}, kInt64);
+  Tensor w = rnd({6}, kFloat64, 0.5, 1.5);
+  EXPECT_TRUE(autograd::gradcheck([&](V v) { return cross_entropy(v[0], t); }, {x}));
+  EXPECT_TRUE(autograd::gradcheck([&](V v) { return cross_entropy(v[0], t, w, Reduction::Sum); }, {x}));
+  Tensor t2 = tensor({0, 5, 1, 2, 2}, kInt64);  // 2 ignored
+  EXPECT_TRUE(autograd::gradcheck([&](V v) { return cross_entropy(v[0], t2, w, Reduction::None, 2); }, {x}));
+  Tensor xt = transposed(rnd({5, 6}));
+  Vec per, grad;
+  cross_entropy_ref(values(xt), {0, 5, -100, 2, 2}, nullptr, 6, -100, Vec(5, 1.0), per, grad);
+  expect_close(cross_entropy(xt, t, {}, Reduction::None), per, {5}, 1e-12, 1e-12);
+  expect_close(cross_entropy(xt, t.to(kInt32), {}, Reduction::None), per, {5}, 1e-12, 1e-12);
+}
+
+TEST(CrossEntropyFused, Errors) {
+  Tensor x = rnd({3, 4});
+  expect_error([&] { cross_entropy(x, tensor({0, 4, 1}, kInt64)); }, "[cross_entropy] target 4 is out of range for 4 classes");
+  expect_error([&] { cross_entropy(x, tensor({0, -1, 1}, kInt64)); }, "target -1 is out of range");
+  expect_error([&] { cross_entropy(x, tensor({0, 1}, kInt64)); }, "[cross_entropy]");
+}
+
 }  // namespace
