@@ -78,7 +78,7 @@ void linear(KernelArgs& args) {
   const Tensor& out = args.outputs[0];
   if (out.numel() == 0) return;
   if (a.size(2) > 0 && onednn_matmul(a, w, out, bias, at.activation)) return;
-  matmul(args);
+  matmul(args);  // oneDNN without the epilogue where it took the matmul but not the post-ops, or the loop
   if (!bias.defined() && at.activation == 0) return;
   visit_dtype(out.dtype(), "linear", [&]<class T>() {
     const T* bp = bias.defined() ? bias.data_ptr<T>() : nullptr;
