@@ -148,7 +148,10 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
 
 // ---- transformer ops (src/ops/embedding.cpp, layer_norm.cpp, softmax.cpp, attention.cpp, linear.cpp)
 // Rows of weight [num_embeddings, dim] picked by integer indices of any shape: [..., dim].
-// Rows whose index equals padding_idx get no gradient (padding_idx < 0: none).
+// An index outside [0, num_embeddings) is an error. The gradient of weight is dense; the row
+// padding_idx gets none (it is still read). padding_idx in [0, num_embeddings) marks that row and
+// any negative value means none: unlike PyTorch, negatives do not count from the end (-1 is the
+// "none" default); padding_idx >= num_embeddings is an error.
 Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx = -1);
 // Normalizes over the last normalized_shape.size() dims (biased variance), then scales by weight
 // and shifts by bias (each normalized_shape, or undefined).

@@ -27,7 +27,9 @@ namespace kiln::backend {
   X(Conv2d) X(Conv2dBackwardInput) X(Conv2dBackwardWeight)                                  \
   X(MaxPool2d) X(MaxPool2dBackward) X(AvgPool2d) X(AvgPool2dBackward)                       \
   X(BatchNormStats) X(BatchNormApply) X(BatchNormBackward)                                  \
-  X(Attention) X(AttentionBackward)
+  X(Attention) X(AttentionBackward)                                                         \
+  X(Embedding) X(EmbeddingBackward) X(LayerNorm) X(LayerNormBackward) X(MaskedSoftmax)      \
+  X(Linear) X(CrossEntropy) X(CrossEntropyBackward)
 
 enum class Op : uint16_t {
 #define KILN_OP_ENUM(name) name,
@@ -105,6 +107,38 @@ struct AttentionAttrs {
   uint64_t seed = 0, offset = 0;
   bool is_causal = false;
   bool has_mask = false;
+};
+
+// embedding: {weight [num, dim] contiguous, indices [m] int64 contiguous} -> {out [m, dim]};
+// backward {grad [m, dim] contiguous, indices} -> {grad_weight [num, dim]} (every row written:
+// the sum of its rows of grad, zero for padding_idx and for rows no index picks). Kernels check
+// the indices (they are where they are read) and name `embedding` in the error.
+struct EmbeddingAttrs { int64_t padding_idx = -1; };
+// layer_norm over rows of n = the normalized numel: forward {x [rows, n] contiguous, weight [n]?,
+// bias [n]?} -> {y [rows, n], mean [rows], rstd [rows]} (statistics in float32, float64 for
+// float64 x); backward {grad_y, x, mean, rstd, weight?} -> {grad_x, grad_weight?, grad_bias?}.
+// The optional tensors are present when the flags say so.
+struct LayerNormAttrs {
+  double eps = 1e-5;
+  bool has_weight = false, has_bias = false;  // forward inputs; backward: has_weight only
+  bool grad_weight = false, grad_bias = false;  // backward outputs beyond grad_x
+};
+// masked_softmax over dim of x contiguous: {x, mask (x's shape, any strides incl. 0: a broadcast
+// view; bool = keep, or x's float dtype = added)} -> {y contiguous}. A fully masked row gives 0.
+struct MaskedSoftmaxAttrs { int64_t dim = 0; };
+// linear: {x [1, M, K], weight^T [1, K, N] (any strides), bias [N]?} -> {y [1, M, N] contiguous}
+// = activation(x @ weight^T + bias); activation is kiln::Activation as an integer.
+struct LinearAttrs {
+  bool has_bias = false;
+  int activation = 0;  // 0 none, 1 relu, 2 gelu (erf), 3 gelu (tanh)
+};
+// cross_entropy on logits [N, C] contiguous with int64 targets [N]: forward {logits, target,
+// weight [C]?} -> {loss [N] (0 where ignored, times the class weight), lse [N] (float32/64)};
+// backward {grad [N], logits, target, lse, weight?} -> {grad_logits [N, C]}
+// = grad[i] * w[t_i] * (softmax(logits_i) - onehot(t_i)), 0 for ignored rows.
+struct CrossEntropyAttrs {
+  int64_t ignore_index = -100;
+  bool has_weight = false;
 };
 
 }  // namespace kiln::backend
