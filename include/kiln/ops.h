@@ -148,7 +148,10 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
 
 // ---- transformer ops (src/ops/embedding.cpp, layer_norm.cpp, softmax.cpp, attention.cpp, linear.cpp)
 // Rows of weight [num_embeddings, dim] picked by integer indices of any shape: [..., dim].
-// Rows whose index equals padding_idx get no gradient (padding_idx < 0: none).
+// An index outside [0, num_embeddings) is an error. The gradient of weight is dense; the row
+// padding_idx gets none (it is still read). padding_idx in [0, num_embeddings) marks that row and
+// any negative value means none: unlike PyTorch, negatives do not count from the end (-1 is the
+// "none" default); padding_idx >= num_embeddings is an error.
 Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx = -1);
 // Normalizes over the last normalized_shape.size() dims (biased variance), then scales by weight
 // and shifts by bias (each normalized_shape, or undefined).
@@ -161,8 +164,10 @@ Tensor masked_softmax(const Tensor& x, const Tensor& mask, int64_t dim);
 // leading dims broadcast. attn_mask is bool (true = attend) or float (added to the scores),
 // broadcastable to [..., L, S]; is_causal masks j > i. scale defaults to 1/sqrt(E). One fused op:
 // the S x S score matrix is never materialised (memory linear in sequence length), and dropout
-// masks come from Philox counters so the backward regenerates them. A query row with every key
-// masked gives zeros.
+// masks come from Philox counters so the backward regenerates them (the same scores dropout() on
+// the softmax would drop, for the same generator state). A query row with every key masked gives
+// zeros. attn_mask gets no gradient; float16/bfloat16 inputs are computed in float32. Unlike
+// PyTorch, attn_mask and is_causal may be given together (both apply).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask = {}, double dropout_p = 0.0,
                                     bool is_causal = false, std::optional<double> scale = std::nullopt);

@@ -26,7 +26,10 @@ namespace kiln::backend {
   X(Arange) X(Uniform) X(Normal) X(RandInt)                                                \
   X(Conv2d) X(Conv2dBackwardInput) X(Conv2dBackwardWeight)                                  \
   X(MaxPool2d) X(MaxPool2dBackward) X(AvgPool2d) X(AvgPool2dBackward)                       \
-  X(BatchNormStats) X(BatchNormApply) X(BatchNormBackward)                                 \
+  X(BatchNormStats) X(BatchNormApply) X(BatchNormBackward)                                  \
+  X(Attention) X(AttentionBackward)                                                         \
+  X(Embedding) X(EmbeddingBackward) X(LayerNorm) X(LayerNormBackward) X(MaskedSoftmax)      \
+  X(Linear) X(CrossEntropy) X(CrossEntropyBackward)                                         \
   X(AdamStep) X(SgdStep)
 
 enum class Op : uint16_t {
@@ -110,6 +113,52 @@ struct SgdStepAttrs {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
   std::span<const uint8_t> fresh_buffer;  // per tensor, when momentum != 0
+};
+// Fused attention. q [B..., L, E], k [B..., S, E], v [B..., S, Ev] share the batch dims B...
+// (expanded views are fine) and have unit stride in their last dim; the optional mask is a
+// view expanded to [B..., L, S] (any strides; bool true = attend, or float added to the scores).
+// Forward {q, k, v[, mask]} -> {out [B..., L, Ev], logsumexp [B..., L]} (contiguous);
+// backward {q, k, v, [mask,] out, logsumexp, grad_out} -> {grad_q, grad_k, grad_v} (contiguous,
+// expanded batch). With dropout_p > 0, score (b, i, j) of the flattened batch b is kept when
+// word n % 4 of Philox counter offset + n / 4 is at least the threshold, n = (b L + i) S + j.
+struct AttentionAttrs {
+  double scale = 1.0;
+  double dropout_p = 0.0;
+  uint64_t seed = 0, offset = 0;
+  bool is_causal = false;
+  bool has_mask = false;
+};
+
+// embedding: {weight [num, dim] contiguous, indices [m] int64 contiguous} -> {out [m, dim]};
+// backward {grad [m, dim] contiguous, indices} -> {grad_weight [num, dim]} (every row written:
+// the sum of its rows of grad, zero for padding_idx and for rows no index picks). Kernels check
+// the indices (they are where they are read) and name `embedding` in the error.
+struct EmbeddingAttrs { int64_t padding_idx = -1; };
+// layer_norm over rows of n = the normalized numel: forward {x [rows, n] contiguous, weight [n]?,
+// bias [n]?} -> {y [rows, n], mean [rows], rstd [rows]} (statistics in float32, float64 for
+// float64 x); backward {grad_y, x, mean, rstd, weight?} -> {grad_x, grad_weight?, grad_bias?}.
+// The optional tensors are present when the flags say so.
+struct LayerNormAttrs {
+  double eps = 1e-5;
+  bool has_weight = false, has_bias = false;  // forward inputs; backward: has_weight only
+  bool grad_weight = false, grad_bias = false;  // backward outputs beyond grad_x
+};
+// masked_softmax over dim of x contiguous: {x, mask (x's shape, any strides incl. 0: a broadcast
+// view; bool = keep, or x's float dtype = added)} -> {y contiguous}. A fully masked row gives 0.
+struct MaskedSoftmaxAttrs { int64_t dim = 0; };
+// linear: {x [1, M, K], weight^T [1, K, N] (any strides), bias [N]?} -> {y [1, M, N] contiguous}
+// = activation(x @ weight^T + bias); activation is kiln::Activation as an integer.
+struct LinearAttrs {
+  bool has_bias = false;
+  int activation = 0;  // 0 none, 1 relu, 2 gelu (erf), 3 gelu (tanh)
+};
+// cross_entropy on logits [N, C] contiguous with int64 targets [N]: forward {logits, target,
+// weight [C]?} -> {loss [N] (0 where ignored, times the class weight), lse [N] (float32/64)};
+// backward {grad [N], logits, target, lse, weight?} -> {grad_logits [N, C]}
+// = grad[i] * w[t_i] * (softmax(logits_i) - onehot(t_i)), 0 for ignored rows.
+struct CrossEntropyAttrs {
+  int64_t ignore_index = -100;
+  bool has_weight = false;
 };
 
 }  // namespace kiln::backend

@@ -1,14 +1,45 @@
-// embedding: rows of a weight table picked by integer indices.
-// STAND-IN: composed from index_select until the embedding kernel lands (padding_idx not honoured).
+// embedding: rows of a weight table picked by integer indices, with a dense weight gradient.
 #include "ops/op_util.h"
 
 namespace kiln {
 
+using autograd::SavedTensor;
+using ops::Op;
+
 Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx) {
-  (void)padding_idx;
+  ops::check_defined(weight, "embedding");
+  ops::check_defined(indices, "embedding");
+  const Device dev = ops::common_device({&weight, &indices}, "embedding");
+  KILN_CHECK(weight.dim() == 2, "embedding", "weight must be 2-D [num_embeddings, embedding_dim], got shape ",
+             weight.shape());
+  KILN_CHECK(!is_floating_point(indices.dtype()) && indices.dtype() != kBool, "embedding",
+             "indices must be integers (int64 or int32), got ", indices.dtype());
+  const int64_t num = weight.size(0), dim = weight.size(1);
+  // PyTorch reads a negative padding_idx from the end; here the default -1 means "none", so only
+  // [0, num) marks a row and every negative value means no padding row.
+  KILN_CHECK(padding_idx < num, "embedding", "padding_idx ", padding_idx, " is out of range for a table of ", num,
+             " rows");
   Shape shape = indices.shape();
-  shape.push_back(weight.size(1));
-  return index_select(weight, 0, indices.reshape({-1})).reshape(shape);
+  shape.push_back(dim);
+  Tensor idx = ops::cast(indices, kInt64).reshape({-1}).contiguous();
+  Tensor w = weight.contiguous();
+  Tensor out = make_empty(shape, weight.dtype(), dev);
+  {
+    Tensor out2 = out.view({idx.numel(), dim});
+    ops::run1(Op::Embedding, dev, {w, idx}, out2);
+  }
+  if (autograd::needs_grad({&weight})) {
+    autograd::record("EmbeddingBackward", {&weight}, out,
+                     [si = SavedTensor(idx), num, dim, padding_idx, dt = weight.dtype()](const Tensor& g) -> TensorList {
+                       Tensor idx = si.get("EmbeddingBackward");
+                       Tensor g2 = ops::cast(g, dt).reshape({idx.numel(), dim}).contiguous();
+                       Tensor gw = make_empty({num, dim}, dt, g.device());
+                       backend::EmbeddingAttrs a{padding_idx};
+                       ops::run1(Op::EmbeddingBackward, g.device(), {g2, idx}, gw, &a);
+                       return {gw};
+                     });
+  }
+  return out;
 }
 
 }  // namespace kiln

@@ -1,18 +1,81 @@
-// layer_norm over the trailing dims.
-// STAND-IN: composed from reductions until the layer_norm kernel lands.
+// layer_norm over the trailing dims: one forward kernel saving each row's mean and 1/std, and
+// one backward kernel giving the input, weight and bias gradients together.
 #include "ops/op_util.h"
 
 namespace kiln {
 
+using autograd::SavedTensor;
+using ops::Op;
+
+namespace {
+
+void check_param(const Tensor& p, const Tensor& x, const Shape& normalized_shape, const char* what) {
+  if (!p.defined()) return;
+  ops::common_device({&x, &p}, "layer_norm");
+  KILN_CHECK(p.shape() == normalized_shape, "layer_norm", what, " must have normalized_shape ", normalized_shape,
+             ", got shape ", p.shape());
+  KILN_CHECK(p.dtype() == x.dtype(), "layer_norm", "input has dtype ", x.dtype(), " but ", what, " has ", p.dtype());
+}
+
+}  // namespace
+
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
-  Shape dims;
-  for (size_t i = 0; i < normalized_shape.size(); ++i) dims.push_back(x.dim() - 1 - static_cast<int64_t>(i));
-  Tensor mu = mean(x, dims, true);
-  Tensor y = div(sub(x, mu), sqrt(add(var(x, dims, 0, true), eps)));
-  if (weight.defined()) y = mul(y, weight);
-  if (bias.defined()) y = add(y, bias);
-  return y;
+  ops::check_defined(x, "layer_norm");
+  KILN_CHECK(x.is_floating_point(), "layer_norm", "expected a floating-point input, got ", x.dtype());
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  KILN_CHECK(k >= 1, "layer_norm", "normalized_shape must have at least 1 dim, got ", normalized_shape);
+  KILN_CHECK(k <= x.dim() && Shape(x.shape().end() - k, x.shape().end()) == normalized_shape, "layer_norm",
+             "input of shape ", x.shape(), " does not end with normalized_shape ", normalized_shape);
+  KILN_CHECK(eps >= 0, "layer_norm", "eps must be non-negative, got ", eps);
+  check_param(weight, x, normalized_shape, "weight");
+  check_param(bias, x, normalized_shape, "bias");
+  const Device dev = x.device();
+  int64_t rows = 1, n = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) (d < x.dim() - k ? rows : n) *= x.size(d);
+  const ScalarType stat = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+
+  Tensor xc = x.contiguous().view({rows, n});
+  Tensor w = weight.defined() ? weight.detach().contiguous().view({n}) : Tensor();
+  Tensor b = bias.defined() ? bias.detach().contiguous().view({n}) : Tensor();
+  std::vector<Tensor> outs{make_empty({rows, n}, x.dtype(), dev), make_empty({rows}, stat, dev),
+                           make_empty({rows}, stat, dev)};
+  backend::LayerNormAttrs attrs{eps, w.defined(), b.defined()};
+  if (rows * n > 0) {
+    std::vector<Tensor> in{xc};
+    if (w.defined()) in.push_back(w);
+    if (b.defined()) in.push_back(b);
+    backend::run(Op::LayerNorm, dev, in, outs, &attrs);
+  }
+  Tensor out = outs[0].view(x.shape());
+  if (autograd::needs_grad({&x, &weight, &bias})) {
+    const bool gx = x.requires_grad();
+    const bool gw = weight.defined() && weight.requires_grad(), gb = bias.defined() && bias.requires_grad();
+    autograd::record("NativeLayerNormBackward", {&x, &weight, &bias}, out,
+                     [sx = SavedTensor(xc), sw = SavedTensor(w), mean = outs[1], rstd = outs[2], gx, gw, gb, normalized_shape,
+                      shape = x.shape(), eps](const Tensor& g_in) -> TensorList {
+                       Tensor xs = sx.get("NativeLayerNormBackward");
+                       Tensor ws = sw.defined() ? sw.get("NativeLayerNormBackward") : Tensor();
+                       const int64_t rows = xs.size(0), n = xs.size(1);
+                       Tensor g = ops::cast(g_in, xs.dtype()).contiguous().view({rows, n});
+                       backend::LayerNormAttrs a{eps, ws.defined(), false, gw, gb};
+                       std::vector<Tensor> res{make_empty({rows, n}, xs.dtype(), xs.device())};
+                       if (gw) res.push_back(make_empty({n}, xs.dtype(), xs.device()));
+                       if (gb) res.push_back(make_empty({n}, xs.dtype(), xs.device()));
+                       if (rows * n > 0) {
+                         std::vector<Tensor> in{g, xs, mean, rstd};
+                         if (ws.defined()) in.push_back(ws);
+                         backend::run(Op::LayerNormBackward, xs.device(), in, res, &a);
+                       } else {
+                         for (size_t i = 1; i < res.size(); ++i) res[i].zero_();
+                       }
+                       size_t i = 1;
+                       Tensor dw = gw ? res[i++].view(normalized_shape) : Tensor();
+                       Tensor db = gb ? res[i++].view(normalized_shape) : Tensor();
+                       return {gx ? res[0].view(shape) : Tensor(), dw, db};
+                     });
+  }
+  return out;
 }
 
 }  // namespace kiln

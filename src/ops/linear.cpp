@@ -1,11 +1,14 @@
-// linear: x[..., in] @ weight[out, in]^T + bias, with its own backward (no transposed copies).
+// linear: x[..., in] @ weight[out, in]^T + bias (bias and activation fused into the matmul), with
+// its own backward (no transposed copies).
 #include "ops/op_util.h"
 
 namespace kiln {
 
 using autograd::SavedTensor;
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+namespace {
+
+void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   ops::check_defined(x, "linear");
   ops::check_defined(weight, "linear");
   if (bias.defined()) ops::common_device({&x, &weight, &bias}, "linear");
@@ -22,14 +25,33 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                weight.size(0), "] for weight of shape ", weight.shape(), ", got ", bias.shape());
     KILN_CHECK(bias.dtype() == x.dtype(), "linear", "input has dtype ", x.dtype(), " but bias has ", bias.dtype());
   }
+}
 
-  Tensor out;
-  {
-    NoGradGuard ng;
-    // weight.t() is a strided view: the matmul kernels (oneDNN) read it transposed in place.
-    out = matmul(x, weight.t());
-    if (bias.defined()) out.add_(bias);  // in place: the fresh result is ours alone
-  }
+// act(x @ weight^T + bias) in one kernel: the bias and activation are the matmul's epilogue.
+Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
+  const int64_t in = weight.size(1), outf = weight.size(0);
+  Shape shape = x.shape();
+  shape.back() = outf;
+  Tensor out = make_empty(shape, x.dtype(), x.device());
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  if (out.numel() == 0) return out;
+  // weight.t() is a strided view: the kernels (oneDNN) read it transposed in place.
+  Tensor x3 = x.detach().reshape({1, rows, in});
+  Tensor w3 = weight.detach().t().unsqueeze(0);
+  Tensor o3 = out.view({1, rows, outf});
+  backend::LinearAttrs attrs{bias.defined(), static_cast<int>(act)};
+  std::vector<Tensor> ins{x3, w3};
+  if (bias.defined()) ins.push_back(bias.detach().contiguous());
+  backend::run(ops::Op::Linear, x.device(), ins, std::span<Tensor>(&o3, 1), &attrs);
+  return out;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear(x, weight, bias);
+  Tensor out = linear_forward(x, weight, bias, Activation::None);
   if (autograd::needs_grad({&x, &weight, &bias})) {
     const bool nx = x.requires_grad(), nw = weight.requires_grad();
     const bool nb = bias.defined() && bias.requires_grad();
@@ -53,8 +75,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 namespace kiln {
 
-// STAND-IN: unfused until the oneDNN post-op path lands.
+// In evaluation the bias and activation run inside the matmul; in training the bias is still
+// fused but the activation is its own op, which keeps the pre-activation its backward needs.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation) {
+  check_linear(x, weight, bias);
+  const bool fuse = activation == Activation::None || x.is_floating_point();
+  if (fuse && !autograd::needs_grad({&x, &weight, &bias})) return linear_forward(x, weight, bias, activation);
   Tensor y = linear(x, weight, bias);
   switch (activation) {
     case Activation::None: return y;

@@ -1,5 +1,6 @@
 // nll_loss and cross_entropy (class indices or probabilities, weights, ignore_index, label
-// smoothing), built from gather/index ops so that no one-hot [N, C] tensor is ever made.
+// smoothing): [N, C] cross_entropy through one fused kernel each way, the rest built from
+// gather/index ops so that no one-hot [N, C] tensor is ever made.
 #include <cmath>
 #include <limits>
 
@@ -129,6 +130,50 @@ Tensor cross_entropy_probs(const Tensor& input, const Tensor& target, const Tens
   return div(neg(sum(prod)), static_cast<double>(samples));
 }
 
+// cross_entropy on [N, C] logits with class targets and no label smoothing: one fused kernel
+// (log-softmax and the picked term per row) whose backward writes softmax - onehot directly, so
+// neither log-probabilities nor a scattered one-hot [N, C] tensor are ever made.
+Tensor fused_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction,
+                           int64_t ignore_index) {
+  const Device dev = input.device();
+  const int64_t n = input.size(0);
+  Tensor x = input.detach().contiguous();
+  Tensor t = ops::cast(target, kInt64).contiguous();
+  Tensor w = weight.defined() ? weight.detach().contiguous() : Tensor();
+  const ScalarType stat = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  std::vector<Tensor> outs{make_empty({n}, x.dtype(), dev), make_empty({n}, stat, dev)};
+  backend::CrossEntropyAttrs attrs{ignore_index, w.defined()};
+  {
+    std::vector<Tensor> in{x, t};
+    if (w.defined()) in.push_back(w);
+    backend::run(backend::Op::CrossEntropy, dev, in, outs, &attrs);
+  }
+  Tensor per_target = outs[0];
+  if (autograd::needs_grad({&input}))
+    autograd::record("CrossEntropyBackward", {&input}, per_target,
+                     [sx = autograd::SavedTensor(x), st = autograd::SavedTensor(t), lse = outs[1], w,
+                      attrs](const Tensor& g_in) -> TensorList {
+                       Tensor xs = sx.get("CrossEntropyBackward"), ts = st.get("CrossEntropyBackward");
+                       Tensor g = ops::cast(g_in, xs.dtype()).contiguous();
+                       Tensor gx = make_empty(xs.shape(), xs.dtype(), xs.device());
+                       std::vector<Tensor> in{g, xs, ts, lse};
+                       if (w.defined()) in.push_back(w);
+                       backend::run(backend::Op::CrossEntropyBackward, xs.device(), in, std::span<Tensor>(&gx, 1),
+                                    &attrs);
+                       return {gx};
+                     });
+  if (reduction != Reduction::Mean) return reduce(per_target, reduction, Tensor());
+  Tensor weight_sum;
+  {
+    // PyTorch's weighted mean: over the targets not ignored, each counted with its class weight
+    NoGradGuard ng;
+    Tensor valid = ne(t, ignore_index);
+    weight_sum = w.defined() ? sum(where(valid, index_select(w, 0, where(valid, t, 0)), 0))
+                             : sum(valid.to(x.dtype()));
+  }
+  return reduce(per_target, reduction, weight_sum);
+}
+
 }  // namespace
 
 Tensor nll_loss(const Tensor& input_, const Tensor& target_, const Tensor& weight, Reduction reduction,
@@ -162,6 +207,8 @@ Tensor cross_entropy(const Tensor& input_, const Tensor& target_, const Tensor& 
   const bool batched = batch_single(input, target);
   const int64_t classes = input.size(1);
   check_weight(input, weight, classes, op);
+  if (input.dim() == 2 && label_smoothing == 0)
+    return unbatch(fused_cross_entropy(input, target, weight, reduction, ignore_index), batched, reduction);
   IndexTarget t = prepare_targets(input, target, weight, ignore_index, op);
   Tensor logp = log_softmax(input, 1);
   Tensor per_target = picked_loss(logp, t, weight.defined());

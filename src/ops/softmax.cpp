@@ -1,4 +1,4 @@
-// softmax and log_softmax over one dim, with gradients through dedicated backward kernels.
+// softmax, log_softmax and masked_softmax over one dim, with gradients through the softmax backward kernels.
 #include <cmath>
 
 #include "ops/op_util.h"
@@ -40,10 +40,36 @@ Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, t
 
 namespace kiln {
 
-// STAND-IN: composed until the masked softmax kernel lands (fully masked rows give NaN here).
 Tensor masked_softmax(const Tensor& x, const Tensor& mask, int64_t dim) {
-  if (mask.dtype() == kBool) return softmax(masked_fill(x, logical_not(mask), -INFINITY), dim);
-  return softmax(add(x, mask), dim);
+  const char* name = "masked_softmax";
+  ops::check_defined(x, name);
+  ops::check_defined(mask, name);
+  const Device dev = ops::common_device({&x, &mask}, name);
+  KILN_CHECK(x.is_floating_point(), name, "expected a floating-point input, got ", x.dtype());
+  KILN_CHECK(mask.dtype() == kBool || mask.is_floating_point(), name,
+             "mask must be bool (true = keep) or floating point (added to the input), got ", mask.dtype());
+  bool fits = mask.dim() <= x.dim();
+  for (int64_t i = 1; fits && i <= mask.dim(); ++i)
+    fits = mask.size(-i) == 1 || mask.size(-i) == x.size(-i);
+  KILN_CHECK(fits, name, "mask of shape ", mask.shape(), " cannot be broadcast to the input's shape ", x.shape());
+  const int64_t d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), name);
+  // The mask is read through broadcast strides: only a float mask of another dtype is converted.
+  Tensor m = (mask.dtype() == kBool ? mask : ops::cast(mask, x.dtype())).expand(x.shape());
+  Tensor xc = x.contiguous();
+  Tensor out = make_empty(x.shape(), x.dtype(), dev);
+  backend::MaskedSoftmaxAttrs attrs{d};
+  if (out.numel() > 0) ops::run1(Op::MaskedSoftmax, dev, {xc, m}, out, &attrs);
+  if (autograd::needs_grad({&x}))
+    autograd::record("MaskedSoftmaxBackward", {&x}, out, [so = SavedTensor(out), d](const Tensor& g) -> TensorList {
+      // masked elements have y = 0, so softmax's own backward gives them 0
+      Tensor y = so.get("MaskedSoftmaxBackward");
+      Tensor gc = ops::cast(g, y.dtype()).contiguous();
+      Tensor gx = make_empty(y.shape(), y.dtype(), y.device());
+      backend::DimAttrs a{d};
+      if (y.numel() > 0) ops::run1(Op::SoftmaxBackward, y.device(), {gc, y}, gx, &a);
+      return {gx};
+    });
+  return out;
 }
 
 }  // namespace kiln

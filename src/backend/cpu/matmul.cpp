@@ -1,5 +1,6 @@
-// CPU matmul kernel: oneDNN for float32/bfloat16/float16 (primitives cached by geometry),
-// a blocked loop for the other dtypes and for builds without oneDNN.
+// CPU matmul and linear kernels: oneDNN for float32/bfloat16/float16 (primitives cached by
+// geometry; linear's bias and activation as post-ops), a blocked loop and an epilogue pass for
+// the other dtypes and for builds without oneDNN.
 #include "backend/cpu/loops.h"
 #include "backend/cpu/onednn.h"
 #include "backend/dispatch.h"
@@ -52,7 +53,51 @@ void matmul(KernelArgs& args) {
   visit_dtype(out.dtype(), "matmul", [&]<class T>() { gemm_loop<T>(a, w, out); });
 }
 
+// out = act(out + bias) row by row: the epilogue of the linear kernel when oneDNN did not fuse it.
+template <class T, class F>
+void epilogue(const Tensor& out, const T* bias, const F& act) {
+  using A = compute_t<T>;
+  const int64_t n = out.size(2);
+  T* op = out.data_ptr<T>();
+  parallel_for(out.numel() / std::max<int64_t>(n, 1), std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(n, 1)),
+               [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      T* row = op + r * n;
+      for (int64_t j = 0; j < n; ++j)
+        row[j] = static_cast<T>(act(static_cast<A>(row[j]) + (bias ? static_cast<A>(bias[j]) : A(0))));
+    }
+  });
+}
+
+// inputs {x [1, M, K], weight^T [1, K, N], bias [N]?} -> {out [1, M, N]} = act(x @ w^T + bias).
+void linear(KernelArgs& args) {
+  const auto& at = *static_cast<const LinearAttrs*>(args.attrs);
+  const Tensor& a = args.inputs[0];
+  const Tensor& w = args.inputs[1];
+  const Tensor bias = at.has_bias ? args.inputs[2] : Tensor();
+  const Tensor& out = args.outputs[0];
+  if (out.numel() == 0) return;
+  if (a.size(2) > 0 && onednn_matmul(a, w, out, bias, at.activation)) return;
+  matmul(args);  // oneDNN without the epilogue where it took the matmul but not the post-ops, or the loop
+  if (!bias.defined() && at.activation == 0) return;
+  visit_dtype(out.dtype(), "linear", [&]<class T>() {
+    const T* bp = bias.defined() ? bias.data_ptr<T>() : nullptr;
+    if constexpr (std::is_floating_point_v<compute_t<T>>) {
+      switch (at.activation) {
+        case 1: return epilogue<T>(out, bp, math::Relu{});
+        case 2: return epilogue<T>(out, bp, math::GeluErf{});
+        case 3: return epilogue<T>(out, bp, math::GeluTanh{});
+        default: break;
+      }
+    } else {
+      KILN_CHECK(at.activation == 0, "linear", "activations take floating-point tensors, got ", out.dtype());
+    }
+    epilogue<T>(out, bp, [](auto v) { return v; });
+  });
+}
+
 KILN_REGISTER_KERNEL(Op::Matmul, DeviceType::CPU, matmul);
+KILN_REGISTER_KERNEL(Op::Linear, DeviceType::CPU, linear);
 
 }  // namespace
 }  // namespace kiln::backend::cpu

@@ -1,4 +1,5 @@
-// oneDNN matmul with a primitive cache keyed by (dtype, dims, strides); 2.x and 3.x APIs.
+// oneDNN matmul (optionally with bias and activation post-ops) with a primitive cache keyed by
+// (dtype, dims, strides, epilogue); 2.x and 3.x APIs.
 #include "backend/cpu/onednn.h"
 
 #ifdef KILN_HAVE_ONEDNN
@@ -15,27 +16,46 @@ namespace {
 bool plain_matrix(const Tensor& t) { return t.stride(2) == 1 || t.stride(1) == 1; }
 }  // namespace
 
-bool onednn_matmul(const Tensor& a, const Tensor& w, const Tensor& out) {
+bool onednn_matmul(const Tensor& a, const Tensor& w, const Tensor& out, const Tensor& bias, int activation) {
   dnnl::memory::data_type dt;
   if (!to_dnnl_type(a.dtype(), &dt) || !plain_matrix(a) || !plain_matrix(w)) return false;
   static PrimitiveCache<dnnl::matmul> cache;
-  std::string key(1, static_cast<char>('0' + static_cast<int>(a.dtype())));
+  std::string key{static_cast<char>('0' + static_cast<int>(a.dtype())), bias.defined() ? 'b' : '-',
+                  static_cast<char>('0' + activation)};
   append_geometry(key, a);
   append_geometry(key, w);
   append_geometry(key, out);
   auto amd = md(a, dt), wmd = md(w, dt), cmd = md(out, dt);
+  // the bias as a [1, 1, N] row broadcast over the batch and the rows
+  const int64_t n = out.size(2);
+  dnnl::memory::desc bmd = bias.defined() ? dnnl::memory::desc({1, 1, n}, dt, {n, n, 1}) : dnnl::memory::desc();
   std::shared_ptr<const dnnl::matmul> prim = cache.get(key, [&] {
+    dnnl::primitive_attr attr;
+    if (activation != 0) {
+      const dnnl::algorithm alg = activation == 1   ? dnnl::algorithm::eltwise_relu
+                                  : activation == 2 ? dnnl::algorithm::eltwise_gelu_erf
+                                                    : dnnl::algorithm::eltwise_gelu_tanh;
+      dnnl::post_ops po;
 #if DNNL_VERSION_MAJOR >= 3
-    dnnl::matmul::primitive_desc pd(engine(), amd, wmd, cmd);
+      po.append_eltwise(alg, 0.f, 0.f);
 #else
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, wmd, cmd), engine());
+      po.append_eltwise(1.f, alg, 0.f, 0.f);
+#endif
+      attr.set_post_ops(po);
+    }
+#if DNNL_VERSION_MAJOR >= 3
+    dnnl::matmul::primitive_desc pd(engine(), amd, wmd, bmd, cmd, attr);
+#else
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, wmd, bmd, cmd), attr, engine());
 #endif
     return std::make_shared<dnnl::matmul>(pd);
   });
   if (!prim) return false;
   dnnl::memory am(amd, engine(), a.data_ptr()), wm(wmd, engine(), w.data_ptr()), cm(cmd, engine(), out.data_ptr());
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, cm}};
+  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, dnnl::memory(bmd, engine(), bias.data_ptr()));
   dnnl::stream s(engine());
-  prim->execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, cm}});
+  prim->execute(s, args);
   s.wait();
   return true;
 }
@@ -47,7 +67,7 @@ std::string onednn_version() {
 
 #else
 
-bool onednn_matmul(const Tensor&, const Tensor&, const Tensor&) { return false; }
+bool onednn_matmul(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int) { return false; }
 std::string onednn_version() { return ""; }
 
 #endif

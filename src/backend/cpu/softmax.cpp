@@ -1,4 +1,4 @@
-// CPU kernels for softmax and log_softmax over one dim, and their backward passes.
+// CPU kernels for softmax, log_softmax and masked softmax over one dim, and their backward passes.
 #include <cmath>
 #include <limits>
 
@@ -90,7 +90,81 @@ void softmax_backward(KernelArgs& a) {
   });
 }
 
+// Softmax of x + mask (float mask) or of x where mask is true (bool mask), without a masked copy
+// of x: the mask is read through its own strides (0 on broadcast dims). A row whose every
+// element is masked (or -inf) gives zeros, not 0/0.
+void masked_softmax_forward(KernelArgs& a) {
+  const Tensor& x = a.inputs[0];
+  const Tensor& mask = a.inputs[1];
+  const Tensor& y = a.outputs[0];
+  const int64_t dim = static_cast<const MaskedSoftmaxAttrs*>(a.attrs)->dim;
+  Around g = around(x, dim);
+  const int64_t rank = x.dim();
+  const int64_t mstep = rank == 0 ? 0 : mask.stride(dim);
+  // The mask's offset for row r = (o over the dims before `dim`, s over the dims after it).
+  auto mask_offset = [&](int64_t r) {
+    int64_t o = r / g.inner, s = r % g.inner, off = 0;
+    for (int64_t d = rank - 1; d > dim; --d) {
+      off += (s % x.size(d)) * mask.stride(d);
+      s /= x.size(d);
+    }
+    for (int64_t d = dim - 1; d >= 0; --d) {
+      off += (o % x.size(d)) * mask.stride(d);
+      o /= x.size(d);
+    }
+    return off;
+  };
+  visit_float_dtype(x.dtype(), "masked_softmax", [&]<class T>() {
+    using A = compute_t<T>;
+    auto run = [&]<class M>() {
+      const T* xp = x.data_ptr<T>();
+      const M* mp = mask.data_ptr<M>();
+      T* yp = y.data_ptr<T>();
+      parallel_for(g.outer * g.inner, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.n, 1)),
+                   [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          const int64_t base = (r / g.inner) * g.n * g.inner + r % g.inner;
+          const T* xr = xp + base;
+          const M* mr = mp + mask_offset(r);
+          T* yr = yp + base;
+          constexpr A kNegInf = -std::numeric_limits<A>::infinity();
+          // the masked score of element i, -inf where the bool mask drops it
+          auto score = [&](int64_t i) -> A {
+            A v = static_cast<A>(xr[i * g.inner]);
+            if constexpr (std::is_same_v<M, bool>) v = mr[i * mstep] ? v : kNegInf;
+            else v += static_cast<A>(mr[i * mstep]);
+            return v;
+          };
+          A mx = kNegInf;
+          for (int64_t i = 0; i < g.n; ++i) {
+            const A v = score(i);
+            mx = (v > mx || v != v) ? v : mx;
+          }
+          if (mx == kNegInf) {
+            for (int64_t i = 0; i < g.n; ++i) yr[i * g.inner] = T(0);
+            continue;
+          }
+          if (std::isinf(mx)) mx = A(0);  // +inf: let exp give inf/inf = NaN as plain softmax does
+          A sum = 0;
+          if constexpr (std::is_same_v<T, A>) {  // keep exp in y, then scale
+            for (int64_t i = 0; i < g.n; ++i) sum += (yr[i * g.inner] = std::exp(score(i) - mx));
+            const A inv = A(1) / sum;
+            for (int64_t i = 0; i < g.n; ++i) yr[i * g.inner] *= inv;
+          } else {  // y's type would round the unscaled exp: compute it twice
+            for (int64_t i = 0; i < g.n; ++i) sum += std::exp(score(i) - mx);
+            const A inv = A(1) / sum;
+            for (int64_t i = 0; i < g.n; ++i) yr[i * g.inner] = static_cast<T>(std::exp(score(i) - mx) * inv);
+          }
+        }
+      });
+    };
+    if (mask.dtype() == kBool) run.template operator()<bool>();
+    else run.template operator()<T>();
+  });
+}
+
 constexpr DeviceType kCpu = DeviceType::CPU;
+KILN_REGISTER_KERNEL(Op::MaskedSoftmax, kCpu, masked_softmax_forward);
 KILN_REGISTER_KERNEL(Op::Softmax, kCpu, softmax_forward<false>);
 KILN_REGISTER_KERNEL(Op::LogSoftmax, kCpu, softmax_forward<true>);
 KILN_REGISTER_KERNEL(Op::SoftmaxBackward, kCpu, softmax_backward<false>);

@@ -1,0 +1,128 @@
+// CPU kernels for cross_entropy on [N, C] logits with class targets: log-softmax and the picked
+// log-probability in one pass per row (no [N, C] log-probabilities kept), and a backward that
+// writes softmax - onehot straight into the gradient (one [N, C] tensor in all).
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/loops.h"
+#include "backend/dispatch.h"
+
+namespace kiln::backend::cpu {
+namespace {
+
+template <class T, class A>
+KILN_VECTORIZE A row_max(const T* __restrict x, int64_t n) {
+  A acc[16];
+  for (auto& v : acc) v = -std::numeric_limits<A>::infinity();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) {
+      const A v = static_cast<A>(x[i + j]);
+      acc[j] = (v > acc[j] || v != v) ? v : acc[j];
+    }
+  A m = -std::numeric_limits<A>::infinity();
+  for (; i < n; ++i) {
+    const A v = static_cast<A>(x[i]);
+    m = (v > m || v != v) ? v : m;
+  }
+  for (A v : acc) m = (v > m || v != v) ? v : m;
+  return m;
+}
+
+// sum of exp(x - mx), 16 floats at a time with the vectorizing exp for float32.
+template <class T, class A>
+KILN_VECTORIZE A row_sum_exp(const T* __restrict x, int64_t n, A mx) {
+  int64_t i = 0;
+  A s = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    math::vfloat acc = {};
+    for (; i + 16 <= n; i += 16) acc += math::exp(load16(x + i) - mx);
+    for (int j = 0; j < 16; ++j) s += acc[j];
+  }
+  for (; i < n; ++i) s += math::exp(static_cast<A>(x[i]) - mx);
+  return s;
+}
+
+// gx = scale * exp(x - lse), i.e. scale * softmax(x).
+template <class T, class A>
+KILN_VECTORIZE void row_scaled_softmax(const T* __restrict x, T* __restrict gx, int64_t n, A lse, A scale) {
+  int64_t i = 0;
+  if constexpr (std::is_same_v<T, float>)
+    for (; i + 16 <= n; i += 16) store16(gx + i, math::exp(load16(x + i) - lse) * scale);
+  for (; i < n; ++i) gx[i] = static_cast<T>(math::exp(static_cast<A>(x[i]) - lse) * scale);
+}
+
+// Targets in [0, C) or ignore_index, checked before any thread starts (an error cannot leave a
+// parallel region).
+void check_targets(const int64_t* t, int64_t n, int64_t classes, int64_t ignore_index) {
+  for (int64_t i = 0; i < n; ++i)
+    if (t[i] != ignore_index && (t[i] < 0 || t[i] >= classes)) [[unlikely]]
+      KILN_FAIL("cross_entropy", "target ", t[i], " is out of range for ", classes, " classes");
+}
+
+int64_t row_grain(int64_t c) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(c, 1)); }
+
+// {logits [N, C], target [N], weight [C]?} -> {loss [N], lse [N]}
+void cross_entropy_forward(KernelArgs& a) {
+  const auto& at = *static_cast<const CrossEntropyAttrs*>(a.attrs);
+  const Tensor& x = a.inputs[0];
+  const int64_t n = x.size(0), c = x.size(1);
+  const int64_t* t = a.inputs[1].data_ptr<int64_t>();
+  check_targets(t, n, c, at.ignore_index);
+  visit_float_dtype(x.dtype(), "cross_entropy", [&]<class T>() {
+    using A = compute_t<T>;
+    const T* xp = x.data_ptr<T>();
+    const T* w = at.has_weight ? a.inputs[2].data_ptr<T>() : nullptr;
+    T* loss = a.outputs[0].data_ptr<T>();
+    A* lse = a.outputs[1].data_ptr<A>();
+    parallel_for(n, row_grain(c), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        if (t[r] == at.ignore_index) {
+          loss[r] = T(0);
+          lse[r] = A(0);
+          continue;
+        }
+        const T* row = xp + r * c;
+        A mx = row_max<T, A>(row, c);
+        if (std::isinf(mx)) mx = A(0);  // all -inf (or an inf): let the sum give inf/NaN as log_softmax does
+        lse[r] = mx + std::log(row_sum_exp<T, A>(row, c, mx));
+        loss[r] = static_cast<T>((lse[r] - static_cast<A>(row[t[r]])) * (w ? static_cast<A>(w[t[r]]) : A(1)));
+      }
+    });
+  });
+}
+
+// {grad [N], logits, target, lse, weight?} -> {grad_logits [N, C]}
+void cross_entropy_backward(KernelArgs& a) {
+  const auto& at = *static_cast<const CrossEntropyAttrs*>(a.attrs);
+  const Tensor& x = a.inputs[1];
+  const int64_t n = x.size(0), c = x.size(1);
+  const int64_t* t = a.inputs[2].data_ptr<int64_t>();
+  visit_float_dtype(x.dtype(), "cross_entropy_backward", [&]<class T>() {
+    using A = compute_t<T>;
+    const T* g = a.inputs[0].data_ptr<T>();
+    const T* xp = x.data_ptr<T>();
+    const A* lse = a.inputs[3].data_ptr<A>();
+    const T* w = at.has_weight ? a.inputs[4].data_ptr<T>() : nullptr;
+    T* gx = a.outputs[0].data_ptr<T>();
+    parallel_for(n, row_grain(c), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        T* grow = gx + r * c;
+        if (t[r] == at.ignore_index) {
+          std::fill_n(grow, c, T(0));
+          continue;
+        }
+        const A scale = static_cast<A>(g[r]) * (w ? static_cast<A>(w[t[r]]) : A(1));
+        row_scaled_softmax<T, A>(xp + r * c, grow, c, lse[r], scale);
+        grow[t[r]] = static_cast<T>(static_cast<A>(grow[t[r]]) - scale);
+      }
+    });
+  });
+}
+
+constexpr DeviceType kCpu = DeviceType::CPU;
+KILN_REGISTER_KERNEL(Op::CrossEntropy, kCpu, cross_entropy_forward);
+KILN_REGISTER_KERNEL(Op::CrossEntropyBackward, kCpu, cross_entropy_backward);
+
+}  // namespace
+}  // namespace kiln::backend::cpu
