@@ -242,8 +242,18 @@ TEST(BertPretrained, BaseModelAndPreTrainingCheckpointsCrossLoad) {
   auto file = io::load_safetensors(dir + "/model.safetensors");
   // A headed file into BertModel (cls.* dropped; this one has no pooler, so build none).
   auto base = models::bert_model(c, false);
-  models::load_hf_state_dict(*base, file);
+  EXPECT_TRUE(models::load_hf_state_dict(*base, file).empty());
   EXPECT_EQ(values(base->embeddings->LayerNorm->weight), values(file.at("bert.embeddings.LayerNorm.weight")));
+  // Fine-tuning from an MLM checkpoint: the classifier and the pooler (which BertForMaskedLM
+  // lacks) keep their initialisation and are reported, as HF's "newly initialized" weights.
+  auto seq = models::bert_for_sequence_classification(c, 4);
+  std::vector<double> classifier_before = values(seq->classifier->weight);
+  auto fresh = models::load_pretrained(*seq, dir);
+  EXPECT_EQ(fresh, (std::vector<std::string>{"bert.pooler.dense.weight", "bert.pooler.dense.bias", "classifier.weight",
+                                             "classifier.bias"}));
+  EXPECT_EQ(values(seq->classifier->weight), classifier_before);
+  EXPECT_EQ(values(seq->bert->encoder->layer->ptr<models::BertLayerImpl>(1)->output->dense->bias),
+            values(file.at("bert.encoder.layer.1.output.dense.bias")));
   // A base-model file (no "bert." prefix) into BertForMaskedLM needs the head too: missing keys.
   std::map<std::string, Tensor> base_file;
   for (auto& [k, t] : base->state_dict()) base_file[k] = t;

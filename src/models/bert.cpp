@@ -89,7 +89,7 @@ BertSelfAttentionImpl::BertSelfAttentionImpl(const BertConfig& c)
 
 Tensor BertSelfAttentionImpl::forward(const Tensor& hidden, const Tensor& mask) {
   const int64_t B = hidden.size(0), S = hidden.size(1);
-  auto heads = [&](const Tensor& t) { return t.view({B, S, num_heads, head_dim}).transpose(1, 2); };
+  auto heads = [&](const Tensor& t) { return t.reshape({B, S, num_heads, head_dim}).transpose(1, 2); };
   // softmax(Q K^T / sqrt(d)) V per head, as one fused op that never holds the S x S scores.
   Tensor context = scaled_dot_product_attention(heads(query(hidden)), heads(key(hidden)), heads(value(hidden)), mask,
                                                 is_training() ? dropout_p : 0.0);

@@ -96,7 +96,7 @@ BertConfig BertConfig::from_pretrained(const std::string& dir_or_file) {
   return c;
 }
 
-void load_hf_state_dict(nn::Module& model, std::map<std::string, Tensor> state) {
+std::vector<std::string> load_hf_state_dict(nn::Module& model, std::map<std::string, Tensor> state) {
   const char* where = "load_hf_state_dict";
   const auto own = model.state_dict();
   bool headed = false;  // the model's names start with "bert." (it has a head)
@@ -160,10 +160,19 @@ void load_hf_state_dict(nn::Module& model, std::map<std::string, Tensor> state) 
         t.dtype() != o->second.dtype())
       t = t.to(o->second.dtype());
   }
+  // A fresh task head (and a pooler an MLM checkpoint lacks) keeps its initialisation.
+  std::vector<std::string> newly_initialized;
+  for (const auto& [k, t] : model.ordered_state_dict()) {
+    if (!state.count(k) && starts_with_any(k, {"classifier.", "bert.pooler.", "pooler."})) {
+      newly_initialized.push_back(k);
+      state[k] = t.clone();
+    }
+  }
   model.load_state_dict(state, true);
+  return newly_initialized;
 }
 
-void load_pretrained(nn::Module& model, const std::string& dir_or_file) {
+std::vector<std::string> load_pretrained(nn::Module& model, const std::string& dir_or_file) {
   const std::string path = file_in(dir_or_file, "model.safetensors");
   std::error_code ec;
   if (!fs::exists(path, ec) && fs::is_directory(dir_or_file, ec)) {
@@ -171,7 +180,7 @@ void load_pretrained(nn::Module& model, const std::string& dir_or_file) {
     KILN_FAIL("load_pretrained", dir_or_file, ": no model.safetensors",
               sharded ? " (sharded checkpoints are not supported)" : " (only safetensors files are read)");
   }
-  load_hf_state_dict(model, io::load_safetensors(path));
+  return load_hf_state_dict(model, io::load_safetensors(path));
 }
 
 }  // namespace kiln::models

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kiln/nn.h"
 
@@ -247,19 +248,23 @@ BertForSequenceClassification bert_for_sequence_classification(const BertConfig&
 // Loads a Hugging Face BERT state dict into `model` (any of the three above) through the strict
 // Module::load_state_dict, after these changes, and only these:
 //  - old TensorFlow-era names: "*.gamma" -> "*.weight", "*.beta" -> "*.bias";
-//  - the tied cls.predictions.decoder.weight is dropped; cls.predictions.decoder.bias is dropped,
-//    or becomes cls.predictions.bias when that is absent;
+//  - the tied cls.predictions.decoder.weight is dropped (after checking it equals the word
+//    embeddings); cls.predictions.decoder.bias is dropped, or becomes cls.predictions.bias when
+//    that is absent;
 //  - the non-persistent buffers embeddings.position_ids / token_type_ids (older files saved them)
 //    are dropped;
 //  - a base-model file ("embeddings.*") loads into a model with a head ("bert.embeddings.*") and a
 //    headed file into bert_model;
 //  - keys under cls.* (the MLM and next-sentence heads of BERT's pre-training checkpoints) and
 //    bert.pooler.* that the model does not have are dropped, as Hugging Face drops them (with a
-//    warning) when loading bert-base-uncased into BertForMaskedLM or BertModel.
+//    warning) when loading bert-base-uncased into BertForMaskedLM or BertModel;
+//  - a task head the file lacks (classifier.*, and the pooler: an MLM checkpoint has none) keeps
+//    its fresh initialisation, as Hugging Face's from_pretrained does for fine-tuning; those keys
+//    are returned (HF's "newly initialized" list) so the caller can say so.
 // Floating-point tensors are converted to the model's dtype. Any other unknown or missing key,
 // or a wrong shape, is a kiln::Error from load_state_dict and leaves the model unchanged.
-void load_hf_state_dict(nn::Module& model, std::map<std::string, Tensor> state);
+std::vector<std::string> load_hf_state_dict(nn::Module& model, std::map<std::string, Tensor> state);
 // The same from a model.safetensors file, or a directory holding one (save_pretrained's output).
-void load_pretrained(nn::Module& model, const std::string& dir_or_file);
+std::vector<std::string> load_pretrained(nn::Module& model, const std::string& dir_or_file);
 
 }  // namespace kiln::models
