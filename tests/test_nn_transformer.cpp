@@ -270,6 +270,24 @@ TEST(NnTransformerEncoder, TwoLayersCausalAndPaddingEqualPyTorch) {
   expect_rel(x.grad(), want("enc.grad.input"), 1e-10, "input grad");
 }
 
+TEST(NnTransformerEncoder, GradcheckThroughAPreNormLayerWithPadding) {
+  manual_seed(12);
+  nn::TransformerEncoderLayer layer(4, 2, {.dim_feedforward = 6, .dropout = 0.0, .activation = "gelu",
+                                           .batch_first = true, .norm_first = true});
+  layer->to(kFloat64);
+  Tensor pad = tensor({false, false, true, false, false, false}).reshape({2, 3});
+  Tensor x = randn({2, 3, 4}, kFloat64).requires_grad_();
+  // gradcheck perturbs its inputs in place, so a parameter can be one: the weights path too.
+  Tensor w = layer->self_attn->in_proj_weight;
+  EXPECT_TRUE(autograd::gradcheck([&](const std::vector<Tensor>& in) { return layer(in[0], {}, pad); }, {x}));
+  EXPECT_TRUE(autograd::gradcheck(
+      [&](const std::vector<Tensor>&) {
+        auto [out, weights] = layer->self_attn->forward(x, x, x, pad, true, {}, false);
+        return add(sum(out), sum(mul(weights, weights)));
+      },
+      {w}));
+}
+
 TEST(NnTransformerEncoder, StateDictNamesAndShapesArePyTorchs) {
   std::ifstream in(fixture_path("transformer/state_dict_keys.txt"));
   ASSERT_TRUE(in.good());
