@@ -3,6 +3,8 @@
 // 15% of positions labelled), printing the same JSON lines. A train step is forward, MLM
 // cross-entropy, backward and an optimizer step (AdamW when kiln::optim has it, else SGD with
 // momentum; the "optimizer" field says which); an eval step is a forward under NoGradGuard.
+// --mlm full computes logits at every position as HF's BertForMaskedLM does; --mlm sparse only at
+// the labelled ones (BertForMaskedLMImpl::masked_lm_loss; pytorch_bert.py has the same option).
 //
 //   OMP_NUM_THREADS=2 build/bench/bench_bert --config base --modes train,eval --batch 8 --seq 128
 #include <algorithm>
@@ -33,7 +35,7 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 struct Flags {
-  std::string config = "base", modes = "train,eval";
+  std::string config = "base", modes = "train,eval", mlm = "full";
   int64_t batch = 8, seq = 128, threads = 2, warmup = 1, steps = 3;
 };
 
@@ -43,6 +45,7 @@ Flags parse(int argc, char** argv) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--config") f.config = v;
     else if (k == "--modes") f.modes = v;
+    else if (k == "--mlm") f.mlm = v;
     else if (k == "--batch") f.batch = std::atoll(v.c_str());
     else if (k == "--seq") f.seq = std::atoll(v.c_str());
     else if (k == "--threads") f.threads = std::atoll(v.c_str());
@@ -52,6 +55,10 @@ Flags parse(int argc, char** argv) {
       std::fprintf(stderr, "bench_bert: unknown flag %s\n", k.c_str());
       std::exit(2);
     }
+  }
+  if (f.mlm != "full" && f.mlm != "sparse") {
+    std::fprintf(stderr, "bench_bert: --mlm must be full or sparse, got %s\n", f.mlm.c_str());
+    std::exit(2);
   }
   if (argc % 2 == 0) {
     std::fprintf(stderr, "bench_bert: flag %s needs a value\n", argv[argc - 1]);
@@ -87,7 +94,8 @@ void bench(const std::string& mode, const Flags& f) {
   auto step = [&] {
     if (mode == "train") {
       opt.zero_grad();
-      Tensor loss = models::BertForMaskedLMImpl::loss(model(ids, mask), labels);
+      Tensor loss = f.mlm == "sparse" ? model->masked_lm_loss(ids, labels, mask)
+                                      : models::BertForMaskedLMImpl::loss(model(ids, mask), labels);
       loss.backward();
       opt.step();
     } else {
@@ -108,10 +116,11 @@ void bench(const std::string& mode, const Flags& f) {
   const double med = sorted.size() % 2 ? sorted[sorted.size() / 2]
                                        : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
   std::printf(
-      "{\"framework\": \"kiln\", \"model\": \"bert-%s\", \"mode\": \"%s\", \"optimizer\": \"%s\", \"batch\": %lld, "
+      "{\"framework\": \"kiln\", \"model\": \"bert-%s\", \"mode\": \"%s\", \"optimizer\": \"%s\", \"mlm\": \"%s\", \"batch\": %lld, "
       "\"seq\": %lld, \"threads\": %d, \"warmup\": %lld, \"steps\": %lld, \"median_step_s\": %.4f, "
       "\"min_step_s\": %.4f, \"samples_per_s\": %.2f, \"peak_bytes\": %lld}\n",
-      f.config.c_str(), mode.c_str(), mode == "train" ? opt_name : "none", static_cast<long long>(f.batch),
+      f.config.c_str(), mode.c_str(), mode == "train" ? opt_name : "none", mode == "train" ? f.mlm.c_str() : "none",
+      static_cast<long long>(f.batch),
       static_cast<long long>(f.seq), get_num_threads(), static_cast<long long>(f.warmup),
       static_cast<long long>(f.steps), med, sorted.front(), static_cast<double>(f.batch) / med,
       static_cast<long long>(memory_stats(Device::cpu()).peak));

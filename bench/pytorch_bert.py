@@ -5,6 +5,8 @@ transformers' BertForMaskedLM (attn_implementation="sdpa"), float32, random weig
 no padding (an all-ones attention mask), 15% of positions labelled; a train step is forward, MLM
 cross-entropy, backward and an optimizer step (AdamW, lr 1e-4, weight decay 0.01; --optimizer sgd
 for SGD with momentum 0.9, what Kiln uses until it has AdamW), an eval step a forward under no_grad.
+--mlm full computes logits at every position (BertForMaskedLM's forward); --mlm sparse runs the
+head only on the labelled positions (model.bert, gather, model.cls), as Kiln's masked_lm_loss does.
 Prints one JSON line per mode, like build/bench/bench_bert.
 
   python3 bench/pytorch_bert.py --config base --modes train,eval --batch 8 --seq 128 --threads 2
@@ -28,7 +30,7 @@ SIZES = {  # num_hidden_layers, hidden_size, num_attention_heads, intermediate_s
 }
 
 
-def setup(config, mode, batch, seq, optimizer):
+def setup(config, mode, batch, seq, optimizer, mlm="full"):
     torch.manual_seed(0)
     layers, hidden, heads, inter = SIZES[config]
     cfg = BertConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
@@ -43,10 +45,19 @@ def setup(config, mode, batch, seq, optimizer):
     else:
         opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
 
+    picked = (labels != -100).flatten().nonzero().squeeze(1)
+
+    def loss_fn():
+        if mlm == "full":
+            return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        hidden = model.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+        logits = model.cls(hidden.flatten(0, 1).index_select(0, picked))
+        return torch.nn.functional.cross_entropy(logits, labels.flatten()[picked])
+
     if mode == "train":
         def step():
             opt.zero_grad(set_to_none=True)
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            loss = loss_fn()
             loss.backward()
             opt.step()
     else:
@@ -57,7 +68,7 @@ def setup(config, mode, batch, seq, optimizer):
 
 
 def bench(a, mode):
-    step = setup(a.config, mode, a.batch, a.seq, a.optimizer)
+    step = setup(a.config, mode, a.batch, a.seq, a.optimizer, a.mlm)
     for _ in range(a.warmup):
         step()
     times = []
@@ -68,13 +79,14 @@ def bench(a, mode):
     med = statistics.median(times)
     return {"framework": "pytorch", "torch": torch.__version__, "transformers": transformers.__version__,
             "model": "bert-" + a.config, "mode": mode, "optimizer": a.optimizer if mode == "train" else "none",
+            "mlm": a.mlm if mode == "train" else "none",
             "batch": a.batch, "seq": a.seq, "threads": torch.get_num_threads(), "warmup": a.warmup,
             "steps": a.steps, "median_step_s": round(med, 4), "min_step_s": round(min(times), 4),
             "samples_per_s": round(a.batch / med, 2), "cpu": platform.processor() or platform.machine()}
 
 
 def profile(a, mode):
-    step = setup(a.config, mode, a.batch, a.seq, a.optimizer)
+    step = setup(a.config, mode, a.batch, a.seq, a.optimizer, a.mlm)
     step()  # warm-up outside the profile
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         step()
@@ -91,6 +103,7 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
+    p.add_argument("--mlm", default="full", choices=["full", "sparse"])
     p.add_argument("--profile", action="store_true", help="print torch.profiler's top ops instead of timing")
     p.add_argument("--top", type=int, default=20)
     a = p.parse_args()

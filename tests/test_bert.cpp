@@ -182,6 +182,24 @@ TEST(BertModels, MaskedLMLossAndGradientsEqualTransformers) {
   }
 }
 
+TEST(BertModels, MaskedLMLossOnLabelledPositionsOnlyIsTheSameLoss) {
+  auto mlm = models::bert_for_masked_lm(fixture_config());
+  mlm->load_state_dict(formula_state_dict(mlm->state_dict()));
+  mlm->eval();
+  Tensor loss = mlm->masked_lm_loss(want("input_ids"), want("labels"), want("attention_mask"), want("token_type_ids"));
+  expect_rel(loss.reshape({1}), want("mlm.loss"), 1e-5, "loss");
+  loss.backward();
+  for (auto& [key, ref] : fx()) {
+    if (!key.starts_with("mlm.grad.")) continue;
+    const std::string name = key.substr(9);
+    Tensor g = param(*mlm, name).grad();
+    if (name == "bert.embeddings.word_embeddings.weight") g = g.narrow(0, 0, ref.size(0));
+    expect_rel(g, ref, 1e-4, name);
+  }
+  expect_error([&] { mlm->masked_lm_loss(want("input_ids"), zeros({2, 15}, kInt64)); },
+               "[BertForMaskedLM::masked_lm_loss] labels must be integer like input_ids [2, 16], got int64 [2, 15]");
+}
+
 TEST(BertModels, SequenceClassificationLogitsEqualTransformers) {
   auto seq = models::bert_for_sequence_classification(fixture_config(), 3);
   seq->load_state_dict(formula_state_dict(seq->state_dict()));

@@ -50,6 +50,24 @@ Tensor BertForMaskedLMImpl::loss(const Tensor& logits, const Tensor& labels) {
   return cross_entropy(logits.reshape({-1, logits.size(2)}), labels.reshape({-1}), {}, Reduction::Mean, -100);
 }
 
+Tensor BertForMaskedLMImpl::masked_lm_loss(const Tensor& input_ids, const Tensor& labels,
+                                           const Tensor& attention_mask, const Tensor& token_type_ids) {
+  KILN_CHECK(labels.defined() && input_ids.defined() && labels.shape() == input_ids.shape() &&
+                 is_integral(labels.dtype(), false),
+             "BertForMaskedLM::masked_lm_loss", "labels must be integer like input_ids ",
+             input_ids.defined() ? input_ids.shape() : Shape{}, ", got ",
+             labels.defined() ? detail::describe(labels) : std::string("an undefined tensor"));
+  Tensor hidden = bert(input_ids, attention_mask, token_type_ids);
+  // The labelled positions, found on the host (labels are small and usually there already).
+  std::vector<int64_t> flat = labels.to_vector<int64_t>(), rows, targets;
+  for (size_t i = 0; i < flat.size(); ++i)
+    if (flat[i] != -100) rows.push_back(static_cast<int64_t>(i)), targets.push_back(flat[i]);
+  Tensor index = tensor(rows, Shape{static_cast<int64_t>(rows.size())}, kInt64).to(hidden.device());
+  Tensor picked = index_select(hidden.reshape({-1, hidden.size(2)}), 0, index);
+  Tensor target = tensor(targets, Shape{static_cast<int64_t>(targets.size())}, kInt64).to(hidden.device());
+  return cross_entropy(cls(picked), target, {}, Reduction::Mean, -100);
+}
+
 BertForSequenceClassificationImpl::BertForSequenceClassificationImpl(const BertConfig& config, int64_t num_labels)
     : num_labels(num_labels) {
   KILN_CHECK(num_labels > 0, "BertForSequenceClassification", "num_labels must be positive, got ", num_labels);

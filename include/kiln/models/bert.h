@@ -206,6 +206,11 @@ class BertForMaskedLMImpl : public nn::Module {
   Tensor forward(const Tensor& input_ids, const Tensor& attention_mask = {}, const Tensor& token_type_ids = {});
   // Mean cross-entropy of logits [B, S, V] against labels [B, S]; label -100 is ignored (HF's MLM loss).
   static Tensor loss(const Tensor& logits, const Tensor& labels);
+  // The same loss without the logits of unlabelled positions: only the labelled hidden states go
+  // through cls (MLM labels ~15% of tokens, so the [., V] decoder matmul and softmax shrink ~7x).
+  // Equal to loss(forward(...), labels) up to float rounding.
+  Tensor masked_lm_loss(const Tensor& input_ids, const Tensor& labels, const Tensor& attention_mask = {},
+                        const Tensor& token_type_ids = {});
 
   BertModel bert{nullptr};
   BertOnlyMLMHead cls{nullptr};
