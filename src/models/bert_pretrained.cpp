@@ -132,7 +132,7 @@ std::vector<std::string> load_hf_state_dict(nn::Module& model, std::map<std::str
   // The tied decoder: its weight is the word embeddings; its bias is cls.predictions.bias.
   if (auto it = state.find("cls.predictions.decoder.weight"); it != state.end()) {
     auto emb = state.find("bert.embeddings.word_embeddings.weight");
-    if (emb != state.end() && own.count("cls.predictions.bias")) {
+    if (emb != state.end() && own.count("cls.predictions.bias") && it->second.defined() && emb->second.defined()) {
       KILN_CHECK(it->second.shape() == emb->second.shape() && !any(ne(it->second, emb->second)).item<bool>(), where,
                  "cls.predictions.decoder.weight differs from bert.embeddings.word_embeddings.weight; Kiln's "
                  "BertForMaskedLM ties them (tie_word_embeddings = false is not supported)");
