@@ -22,3 +22,6 @@ tail -8 "$out/bench_overhead.txt"
 tail -5 "$out/train.log"
 timeout 120 build-gpu/bench/bench_cnn --models resnet50 --modes eval --batch 8 --warmup 1 --steps 1 >"$out/bench_cnn.txt" 2>&1
 tail -3 "$out/bench_cnn.txt"
+# BERT on the device: the MLM job for a few steps, and the transformer bench.
+(cd "$out" && timeout 300 "$OLDPWD/build-gpu/tools/kiln/kiln" train --model bert-mini --device cuda --max-steps 20 --eval-every 10 --checkpoint-dir "$out/ckpt-bert") >"$out/train_bert.log" 2>&1
+tail -5 "$out/train_bert.log"

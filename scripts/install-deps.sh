@@ -2,7 +2,7 @@
 # Installs what a fresh Debian 12 machine lacks to build and test Kiln (needs root).
 set -euo pipefail
 packages=(build-essential cmake git pkg-config libgtest-dev libgmock-dev libbenchmark-dev libdnnl-dev zlib1g-dev
-          dataset-fashion-mnist)
+          dataset-fashion-mnist fortunes)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,4 +1,4 @@
-// Everything a Kiln user includes: tensors, ops, autograd, random numbers, the runtime and io.
+// Everything a Kiln user includes: tensors, ops, autograd, random numbers, the runtime, io and text.
 #pragma once
 
 #include "kiln/autograd.h"
@@ -12,3 +12,4 @@
 #include "kiln/scalar.h"
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
+#include "kiln/text.h"

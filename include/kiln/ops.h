@@ -161,8 +161,10 @@ Tensor masked_softmax(const Tensor& x, const Tensor& mask, int64_t dim);
 // leading dims broadcast. attn_mask is bool (true = attend) or float (added to the scores),
 // broadcastable to [..., L, S]; is_causal masks j > i. scale defaults to 1/sqrt(E). One fused op:
 // the S x S score matrix is never materialised (memory linear in sequence length), and dropout
-// masks come from Philox counters so the backward regenerates them. A query row with every key
-// masked gives zeros.
+// masks come from Philox counters so the backward regenerates them (the same scores dropout() on
+// the softmax would drop, for the same generator state). A query row with every key masked gives
+// zeros. attn_mask gets no gradient; float16/bfloat16 inputs are computed in float32. Unlike
+// PyTorch, attn_mask and is_causal may be given together (both apply).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask = {}, double dropout_p = 0.0,
                                     bool is_causal = false, std::optional<double> scale = std::nullopt);

@@ -26,7 +26,8 @@ namespace kiln::backend {
   X(Arange) X(Uniform) X(Normal) X(RandInt)                                                \
   X(Conv2d) X(Conv2dBackwardInput) X(Conv2dBackwardWeight)                                  \
   X(MaxPool2d) X(MaxPool2dBackward) X(AvgPool2d) X(AvgPool2dBackward)                       \
-  X(BatchNormStats) X(BatchNormApply) X(BatchNormBackward)
+  X(BatchNormStats) X(BatchNormApply) X(BatchNormBackward)                                  \
+  X(Attention) X(AttentionBackward)
 
 enum class Op : uint16_t {
 #define KILN_OP_ENUM(name) name,
@@ -90,6 +91,20 @@ struct PoolAttrs {
 struct BatchNormAttrs {
   double eps = 1e-5;
   bool training = true;
+};
+// Fused attention. q [B..., L, E], k [B..., S, E], v [B..., S, Ev] share the batch dims B...
+// (expanded views are fine) and have unit stride in their last dim; the optional mask is a
+// view expanded to [B..., L, S] (any strides; bool true = attend, or float added to the scores).
+// Forward {q, k, v[, mask]} -> {out [B..., L, Ev], logsumexp [B..., L]} (contiguous);
+// backward {q, k, v, [mask,] out, logsumexp, grad_out} -> {grad_q, grad_k, grad_v} (contiguous,
+// expanded batch). With dropout_p > 0, score (b, i, j) of the flattened batch b is kept when
+// word n % 4 of Philox counter offset + n / 4 is at least the threshold, n = (b L + i) S + j.
+struct AttentionAttrs {
+  double scale = 1.0;
+  double dropout_p = 0.0;
+  uint64_t seed = 0, offset = 0;
+  bool is_causal = false;
+  bool has_mask = false;
 };
 
 }  // namespace kiln::backend

@@ -1,0 +1,94 @@
+// Vocab: reading, checking and atomically writing a vocab.txt.
+#include "kiln/text/vocab.h"
+
+#include "kiln/error.h"
+#include "kiln/io.h"
+#include "text/read_file.h"
+#include "text/unicode.h"
+
+namespace kiln::text {
+
+namespace {
+
+std::string quoted(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s.substr(0, 60)) {
+    if (c < 0x20 || c == 0x7F) {
+      const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + (s.size() > 60 ? "...\"" : "\"");
+}
+
+}  // namespace
+
+Vocab::Vocab(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {
+  ids_.reserve(tokens_.size());
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    if (tokens_[i].empty()) continue;
+    auto [it, inserted] = ids_.emplace(tokens_[i], static_cast<int64_t>(i));
+    KILN_CHECK(inserted, "Vocab", "duplicate token ", quoted(tokens_[i]), " at ids ", it->second, " and ", i);
+  }
+}
+
+Vocab Vocab::from_file(const std::string& path) {
+  const char* where = "Vocab::from_file";
+  std::string data = detail::read_file(path, where, size_t{1} << 30);
+  KILN_CHECK(!data.empty(), where, path, ": is empty");
+  std::vector<std::string> tokens;
+  size_t start = 0;
+  while (start < data.size()) {
+    size_t end = data.find('\n', start);
+    if (end == std::string::npos) end = data.size();
+    std::string_view line(data.data() + start, end - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    size_t line_no = tokens.size() + 1;
+    KILN_CHECK(line.find('\0') == std::string_view::npos, where, path, ":", line_no,
+               ": has a NUL byte (a binary file, not a vocab.txt?)");
+    KILN_CHECK(unicode::is_valid_utf8(line), where, path, ":", line_no, ": is not valid UTF-8: ", quoted(line));
+    tokens.emplace_back(line);
+    start = end + 1;
+  }
+  KILN_CHECK(!tokens.empty(), where, path, ": has no tokens");
+  // Report duplicates with this function's name and the line numbers.
+  std::unordered_map<std::string_view, size_t> first;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i].empty()) continue;
+    auto [it, inserted] = first.emplace(tokens[i], i);
+    KILN_CHECK(inserted, where, path, ": token ", quoted(tokens[i]), " appears twice, on lines ", it->second + 1,
+               " and ", i + 1);
+  }
+  return Vocab(std::move(tokens));
+}
+
+void Vocab::save(const std::string& path) const {
+  io::write_file_atomically(
+      path,
+      [&](io::AtomicFile& f) {
+        std::string data;
+        for (const std::string& t : tokens_) {
+          KILN_CHECK(t.find('\n') == std::string::npos, "Vocab::save", "token ", quoted(t), " contains a newline");
+          data += t;
+          data += '\n';
+        }
+        f.write(data.data(), data.size());
+      },
+      "Vocab::save");
+}
+
+int64_t Vocab::find(std::string_view token) const {
+  auto it = ids_.find(token);
+  return it == ids_.end() ? -1 : it->second;
+}
+
+const std::string& Vocab::token(int64_t id) const {
+  KILN_CHECK(id >= 0 && id < size(), "Vocab::token", "id ", id, " is outside the vocabulary of ", size(), " tokens");
+  return tokens_[static_cast<size_t>(id)];
+}
+
+}  // namespace kiln::text

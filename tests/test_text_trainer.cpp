@@ -1,0 +1,149 @@
+// The WordPiece trainer: specials first, every character present, deterministic, merges
+// that cover the training text; and the corpus reader's formats and errors.
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "kiln/text.h"
+#include "test_util.h"
+#include "text/unicode.h"
+
+namespace kiln::text {
+namespace {
+
+const std::vector<std::string> kCorpus = {
+    "The quick brown fox jumps over the lazy dog.",
+    "A fortune cookie: you will be hungry again in one hour!",
+    "Café crème, naïve résumé; 中文 text and émoji 😀.",
+    "the the the then there these theses thesis",
+    "Hungry hungry hippos: the hungriest of them all.",
+};
+
+TEST(TextTrainer, SpecialsFirstThenAlphabetThenMerges) {
+  Vocab v = train_wordpiece(kCorpus, {.vocab_size = 120});
+  const std::vector<std::string> specials = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+  for (size_t i = 0; i < specials.size(); ++i) EXPECT_EQ(v.token(static_cast<int64_t>(i)), specials[i]);
+  EXPECT_EQ(v.size(), 120);
+  // With room for every merge, training stops when each word is one piece.
+  Vocab full = train_wordpiece(kCorpus, {.vocab_size = 1000});
+  EXPECT_LT(full.size(), 1000);
+  for (std::string w : {"quick", "hungriest", "theses", "fortune"}) EXPECT_TRUE(full.contains(w)) << w;
+  // Every character of the normalised corpus is a token, and so is its "##" form.
+  for (std::string c : {"t", "h", "e", "q", ".", "!", ":", ";", "中", "文", "😀", "c", "a", "f", "n", "i", "v"}) {
+    EXPECT_TRUE(v.contains(c)) << c;
+    EXPECT_TRUE(v.contains("##" + c)) << c;
+  }
+  // Lower-cased with accents stripped (BERT uncased): no capitals, no "é".
+  EXPECT_FALSE(v.contains("T"));
+  EXPECT_FALSE(v.contains("é"));
+  // The most frequent pairs were merged: "the" occurs 9 times.
+  EXPECT_TRUE(v.contains("th"));
+  EXPECT_TRUE(v.contains("the"));
+  // Merged pieces come after the alphabet.
+  EXPECT_GT(v.find("the"), v.find("##😀"));
+}
+
+TEST(TextTrainer, DeterministicAndCoversItsTrainingText) {
+  std::vector<std::string> corpus = read_corpus(std::string(KILN_SOURCE_DIR) + "/README.md");
+  WordPieceTrainerOptions opts{.vocab_size = 600, .min_frequency = 2};
+  Vocab a = train_wordpiece(corpus, opts);
+  Vocab b = train_wordpiece(corpus, opts);
+  EXPECT_EQ(a.tokens(), b.tokens());
+  BertTokenizer tok(a);
+  int64_t pieces = 0, words = 0;
+  for (const std::string& doc : corpus) {
+    std::vector<int64_t> ids = tok.encode(doc, false);
+    for (int64_t id : ids) EXPECT_NE(id, tok.unk_token_id()) << doc.substr(0, 80);
+    pieces += static_cast<int64_t>(ids.size());
+    words += static_cast<int64_t>(tok.tokenize(doc).size());
+  }
+  EXPECT_GT(pieces, 0);
+  // Merges make whole words: far fewer pieces than characters.
+  std::string all;
+  for (const auto& d : corpus) all += d;
+  EXPECT_LT(pieces * 2, static_cast<int64_t>(all.size()));
+  // Cased training keeps capitals.
+  Vocab cased = train_wordpiece(corpus, {.vocab_size = 300, .do_lower_case = false});
+  EXPECT_TRUE(cased.contains("K"));
+}
+
+TEST(TextTrainer, MinFrequencyAndLimitsAndErrors) {
+  // With min_frequency above every pair count, only specials and the alphabet remain.
+  Vocab v = train_wordpiece({"abc abd"}, {.vocab_size = 100, .min_frequency = 3});
+  // specials + {a, b, c, d} + {##a, ##b, ##c, ##d}
+  EXPECT_EQ(v.size(), 5 + 4 + 4);
+  Vocab merged = train_wordpiece({"abc abd"}, {.vocab_size = 100, .min_frequency = 2});
+  EXPECT_EQ(merged.size(), 5 + 8 + 1);
+  EXPECT_EQ(merged.token(13), "ab");
+  // The alphabet is kept whole even past vocab_size.
+  EXPECT_EQ(train_wordpiece({"abc abd"}, {.vocab_size = 6}).size(), 13);
+  Vocab limited = train_wordpiece({"aaaa bbb cc d"}, {.vocab_size = 100, .limit_alphabet = 2});
+  EXPECT_TRUE(limited.contains("a"));
+  EXPECT_FALSE(limited.contains("d"));
+  test::expect_error([] { train_wordpiece({"", "  \t", "\x01"}); }, "[train_wordpiece] the corpus (3 texts) has no words");
+  test::expect_error([] { train_wordpiece({"a"}, {.vocab_size = 0}); }, "vocab_size must be positive");
+  test::expect_error([] { train_wordpiece({"a"}, {.special_tokens = {"[PAD]", "[PAD]"}}); }, "listed twice");
+}
+
+class TextCorpus : public ::testing::Test {
+ protected:
+  std::string dir_ = ::testing::TempDir() + "kiln_text_corpus_" + std::to_string(::getpid());
+  void SetUp() override { std::filesystem::create_directories(dir_); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& data) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path, std::ios::binary) << data;
+    return path;
+  }
+};
+
+TEST_F(TextCorpus, FormatsFortuneBlankLinesAndOnePerLine) {
+  EXPECT_EQ(read_corpus(write("f", "one\nline two\n%\n\nthree\n%\n%\nfour\n")),
+            (std::vector<std::string>{"one\nline two", "three", "four"}));
+  EXPECT_EQ(read_corpus(write("b.txt", "para one\nstill one\n\n\n  para two  \r\n\nthree")),
+            (std::vector<std::string>{"para one\nstill one", "para two", "three"}));
+  EXPECT_EQ(read_corpus(write("l.txt", "a\r\nb\nc")), (std::vector<std::string>{"a", "b", "c"}));
+  // A few invalid bytes in text read as U+FFFD.
+  EXPECT_EQ(read_corpus(write("x.txt", "caf\xe9 is fine in a long enough line of text: one bad byte in more than a hundred bytes is still text.")).size(), 1u);
+}
+
+TEST_F(TextCorpus, DirectorySkipsIndicesLinksAndHiddenFiles) {
+  std::filesystem::create_directories(dir_ + "/d/sub");
+  std::string d = dir_ + "/d/";
+  std::ofstream(d + "b") << "bee\n%\nbee two\n";
+  std::ofstream(d + "a") << "ay\n%\n";
+  std::ofstream(d + "a.dat", std::ios::binary) << std::string("\0\0\0\x02\x01\xff", 6);  // strfile index
+  std::ofstream(d + ".hidden") << "no\n";
+  std::ofstream(d + "sub/c") << "not read: subdirectories are skipped\n";
+  std::filesystem::create_symlink("a", d + "a.u8");
+  std::filesystem::create_symlink("zz", d + "dangling");
+  EXPECT_EQ(read_corpus(d), (std::vector<std::string>{"ay", "bee", "bee two"}));
+  // A binary file that is not an index is an error naming it.
+  std::ofstream(d + "blob.bin", std::ios::binary) << std::string("ab\0cd", 5);
+  test::expect_error([&] { read_corpus(d); }, "blob.bin: has a NUL byte at offset 2");
+}
+
+TEST_F(TextCorpus, ErrorsForMissingEmptyAndBinary) {
+  test::expect_error([&] { read_corpus(dir_ + "/nope"); }, "[read_corpus] " + dir_ + "/nope: does not exist");
+  test::expect_error([&] { read_corpus(write("empty.txt", "")); }, "has no documents (an empty corpus)");
+  test::expect_error([&] { read_corpus(write("ws.txt", "\n\n  \n%\n")); }, "has no documents");
+  std::filesystem::create_directories(dir_ + "/emptydir");
+  test::expect_error([&] { read_corpus(dir_ + "/emptydir"); }, "has no documents");
+  std::string junk;
+  for (int i = 0; i < 1000; ++i) junk.push_back(static_cast<char>(0x80 + (i * 37) % 120));
+  test::expect_error([&] { read_corpus(write("junk.txt", junk)); }, "invalid UTF-8 sequences in 1000 bytes");
+  test::expect_error([&] { read_corpus(write("nul.txt", std::string("text\0", 5))); }, "NUL byte at offset 4");
+}
+
+TEST(TextCorpusFortunes, ReadsEachFileOnce) {
+  std::string path = default_corpus_path();
+  if (path.empty()) GTEST_SKIP() << "Debian's fortunes package is not installed";
+  std::vector<std::string> docs = read_corpus(path);
+  EXPECT_GT(docs.size(), 1000u);
+  std::set<std::string> unique(docs.begin(), docs.end());
+  // Without the .u8 links being skipped every document would appear twice.
+  EXPECT_GT(unique.size() * 10, docs.size() * 9);
+}
+
+}  // namespace
+}  // namespace kiln::text
