@@ -26,7 +26,8 @@ namespace kiln::backend {
   X(Arange) X(Uniform) X(Normal) X(RandInt)                                                \
   X(Conv2d) X(Conv2dBackwardInput) X(Conv2dBackwardWeight)                                  \
   X(MaxPool2d) X(MaxPool2dBackward) X(AvgPool2d) X(AvgPool2dBackward)                       \
-  X(BatchNormStats) X(BatchNormApply) X(BatchNormBackward)
+  X(BatchNormStats) X(BatchNormApply) X(BatchNormBackward)                                 \
+  X(AdamStep) X(SgdStep)
 
 enum class Op : uint16_t {
 #define KILN_OP_ENUM(name) name,
@@ -90,6 +91,25 @@ struct PoolAttrs {
 struct BatchNormAttrs {
   double eps = 1e-5;
   bool training = true;
+};
+// Fused optimizer steps over a whole param group: n parameters, each with its state tensors laid
+// out like it (dense, same strides; src/optim/fused_step.cpp checks), all updated in place.
+// Adam/AdamW: inputs {grad x n} -> outputs {param x n, exp_avg x n, exp_avg_sq x n
+// [, max_exp_avg_sq x n when amsgrad]}. Each parameter has its own step count, so the
+// bias-corrected factors come per tensor (computed in double, as torch.optim.Adam does).
+struct AdamStepAttrs {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  bool amsgrad = false;
+  bool decoupled = false;                     // AdamW: p *= 1 - lr * wd instead of g += wd * p
+  std::span<const double> step_size;          // per tensor: lr / (1 - beta1^step)
+  std::span<const double> bias_correction2_sqrt;  // per tensor: sqrt(1 - beta2^step)
+};
+// SGD: inputs {grad x n} -> outputs {param x n [, momentum_buffer x n when momentum != 0]}.
+// A fresh buffer (first step of its parameter) is only written: buf = grad + wd * p.
+struct SgdStepAttrs {
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+  std::span<const uint8_t> fresh_buffer;  // per tensor, when momentum != 0
 };
 
 }  // namespace kiln::backend

@@ -1,4 +1,4 @@
-// ReLU and Dropout modules: forward and printing.
+// ReLU, GELU and Dropout modules: forward and printing.
 #include "kiln/nn/activation.h"
 
 #include "kiln/ops.h"
@@ -8,6 +8,15 @@ namespace kiln::nn {
 Tensor ReLUImpl::forward(const Tensor& x) { return kiln::relu(x); }
 
 void ReLUImpl::pretty_print(std::ostream& os) const { os << (inplace ? "ReLU(inplace=True)" : "ReLU()"); }
+
+GELUImpl::GELUImpl(GELUOptions options) : options(std::move(options)) {
+  KILN_CHECK(this->options.approximate == "none" || this->options.approximate == "tanh", "GELU",
+             "approximate must be \"none\" or \"tanh\", got \"", this->options.approximate, "\"");
+}
+
+Tensor GELUImpl::forward(const Tensor& x) { return kiln::gelu(x, options.approximate); }
+
+void GELUImpl::pretty_print(std::ostream& os) const { os << "GELU(approximate='" << options.approximate << "')"; }
 
 DropoutImpl::DropoutImpl(double p) : p(p) {
   KILN_CHECK(p >= 0.0 && p <= 1.0, "Dropout", "probability must be in [0, 1], got ", p);

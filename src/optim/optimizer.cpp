@@ -2,6 +2,7 @@
 #include "kiln/optim/optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -62,8 +63,10 @@ double OptimizerParamGroup::get(const std::string& name) const {
   return it->second.to_double();
 }
 
-Optimizer::Optimizer(std::string name, std::map<std::string, Scalar> defaults, std::vector<std::string> state_names)
-    : name_(std::move(name)), defaults_(std::move(defaults)), state_names_(std::move(state_names)) {}
+Optimizer::Optimizer(std::string name, std::map<std::string, Scalar> defaults, std::vector<std::string> state_names,
+                     std::vector<std::string> counter_names)
+    : name_(std::move(name)), defaults_(std::move(defaults)), state_names_(std::move(state_names)),
+      counter_names_(std::move(counter_names)) {}
 
 void Optimizer::add_param_group(OptimizerParamGroup group) {
   const std::string where = name_ + "::add_param_group";
@@ -141,6 +144,7 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& sd) {
   const char* where = where_s.c_str();
   const std::vector<Tensor> params = parameters();
   const std::set<std::string> state_names(state_names_.begin(), state_names_.end());
+  const std::set<std::string> counter_names(counter_names_.begin(), counter_names_.end());
 
   std::vector<std::map<std::string, Scalar>> options(groups_.size());
   std::vector<bool> has_params(groups_.size(), false);
@@ -171,9 +175,18 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& sd) {
       const auto& [i, name] = *sk;
       KILN_CHECK(i < params.size(), where, "'", key, "' is for parameter ", i, " but the optimizer has ",
                  params.size(), " parameters");
+      const Tensor& p = params[i];
+      if (counter_names.count(name)) {
+        KILN_CHECK(t.dim() == 0 && t.dtype() == kFloat32, where, "'", key, "' must be a 0-d float32 tensor, got ",
+                   t.dtype(), " of shape ", t.shape());
+        const float v = t.to(Device::cpu()).item<float>();
+        KILN_CHECK(std::isfinite(v) && v >= 0 && v == std::floor(v), where, "'", key,
+                   "' must hold a whole number of steps, got ", v);
+        state[p.impl()][name] = t;
+        continue;
+      }
       KILN_CHECK(state_names.count(name), where, "unexpected key '", key, "' (", name_,
                  " keeps no state named '", name, "')");
-      const Tensor& p = params[i];
       KILN_CHECK(t.shape() == p.shape(), where, "'", key, "' has shape ", t.shape(), " but parameter ", i,
                  " has shape ", p.shape());
       KILN_CHECK(t.dtype() == p.dtype(), where, "'", key, "' has dtype ", t.dtype(), " but parameter ", i,
@@ -195,7 +208,7 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& sd) {
   NoGradGuard no_grad;
   for (auto& [impl, named] : state)
     for (auto& [name, t] : named) {
-      const Device device = impl->storage->device;
+      const Device device = counter_names.count(name) ? Device::cpu() : impl->storage->device;
       t = t.device() == device ? t.clone() : t.to(device);
     }
   state_ = std::move(state);

@@ -1,8 +1,9 @@
-// SGD: torch.optim.SGD's update written with in-place ops, in as few memory passes as ops allow.
+// SGD: options and state; the update is one fused kernel per param group (optim/fused_step.h).
 #include "kiln/optim/sgd.h"
 
 #include "kiln/autograd.h"
 #include "kiln/ops.h"
+#include "optim/fused_step.h"
 
 namespace kiln::optim {
 namespace {
@@ -16,45 +17,6 @@ SGDOptions from_map(const std::map<std::string, Scalar>& m) {
   return {.lr = m.at("lr").to_double(), .momentum = m.at("momentum").to_double(),
           .dampening = m.at("dampening").to_double(), .weight_decay = m.at("weight_decay").to_double(),
           .nesterov = m.at("nesterov").to<bool>()};
-}
-
-// One parameter's update. `d` is the direction; `own` says whether d is a temporary of ours
-// that may be changed in place (never p.grad(), never the momentum buffer).
-void update(Tensor& p, const Tensor& grad, const SGDOptions& o, std::map<std::string, Tensor>& state) {
-  Tensor d = grad;
-  bool own = false;
-  if (o.weight_decay != 0) {
-    d = p * o.weight_decay;
-    d.add_(grad);
-    own = true;
-  }
-  if (o.momentum != 0) {
-    auto it = state.find("momentum_buffer");
-    Tensor buf;
-    if (it == state.end()) {
-      buf = own ? d : d.clone();  // first step: the buffer is the gradient itself
-      state["momentum_buffer"] = buf;
-      own = false;                // d and buf are one tensor now
-    } else {
-      buf = it->second;
-      buf.mul_(o.momentum);
-      if (o.dampening != 0) buf.add_(own ? d.mul_(1 - o.dampening) : d * (1 - o.dampening));
-      else buf.add_(d);
-      // after dampening d no longer holds the gradient; only Nesterov reads it again, and
-      // Nesterov requires dampening == 0
-    }
-    if (o.nesterov) {
-      Tensor u = buf * o.momentum;
-      u.add_(d);
-      d = u;
-      own = true;
-    } else {
-      d = buf;
-      own = false;
-    }
-  }
-  if (own) p.sub_(d.mul_(o.lr));
-  else p.sub_(d * o.lr);
 }
 
 }  // namespace
@@ -96,12 +58,31 @@ Tensor SGD::step(LossClosure closure) {
     loss = closure();
   }
   NoGradGuard no_grad;
+  const std::string where = name() + "::step";
   for (auto& group : param_groups()) {
     const SGDOptions o = from_map(group.options());
-    for (Tensor& p : group.params()) {
-      Tensor grad = p.grad();
-      if (!grad.defined()) continue;
-      update(p, grad, o, mutable_state(p));
+    for (const auto& bucket : detail::bucket_params(group.params())) {
+      std::vector<Tensor> params, grads, bufs;
+      std::vector<uint8_t> fresh;
+      for (size_t i : bucket.index) params.push_back(group.params()[i]);
+      detail::check_step_params(params, where.c_str());  // before any buffer is created
+      for (const Tensor& p : params) {
+        grads.push_back(detail::like_param(p.grad(), p));
+        if (o.momentum == 0) continue;
+        Tensor& buf = mutable_state(p)["momentum_buffer"];
+        // First step: the buffer is a copy of the (decayed) gradient, written by the kernel.
+        fresh.push_back(buf.defined() ? 0 : 1);
+        buf = buf.defined() ? detail::like_param(buf, p) : empty_like(p);
+        bufs.push_back(buf);
+      }
+      backend::SgdStepAttrs attrs;
+      attrs.lr = o.lr;
+      attrs.momentum = o.momentum;
+      attrs.dampening = o.dampening;
+      attrs.weight_decay = o.weight_decay;
+      attrs.nesterov = o.nesterov;
+      attrs.fresh_buffer = fresh;
+      detail::sgd_step(params, grads, bufs, attrs, where.c_str());
     }
   }
   return loss;

@@ -1,5 +1,7 @@
-// ReLU and Dropout modules (torch::nn::ReLU, torch::nn::Dropout).
+// ReLU, GELU and Dropout modules (torch::nn::ReLU, GELU, Dropout).
 #pragma once
+
+#include <string>
 
 #include "kiln/nn/pimpl.h"
 
@@ -15,6 +17,25 @@ class ReLUImpl : public Module {
   bool inplace;
 };
 KILN_MODULE(ReLU);
+
+struct GELUOptions {
+  std::string approximate = "none";  // "none" (the erf form) or "tanh"
+};
+
+class GELUImpl : public Module {
+ public:
+  explicit GELUImpl(GELUOptions options = {});
+  Tensor forward(const Tensor& x);
+  void pretty_print(std::ostream& os) const override;
+
+  GELUOptions options;
+};
+
+class GELU : public ModuleHolder<GELUImpl> {
+ public:
+  using ModuleHolder<GELUImpl>::ModuleHolder;
+  GELU(GELUOptions options) : ModuleHolder(std::make_shared<GELUImpl>(std::move(options))) {}
+};
 
 // Zeroes elements with probability p in training mode; the identity in eval mode.
 class DropoutImpl : public Module {

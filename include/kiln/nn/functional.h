@@ -1,6 +1,9 @@
 // kiln::nn::functional (torch.nn.functional): the nn ops with options as designated initialisers.
 #pragma once
 
+#include <optional>
+#include <string>
+
 #include "kiln/nn/expanding_array.h"
 #include "kiln/ops.h"
 
@@ -76,6 +79,50 @@ inline Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = 
 }
 
 inline Tensor relu(const Tensor& x) { return kiln::relu(x); }
+
+struct GELUFuncOptions {
+  std::string approximate = "none";  // or "tanh"
+};
+inline Tensor gelu(const Tensor& x, const GELUFuncOptions& o = {}) { return kiln::gelu(x, o.approximate); }
+
+// libtorch's F::embedding(input, weight, options): a negative padding_idx counts from the end.
+struct EmbeddingFuncOptions {
+  std::optional<int64_t> padding_idx = std::nullopt;
+};
+inline Tensor embedding(const Tensor& input, const Tensor& weight, const EmbeddingFuncOptions& o = {}) {
+  int64_t pad = -1;
+  if (o.padding_idx) {
+    KILN_CHECK(weight.defined() && weight.dim() == 2, "embedding", "weight must be 2-D, got shape ",
+               weight.defined() ? weight.shape() : Shape{});
+    const int64_t n = weight.size(0);
+    KILN_CHECK(*o.padding_idx < n && *o.padding_idx >= -n, "embedding", "padding_idx must be within num_embeddings ",
+               n, ", got ", *o.padding_idx);
+    pad = *o.padding_idx < 0 ? *o.padding_idx + n : *o.padding_idx;
+  }
+  return kiln::embedding(weight, input, pad);
+}
+
+struct LayerNormFuncOptions {
+  Shape normalized_shape;
+  Tensor weight;
+  Tensor bias;
+  double eps = 1e-5;
+};
+inline Tensor layer_norm(const Tensor& x, const LayerNormFuncOptions& o) {
+  return kiln::layer_norm(x, o.normalized_shape, o.weight, o.bias, o.eps);
+}
+
+// bool attn_mask: true = attend (PyTorch's convention for this function); float: added to the scores.
+struct ScaledDotProductAttentionFuncOptions {
+  Tensor attn_mask;
+  double dropout_p = 0.0;
+  bool is_causal = false;
+  std::optional<double> scale = std::nullopt;
+};
+inline Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                           const ScaledDotProductAttentionFuncOptions& o = {}) {
+  return kiln::scaled_dot_product_attention(query, key, value, o.attn_mask, o.dropout_p, o.is_causal, o.scale);
+}
 inline Tensor softmax(const Tensor& x, int64_t dim) { return kiln::softmax(x, dim); }
 inline Tensor log_softmax(const Tensor& x, int64_t dim) { return kiln::log_softmax(x, dim); }
 

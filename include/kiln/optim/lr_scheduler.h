@@ -1,7 +1,10 @@
 // Learning-rate schedulers (torch.optim.lr_scheduler): StepLR, MultiStepLR, LinearLR,
-// CosineAnnealingLR, OneCycleLR and SequentialLR, with PyTorch's formulas step for step.
+// CosineAnnealingLR, OneCycleLR, SequentialLR and LambdaLR, with PyTorch's formulas step for
+// step; and Hugging Face's warm-up schedules (linear/cosine_schedule_with_warmup).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -201,5 +204,31 @@ class SequentialLR : public LRScheduler {
   std::vector<std::shared_ptr<LRScheduler>> schedulers_;
   std::vector<int64_t> milestones_;
 };
+
+// lr = base_lr * lr_lambda(epoch): one function for every param group, or one per group.
+// The functions are not part of state_dict() (PyTorch saves only callable objects' state):
+// give the same ones when resuming.
+class LambdaLR : public LRScheduler {
+ public:
+  using LrLambda = std::function<double(int64_t)>;
+  LambdaLR(Optimizer& optimizer, LrLambda lr_lambda);
+  LambdaLR(Optimizer& optimizer, std::vector<LrLambda> lr_lambdas);
+
+ protected:
+  std::vector<double> get_lr() override;
+
+ private:
+  std::vector<LrLambda> lr_lambdas_;
+};
+
+// Hugging Face transformers' get_linear_schedule_with_warmup: the factor rises linearly from 0
+// to 1 over num_warmup_steps, then falls linearly to 0 at num_training_steps (and stays 0).
+std::unique_ptr<LambdaLR> linear_schedule_with_warmup(Optimizer& optimizer, int64_t num_warmup_steps,
+                                                      int64_t num_training_steps);
+// get_cosine_schedule_with_warmup: linear warm-up, then 0.5 * (1 + cos(pi * 2 num_cycles *
+// progress)) with progress going 0 -> 1 from the end of warm-up to num_training_steps (the
+// default 0.5 cycles is a half cosine from 1 to 0), never below 0.
+std::unique_ptr<LambdaLR> cosine_schedule_with_warmup(Optimizer& optimizer, int64_t num_warmup_steps,
+                                                      int64_t num_training_steps, double num_cycles = 0.5);
 
 }  // namespace kiln::optim

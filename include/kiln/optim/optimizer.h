@@ -72,13 +72,15 @@ class Optimizer {
   // Restores a state_dict() of an optimizer of the same kind over parameters of the same
   // shapes and dtypes. Checks everything first and names what is missing, unexpected or
   // mismatched ("[SGD::load_state_dict] ..."); on error nothing changes. State tensors are
-  // copied to each parameter's device.
+  // copied to each parameter's device (counters such as "step" stay on the CPU).
   void load_state_dict(const std::map<std::string, Tensor>& state_dict);
 
  protected:
   // name: "SGD"; defaults: every option with its kind (float, int or bool); state_names: the
-  // per-parameter state tensors, each shaped like its parameter.
-  Optimizer(std::string name, std::map<std::string, Scalar> defaults, std::vector<std::string> state_names);
+  // per-parameter state tensors, each shaped like its parameter; counter_names: per-parameter
+  // 0-d float32 CPU counters (Adam's "step", a float tensor as in PyTorch).
+  Optimizer(std::string name, std::map<std::string, Scalar> defaults, std::vector<std::string> state_names,
+            std::vector<std::string> counter_names = {});
   // Checks one group's complete options; `where` names the caller for the message.
   virtual void check_options(const std::map<std::string, Scalar>& /*options*/, const std::string& /*where*/) const {}
   // The parameter's state, created empty on first use.
@@ -88,6 +90,7 @@ class Optimizer {
   std::string name_;
   std::map<std::string, Scalar> defaults_;
   std::vector<std::string> state_names_;
+  std::vector<std::string> counter_names_;
   std::vector<OptimizerParamGroup> groups_;
   // Keyed by the parameter's TensorImpl, which its group keeps alive.
   std::unordered_map<const TensorImpl*, std::map<std::string, Tensor>> state_;

@@ -20,6 +20,7 @@ struct SGDOptions {
 //   buf = g (first step) or momentum * buf + (1 - dampening) * g;  g = nesterov ? g + momentum * buf : buf
 //   p = p - lr * g
 // Parameters without a gradient are skipped. State: "momentum_buffer" when momentum != 0.
+// Each param group (per device and dtype) is one fused kernel: one pass over its elements.
 class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, SGDOptions defaults);

@@ -1,0 +1,133 @@
+// Kiln side of the CPU BERT benchmark (issue 4, Speed): BertForMaskedLM train and eval steps,
+// the same workload as bench/pytorch_bert.py (float32, random weights and token ids, no padding,
+// 15% of positions labelled), printing the same JSON lines. A train step is forward, MLM
+// cross-entropy, backward and an optimizer step (AdamW when kiln::optim has it, else SGD with
+// momentum; the "optimizer" field says which); an eval step is a forward under NoGradGuard.
+//
+//   OMP_NUM_THREADS=2 build/bench/bench_bert --config base --modes train,eval --batch 8 --seq 128
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "kiln/models.h"
+#include "kiln/optim.h"
+
+#if __has_include("kiln/optim/adamw.h") || __has_include("kiln/optim/adam.h")
+#define KILN_BENCH_ADAMW 1
+#endif
+
+namespace {
+
+using namespace kiln;
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
+  return out;
+}
+
+struct Flags {
+  std::string config = "base", modes = "train,eval";
+  int64_t batch = 8, seq = 128, threads = 2, warmup = 1, steps = 3;
+};
+
+Flags parse(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--config") f.config = v;
+    else if (k == "--modes") f.modes = v;
+    else if (k == "--batch") f.batch = std::atoll(v.c_str());
+    else if (k == "--seq") f.seq = std::atoll(v.c_str());
+    else if (k == "--threads") f.threads = std::atoll(v.c_str());
+    else if (k == "--warmup") f.warmup = std::atoll(v.c_str());
+    else if (k == "--steps") f.steps = std::atoll(v.c_str());
+    else {
+      std::fprintf(stderr, "bench_bert: unknown flag %s\n", k.c_str());
+      std::exit(2);
+    }
+  }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "bench_bert: flag %s needs a value\n", argv[argc - 1]);
+    std::exit(2);
+  }
+  return f;
+}
+
+models::BertConfig config_named(const std::string& name) {
+  if (name == "tiny") return models::BertConfig::tiny();
+  if (name == "mini") return models::BertConfig::mini();
+  if (name == "small") return models::BertConfig::small();
+  if (name == "base") return models::BertConfig::base();
+  KILN_FAIL("bench_bert", "unknown --config \"", name, "\" (tiny, mini, small, base)");
+}
+
+void bench(const std::string& mode, const Flags& f) {
+  manual_seed(0);
+  const models::BertConfig cfg = config_named(f.config);
+  auto model = models::bert_for_masked_lm(cfg);
+  model->train(mode == "train");
+  Tensor ids = randint(0, cfg.vocab_size, {f.batch, f.seq});
+  Tensor mask = ones({f.batch, f.seq}, kInt64);
+  // HF's MLM recipe labels 15% of the positions; the rest are ignored (-100).
+  Tensor labels = where(lt(rand({f.batch, f.seq}), 0.15), ids, full({f.batch, f.seq}, -100, kInt64));
+#ifdef KILN_BENCH_ADAMW
+  const char* opt_name = "adamw";
+  optim::AdamW opt(model->parameters(), {.lr = 1e-4, .weight_decay = 0.01});
+#else
+  const char* opt_name = "sgd";
+  optim::SGD opt(model->parameters(), {.lr = 1e-4, .momentum = 0.9});
+#endif
+  auto step = [&] {
+    if (mode == "train") {
+      opt.zero_grad();
+      Tensor loss = models::BertForMaskedLMImpl::loss(model(ids, mask), labels);
+      loss.backward();
+      opt.step();
+    } else {
+      NoGradGuard ng;
+      model(ids, mask);
+    }
+  };
+  for (int64_t i = 0; i < f.warmup; ++i) step();
+  reset_peak_memory_stats(Device::cpu());
+  std::vector<double> times;
+  for (int64_t i = 0; i < f.steps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    step();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  const double med = sorted.size() % 2 ? sorted[sorted.size() / 2]
+                                       : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
+  std::printf(
+      "{\"framework\": \"kiln\", \"model\": \"bert-%s\", \"mode\": \"%s\", \"optimizer\": \"%s\", \"batch\": %lld, "
+      "\"seq\": %lld, \"threads\": %d, \"warmup\": %lld, \"steps\": %lld, \"median_step_s\": %.4f, "
+      "\"min_step_s\": %.4f, \"samples_per_s\": %.2f, \"peak_bytes\": %lld}\n",
+      f.config.c_str(), mode.c_str(), mode == "train" ? opt_name : "none", static_cast<long long>(f.batch),
+      static_cast<long long>(f.seq), get_num_threads(), static_cast<long long>(f.warmup),
+      static_cast<long long>(f.steps), med, sorted.front(), static_cast<double>(f.batch) / med,
+      static_cast<long long>(memory_stats(Device::cpu()).peak));
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f = parse(argc, argv);
+  set_num_threads(static_cast<int>(f.threads));
+  try {
+    for (const auto& mode : split(f.modes)) bench(mode, f);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench_bert: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

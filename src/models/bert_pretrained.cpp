@@ -1,0 +1,186 @@
+// Reading Hugging Face's BERT files: config.json into BertConfig, and a state dict (with the
+// renames old and new checkpoints need) into a Kiln BERT.
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string_view>
+
+#include "io/json.h"
+#include "io/mapped_file.h"
+#include "kiln/io.h"
+#include "kiln/models/bert.h"
+#include "models/bert_util.h"
+
+namespace kiln::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+// `dir_or_file`, or `dir_or_file/name` when it is a directory.
+std::string file_in(const std::string& dir_or_file, const char* name) {
+  std::error_code ec;
+  return fs::is_directory(dir_or_file, ec) ? (fs::path(dir_or_file) / name).string() : dir_or_file;
+}
+
+void set_int(const io::json::Value& v, const std::string& path, const std::string& key, int64_t& out) {
+  KILN_CHECK(v.kind == io::json::Value::Kind::Number && v.is_integer, "BertConfig::from_pretrained", path, ": \"",
+             key, "\" must be an integer, got ", v.describe());
+  out = v.integer;
+}
+
+void set_double(const io::json::Value& v, const std::string& path, const std::string& key, double& out) {
+  KILN_CHECK(v.kind == io::json::Value::Kind::Number, "BertConfig::from_pretrained", path, ": \"", key,
+             "\" must be a number, got ", v.describe());
+  out = std::strtod(v.text.c_str(), nullptr);
+}
+
+bool starts_with_any(const std::string& key, std::initializer_list<std::string_view> prefixes) {
+  for (auto p : prefixes)
+    if (key.starts_with(p)) return true;
+  return false;
+}
+
+}  // namespace
+
+BertConfig BertConfig::from_pretrained(const std::string& dir_or_file) {
+  const char* where = "BertConfig::from_pretrained";
+  const std::string path = file_in(dir_or_file, "config.json");
+  io::MappedFile file(path, where);
+  KILN_CHECK(file.size() <= (1u << 20), where, path, ": ", file.size(), " bytes is too large for a config.json");
+  std::string_view text(reinterpret_cast<const char*>(file.data()), file.size());
+  io::json::Value root = io::json::parse(text, where, path + ": ");
+  KILN_CHECK(root.kind == io::json::Value::Kind::Object, where, path, ": expected a JSON object, got ",
+             root.describe());
+  BertConfig c;
+  for (const auto& [key, v] : root.members) {
+    if (key == "model_type") {
+      KILN_CHECK(v.kind == io::json::Value::Kind::String && v.text == "bert", where, path,
+                 ": model_type must be \"bert\", got ", v.describe());
+    } else if (key == "vocab_size") {
+      set_int(v, path, key, c.vocab_size);
+    } else if (key == "hidden_size") {
+      set_int(v, path, key, c.hidden_size);
+    } else if (key == "num_hidden_layers") {
+      set_int(v, path, key, c.num_hidden_layers);
+    } else if (key == "num_attention_heads") {
+      set_int(v, path, key, c.num_attention_heads);
+    } else if (key == "intermediate_size") {
+      set_int(v, path, key, c.intermediate_size);
+    } else if (key == "hidden_act") {
+      KILN_CHECK(v.kind == io::json::Value::Kind::String, where, path, ": \"hidden_act\" must be a string, got ",
+                 v.describe());
+      c.hidden_act = v.text;
+    } else if (key == "max_position_embeddings") {
+      set_int(v, path, key, c.max_position_embeddings);
+    } else if (key == "type_vocab_size") {
+      set_int(v, path, key, c.type_vocab_size);
+    } else if (key == "layer_norm_eps") {
+      set_double(v, path, key, c.layer_norm_eps);
+    } else if (key == "hidden_dropout_prob") {
+      set_double(v, path, key, c.hidden_dropout_prob);
+    } else if (key == "attention_probs_dropout_prob") {
+      set_double(v, path, key, c.attention_probs_dropout_prob);
+    } else if (key == "initializer_range") {
+      set_double(v, path, key, c.initializer_range);
+    } else if (key == "pad_token_id") {
+      if (v.kind == io::json::Value::Kind::Null) {
+        c.pad_token_id.reset();
+      } else {
+        int64_t id = 0;
+        set_int(v, path, key, id);
+        c.pad_token_id = id;
+      }
+    }
+  }
+  c.validate();
+  return c;
+}
+
+std::vector<std::string> load_hf_state_dict(nn::Module& model, std::map<std::string, Tensor> state) {
+  const char* where = "load_hf_state_dict";
+  const auto own = model.state_dict();
+  bool headed = false;  // the model's names start with "bert." (it has a head)
+  for (const auto& [k, t] : own) headed = headed || k.starts_with("bert.");
+
+  // TensorFlow-era LayerNorm names.
+  std::map<std::string, Tensor> renamed;
+  for (auto& [k, t] : state) {
+    std::string key = k;
+    if (key.ends_with(".gamma")) key = key.substr(0, key.size() - 6) + ".weight";
+    else if (key.ends_with(".beta")) key = key.substr(0, key.size() - 5) + ".bias";
+    KILN_CHECK(renamed.emplace(key, t).second, where, "both \"", key, "\" and its old name \"", k, "\" are present");
+  }
+  state = std::move(renamed);
+
+  // A base-model file into a headed model, or a headed file into a base model.
+  bool file_headed = false, file_base = false;
+  for (const auto& [k, t] : state) {
+    file_headed = file_headed || k.starts_with("bert.");
+    file_base = file_base || k.starts_with("embeddings.");
+  }
+  if (headed != file_headed && (file_headed || file_base)) {
+    std::map<std::string, Tensor> moved;
+    for (auto& [k, t] : state) {
+      std::string key = k;
+      if (headed && !starts_with_any(k, {"cls.", "classifier."})) key = "bert." + k;
+      if (!headed && k.starts_with("bert.")) key = k.substr(5);
+      KILN_CHECK(moved.emplace(key, t).second, where, "\"", key, "\" appears with and without the \"bert.\" prefix");
+    }
+    state = std::move(moved);
+  }
+
+  // The tied decoder: its weight is the word embeddings; its bias is cls.predictions.bias.
+  if (auto it = state.find("cls.predictions.decoder.weight"); it != state.end()) {
+    auto emb = state.find("bert.embeddings.word_embeddings.weight");
+    if (emb != state.end() && own.count("cls.predictions.bias")) {
+      KILN_CHECK(it->second.shape() == emb->second.shape() && !any(ne(it->second, emb->second)).item<bool>(), where,
+                 "cls.predictions.decoder.weight differs from bert.embeddings.word_embeddings.weight; Kiln's "
+                 "BertForMaskedLM ties them (tie_word_embeddings = false is not supported)");
+    }
+    state.erase(it);
+  }
+  if (auto it = state.find("cls.predictions.decoder.bias"); it != state.end()) {
+    if (!state.count("cls.predictions.bias")) state["cls.predictions.bias"] = it->second;
+    state.erase("cls.predictions.decoder.bias");
+  }
+
+  // Non-persistent buffers that older files saved, and the parts of BERT's pre-training
+  // checkpoints (heads, pooler) this architecture lacks.
+  for (auto it = state.begin(); it != state.end();) {
+    const std::string& k = it->first;
+    bool buffer = k.ends_with("embeddings.position_ids") || k.ends_with("embeddings.token_type_ids");
+    bool other_part = !own.count(k) && starts_with_any(k, {"cls.", "bert.pooler.", "pooler."});
+    it = buffer || other_part ? state.erase(it) : std::next(it);
+  }
+
+  // Half-precision files load into a float32 model (and the other way round).
+  for (auto& [k, t] : state) {
+    auto o = own.find(k);
+    if (o != own.end() && t.defined() && t.is_floating_point() && o->second.is_floating_point() &&
+        t.dtype() != o->second.dtype())
+      t = t.to(o->second.dtype());
+  }
+  // A fresh task head (and a pooler an MLM checkpoint lacks) keeps its initialisation.
+  std::vector<std::string> newly_initialized;
+  for (const auto& [k, t] : model.ordered_state_dict()) {
+    if (!state.count(k) && starts_with_any(k, {"classifier.", "bert.pooler.", "pooler."})) {
+      newly_initialized.push_back(k);
+      state[k] = t.clone();
+    }
+  }
+  model.load_state_dict(state, true);
+  return newly_initialized;
+}
+
+std::vector<std::string> load_pretrained(nn::Module& model, const std::string& dir_or_file) {
+  const std::string path = file_in(dir_or_file, "model.safetensors");
+  std::error_code ec;
+  if (!fs::exists(path, ec) && fs::is_directory(dir_or_file, ec)) {
+    bool sharded = fs::exists(fs::path(dir_or_file) / "model.safetensors.index.json", ec);
+    KILN_FAIL("load_pretrained", dir_or_file, ": no model.safetensors",
+              sharded ? " (sharded checkpoints are not supported)" : " (only safetensors files are read)");
+  }
+  return load_hf_state_dict(model, io::load_safetensors(path));
+}
+
+}  // namespace kiln::models

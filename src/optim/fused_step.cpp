@@ -1,0 +1,119 @@
+// The fused optimizer steps' op layer: everything the kernels assume is checked here.
+#include "optim/fused_step.h"
+
+#include <algorithm>
+
+#include "ops/op_util.h"
+
+namespace kiln::optim::detail {
+namespace {
+
+bool is_dense(const Tensor& p) { return p.is_contiguous() || (p.dim() == 4 && p.is_contiguous(MemoryFormat::ChannelsLast)); }
+
+// Each list has one tensor per parameter, with the parameter's shape, dtype, device and strides.
+void check_list(std::span<const Tensor> params, std::span<const Tensor> list, const char* what, const char* where) {
+  KILN_CHECK(list.size() == params.size(), where, "got ", params.size(), " parameters but ", list.size(), " ", what);
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Tensor& t = list[i];
+    const Tensor& p = params[i];
+    KILN_CHECK(t.defined(), where, what, " ", i, " is an undefined tensor");
+    KILN_CHECK(t.shape() == p.shape(), where, what, " ", i, " has shape ", t.shape(), " but its parameter has shape ",
+               p.shape());
+    KILN_CHECK(t.dtype() == p.dtype(), where, what, " ", i, " has dtype ", t.dtype(),
+               " but its parameter has dtype ", p.dtype());
+    KILN_CHECK(t.device() == p.device(), where, what, " ", i, " is on ", t.device().str(),
+               " but its parameter is on ", p.device().str());
+    KILN_CHECK(same_layout(t, p), where, what, " ", i, " has strides ", t.strides(),
+               " but its parameter has strides ", p.strides());
+  }
+}
+
+void bump_all(std::span<Tensor> ts) {
+  for (const Tensor& t : ts) ops::bump_version(t);
+}
+
+}  // namespace
+
+void check_step_params(std::span<const Tensor> params, const char* where) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
+    KILN_CHECK(p.defined(), where, "parameter ", i, " is an undefined tensor");
+    KILN_CHECK(p.is_floating_point(), where, "parameter ", i, " has dtype ", p.dtype(),
+               "; parameters must be floating point");
+    KILN_CHECK(is_dense(p), where, "parameter ", i, " of shape ", p.shape(), " has strides ", p.strides(),
+               "; parameters must be contiguous (row-major or channels-last)");
+    KILN_CHECK(p.device() == params[0].device(), where, "parameter ", i, " is on ", p.device().str(),
+               " but parameter 0 is on ", params[0].device().str());
+    KILN_CHECK(p.dtype() == params[0].dtype(), where, "parameter ", i, " has dtype ", p.dtype(),
+               " but parameter 0 has ", params[0].dtype());
+  }
+}
+
+bool same_layout(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return false;
+  for (int64_t d = 0; d < a.dim(); ++d)  // a size-1 dim's stride does not move any element
+    if (a.shape()[d] != 1 && a.strides()[d] != b.strides()[d]) return false;
+  return true;
+}
+
+Tensor like_param(const Tensor& t, const Tensor& p) {
+  if (same_layout(t, p)) return t;
+  Tensor out = empty_like(p);
+  out.copy_(t);
+  return out;
+}
+
+std::vector<StepBucket> bucket_params(const std::vector<Tensor>& params) {
+  std::vector<StepBucket> buckets;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
+    if (!p.grad().defined()) continue;
+    auto it = std::find_if(buckets.begin(), buckets.end(),
+                           [&](const StepBucket& b) { return b.device == p.device() && b.dtype == p.dtype(); });
+    if (it == buckets.end()) {
+      buckets.push_back({p.device(), p.dtype(), {}});
+      it = buckets.end() - 1;
+    }
+    it->index.push_back(i);
+  }
+  return buckets;
+}
+
+void adam_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
+               std::span<Tensor> exp_avg_sqs, std::span<Tensor> max_exp_avg_sqs,
+               const backend::AdamStepAttrs& attrs, const char* where) {
+  if (params.empty()) return;
+  check_step_params(params, where);
+  check_list(params, grads, "gradient", where);
+  check_list(params, exp_avgs, "exp_avg", where);
+  check_list(params, exp_avg_sqs, "exp_avg_sq", where);
+  if (attrs.amsgrad) check_list(params, max_exp_avg_sqs, "max_exp_avg_sq", where);
+  KILN_CHECK(attrs.step_size.size() == params.size() && attrs.bias_correction2_sqrt.size() == params.size(), where,
+             "got ", params.size(), " parameters but ", attrs.step_size.size(), " step sizes");
+  std::vector<Tensor> outs;
+  outs.reserve(params.size() * (attrs.amsgrad ? 4 : 3));
+  outs.insert(outs.end(), params.begin(), params.end());
+  outs.insert(outs.end(), exp_avgs.begin(), exp_avgs.end());
+  outs.insert(outs.end(), exp_avg_sqs.begin(), exp_avg_sqs.end());
+  if (attrs.amsgrad) outs.insert(outs.end(), max_exp_avg_sqs.begin(), max_exp_avg_sqs.end());
+  backend::run(backend::Op::AdamStep, params[0].device(), grads, outs, &attrs);
+  bump_all(outs);
+}
+
+void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> momentum_buffers,
+              const backend::SgdStepAttrs& attrs, const char* where) {
+  if (params.empty()) return;
+  check_step_params(params, where);
+  check_list(params, grads, "gradient", where);
+  std::vector<Tensor> outs(params.begin(), params.end());
+  if (attrs.momentum != 0) {
+    check_list(params, momentum_buffers, "momentum_buffer", where);
+    KILN_CHECK(attrs.fresh_buffer.size() == params.size(), where, "got ", params.size(), " parameters but ",
+               attrs.fresh_buffer.size(), " fresh-buffer flags");
+    outs.insert(outs.end(), momentum_buffers.begin(), momentum_buffers.end());
+  }
+  backend::run(backend::Op::SgdStep, params[0].device(), grads, outs, &attrs);
+  bump_all(outs);
+}
+
+}  // namespace kiln::optim::detail

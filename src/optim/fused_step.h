@@ -1,0 +1,43 @@
+// The fused optimizer steps as ops: checks, layout fix-ups, and one kernel dispatch per list.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "backend/dispatch.h"
+#include "kiln/tensor.h"
+
+namespace kiln::optim::detail {
+
+// Whether a and b have one shape and put every element at the same offset.
+bool same_layout(const Tensor& a, const Tensor& b);
+
+// t itself when it has p's strides, else a copy laid out like p (p is dense: row-major or
+// channels-last), so the kernels can walk every tensor of a parameter with one index.
+Tensor like_param(const Tensor& t, const Tensor& p);
+
+// The checks on the parameters alone (floating, dense, one device and dtype), for callers to
+// run before they change any state.
+void check_step_params(std::span<const Tensor> params, const char* where);
+
+// One Adam/AdamW update of every listed parameter in place (and of its state). All tensors:
+// one device and floating dtype, each state tensor and gradient shaped and laid out like its
+// parameter. max_exp_avg_sqs is empty unless attrs.amsgrad. `where` names the caller in errors.
+void adam_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
+               std::span<Tensor> exp_avg_sqs, std::span<Tensor> max_exp_avg_sqs,
+               const backend::AdamStepAttrs& attrs, const char* where);
+
+// One SGD update; momentum_buffers is empty when attrs.momentum == 0.
+void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> momentum_buffers,
+              const backend::SgdStepAttrs& attrs, const char* where);
+
+// The parameters of a group that have gradients, bucketed by (device, dtype): each bucket is
+// one dispatch. Indices point into the group's parameter list.
+struct StepBucket {
+  Device device;
+  ScalarType dtype;
+  std::vector<size_t> index;
+};
+std::vector<StepBucket> bucket_params(const std::vector<Tensor>& params);
+
+}  // namespace kiln::optim::detail

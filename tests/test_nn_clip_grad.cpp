@@ -1,0 +1,107 @@
+// nn::utils::clip_grad_norm_ and clip_grad_value_ against torch.nn.utils
+// (tests/fixtures/optim/clip_grad.txt), and their edge cases and errors.
+#include <cmath>
+
+#include "kiln/nn/utils.h"
+#include "optim_fixture.h"
+#include "test_util.h"
+
+namespace kiln::test {
+namespace {
+
+using nn::utils::clip_grad_norm_;
+using nn::utils::clip_grad_value_;
+
+Shape shape_of(const std::vector<std::string>& w, size_t at) {
+  Shape s;
+  for (int64_t d = 0; d < std::stoll(w[at]); ++d) s.push_back(std::stoll(w[at + 1 + d]));
+  return s;
+}
+
+TEST(NnClipGrad, MatchesPyTorch) {
+  auto cases = read_fixture_cases("optim/clip_grad.txt");
+  ASSERT_EQ(cases.size(), 9u);
+  for (const auto& c : cases) {
+    const ScalarType dtype = c.with("dtype").at(0).at(1) == "float32" ? kFloat32 : kFloat64;
+    const auto args = nums(c.with("args").at(0), 1);
+    std::map<int64_t, Tensor> by_index;
+    for (const auto& w : c.with("grad")) {
+      const Shape s = shape_of(w, 2);
+      Tensor p = zeros(s, dtype).requires_grad_();
+      p.set_grad(tensor(nums(w, 3 + s.size()), s, kFloat64).to(dtype));
+      by_index[std::stoll(w[1])] = p;
+    }
+    for (const auto& w : c.with("nograd")) by_index[std::stoll(w[1])] = zeros(shape_of(w, 2), dtype).requires_grad_();
+    std::vector<Tensor> params;
+    for (auto& [i, p] : by_index) params.push_back(p);
+    const double total = clip_grad_norm_(params, args[0], args[1]);
+    const double want = num(c.with("total").at(0).at(1));
+    const double rtol = dtype == kFloat32 ? 1e-6 : 1e-13;
+    EXPECT_NEAR(total, want, rtol * want) << c.name;
+    for (const auto& w : c.with("clipped")) {
+      const Tensor& p = by_index.at(std::stoll(w[1]));
+      expect_close(p.grad(), nums(w, 2), p.shape(), rtol, 1e-30, c.name + " grad " + w[1]);
+    }
+    for (const auto& w : c.with("nograd")) EXPECT_FALSE(by_index.at(std::stoll(w[1])).grad().defined()) << c.name;
+  }
+}
+
+TEST(NnClipGrad, NormByHand) {
+  Tensor a = zeros({2}).requires_grad_(), b = zeros({1}).requires_grad_();
+  a.set_grad(tensor({3.0f, 0.0f}));
+  b.set_grad(tensor({4.0f}));
+  EXPECT_NEAR(clip_grad_norm_({a, b}, 1.0), 5.0, 1e-6);  // sqrt(9 + 16)
+  expect_close(a.grad(), {0.6, 0.0}, {2}, 1e-6);
+  expect_close(b.grad(), {0.8}, {1}, 1e-6);
+  a.set_grad(tensor({-3.0f, 0.5f}));
+  EXPECT_EQ(clip_grad_norm_({a, b}, 10.0, INFINITY), 3.0);  // max |g|, below max_norm: unchanged
+  EXPECT_EQ(values(a.grad()), (std::vector<double>{-3.0, 0.5}));
+}
+
+TEST(NnClipGrad, NoGradsEmptyGradsAndMixedDtypes) {
+  Tensor a = zeros({2}).requires_grad_();
+  EXPECT_EQ(clip_grad_norm_({a}, 1.0), 0.0);
+  EXPECT_EQ(clip_grad_norm_({}, 1.0), 0.0);
+  Tensor e = zeros({0}).requires_grad_();
+  e.set_grad(zeros({0}));
+  a.set_grad(tensor({0.0f, -2.0f}));
+  EXPECT_NEAR(clip_grad_norm_({e, a}, 1.0, INFINITY), 2.0, 1e-6);
+  expect_close(a.grad(), {0.0, -1.0}, {2}, 1e-6);
+  Tensor d = zeros({1}, kFloat64).requires_grad_();
+  d.set_grad(tensor({2.0}, kFloat64));
+  a.set_grad(tensor({0.0f, 2.0f}));
+  EXPECT_NEAR(clip_grad_norm_({a, d}, 1.0), std::sqrt(8.0), 1e-6);
+  expect_close(d.grad(), {2.0 / std::sqrt(8.0)}, {1}, 1e-6);
+  EXPECT_EQ(d.grad().dtype(), kFloat64);
+}
+
+TEST(NnClipGrad, NonFinite) {
+  Tensor a = zeros({2}).requires_grad_();
+  a.set_grad(tensor({NAN, 1.0f}));
+  expect_error([&] { clip_grad_norm_({a}, 1.0, 2.0, true); },
+               "[clip_grad_norm_] the total norm of order 2 of the gradients is non-finite (nan)");
+  EXPECT_TRUE(std::isnan(values(a.grad())[0]));
+  EXPECT_EQ(values(a.grad())[1], 1.0);  // the error scaled nothing
+  a.set_grad(tensor({INFINITY, 1.0f}));
+  EXPECT_TRUE(std::isinf(clip_grad_norm_({a}, 1.0)));  // scaled by max_norm / inf = 0, as PyTorch
+  EXPECT_EQ(values(a.grad())[1], 0.0);
+}
+
+TEST(NnClipGrad, ClipValue) {
+  Tensor a = zeros({4}).requires_grad_(), b = zeros({1}).requires_grad_();
+  a.set_grad(tensor({-2.0f, -0.5f, 0.25f, 3.0f}));
+  clip_grad_value_({a, b}, 1.0);
+  EXPECT_EQ(values(a.grad()), (std::vector<double>{-1.0, -0.5, 0.25, 1.0}));
+  EXPECT_FALSE(b.grad().defined());
+  expect_error([&] { clip_grad_value_({a}, -1.0); }, "[clip_grad_value_] clip_value must be non-negative, got -1");
+}
+
+TEST(NnClipGrad, Errors) {
+  Tensor a = zeros({2}).requires_grad_();
+  expect_error([&] { clip_grad_norm_({a}, -1.0); }, "[clip_grad_norm_] max_norm must be non-negative, got -1");
+  expect_error([&] { clip_grad_norm_({a}, 1.0, -2.0); }, "[clip_grad_norm_] norm_type must be >= 0 or inf, got -2");
+  expect_error([&] { clip_grad_norm_({a, Tensor()}, 1.0); }, "[clip_grad_norm_] parameter 1 is an undefined tensor");
+}
+
+}  // namespace
+}  // namespace kiln::test
