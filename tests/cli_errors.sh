@@ -9,6 +9,10 @@ printf 'garbage' >"$tmp/bad.safetensors"
 mkdir -p "$tmp/data" "$tmp/ck"
 printf '\x00\x00\x08\x03\x00\x00\x00\x05' >"$tmp/data/train-images-idx3-ubyte"  # truncated header
 printf '\x00\x00\x08\x01\x00\x00\x00\x05\x01\x02\x03\x04\x05' >"$tmp/data/train-labels-idx1-ubyte"
+: >"$tmp/empty.txt"
+printf 'abc\x00\x01\x02def' >"$tmp/binary.txt"
+printf 'the cat sat on the mat\n' >"$tmp/one.txt"
+printf 'hello\nworld\n' >"$tmp/vocab.txt"
 fail=0
 check() {
   local want=$1
@@ -33,4 +37,12 @@ check "no checkpoint file" eval --checkpoint "$tmp/none.safetensors"
 check "bad.safetensors" eval --checkpoint "$tmp/bad.safetensors"
 check "last.safetensors" train --resume --checkpoint-dir "$tmp/ck"
 check "cannot be combined with --resume" train --resume --lr 0.1
+check "empty.txt" train --model bert-tiny --data "$tmp/empty.txt"
+check "binary" train --model bert-tiny --data "$tmp/binary.txt"
+check "missing.txt" train --model bert-tiny --data "$tmp/one.txt" --vocab "$tmp/missing.txt"
+check "[UNK]" train --model bert-tiny --data "$tmp/one.txt" --vocab "$tmp/vocab.txt"
+check "--seq-len 600" train --model bert-tiny --seq-len 600
+check "unknown BERT model" train --model bert-huge
+check "is a flag of the BERT trainer" train --seq-len 64
+check "not a flag of the BERT trainer" train --model bert-tiny --momentum 0.9
 exit $fail

@@ -15,5 +15,5 @@
 #include "kiln/nn/normalization.h"
 #include "kiln/nn/pimpl.h"
 #include "kiln/nn/pooling.h"
-#include "kiln/nn/utils.h"
 #include "kiln/nn/transformer.h"
+#include "kiln/nn/utils.h"

@@ -1,14 +1,17 @@
-// kiln train: trains a model on Fashion-MNIST with a progress bar, test accuracy per epoch and a
-// checkpoint; kiln eval: the test accuracy of a checkpoint.
+// kiln train: trains a CNN on Fashion-MNIST (test accuracy per epoch) or pre-trains BERT with MLM on
+// a text corpus (held-out loss and perplexity), with a progress bar and checkpoints; kiln eval:
+// the same measures for a checkpoint.
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 
 #include "kiln/kiln.h"
 #include "tools/kiln/args.h"
 #include "tools/kiln/commands.h"
+#include "tools/kiln/mlm_trainer.h"
 #include "tools/kiln/trainer.h"
 
 namespace kiln::cli {
@@ -19,30 +22,39 @@ using Clock = std::chrono::steady_clock;
 // One line per epoch, redrawn in place on a terminal (and printed every 10% otherwise).
 class ProgressBar {
  public:
+  explicit ProgressBar(const char* unit) : unit_(unit) {}
   void start(int64_t epoch, int64_t epochs) {
     epoch_ = epoch;
     epochs_ = epochs;
     t0_ = Clock::now();
     samples_ = 0;
+    first_ = -1;
     last_decile_ = -1;
     loss_avg_ = -1;
   }
-  void update(const train::StepInfo& s) {
-    samples_ += s.samples;
-    loss_avg_ = loss_avg_ < 0 ? s.loss : 0.9 * loss_avg_ + 0.1 * s.loss;
+  // After batch `batch` (0-based) of `batches`, which held `count` samples or tokens.
+  void update(int64_t batch, int64_t batches, double loss, int64_t count) {
+    loss_avg_ = loss_avg_ < 0 ? loss : 0.9 * loss_avg_ + 0.1 * loss;
+    // Rates are timed from the end of the epoch's first batch (a resumed epoch starts mid-way).
+    if (first_ < 0) {
+      first_ = batch;
+      t0_ = Clock::now();
+    } else {
+      samples_ += static_cast<double>(count);
+    }
     const double secs = std::chrono::duration<double>(Clock::now() - t0_).count();
-    const int64_t done = s.batch + 1;
-    const double eta = done > 0 ? secs / static_cast<double>(done) * static_cast<double>(s.batches - done) : 0;
-    const int width = 30, filled = static_cast<int>(width * done / std::max<int64_t>(s.batches, 1));
+    const int64_t done = batch + 1, timed = batch - first_;
+    const double eta = timed > 0 ? secs / static_cast<double>(timed) * static_cast<double>(batches - done) : 0;
+    const int width = 30, filled = static_cast<int>(width * done / std::max<int64_t>(batches, 1));
     char line[256];
-    std::snprintf(line, sizeof line, "epoch %lld/%lld [%.*s%*s] %lld/%lld  %.0f samples/s  loss %.4f  ETA %.0fs",
+    std::snprintf(line, sizeof line, "epoch %lld/%lld [%.*s%*s] %lld/%lld  %.0f %s/s  loss %.4f  ETA %.0fs",
                   static_cast<long long>(epoch_ + 1), static_cast<long long>(epochs_), filled,
                   "==============================", width - filled, "", static_cast<long long>(done),
-                  static_cast<long long>(s.batches), secs > 0 ? samples_ / secs : 0.0, loss_avg_, eta);
+                  static_cast<long long>(batches), secs > 0 ? samples_ / secs : 0.0, unit_, loss_avg_, eta);
     if (tty_) {
       std::fprintf(stderr, "\r%s", line);
-      if (done == s.batches) std::fprintf(stderr, "\n");
-    } else if (const int64_t decile = done * 10 / std::max<int64_t>(s.batches, 1); decile != last_decile_) {
+      if (done == batches) std::fprintf(stderr, "\n");
+    } else if (const int64_t decile = done * 10 / std::max<int64_t>(batches, 1); decile != last_decile_) {
       last_decile_ = decile;
       std::fprintf(stderr, "%s\n", line);
     }
@@ -50,19 +62,81 @@ class ProgressBar {
   }
 
  private:
+  const char* unit_;
   bool tty_ = isatty(2) != 0;
-  int64_t epoch_ = 0, epochs_ = 0, last_decile_ = -1;
+  int64_t epoch_ = 0, epochs_ = 0, first_ = -1, last_decile_ = -1;
   double samples_ = 0, loss_avg_ = -1;
   Clock::time_point t0_;
 };
 
-}  // namespace
+// Flags only the MLM trainer takes, and flags only the image trainer takes.
+constexpr const char* kBertFlags[] = {"vocab", "vocab-size", "seq-len", "warmup", "clip", "eval-every"};
+constexpr const char* kImageFlags[] = {"momentum", "checkpoint-every", "workers"};
 
-int train(int argc, char** argv) {
-  Args args("train", argc, argv,
-            {"model", "epochs", "batch-size", "lr", "momentum", "weight-decay", "device", "data", "seed",
-             "checkpoint-dir", "checkpoint-every", "workers", "threads", "max-steps"},
-            {"resume"});
+int train_bert(const Args& args) {
+  for (const char* f : kImageFlags)
+    KILN_CHECK(!args.has(f), "kiln train", "--", f, " is not a flag of the BERT trainer");
+  train::MlmTrainOptions o;
+  o.model = args.get("model", o.model);
+  o.data = args.get("data", "");
+  o.vocab = args.get("vocab", "");
+  o.vocab_size = args.get_int("vocab-size", o.vocab_size, 16);
+  o.seq_len = args.get_int("seq-len", o.seq_len, 3);
+  o.epochs = args.get_int("epochs", o.epochs, 1);
+  o.batch_size = args.get_int("batch-size", o.batch_size, 1);
+  o.lr = args.get_double("lr", o.lr);
+  o.weight_decay = args.get_double("weight-decay", o.weight_decay);
+  o.warmup = args.get_double("warmup", o.warmup);
+  o.clip = args.get_double("clip", o.clip);
+  o.eval_every = args.get_int("eval-every", o.eval_every, 0);
+  o.device = args.get("device", "");
+  o.seed = static_cast<uint64_t>(args.get_int("seed", 0, 0));
+  o.checkpoint_dir = args.get("checkpoint-dir", o.checkpoint_dir);
+  o.max_steps = args.get_int("max-steps", -1, -1);
+  o.resume = args.has("resume");
+  if (o.resume)
+    for (const char* f : {"epochs", "batch-size", "lr", "weight-decay", "seed", "seq-len", "vocab", "vocab-size",
+                          "warmup", "clip", "eval-every"})
+      KILN_CHECK(!args.has(f), "kiln train", "--", f, " cannot be combined with --resume (the checkpoint sets it)");
+
+  const auto t0 = Clock::now();
+  train::MlmTrainer trainer(o);
+  const auto& opt = trainer.options();
+  const auto& d = trainer.data();
+  std::cout << "kiln train: " << opt.model << " (masked LM) on " << opt.data << ": " << d.documents << " documents, "
+            << d.train.size() << " training sequences (" << d.train_tokens << " tokens), " << d.held_out.size()
+            << " held out; vocabulary " << trainer.tokenizer().vocab_size() << "; device " << trainer.device().str()
+            << ", " << opt.epochs << " epoch(s), batch " << opt.batch_size << ", seq " << opt.seq_len << ", AdamW lr "
+            << opt.lr << ", " << get_num_threads() << " thread(s) (prepared in "
+            << static_cast<int>(std::chrono::duration<double>(Clock::now() - t0).count()) << " s)";
+  if (o.resume) std::cout << ", resumed at epoch " << trainer.epoch() + 1 << " step " << trainer.step();
+  std::cout << std::endl;
+  ProgressBar bar("tokens");
+  int64_t current = -1;
+  const auto t1 = Clock::now();
+  train::MlmCallbacks cb;
+  cb.on_step = [&](const train::MlmStepInfo& s) {
+    if (s.epoch != current) {
+      current = s.epoch;
+      bar.start(s.epoch, opt.epochs);
+    }
+    bar.update(s.batch, s.batches, s.loss, s.tokens);
+  };
+  cb.on_eval = [&](int64_t step, const train::MlmEvalResult& r) {
+    std::printf("%sstep %lld: held-out loss %.4f, perplexity %.1f (%lld masked tokens), %.0fs elapsed%s\n",
+                current >= 0 && isatty(2) ? "\n" : "", static_cast<long long>(step), r.loss, r.perplexity,
+                static_cast<long long>(r.predicted), std::chrono::duration<double>(Clock::now() - t1).count(),
+                step == 0 ? " (untrained)" : "");
+    std::fflush(stdout);
+  };
+  trainer.fit(cb);
+  std::printf("checkpoint %s\n", trainer.checkpoint_path().c_str());
+  return 0;
+}
+
+int train_image(const Args& args) {
+  for (const char* f : kBertFlags)
+    KILN_CHECK(!args.has(f), "kiln train", "--", f, " is a flag of the BERT trainer (--model bert-mini)");
   train::TrainOptions o;
   o.model = args.get("model", o.model);
   o.epochs = args.get_int("epochs", o.epochs, 1);
@@ -78,7 +152,6 @@ int train(int argc, char** argv) {
   o.workers = args.get_int("workers", o.workers, 0);
   o.max_steps = args.get_int("max-steps", -1, -1);
   o.resume = args.has("resume");
-  if (args.has("threads")) set_num_threads(static_cast<int>(args.get_int("threads", 1, 1)));
   if (o.resume)
     for (const char* f : {"model", "epochs", "batch-size", "lr", "momentum", "weight-decay", "seed"})
       KILN_CHECK(!args.has(f), "kiln train", "--", f, " cannot be combined with --resume (the checkpoint sets it)");
@@ -90,7 +163,7 @@ int train(int argc, char** argv) {
             << get_num_threads() << " thread(s)";
   if (o.resume) std::cout << ", resumed at epoch " << trainer.epoch() + 1 << " step " << trainer.step();
   std::cout << std::endl;
-  ProgressBar bar;
+  ProgressBar bar("samples");
   int64_t current = -1;
   const auto t0 = Clock::now();
   train::Callbacks cb;
@@ -99,7 +172,7 @@ int train(int argc, char** argv) {
       current = s.epoch;
       bar.start(s.epoch, opt.epochs);
     }
-    bar.update(s);
+    bar.update(s.batch, s.batches, s.loss, s.samples);
   };
   cb.on_epoch = [&](int64_t epoch, const train::EvalResult& r) {
     std::printf("epoch %lld: test accuracy %.2f%%, test loss %.4f, %.0fs elapsed, checkpoint %s\n",
@@ -111,10 +184,29 @@ int train(int argc, char** argv) {
   return 0;
 }
 
+}  // namespace
+
+int train(int argc, char** argv) {
+  Args args("train", argc, argv,
+            {"model", "epochs", "batch-size", "lr", "momentum", "weight-decay", "device", "data", "seed",
+             "checkpoint-dir", "checkpoint-every", "workers", "threads", "max-steps", "vocab", "vocab-size",
+             "seq-len", "warmup", "clip", "eval-every"},
+            {"resume"});
+  if (args.has("threads")) set_num_threads(static_cast<int>(args.get_int("threads", 1, 1)));
+  return train::is_bert_model(args.get("model", "")) ? train_bert(args) : train_image(args);
+}
+
 int eval(int argc, char** argv) {
   Args args("eval", argc, argv, {"checkpoint", "data", "device", "threads"}, {});
   KILN_CHECK(args.has("checkpoint"), "kiln eval", "--checkpoint PATH is required (kiln train writes checkpoints/last.safetensors)");
   if (args.has("threads")) set_num_threads(static_cast<int>(args.get_int("threads", 1, 1)));
+  const std::string path = args.get("checkpoint", "");
+  if (std::filesystem::is_regular_file(path) && train::is_mlm_checkpoint(path)) {
+    train::MlmEvalResult r = train::evaluate_mlm_checkpoint(path, args.get("data", ""), args.get("device", ""));
+    std::printf("held-out loss %.4f, perplexity %.2f (%lld masked tokens)\n", r.loss, r.perplexity,
+                static_cast<long long>(r.predicted));
+    return 0;
+  }
   train::EvalResult r = train::evaluate_checkpoint(args.get("checkpoint", ""),
                                                    args.get("data", "/usr/share/datasets/fashion-mnist"),
                                                    args.get("device", ""));

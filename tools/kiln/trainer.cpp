@@ -8,6 +8,7 @@
 #include "kiln/kiln.h"
 #include "kiln/nn/functional.h"
 #include "kiln/random.h"
+#include "tools/kiln/checkpoint_util.h"
 
 namespace kiln::train {
 namespace {
@@ -33,40 +34,6 @@ std::shared_ptr<data::DataLoader> make_loader(const std::string& root, bool trai
                                   .num_workers = workers, .prefetch = 2, .seed = seed});
 }
 
-std::map<std::string, Tensor> prefixed(const std::map<std::string, Tensor>& m, const std::string& prefix) {
-  std::map<std::string, Tensor> out;
-  for (const auto& [k, v] : m) out[prefix + k] = v;
-  return out;
-}
-
-std::map<std::string, Tensor> with_prefix(const std::map<std::string, Tensor>& m, const std::string& prefix) {
-  std::map<std::string, Tensor> out;
-  for (const auto& [k, v] : m)
-    if (k.rfind(prefix, 0) == 0) out[k.substr(prefix.size())] = v;
-  return out;
-}
-
-const std::string& meta(const io::SafetensorsFile& f, const std::string& key, const std::string& path) {
-  auto it = f.metadata.find(key);
-  KILN_CHECK(it != f.metadata.end(), "kiln train", "checkpoint ", path, " has no '", key,
-             "' entry: not a checkpoint written by kiln train");
-  return it->second;
-}
-
-// A number in the checkpoint's metadata: the whole string must parse (std::stoll / std::stod).
-template <class T>
-T meta_number(const io::SafetensorsFile& f, const std::string& key, const std::string& path) {
-  const std::string& s = meta(f, key, path);
-  try {
-    size_t used = 0;
-    T v;
-    if constexpr (std::is_integral_v<T>) v = std::stoll(s, &used);
-    else v = std::stod(s, &used);
-    if (used == s.size()) return v;
-  } catch (const std::exception&) {
-  }
-  KILN_FAIL("kiln train", "checkpoint ", path, ": entry '", key, "' is not a number: '", s, "'");
-}
 // Torchvision's ImageNet models take 3-channel images of at least 32x32: grey 28x28 images are
 // padded to 32x32 and repeated over three channels.
 Tensor to_model_input(const Tensor& images, const std::string& model, Device device) {
@@ -96,15 +63,14 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)), device_(p
   if (options_.resume) {
     // The checkpoint decides the run's settings, so the schedule and data order continue exactly.
     auto f = io::load_checkpoint(ckpt);
-    KILN_CHECK(meta(f, "format", ckpt) == kFormat, "kiln train", "checkpoint ", ckpt, " has format '",
-               meta(f, "format", ckpt), "', expected '", kFormat, "'");
+    check_format(f, kFormat, ckpt);
     options_.model = meta(f, "model", ckpt);
-    options_.epochs = meta_number<int64_t>(f, "epochs", ckpt);
-    options_.batch_size = meta_number<int64_t>(f, "batch_size", ckpt);
-    options_.lr = meta_number<double>(f, "lr", ckpt);
-    options_.momentum = meta_number<double>(f, "momentum", ckpt);
-    options_.weight_decay = meta_number<double>(f, "weight_decay", ckpt);
-    options_.seed = static_cast<uint64_t>(meta_number<int64_t>(f, "seed", ckpt));
+    options_.epochs = meta_int(f, "epochs", ckpt);
+    options_.batch_size = meta_int(f, "batch_size", ckpt);
+    options_.lr = meta_double(f, "lr", ckpt);
+    options_.momentum = meta_double(f, "momentum", ckpt);
+    options_.weight_decay = meta_double(f, "weight_decay", ckpt);
+    options_.seed = static_cast<uint64_t>(meta_int(f, "seed", ckpt));
   }
   manual_seed(options_.seed);
   model_ = models::create(options_.model, 10);
@@ -151,14 +117,14 @@ void Trainer::resume() {
   model_->load_state_dict(with_prefix(f.tensors, "model."));
   optimizer_->load_state_dict(with_prefix(f.tensors, "optimizer."));
   scheduler_->load_state_dict(with_prefix(f.tensors, "scheduler."));
-  epoch_ = meta_number<int64_t>(f, "epoch", path);
-  batch_in_epoch_ = meta_number<int64_t>(f, "batch", path);
-  step_ = meta_number<int64_t>(f, "step", path);
+  epoch_ = meta_int(f, "epoch", path);
+  batch_in_epoch_ = meta_int(f, "batch", path);
+  step_ = meta_int(f, "step", path);
   KILN_CHECK(epoch_ >= 0 && epoch_ <= options_.epochs && batch_in_epoch_ >= 0 &&
                  batch_in_epoch_ < train_loader_->size() && step_ == epoch_ * train_loader_->size() + batch_in_epoch_,
              "kiln train", "checkpoint ", path, " has an inconsistent position (epoch ", epoch_, ", batch ",
              batch_in_epoch_, ", step ", step_, ") for ", train_loader_->size(), " batches per epoch");
-  set_rng_state({static_cast<uint64_t>(meta_number<int64_t>(f, "rng_seed", path)), static_cast<uint64_t>(meta_number<int64_t>(f, "rng_offset", path))});
+  set_rng_state({static_cast<uint64_t>(meta_int(f, "rng_seed", path)), static_cast<uint64_t>(meta_int(f, "rng_offset", path))});
 }
 
 void Trainer::fit(const Callbacks& cb) {

@@ -50,7 +50,7 @@ inline Tensor adaptive_avg_pool2d(const Tensor& x, ExpandingArray<2> output_size
 }
 
 struct BatchNormFuncOptions {
-  Tensor weight;
+  Tensor weight = {};
   Tensor bias;
   bool training = false;
   double momentum = 0.1;
@@ -104,7 +104,7 @@ inline Tensor embedding(const Tensor& input, const Tensor& weight, const Embeddi
 
 struct LayerNormFuncOptions {
   Shape normalized_shape;
-  Tensor weight;
+  Tensor weight = {};
   Tensor bias;
   double eps = 1e-5;
 };
@@ -127,7 +127,7 @@ inline Tensor softmax(const Tensor& x, int64_t dim) { return kiln::softmax(x, di
 inline Tensor log_softmax(const Tensor& x, int64_t dim) { return kiln::log_softmax(x, dim); }
 
 struct CrossEntropyFuncOptions {
-  Tensor weight;
+  Tensor weight = {};
   int64_t ignore_index = -100;
   Reduction reduction = Reduction::Mean;
   double label_smoothing = 0.0;
@@ -137,7 +137,7 @@ inline Tensor cross_entropy(const Tensor& input, const Tensor& target, const Cro
 }
 
 struct NLLLossFuncOptions {
-  Tensor weight;
+  Tensor weight = {};
   int64_t ignore_index = -100;
   Reduction reduction = Reduction::Mean;
 };

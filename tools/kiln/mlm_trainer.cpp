@@ -1,0 +1,267 @@
+// The MLM trainer: corpus -> WordPiece vocabulary -> packed sequences -> BERT pre-training with
+// AdamW (no decay for biases and LayerNorm), linear warm-up and decay, clipping, held-out loss.
+#include "tools/kiln/mlm_trainer.h"
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "kiln/io.h"
+#include "kiln/kiln.h"
+#include "kiln/nn/functional.h"
+#include "kiln/nn/utils.h"
+#include "kiln/random.h"
+#include "tools/kiln/checkpoint_util.h"
+#include "tools/kiln/trainer.h"
+
+namespace kiln::train {
+namespace {
+
+namespace F = nn::functional;
+constexpr const char* kFormat = "kiln-mlm-checkpoint-1";
+constexpr int64_t kEvalBatch = 64;
+constexpr double kHeldOut = 0.05;
+
+std::string join_lines(const std::vector<std::string>& tokens) {
+  std::string s;
+  for (const auto& t : tokens) s += t + '\n';
+  return s;
+}
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// The rows of [B, S] whose label is not ignored, as an int64 index tensor (host-side: labels
+// are made on the CPU by the batcher).
+Tensor predicted_rows(const Tensor& labels, int64_t count) {
+  Tensor flat = labels.contiguous().reshape({-1});
+  const int64_t* l = flat.data_ptr<int64_t>();
+  Tensor rows = empty({count}, TensorOptions(kInt64));
+  int64_t* r = rows.data_ptr<int64_t>();
+  int64_t m = 0;
+  for (int64_t i = 0; i < flat.numel(); ++i)
+    if (l[i] != -100) r[m++] = i;
+  KILN_CHECK(m == count, "kiln train", "batch reports ", count, " predicted tokens but its labels hold ", m);
+  return rows;
+}
+
+}  // namespace
+
+bool is_bert_model(const std::string& model) { return model.rfind("bert-", 0) == 0; }
+
+models::BertConfig bert_config(const std::string& model) {
+  if (model == "bert-tiny") return models::BertConfig::tiny();
+  if (model == "bert-mini") return models::BertConfig::mini();
+  if (model == "bert-small") return models::BertConfig::small();
+  if (model == "bert-base") return models::BertConfig::base();
+  KILN_FAIL("kiln train", "unknown BERT model '", model, "' (choose bert-tiny, bert-mini, bert-small or bert-base)");
+}
+
+MlmTrainer::MlmTrainer(MlmTrainOptions options) : options_(std::move(options)), device_(parse_device(options_.device)) {
+  std::optional<io::SafetensorsFile> ckpt;
+  const std::string ckpt_path = options_.resume_from.empty() ? checkpoint_path() : options_.resume_from;
+  std::vector<std::string> vocab_tokens;
+  if (options_.resume) {
+    // The checkpoint decides the run's settings, so the schedule, masks and data order continue exactly.
+    ckpt = io::load_checkpoint(ckpt_path);
+    const auto& f = *ckpt;
+    check_format(f, kFormat, ckpt_path);
+    options_.model = meta(f, "model", ckpt_path);
+    if (options_.data.empty()) options_.data = meta(f, "data", ckpt_path);
+    options_.seq_len = meta_int(f, "seq_len", ckpt_path);
+    options_.epochs = meta_int(f, "epochs", ckpt_path);
+    options_.batch_size = meta_int(f, "batch_size", ckpt_path);
+    options_.lr = meta_double(f, "lr", ckpt_path);
+    options_.weight_decay = meta_double(f, "weight_decay", ckpt_path);
+    options_.warmup = meta_double(f, "warmup", ckpt_path);
+    options_.clip = meta_double(f, "clip", ckpt_path);
+    options_.eval_every = meta_int(f, "eval_every", ckpt_path);
+    options_.seed = static_cast<uint64_t>(meta_int(f, "seed", ckpt_path));
+    vocab_tokens = split_lines(meta(f, "vocab", ckpt_path));
+  }
+  const auto& o = options_;
+  KILN_CHECK(o.epochs >= 1 && o.batch_size >= 1, "kiln train", "epochs and batch size must be positive");
+  KILN_CHECK(o.lr > 0, "kiln train", "the learning rate must be positive, got ", o.lr);
+  KILN_CHECK(o.warmup >= 0 && o.warmup <= 1, "kiln train", "--warmup is a share of the steps in [0, 1], got ", o.warmup);
+  KILN_CHECK(o.clip >= 0, "kiln train", "--clip must be >= 0, got ", o.clip);
+  models::BertConfig cfg = bert_config(o.model);
+  KILN_CHECK(o.seq_len >= 3 && o.seq_len <= cfg.max_position_embeddings, "kiln train", "--seq-len ", o.seq_len,
+             " does not fit ", o.model, " (3 to max_position_embeddings = ", cfg.max_position_embeddings, ")");
+  if (options_.data.empty()) {
+    options_.data = text::default_corpus_path();
+    KILN_CHECK(!options_.data.empty(), "kiln train",
+               "no --data corpus given, and Debian's fortunes (the default) is not installed: "
+               "apt-get install fortunes, or pass --data FILE");
+  }
+
+  const std::vector<std::string> docs = text::read_corpus(options_.data);
+  text::Vocab vocab;
+  if (!vocab_tokens.empty()) vocab = text::Vocab(vocab_tokens);
+  else if (!o.vocab.empty()) vocab = text::Vocab::from_file(o.vocab);
+  else vocab = text::train_wordpiece(docs, {.vocab_size = o.vocab_size});
+  tokenizer_ = std::make_unique<text::BertTokenizer>(std::move(vocab));
+  data_ = text::prepare_mlm_data(*tokenizer_, docs, {.max_length = o.seq_len, .held_out_fraction = kHeldOut, .seed = o.seed});
+  KILN_CHECK(!data_.train.empty() && !data_.held_out.empty(), "kiln train", "corpus ", options_.data,
+             " is too small: it packs into ", data_.train.size(), " training and ", data_.held_out.size(),
+             " held-out sequences of ", o.seq_len, " tokens");
+  batcher_ = std::make_unique<text::MlmBatcher>(*tokenizer_, text::MlmBatcherOptions{.max_length = o.seq_len, .seed = o.seed});
+
+  cfg.vocab_size = tokenizer_->vocab_size();
+  cfg.pad_token_id = tokenizer_->pad_token_id();
+  manual_seed(o.seed);
+  model_ = models::bert_for_masked_lm(cfg);
+  model_->to(device_);
+
+  // BERT's recipe: no weight decay for biases and LayerNorm parameters.
+  std::vector<Tensor> decay, no_decay;
+  for (const auto& [name, p] : model_->named_parameters()) {
+    const bool exempt = name.find("LayerNorm") != std::string::npos || name.ends_with(".bias") ||
+                        name == "cls.predictions.bias";
+    (exempt ? no_decay : decay).push_back(p);
+  }
+  std::vector<optim::OptimizerParamGroup> groups{optim::OptimizerParamGroup(decay),
+                                                 optim::OptimizerParamGroup(no_decay, {{"weight_decay", 0.0}})};
+  optimizer_ = std::make_unique<optim::AdamW>(std::move(groups),
+                                              optim::AdamWOptions{.lr = o.lr, .eps = 1e-6, .weight_decay = o.weight_decay});
+  const int64_t n = static_cast<int64_t>(data_.train.size());
+  batches_per_epoch_ = (n + o.batch_size - 1) / o.batch_size;
+  const int64_t total = o.epochs * batches_per_epoch_;
+  scheduler_ = optim::linear_schedule_with_warmup(*optimizer_, static_cast<int64_t>(o.warmup * static_cast<double>(total)), total);
+  if (ckpt) resume(*ckpt, ckpt_path);
+}
+
+MlmTrainer::~MlmTrainer() = default;
+
+std::string MlmTrainer::checkpoint_path() const {
+  return (std::filesystem::path(options_.checkpoint_dir) / "last.safetensors").string();
+}
+
+void MlmTrainer::save_checkpoint() {
+  std::filesystem::create_directories(options_.checkpoint_dir);
+  std::map<std::string, Tensor> t = prefixed(model_->state_dict(), "model.");
+  for (auto& [k, v] : prefixed(optimizer_->state_dict(), "optimizer.")) t[k] = v;
+  for (auto& [k, v] : prefixed(scheduler_->state_dict(), "scheduler.")) t[k] = v;
+  const GeneratorState rng = get_rng_state();
+  const auto& o = options_;
+  std::map<std::string, std::string> m{
+      {"format", kFormat}, {"model", o.model}, {"data", o.data}, {"seq_len", std::to_string(o.seq_len)},
+      {"epochs", std::to_string(o.epochs)}, {"batch_size", std::to_string(o.batch_size)}, {"lr", std::to_string(o.lr)},
+      {"weight_decay", std::to_string(o.weight_decay)}, {"warmup", std::to_string(o.warmup)},
+      {"clip", std::to_string(o.clip)}, {"eval_every", std::to_string(o.eval_every)}, {"seed", std::to_string(o.seed)},
+      {"epoch", std::to_string(epoch_)}, {"batch", std::to_string(batch_in_epoch_)}, {"step", std::to_string(step_)},
+      {"mask_offset", std::to_string(batcher_->offset())}, {"rng_seed", std::to_string(rng.seed)},
+      {"rng_offset", std::to_string(rng.offset)}, {"vocab", join_lines(tokenizer_->vocab().tokens())}};
+  io::save_checkpoint(checkpoint_path(), t, m);
+  // The vocabulary beside it, for tools that read a plain vocab.txt (Hugging Face's included).
+  tokenizer_->vocab().save((std::filesystem::path(options_.checkpoint_dir) / "vocab.txt").string());
+}
+
+void MlmTrainer::resume(const io::SafetensorsFile& f, const std::string& path) {
+  model_->load_state_dict(with_prefix(f.tensors, "model."));
+  optimizer_->load_state_dict(with_prefix(f.tensors, "optimizer."));
+  scheduler_->load_state_dict(with_prefix(f.tensors, "scheduler."));
+  epoch_ = meta_int(f, "epoch", path);
+  batch_in_epoch_ = meta_int(f, "batch", path);
+  step_ = meta_int(f, "step", path);
+  KILN_CHECK(epoch_ >= 0 && epoch_ <= options_.epochs && batch_in_epoch_ >= 0 && batch_in_epoch_ < batches_per_epoch_ &&
+                 step_ == epoch_ * batches_per_epoch_ + batch_in_epoch_,
+             "kiln train", "checkpoint ", path, " has an inconsistent position (epoch ", epoch_, ", batch ",
+             batch_in_epoch_, ", step ", step_, ") for ", batches_per_epoch_, " batches per epoch");
+  batcher_->set_offset(static_cast<uint64_t>(meta_int(f, "mask_offset", path)));
+  set_rng_state({static_cast<uint64_t>(meta_int(f, "rng_seed", path)), static_cast<uint64_t>(meta_int(f, "rng_offset", path))});
+}
+
+Tensor MlmTrainer::mlm_loss(const text::MlmBatch& batch) {
+  Tensor hidden = model_->bert(batch.input_ids.to(device_), batch.attention_mask.to(device_));
+  const int64_t h = hidden.size(-1);
+  Tensor rows = predicted_rows(batch.labels, batch.num_predicted);
+  Tensor target = index_select(batch.labels.reshape({-1}), 0, rows).to(device_);
+  rows = rows.to(device_);
+  Tensor logits = model_->cls(index_select(hidden.reshape({-1, h}), 0, rows));
+  return F::cross_entropy(logits, target, {.reduction = Reduction::Sum});
+}
+
+MlmEvalResult MlmTrainer::evaluate() {
+  NoGradGuard ng;
+  const bool was_training = model_->is_training();
+  model_->eval();
+  // Its own masks, the same every evaluation, so successive losses compare.
+  text::MlmBatcher batcher(*tokenizer_, {.max_length = options_.seq_len, .seed = options_.seed + 1});
+  MlmEvalResult r;
+  double sum = 0;
+  const int64_t n = static_cast<int64_t>(data_.held_out.size());
+  for (const auto& idx : text::epoch_batches(n, kEvalBatch, false, 0, 0)) {
+    text::MlmBatch b = batcher.collate(data_.held_out, idx);
+    if (b.num_predicted == 0) continue;
+    sum += mlm_loss(b).item<double>();
+    r.predicted += b.num_predicted;
+  }
+  model_->train(was_training);
+  if (r.predicted > 0) {
+    r.loss = sum / static_cast<double>(r.predicted);
+    r.perplexity = std::exp(r.loss);
+  }
+  return r;
+}
+
+void MlmTrainer::fit(const MlmCallbacks& cb) {
+  const auto& o = options_;
+  const auto limit_hit = [&] { return o.max_steps >= 0 && step_ >= o.max_steps; };
+  if (step_ == 0 && cb.on_eval) cb.on_eval(0, evaluate());
+  std::vector<Tensor> params = model_->parameters();
+  while (epoch_ < o.epochs && !limit_hit()) {
+    model_->train();
+    const auto batches = text::epoch_batches(static_cast<int64_t>(data_.train.size()), o.batch_size, true, o.seed,
+                                             static_cast<uint64_t>(epoch_));
+    for (int64_t b = batch_in_epoch_; b < batches_per_epoch_ && !limit_hit(); ++b) {
+      text::MlmBatch batch = batcher_->collate(data_.train, batches[static_cast<size_t>(b)]);
+      double loss_value = 0;
+      if (batch.num_predicted > 0) {  // possible only for very short sequences
+        Tensor loss = div(mlm_loss(batch), static_cast<double>(batch.num_predicted));
+        optimizer_->zero_grad();
+        loss.backward();
+        if (o.clip > 0) nn::utils::clip_grad_norm_(params, o.clip);
+        optimizer_->step();
+        loss_value = loss.item<double>();
+      }
+      const double lr = optimizer_->param_groups()[0].get("lr");
+      scheduler_->step();
+      ++step_;
+      batch_in_epoch_ = b + 1;
+      if (cb.on_step) cb.on_step({epoch_, b, batches_per_epoch_, step_, loss_value, lr, batch.num_tokens});
+      if (o.eval_every > 0 && step_ % o.eval_every == 0 && batch_in_epoch_ < batches_per_epoch_) {
+        MlmEvalResult r = evaluate();
+        if (cb.on_eval) cb.on_eval(step_, r);
+        save_checkpoint();
+      }
+    }
+    if (batch_in_epoch_ < batches_per_epoch_) break;  // stopped by max_steps
+    ++epoch_;
+    batch_in_epoch_ = 0;
+    MlmEvalResult r = evaluate();
+    save_checkpoint();
+    if (cb.on_eval) cb.on_eval(step_, r);
+  }
+}
+
+bool is_mlm_checkpoint(const std::string& path) {
+  auto f = io::load_checkpoint(path);
+  auto it = f.metadata.find("format");
+  return it != f.metadata.end() && it->second == kFormat;
+}
+
+MlmEvalResult evaluate_mlm_checkpoint(const std::string& path, const std::string& data, const std::string& device) {
+  KILN_CHECK(std::filesystem::is_regular_file(path), "kiln eval", "no checkpoint file at '", path, "'");
+  MlmTrainOptions o;
+  o.resume = true;
+  o.resume_from = path;
+  o.data = data;
+  o.device = device;
+  return MlmTrainer(o).evaluate();
+}
+
+}  // namespace kiln::train
