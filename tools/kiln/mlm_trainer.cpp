@@ -8,7 +8,6 @@
 
 #include "kiln/io.h"
 #include "kiln/kiln.h"
-#include "kiln/nn/functional.h"
 #include "kiln/nn/utils.h"
 #include "kiln/random.h"
 #include "tools/kiln/checkpoint_util.h"
@@ -17,7 +16,6 @@
 namespace kiln::train {
 namespace {
 
-namespace F = nn::functional;
 constexpr const char* kFormat = "kiln-mlm-checkpoint-1";
 constexpr int64_t kEvalBatch = 64;
 constexpr double kHeldOut = 0.05;
@@ -33,20 +31,6 @@ std::vector<std::string> split_lines(const std::string& s) {
   std::istringstream in(s);
   for (std::string line; std::getline(in, line);) out.push_back(line);
   return out;
-}
-
-// The rows of [B, S] whose label is not ignored, as an int64 index tensor (host-side: labels
-// are made on the CPU by the batcher).
-Tensor predicted_rows(const Tensor& labels, int64_t count) {
-  Tensor flat = labels.contiguous().reshape({-1});
-  const int64_t* l = flat.data_ptr<int64_t>();
-  Tensor rows = empty({count}, TensorOptions(kInt64));
-  int64_t* r = rows.data_ptr<int64_t>();
-  int64_t m = 0;
-  for (int64_t i = 0; i < flat.numel(); ++i)
-    if (l[i] != -100) r[m++] = i;
-  KILN_CHECK(m == count, "kiln train", "batch reports ", count, " predicted tokens but its labels hold ", m);
-  return rows;
 }
 
 }  // namespace
@@ -176,13 +160,7 @@ void MlmTrainer::resume(const io::SafetensorsFile& f, const std::string& path) {
 }
 
 Tensor MlmTrainer::mlm_loss(const text::MlmBatch& batch) {
-  Tensor hidden = model_->bert(batch.input_ids.to(device_), batch.attention_mask.to(device_));
-  const int64_t h = hidden.size(-1);
-  Tensor rows = predicted_rows(batch.labels, batch.num_predicted);
-  Tensor target = index_select(batch.labels.reshape({-1}), 0, rows).to(device_);
-  rows = rows.to(device_);
-  Tensor logits = model_->cls(index_select(hidden.reshape({-1, h}), 0, rows));
-  return F::cross_entropy(logits, target, {.reduction = Reduction::Sum});
+  return model_->masked_lm_loss(batch.input_ids.to(device_), batch.labels.to(device_), batch.attention_mask.to(device_));
 }
 
 MlmEvalResult MlmTrainer::evaluate() {
@@ -197,7 +175,7 @@ MlmEvalResult MlmTrainer::evaluate() {
   for (const auto& idx : text::epoch_batches(n, kEvalBatch, false, 0, 0)) {
     text::MlmBatch b = batcher.collate(data_.held_out, idx);
     if (b.num_predicted == 0) continue;
-    sum += mlm_loss(b).item<double>();
+    sum += mlm_loss(b).item<double>() * static_cast<double>(b.num_predicted);
     r.predicted += b.num_predicted;
   }
   model_->train(was_training);
@@ -221,7 +199,7 @@ void MlmTrainer::fit(const MlmCallbacks& cb) {
       text::MlmBatch batch = batcher_->collate(data_.train, batches[static_cast<size_t>(b)]);
       double loss_value = 0;
       if (batch.num_predicted > 0) {  // possible only for very short sequences
-        Tensor loss = div(mlm_loss(batch), static_cast<double>(batch.num_predicted));
+        Tensor loss = mlm_loss(batch);
         optimizer_->zero_grad();
         loss.backward();
         if (o.clip > 0) nn::utils::clip_grad_norm_(params, o.clip);

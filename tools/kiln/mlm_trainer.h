@@ -72,7 +72,7 @@ class MlmTrainer {
 
  private:
   void resume(const io::SafetensorsFile& f, const std::string& path);
-  // Loss over the masked positions only: the decoder runs on those rows, not on all B x S.
+  // The mean loss over the batch's masked positions (the decoder runs on those rows only).
   Tensor mlm_loss(const text::MlmBatch& batch);
 
   MlmTrainOptions options_;
