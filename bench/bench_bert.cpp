@@ -67,17 +67,9 @@ Flags parse(int argc, char** argv) {
   return f;
 }
 
-models::BertConfig config_named(const std::string& name) {
-  if (name == "tiny") return models::BertConfig::tiny();
-  if (name == "mini") return models::BertConfig::mini();
-  if (name == "small") return models::BertConfig::small();
-  if (name == "base") return models::BertConfig::base();
-  KILN_FAIL("bench_bert", "unknown --config \"", name, "\" (tiny, mini, small, base)");
-}
-
 void bench(const std::string& mode, const Flags& f) {
   manual_seed(0);
-  const models::BertConfig cfg = config_named(f.config);
+  const models::BertConfig cfg = models::BertConfig::preset(f.config);
   auto model = models::bert_for_masked_lm(cfg);
   model->train(mode == "train");
   Tensor ids = randint(0, cfg.vocab_size, {f.batch, f.seq});

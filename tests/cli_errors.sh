@@ -42,7 +42,7 @@ check "binary" train --model bert-tiny --data "$tmp/binary.txt"
 check "missing.txt" train --model bert-tiny --data "$tmp/one.txt" --vocab "$tmp/missing.txt"
 check "[UNK]" train --model bert-tiny --data "$tmp/one.txt" --vocab "$tmp/vocab.txt"
 check "--seq-len 600" train --model bert-tiny --seq-len 600
-check "unknown BERT model" train --model bert-huge
+check "unknown BERT preset" train --model bert-huge
 check "is a flag of the BERT trainer" train --seq-len 64
 check "not a flag of the BERT trainer" train --model bert-tiny --momentum 0.9
 exit $fail

@@ -108,7 +108,7 @@ TEST(MlmTrainer, BadSettingsAreClearErrors) {
   expect_error([&] { train::MlmTrainer t(o); }, "max_position_embeddings");
   o = options(dir);
   o.model = "bert-large";
-  expect_error([&] { train::MlmTrainer t(o); }, "unknown BERT model 'bert-large'");
+  expect_error([&] { train::MlmTrainer t(o); }, "unknown BERT preset 'bert-large'");
   o = options(dir);
   o.vocab = (dir / "missing-vocab.txt").string();
   expect_error([&] { train::MlmTrainer t(o); }, "missing-vocab.txt");

@@ -13,6 +13,15 @@ BertConfig BertConfig::mini() { return {.hidden_size = 256, .num_hidden_layers =
 BertConfig BertConfig::small() { return {.hidden_size = 512, .num_hidden_layers = 4, .num_attention_heads = 8, .intermediate_size = 2048}; }
 BertConfig BertConfig::base() { return {}; }
 
+BertConfig BertConfig::preset(const std::string& name) {
+  const std::string n = name.rfind("bert-", 0) == 0 ? name.substr(5) : name;
+  if (n == "tiny") return tiny();
+  if (n == "mini") return mini();
+  if (n == "small") return small();
+  if (n == "base") return base();
+  KILN_FAIL("BertConfig", "unknown BERT preset '", name, "' (bert-tiny, bert-mini, bert-small or bert-base)");
+}
+
 void BertConfig::validate() const {
   const char* where = "BertConfig";
   auto positive = [&](int64_t v, const char* name) { KILN_CHECK(v > 0, where, name, " must be positive, got ", v); };

@@ -4,6 +4,9 @@
 #include <map>
 #include <string>
 
+#include <filesystem>
+
+#include "kiln/error.h"
 #include "kiln/io.h"
 
 namespace kiln::train {
@@ -20,5 +23,18 @@ int64_t meta_int(const io::SafetensorsFile& f, const std::string& key, const std
 double meta_double(const io::SafetensorsFile& f, const std::string& key, const std::string& path);
 // The "format" entry must equal `format`.
 void check_format(const io::SafetensorsFile& f, const std::string& format, const std::string& path);
+
+// The evaluation of a trainer (Trainer or MlmTrainer) restored from the checkpoint `path`, on
+// `data` and `device` (empty: the checkpoint's data, the best device).
+template <class TrainerT, class OptionsT = typename std::remove_cvref_t<decltype(std::declval<TrainerT>().options())>>
+auto evaluate_restored(const std::string& path, const std::string& data, const std::string& device) {
+  KILN_CHECK(std::filesystem::is_regular_file(path), "kiln eval", "no checkpoint file at '", path, "'");
+  OptionsT o;
+  o.resume = true;
+  o.resume_from = path;
+  o.data = data;
+  o.device = device;
+  return TrainerT(o).evaluate();
+}
 
 }  // namespace kiln::train

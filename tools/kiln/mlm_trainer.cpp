@@ -37,14 +37,6 @@ std::vector<std::string> split_lines(const std::string& s) {
 
 bool is_bert_model(const std::string& model) { return model.rfind("bert-", 0) == 0; }
 
-models::BertConfig bert_config(const std::string& model) {
-  if (model == "bert-tiny") return models::BertConfig::tiny();
-  if (model == "bert-mini") return models::BertConfig::mini();
-  if (model == "bert-small") return models::BertConfig::small();
-  if (model == "bert-base") return models::BertConfig::base();
-  KILN_FAIL("kiln train", "unknown BERT model '", model, "' (choose bert-tiny, bert-mini, bert-small or bert-base)");
-}
-
 MlmTrainer::MlmTrainer(MlmTrainOptions options) : options_(std::move(options)), device_(parse_device(options_.device)) {
   std::optional<io::SafetensorsFile> ckpt;
   const std::string ckpt_path = options_.resume_from.empty() ? checkpoint_path() : options_.resume_from;
@@ -72,7 +64,7 @@ MlmTrainer::MlmTrainer(MlmTrainOptions options) : options_(std::move(options)), 
   KILN_CHECK(o.lr > 0, "kiln train", "the learning rate must be positive, got ", o.lr);
   KILN_CHECK(o.warmup >= 0 && o.warmup <= 1, "kiln train", "--warmup is a share of the steps in [0, 1], got ", o.warmup);
   KILN_CHECK(o.clip >= 0, "kiln train", "--clip must be >= 0, got ", o.clip);
-  models::BertConfig cfg = bert_config(o.model);
+  models::BertConfig cfg = models::BertConfig::preset(o.model);
   KILN_CHECK(o.seq_len >= 3 && o.seq_len <= cfg.max_position_embeddings, "kiln train", "--seq-len ", o.seq_len,
              " does not fit ", o.model, " (3 to max_position_embeddings = ", cfg.max_position_embeddings, ")");
   if (options_.data.empty()) {
@@ -233,13 +225,7 @@ bool is_mlm_checkpoint(const std::string& path) {
 }
 
 MlmEvalResult evaluate_mlm_checkpoint(const std::string& path, const std::string& data, const std::string& device) {
-  KILN_CHECK(std::filesystem::is_regular_file(path), "kiln eval", "no checkpoint file at '", path, "'");
-  MlmTrainOptions o;
-  o.resume = true;
-  o.resume_from = path;
-  o.data = data;
-  o.device = device;
-  return MlmTrainer(o).evaluate();
+  return evaluate_restored<MlmTrainer>(path, data, device);
 }
 
 }  // namespace kiln::train

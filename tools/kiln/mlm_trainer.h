@@ -86,8 +86,7 @@ class MlmTrainer {
   int64_t epoch_ = 0, step_ = 0, batch_in_epoch_ = 0, batches_per_epoch_ = 0;
 };
 
-// The BERT configuration a model name means (bert-tiny/mini/small/base); an error lists them.
-models::BertConfig bert_config(const std::string& model);
+// Whether `kiln train --model` names a BERT (the MLM trainer) rather than an image model.
 bool is_bert_model(const std::string& model);
 
 // Held-out loss and perplexity of a checkpoint written by MlmTrainer, on the corpus `data`

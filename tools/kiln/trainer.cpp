@@ -179,13 +179,7 @@ EvalResult Trainer::evaluate() {
 }
 
 EvalResult evaluate_checkpoint(const std::string& path, const std::string& data, const std::string& device) {
-  KILN_CHECK(std::filesystem::is_regular_file(path), "kiln eval", "no checkpoint file at '", path, "'");
-  TrainOptions o;
-  o.resume = true;
-  o.resume_from = path;
-  o.data = data;
-  o.device = device;
-  return Trainer(o).evaluate();
+  return evaluate_restored<Trainer>(path, data, device);
 }
 
 }  // namespace kiln::train

@@ -37,6 +37,8 @@ struct BertConfig {
   static BertConfig mini();   // 4, 256, 4, 1024
   static BertConfig small();  // 4, 512, 8, 2048
   static BertConfig base();   // 12, 768, 12, 3072
+  // One of the four by name: "bert-tiny" or "tiny", ... An unknown name is a kiln::Error listing them.
+  static BertConfig preset(const std::string& name);
   // A Hugging Face config.json (a file, or a directory holding one). Unknown fields are ignored.
   static BertConfig from_pretrained(const std::string& dir_or_file);
 
