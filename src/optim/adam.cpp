@@ -61,11 +61,7 @@ void AdamBase::check_options(const std::map<std::string, Scalar>& m, const std::
 }
 
 Tensor AdamBase::step(LossClosure closure) {
-  Tensor loss;
-  if (closure) {
-    AutoGradMode enable(true);
-    loss = closure();
-  }
+  Tensor loss = run_closure(closure);
   NoGradGuard no_grad;
   const std::string where = name() + "::step";
   for (auto& group : param_groups()) {

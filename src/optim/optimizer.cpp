@@ -215,4 +215,10 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& sd) {
   for (size_t g = 0; g < groups_.size(); ++g) groups_[g].options() = std::move(options[g]);
 }
 
+Tensor Optimizer::run_closure(const LossClosure& closure) {
+  if (!closure) return {};
+  AutoGradMode enable(true);
+  return closure();
+}
+
 }  // namespace kiln::optim

@@ -52,11 +52,7 @@ SGDOptions SGD::options(size_t group) const {
 }
 
 Tensor SGD::step(LossClosure closure) {
-  Tensor loss;
-  if (closure) {
-    AutoGradMode enable(true);
-    loss = closure();
-  }
+  Tensor loss = run_closure(closure);
   NoGradGuard no_grad;
   const std::string where = name() + "::step";
   for (auto& group : param_groups()) {

@@ -76,6 +76,8 @@ class Optimizer {
   void load_state_dict(const std::map<std::string, Tensor>& state_dict);
 
  protected:
+  // The closure's loss, computed with grad mode on (undefined without a closure), as step() begins.
+  static Tensor run_closure(const LossClosure& closure);
   // name: "SGD"; defaults: every option with its kind (float, int or bool); state_names: the
   // per-parameter state tensors, each shaped like its parameter; counter_names: per-parameter
   // 0-d float32 CPU counters (Adam's "step", a float tensor as in PyTorch).
