@@ -4,7 +4,7 @@
 transformers' BertForMaskedLM (attn_implementation="sdpa"), float32, random weights and token ids,
 no padding (an all-ones attention mask), 15% of positions labelled; a train step is forward, MLM
 cross-entropy, backward and an optimizer step (AdamW, lr 1e-4, weight decay 0.01; --optimizer sgd
-for SGD with momentum 0.9, what Kiln uses until it has AdamW), an eval step a forward under no_grad.
+for SGD with momentum 0.9), an eval step a forward under no_grad.
 --mlm full computes logits at every position (BertForMaskedLM's forward); --mlm sparse runs the
 head only on the labelled positions (model.bert, gather, model.cls), as Kiln's masked_lm_loss does.
 Prints one JSON line per mode, like build/bench/bench_bert.
