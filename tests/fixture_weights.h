@@ -3,6 +3,8 @@
 // PyTorch-made fixtures without committed weight files. The formula is documented in that script.
 #pragma once
 
+#include "fixture_util.h"
+
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -104,14 +106,5 @@ inline std::map<std::string, Tensor> formula_state_dict(const std::map<std::stri
   return sd;
 }
 
-// Where tests/ lives, for reading committed fixtures.
-inline std::string fixture_path(const std::string& relative) {
-#ifdef KILN_SOURCE_DIR
-  return std::string(KILN_SOURCE_DIR) + "/tests/fixtures/" + relative;
-#else
-  std::string f = __FILE__;
-  return f.substr(0, f.find_last_of('/')) + "/fixtures/" + relative;
-#endif
-}
 
 }  // namespace kiln::test

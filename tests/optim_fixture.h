@@ -1,6 +1,8 @@
 // Reads the line-record fixtures of tests/fixtures/optim/ (made by make_optim_fixtures.py).
 #pragma once
 
+#include "fixture_util.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -24,14 +26,6 @@ struct FixtureCase {
   }
 };
 
-inline std::string fixture_path(const std::string& rel) {
-#ifdef KILN_SOURCE_DIR
-  return std::string(KILN_SOURCE_DIR) + "/tests/fixtures/" + rel;
-#else
-  std::string here = __FILE__;
-  return here.substr(0, here.rfind('/')) + "/fixtures/" + rel;
-#endif
-}
 
 inline std::vector<FixtureCase> read_fixture_cases(const std::string& rel) {
   std::ifstream in(fixture_path(rel));

@@ -12,6 +12,7 @@
 #include "kiln/io.h"
 #include "kiln/models.h"
 #include "kiln/optim.h"
+#include "fixture_util.h"
 #include "test_util.h"
 
 namespace kiln::test {
@@ -24,24 +25,7 @@ const std::map<std::string, Tensor>& fx() {
   return e;
 }
 
-const Tensor& want(const std::string& key) {
-  auto it = fx().find(key);
-  if (it == fx().end()) throw std::runtime_error("fixture has no " + key);
-  return it->second;
-}
-
-// max |got - ref| <= rtol * max |ref|.
-void expect_rel(const Tensor& got, const Tensor& ref, double rtol, const std::string& what) {
-  ASSERT_TRUE(got.defined()) << what;
-  ASSERT_EQ(got.shape(), ref.shape()) << what;
-  std::vector<double> g = values(got), w = values(ref);
-  double scale = 0, err = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    scale = std::max(scale, std::abs(w[i]));
-    err = std::max(err, std::abs(g[i] - w[i]));
-  }
-  EXPECT_LE(err, rtol * scale) << what << ": max error " << err << ", max |ref| " << scale;
-}
+const Tensor& want(const std::string& key) { return test::fixture_tensor("bert/expected.safetensors", key); }
 
 // The fixture's BERT-tiny shape with a 512-token vocabulary (field order is HF's).
 BertConfig fixture_config() {

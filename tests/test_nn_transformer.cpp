@@ -10,6 +10,7 @@
 #include "kiln/io.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
+#include "fixture_util.h"
 #include "test_util.h"
 
 namespace kiln::test {
@@ -18,29 +19,7 @@ namespace {
 namespace nn = kiln::nn;
 namespace F = kiln::nn::functional;
 
-const std::map<std::string, Tensor>& expected() {
-  static const auto e = io::load_safetensors(fixture_path("transformer/expected.safetensors"));
-  return e;
-}
-
-const Tensor& want(const std::string& key) {
-  auto it = expected().find(key);
-  if (it == expected().end()) throw std::runtime_error("fixture has no " + key);
-  return it->second;
-}
-
-// max |got - want| <= rtol * max |want| (the measure the fixture scripts use).
-void expect_rel(const Tensor& got, const Tensor& ref, double rtol, const std::string& what) {
-  ASSERT_TRUE(got.defined()) << what;
-  ASSERT_EQ(got.shape(), ref.shape()) << what;
-  std::vector<double> g = values(got), w = values(ref);
-  double scale = 0, err = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    scale = std::max(scale, std::abs(w[i]));
-    err = std::max(err, std::abs(g[i] - w[i]));
-  }
-  EXPECT_LE(err, rtol * scale) << what << ": max error " << err << ", max |ref| " << scale;
-}
+const Tensor& want(const std::string& key) { return test::fixture_tensor("transformer/expected.safetensors", key); }
 
 // Elements [start, start + numel) of formula("input", (400,)), as the fixture script takes them.
 Tensor fixture_input(int64_t start, const Shape& shape, ScalarType dtype = kFloat64) {

@@ -1,0 +1,52 @@
+// Reading committed fixtures (tests/fixtures/, made by the committed scripts there) and the
+// relative-error measure the fixture scripts use.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kiln/io.h"
+#include "kiln/tensor.h"
+
+namespace kiln::test {
+
+// Where a committed fixture lives.
+inline std::string fixture_path(const std::string& relative) {
+#ifdef KILN_SOURCE_DIR
+  return std::string(KILN_SOURCE_DIR) + "/tests/fixtures/" + relative;
+#else
+  std::string f = __FILE__;
+  return f.substr(0, f.find_last_of('/')) + "/fixtures/" + relative;
+#endif
+}
+
+// Tensor `key` of the safetensors fixture `relative` (each file read once).
+inline const Tensor& fixture_tensor(const std::string& relative, const std::string& key) {
+  static std::map<std::string, std::map<std::string, Tensor>> files;
+  auto f = files.find(relative);
+  if (f == files.end()) f = files.emplace(relative, io::load_safetensors(fixture_path(relative))).first;
+  auto it = f->second.find(key);
+  if (it == f->second.end()) throw std::runtime_error(relative + " has no " + key);
+  return it->second;
+}
+
+// max |got - ref| <= rtol * max |ref|.
+inline void expect_rel(const Tensor& got, const Tensor& ref, double rtol, const std::string& what) {
+  ASSERT_TRUE(got.defined()) << what;
+  ASSERT_EQ(got.shape(), ref.shape()) << what;
+  std::vector<double> g = got.to_vector<double>(), w = ref.to_vector<double>();
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    scale = std::max(scale, std::abs(w[i]));
+    err = std::max(err, std::abs(g[i] - w[i]));
+  }
+  EXPECT_LE(err, rtol * scale) << what << ": max error " << err << ", max |ref| " << scale;
+}
+
+}  // namespace kiln::test
