@@ -105,6 +105,41 @@ TEST_F(Fallback, CnnTrainingStepOnTheDeviceMatchesTheCpu) {
   EXPECT_GT(fallback_counts()["Conv2dBackwardWeight"], 0u);
 }
 
+// Every transformer op (embedding, layer norm, fused attention with dropout, fused linear,
+// cross-entropy, the fused AdamW step) through the fallback: dropout masks come from the same
+// Philox counters on both devices, so the steps agree.
+TEST_F(Fallback, BertTrainingStepOnTheDeviceMatchesTheCpu) {
+  const models::BertConfig cfg{.vocab_size = 50, .hidden_size = 32, .num_hidden_layers = 2, .num_attention_heads = 2,
+                               .intermediate_size = 64, .max_position_embeddings = 16};
+  std::vector<double> losses[2], weights[2];
+  for (int k = 0; k < 2; ++k) {
+    const Device d = k == 0 ? Device::cpu() : Device::cuda(0);
+    manual_seed(5);
+    auto model = models::bert_for_masked_lm(cfg);
+    model->to(d);
+    optim::AdamW opt(model->parameters(), {.lr = 1e-2});
+    Tensor ids = tensor(std::vector<int64_t>{2, 7, 9, 4, 3, 0, 2, 11, 12, 13, 14, 3}, {2, 6}, kInt64).to(d);
+    Tensor mask = tensor(std::vector<int64_t>{1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1}, {2, 6}, kInt64).to(d);
+    Tensor labels = tensor(std::vector<int64_t>{-100, 7, -100, 4, -100, -100, -100, 11, -100, -100, 14, -100}, {2, 6},
+                           kInt64).to(d);
+    manual_seed(6);
+    for (int step = 0; step < 2; ++step) {
+      Tensor loss = model->masked_lm_loss(ids, labels, mask);
+      EXPECT_EQ(loss.device(), d);
+      opt.zero_grad();
+      loss.backward();
+      nn::utils::clip_grad_norm_(model->parameters(), 1.0);
+      opt.step();
+      losses[k].push_back(loss.item<double>());
+    }
+    weights[k] = test::values(model->state_dict().at("bert.encoder.layer.1.attention.self.query.weight"));
+  }
+  for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_NEAR(losses[1][i], losses[0][i], 1e-5);
+  for (size_t i = 0; i < weights[0].size(); ++i) EXPECT_NEAR(weights[1][i], weights[0][i], 1e-5);
+  for (const char* op : {"Embedding", "LayerNormBackward", "Attention", "AttentionBackward", "AdamStep"})
+    EXPECT_GT(fallback_counts()[op], 0u) << op;
+}
+
 TEST(Devices, MissingDeviceIsAClearError) {
   if (cuda::is_available()) GTEST_SKIP() << "a GPU is present";
   test::expect_error([] { (void)ones({2}).to(Device::cuda(0)); }, "cuda:0");
