@@ -127,6 +127,7 @@ TEST_F(Safetensors, MetadataRoundTripsAndCheckpointsUseTheSameFormat) {
   io::SafetensorsFile f = io::load_safetensors_file(path("m.safetensors"));
   EXPECT_EQ(f.metadata, meta);
   EXPECT_EQ(f.tensors.size(), 2u);
+  EXPECT_EQ(io::load_safetensors_metadata(path("m.safetensors")), meta);
 
   io::save_checkpoint(path("c.ckpt"), in, meta);
   EXPECT_EQ(read_bytes(path("c.ckpt")), read_bytes(path("m.safetensors")));
@@ -135,6 +136,7 @@ TEST_F(Safetensors, MetadataRoundTripsAndCheckpointsUseTheSameFormat) {
   expect_close(c.tensors.at("rng"), {0, 1, 2, 3}, {4}, 0, 0);
   write_bytes(path("bad.ckpt"), "short");
   expect_error([&] { io::load_checkpoint(path("bad.ckpt")); }, "[load_checkpoint] " + path("bad.ckpt"));
+  expect_error([&] { io::load_safetensors_metadata(path("bad.ckpt")); }, "[load_safetensors_metadata] " + path("bad.ckpt"));
 
   io::save_safetensors(path("none.safetensors"), in);
   EXPECT_TRUE(io::load_safetensors_file(path("none.safetensors")).metadata.empty());

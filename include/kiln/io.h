@@ -22,6 +22,8 @@ struct SafetensorsFile {
 // "[load_safetensors] <path>: ...".
 std::map<std::string, Tensor> load_safetensors(const std::string& path);
 SafetensorsFile load_safetensors_file(const std::string& path);
+// Only the "__metadata__" map (the whole layout is still checked; no tensor data is copied).
+std::map<std::string, std::string> load_safetensors_metadata(const std::string& path);
 
 // Writes tensors (any device, any strides; copied to contiguous CPU memory first) and
 // metadata as a safetensors file, laid out as the Python library lays it out (data sorted by

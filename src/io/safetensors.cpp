@@ -30,6 +30,11 @@ SafetensorsFile load_safetensors_file(const std::string& path) {
   return detail::parse_safetensors(file.data(), file.size(), "load_safetensors", path);
 }
 
+std::map<std::string, std::string> load_safetensors_metadata(const std::string& path) {
+  MappedFile file(path, "load_safetensors_metadata");
+  return detail::parse_safetensors_header(file.data(), file.size(), "load_safetensors_metadata", path).metadata;
+}
+
 std::map<std::string, Tensor> load_safetensors(const std::string& path) {
   return load_safetensors_file(path).tensors;
 }

@@ -219,9 +219,9 @@ void MlmTrainer::fit(const MlmCallbacks& cb) {
 }
 
 bool is_mlm_checkpoint(const std::string& path) {
-  auto f = io::load_checkpoint(path);
-  auto it = f.metadata.find("format");
-  return it != f.metadata.end() && it->second == kFormat;
+  const auto m = io::load_safetensors_metadata(path);
+  auto it = m.find("format");
+  return it != m.end() && it->second == kFormat;
 }
 
 MlmEvalResult evaluate_mlm_checkpoint(const std::string& path, const std::string& data, const std::string& device) {
