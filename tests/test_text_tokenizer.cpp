@@ -169,17 +169,7 @@ TEST(TextTokenizer, Utf8DecoderReplacesMaximalInvalidSubsequences) {
   EXPECT_EQ(bad, 0u);
 }
 
-class TextVocabFile : public ::testing::Test {
- protected:
-  std::string dir_ = ::testing::TempDir() + "kiln_text_vocab_" + std::to_string(::getpid());
-  void SetUp() override { std::filesystem::create_directories(dir_); }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& data) {
-    std::string path = dir_ + "/" + name;
-    std::ofstream(path, std::ios::binary) << data;
-    return path;
-  }
-};
+class TextVocabFile : public test::TempDirTest {};
 
 TEST_F(TextVocabFile, BadFilesGiveClearErrors) {
   test::expect_error([&] { BertTokenizer::from_file(dir_ + "/missing.txt"); }, "[Vocab::from_file]");

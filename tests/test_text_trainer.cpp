@@ -85,17 +85,7 @@ TEST(TextTrainer, MinFrequencyAndLimitsAndErrors) {
   test::expect_error([] { train_wordpiece({"a"}, {.special_tokens = {"[PAD]", "[PAD]"}}); }, "listed twice");
 }
 
-class TextCorpus : public ::testing::Test {
- protected:
-  std::string dir_ = ::testing::TempDir() + "kiln_text_corpus_" + std::to_string(::getpid());
-  void SetUp() override { std::filesystem::create_directories(dir_); }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& data) {
-    std::string path = dir_ + "/" + name;
-    std::ofstream(path, std::ios::binary) << data;
-    return path;
-  }
-};
+class TextCorpus : public test::TempDirTest {};
 
 TEST_F(TextCorpus, FormatsFortuneBlankLinesAndOnePerLine) {
   EXPECT_EQ(read_corpus(write("f", "one\nline two\n%\n\nthree\n%\n%\nfour\n")),

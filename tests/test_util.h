@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -49,5 +53,21 @@ inline std::vector<Device> devices() {
   for (int i = 0; i < cuda::device_count(); ++i) d.push_back(Device::cuda(i));
   return d;
 }
+
+// A fixture with a fresh temporary directory per test (removed afterwards) and a file writer.
+class TempDirTest : public ::testing::Test {
+ protected:
+  std::string dir_ = ::testing::TempDir() + "kiln_" +
+                     ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name() + "_" +
+                     std::to_string(::getpid());
+  void SetUp() override { std::filesystem::create_directories(dir_); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  // Writes `data` to dir_/name and returns the path.
+  std::string write(const std::string& name, const std::string& data) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path, std::ios::binary) << data;
+    return path;
+  }
+};
 
 }  // namespace kiln::test
