@@ -1,10 +1,10 @@
 // Kiln side of the CPU BERT benchmark (issue 4, Speed): BertForMaskedLM train and eval steps,
-// the same workload as bench/pytorch_bert.py (float32, random weights and token ids, no padding,
+// the same workload as bench/pytorch_peer.py --model bert-* (float32, random weights and token ids, no padding,
 // 15% of positions labelled), printing the same JSON lines. A train step is forward, MLM
 // cross-entropy, backward and an AdamW step (lr 1e-4, weight decay 0.01); an eval step is a
 // forward under NoGradGuard.
 // --mlm full computes logits at every position as HF's BertForMaskedLM does; --mlm sparse only at
-// the labelled ones (BertForMaskedLMImpl::masked_lm_loss; pytorch_bert.py has the same option).
+// the labelled ones (BertForMaskedLMImpl::masked_lm_loss; pytorch_peer.py has the same option).
 //
 //   OMP_NUM_THREADS=2 build/bench/bench_bert --config base --modes train,eval --batch 8 --seq 128
 #include <algorithm>

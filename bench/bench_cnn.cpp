@@ -1,5 +1,5 @@
 // Kiln side of the CPU CNN benchmark (issue 3, Speed): ResNet-50 / VGG-16 train and eval steps,
-// the same workload as bench/pytorch_cnn.py (float32, channels-last input, random weights and
+// the same workload as bench/pytorch_peer.py --model resnet50|vgg16 (float32, channels-last input, random weights and
 // data, SGD with momentum), printing the same JSON lines.
 //
 //   OMP_NUM_THREADS=2 build/bench/bench_cnn --models resnet50,vgg16 --modes train,eval --batch 16
