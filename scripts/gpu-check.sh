@@ -20,8 +20,9 @@ tail -8 "$out/bench_overhead.txt"
 # kernels land; the fallback counts show which).
 (cd "$out" && timeout 300 "$OLDPWD/build-gpu/tools/kiln/kiln" train --device cuda --epochs 1 --max-steps 50 --checkpoint-dir "$out/ckpt") >"$out/train.log" 2>&1
 tail -5 "$out/train.log"
-timeout 120 build-gpu/bench/bench_cnn --models resnet50 --modes eval --batch 8 --warmup 1 --steps 1 >"$out/bench_cnn.txt" 2>&1
-tail -3 "$out/bench_cnn.txt"
+# kiln bench on the CPU and every GPU (speed-ups over the CPU), fp32 and bf16, small batches.
+timeout 240 build-gpu/tools/kiln/kiln bench --quick --models resnet50,bert-base --dtypes fp32,bf16 --steps 2 --out "$out/bench" >"$out/bench.txt" 2>&1
+tail -12 "$out/bench.txt"
 # BERT on the device: the MLM job for a few steps, and the transformer bench.
 (cd "$out" && timeout 300 "$OLDPWD/build-gpu/tools/kiln/kiln" train --model bert-mini --device cuda --max-steps 20 --eval-every 10 --checkpoint-dir "$out/ckpt-bert") >"$out/train_bert.log" 2>&1
 tail -5 "$out/train_bert.log"

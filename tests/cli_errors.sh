@@ -45,4 +45,12 @@ check "--seq-len 600" train --model bert-tiny --seq-len 600
 check "unknown BERT preset" train --model bert-huge
 check "is a flag of the BERT trainer" train --seq-len 64
 check "not a flag of the BERT trainer" train --model bert-tiny --momentum 0.9
+check "unknown model 'resnet7'" bench --models resnet7 --out "$tmp/bench"
+check "cuda:3 is not present" bench --devices cpu,cuda:3 --out "$tmp/bench"
+check "--batch must be at least 1" bench --batch 0 --out "$tmp/bench"
+check "unknown mode 'infer'" bench --modes infer --out "$tmp/bench"
+check "unknown dtype 'fp8'" bench --dtypes fp8 --out "$tmp/bench"
+check "batch 10000000 does not fit on cpu" bench --models resnet18 --modes eval --batch 10000000 --out "$tmp/bench"
+check "needs $tmp/nopython with PyTorch" bench --vs-pytorch --python "$tmp/nopython" --pytorch-script "$tmp/one.txt" --out "$tmp/bench"
+check "does not exist" bench --vs-pytorch --pytorch-script "$tmp/none.py" --out "$tmp/bench"
 exit $fail

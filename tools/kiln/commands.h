@@ -5,4 +5,5 @@ namespace kiln::cli {
 int info(int argc, char** argv);
 int train(int argc, char** argv);
 int eval(int argc, char** argv);
+int bench_command(int argc, char** argv);
 }  // namespace kiln::cli

@@ -15,6 +15,11 @@ void usage(std::ostream& os) {
         "          --device cpu|cuda[:N] --data DIR --seed N --checkpoint-dir DIR\n"
         "          --checkpoint-every STEPS --workers N --threads N --max-steps N --resume\n"
         "  eval    test accuracy of a checkpoint: --checkpoint PATH [--data DIR] [--device D]\n"
+        "  bench   time training and evaluation steps (default: resnet50, bert-base, vgg16; train and eval;\n"
+        "          cpu and every cuda:N; fp32) and write DIR/results.jsonl and DIR/chart.svg\n"
+        "          --models A,B --modes train,eval --devices cpu,cuda:0 --dtypes fp32,bf16 --batch N\n"
+        "          --steps N --warmup N --threads N --seq N --out DIR --quick\n"
+        "          --vs-pytorch [--pytorch-script PATH] [--python PYTHON]\n"
         "  info    version, devices, CPU features, threads, and which backends are built\n"
         "  help    this text\n";
 }
@@ -30,6 +35,7 @@ int main(int argc, char** argv) {
     if (cmd == "info") return kiln::cli::info(argc - 1, argv + 1);
     if (cmd == "train") return kiln::cli::train(argc - 1, argv + 1);
     if (cmd == "eval") return kiln::cli::eval(argc - 1, argv + 1);
+    if (cmd == "bench") return kiln::cli::bench_command(argc - 1, argv + 1);
     std::cerr << "kiln: unknown command '" << cmd << "'\n";
     usage(std::cerr);
     return 2;

@@ -1,0 +1,44 @@
+// kiln bench's whole invocation: the list of runs from the flags, running them in order (with the
+// PyTorch peer alternating when asked), and writing results.jsonl and the chart.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "tools/kiln/bench_runner.h"
+
+namespace kiln::cli::bench {
+
+struct SuiteOptions {
+  std::vector<std::string> models{"resnet50", "bert-base", "vgg16"};
+  std::vector<std::string> modes{"train", "eval"};
+  std::vector<std::string> devices;  // empty: cpu and every cuda:N present
+  std::vector<std::string> dtypes{"fp32"};
+  int64_t batch = 0;                 // 0: each model's default (the seed's, or --quick's)
+  int64_t warmup = -1, steps = 0;    // -1 / 0: the defaults (1 and 3; --quick: 1 and 2)
+  int64_t seq = 128;
+  bool quick = false;
+  std::string out_dir = "bench-results";
+  bool vs_pytorch = false;
+  std::string pytorch_script;        // bench/pytorch_peer.py
+  std::string python = "python3";
+};
+
+// The seed's batch sizes (resnet50 128, bert-base 64, vgg16 64; other CNNs 64, other BERTs 64),
+// or with quick the small ones (CNNs 4, except VGG 2; BERTs 2).
+int64_t default_batch(const std::string& model, bool quick);
+
+// Every run the options ask for, validated (model, mode, dtype, device present, batch), in the
+// order they will run: per model and mode, the CPU float32 run first so later runs have their
+// speed-up at once.
+std::vector<RunSpec> plan(const SuiteOptions& options);
+
+// Runs the plan, printing the table to `out` as results arrive and progress to `err`; writes
+// out_dir/results.jsonl (a line per finished run, as it finishes), out_dir/chart.svg, and
+// out_dir/chart.png when a converter exists; with vs_pytorch also out_dir/pytorch.jsonl.
+std::vector<RunResult> run_suite(const SuiteOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace kiln::cli::bench

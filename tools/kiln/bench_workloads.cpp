@@ -1,0 +1,140 @@
+// kiln bench's workloads (moved here from bench/bench_cnn.cpp and bench/bench_bert.cpp), and the
+// autocast/profiler hooks, compiled in when their headers exist.
+#include "tools/kiln/bench_workloads.h"
+
+#include <memory>
+
+#include "kiln/kiln.h"
+#include "kiln/models.h"
+#include "kiln/nn/functional.h"
+#include "kiln/optim.h"
+
+#if __has_include("kiln/autocast.h")
+#include "kiln/autocast.h"
+#define KILN_BENCH_HAVE_AUTOCAST 1
+#endif
+#if __has_include("kiln/profiler.h")
+#include "kiln/profiler.h"
+#define KILN_BENCH_HAVE_PROFILER 1
+#endif
+
+namespace kiln::cli::bench {
+
+namespace {
+constexpr int64_t kImageSize = 224;
+constexpr int64_t kNumClasses = 1000;
+
+bool is_cnn(const std::string& model) {
+  for (const auto& n : models::model_names())
+    if (n == model) return true;
+  return false;
+}
+
+Workload cnn_workload(const WorkloadOptions& o) {
+  auto model = std::make_shared<nn::AnyModule>(models::create(o.model, kNumClasses));
+  (*model)->to(o.device);
+  (*model)->train(o.mode == "train");
+  Tensor x = randn({o.batch, 3, kImageSize, kImageSize}).to(o.device).contiguous(MemoryFormat::ChannelsLast);
+  Tensor y = randint(0, kNumClasses, {o.batch}).to(o.device);
+  if (o.mode == "eval") {
+    return {[model, x] {
+              NoGradGuard ng;
+              (*model)(x);
+            },
+            "none"};
+  }
+  auto opt = std::make_shared<optim::SGD>((*model)->parameters(),
+                                          optim::SGDOptions{.lr = 0.01, .momentum = 0.9, .weight_decay = 1e-4});
+  return {[model, opt, x, y] {
+            opt->zero_grad();
+            Tensor loss = nn::functional::cross_entropy((*model)(x), y);
+            loss.backward();
+            opt->step();
+          },
+          "sgd"};
+}
+
+Workload bert_workload(const WorkloadOptions& o) {
+  const models::BertConfig cfg = models::BertConfig::preset(o.model);
+  KILN_CHECK(o.seq >= 1 && o.seq <= cfg.max_position_embeddings, "kiln bench", "--seq must be in [1, ",
+             cfg.max_position_embeddings, "] for ", o.model, ", got ", o.seq);
+  auto model = std::make_shared<models::BertForMaskedLM>(models::bert_for_masked_lm(cfg));
+  (*model)->to(o.device);
+  (*model)->train(o.mode == "train");
+  Tensor ids = randint(0, cfg.vocab_size, {o.batch, o.seq});
+  Tensor mask = ones({o.batch, o.seq}, kInt64);
+  // HF's MLM recipe labels 15% of the positions; the rest are ignored (-100).
+  Tensor labels = where(lt(rand({o.batch, o.seq}), 0.15), ids, full({o.batch, o.seq}, -100, kInt64));
+  ids = ids.to(o.device);
+  mask = mask.to(o.device);
+  labels = labels.to(o.device);
+  if (o.mode == "eval") {
+    return {[model, ids, mask] {
+              NoGradGuard ng;
+              (*model)(ids, mask);
+            },
+            "none"};
+  }
+  auto opt = std::make_shared<optim::AdamW>((*model)->parameters(), optim::AdamWOptions{.lr = 1e-4, .weight_decay = 0.01});
+  // The loss over the full logits, as Hugging Face's BertForMaskedLM computes it (and so
+  // bench/pytorch_peer.py), not the cheaper masked_lm_loss over the labelled positions only.
+  return {[model, opt, ids, mask, labels] {
+            opt->zero_grad();
+            Tensor loss = models::BertForMaskedLMImpl::loss((*model)(ids, mask), labels);
+            loss.backward();
+            opt->step();
+          },
+          "adamw"};
+}
+}  // namespace
+
+bool is_bert(const std::string& model) {
+  return model == "bert-tiny" || model == "bert-mini" || model == "bert-small" || model == "bert-base";
+}
+
+void check_model(const std::string& model) {
+  if (is_bert(model) || is_cnn(model)) return;
+  std::string known = "bert-tiny, bert-mini, bert-small, bert-base";
+  for (const auto& n : models::model_names()) known += ", " + n;
+  KILN_FAIL("kiln bench", "unknown model '", model, "'; known models: ", known);
+}
+
+Workload make_workload(const WorkloadOptions& o) {
+  check_model(o.model);
+  KILN_CHECK(o.mode == "train" || o.mode == "eval", "kiln bench", "unknown mode '", o.mode, "' (train or eval)");
+  KILN_CHECK(o.batch >= 1, "kiln bench", "batch must be at least 1, got ", o.batch);
+  manual_seed(0);
+  return is_bert(o.model) ? bert_workload(o) : cnn_workload(o);
+}
+
+bool autocast_available() {
+#ifdef KILN_BENCH_HAVE_AUTOCAST
+  return true;
+#else
+  return false;
+#endif
+}
+
+void run_with_dtype(const std::string& dtype, const std::function<void()>& fn) {
+  if (dtype == "fp32") return fn();
+  KILN_CHECK(dtype == "bf16", "kiln bench", "unknown dtype '", dtype, "' (fp32 or bf16)");
+#ifdef KILN_BENCH_HAVE_AUTOCAST
+  AutocastGuard guard(kBFloat16, /*enabled=*/true);
+  fn();
+#else
+  KILN_FAIL("kiln bench", "bf16 needs autocast, which this build does not have");
+#endif
+}
+
+std::optional<double> count_flops(const std::function<void()>& fn) {
+#ifdef KILN_BENCH_HAVE_PROFILER
+  profiler::Session session({.timing = false});
+  fn();
+  return session.total_flops();
+#else
+  fn();
+  return std::nullopt;
+#endif
+}
+
+}  // namespace kiln::cli::bench

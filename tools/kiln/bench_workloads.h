@@ -1,0 +1,47 @@
+// The workloads `kiln bench` times: CNN and BERT train/eval steps on synthetic inputs, and the two
+// hooks that other parts of Kiln fill in (bf16 autocast, the profiler's FLOP count).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "kiln/device.h"
+
+namespace kiln::cli::bench {
+
+// True for the BERT presets bench knows (bert-tiny, bert-mini, bert-small, bert-base).
+bool is_bert(const std::string& model);
+// Throws kiln::Error "[kiln bench] unknown model ..." listing the known names.
+void check_model(const std::string& model);
+
+struct WorkloadOptions {
+  std::string model;  // a models::create() name or a BERT preset
+  std::string mode;   // "train" or "eval"
+  Device device;
+  int64_t batch = 1;
+  int64_t seq = 128;  // BERT only
+};
+
+// One step of the workload, ready to run. Its inputs, model and optimizer live in the closure.
+// CNNs: random 224x224 channels-last images and labels over 1000 classes; train = forward,
+// cross-entropy, backward, SGD (lr 0.01, momentum 0.9, weight decay 1e-4); eval = forward under
+// NoGradGuard with model.eval(). BERT: BertForMaskedLM on random token ids, 15% of the positions
+// labelled; train = the MLM loss on the full logits (as Hugging Face's BertForMaskedLM computes it)
+// + backward + AdamW (lr 1e-4, weight decay 0.01); eval = forward under NoGradGuard.
+struct Workload {
+  std::function<void()> step;
+  std::string optimizer;  // "sgd", "adamw" or "none"
+};
+Workload make_workload(const WorkloadOptions& options);
+
+// Runs fn under bf16 autocast. Returns false (without running fn) when this build has no
+// autocast (include/kiln/autocast.h not present).
+bool autocast_available();
+void run_with_dtype(const std::string& dtype, const std::function<void()>& fn);
+
+// The FLOPs of fn as kiln::profiler counts them, or nullopt when this build has no profiler.
+std::optional<double> count_flops(const std::function<void()>& fn);
+
+}  // namespace kiln::cli::bench
