@@ -3,11 +3,13 @@
 // data, SGD with momentum), printing the same JSON lines.
 //
 //   OMP_NUM_THREADS=2 build/bench/bench_cnn --models resnet50,vgg16 --modes train,eval --batch 16
+// --profile 1 prints kiln::profiler's per-op table of the timed steps to stderr.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,6 +33,7 @@ std::vector<std::string> split(const std::string& s) {
 struct Flags {
   std::string models = "resnet50,vgg16", modes = "train,eval";
   int64_t batch = 16, image_size = 224, num_classes = 1000, threads = 2, warmup = 2, steps = 5;
+  bool profile = false;  // --profile 1: kiln::profiler table of the timed steps on stderr
 };
 
 Flags parse(int argc, char** argv) {
@@ -45,6 +48,7 @@ Flags parse(int argc, char** argv) {
     else if (k == "--threads") f.threads = std::atoll(v.c_str());
     else if (k == "--warmup") f.warmup = std::atoll(v.c_str());
     else if (k == "--steps") f.steps = std::atoll(v.c_str());
+    else if (k == "--profile") f.profile = v == "1";
     else {
       std::fprintf(stderr, "bench_cnn: unknown flag %s\n", k.c_str());
       std::exit(2);
@@ -74,10 +78,19 @@ void bench(const std::string& name, const std::string& mode, const Flags& f) {
   for (int64_t i = 0; i < f.warmup; ++i) step();
   reset_peak_memory_stats(Device::cpu());  // the peak of this run's steady state, not the last run's
   std::vector<double> times;
+  std::optional<profiler::Session> session;
+  if (f.profile) session.emplace();
   for (int64_t i = 0; i < f.steps; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     step();
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  if (session) {
+    const std::string& tag = name;
+    double wall = 0;
+    for (double t : times) wall += t;
+    std::fprintf(stderr, "%s %s: per-op profile of %lld steps, %.3f s wall\n%s", tag.c_str(), mode.c_str(),
+                 static_cast<long long>(f.steps), wall, profiler::format_table(session->stats(), wall).c_str());
   }
   std::vector<double> sorted = times;
   std::sort(sorted.begin(), sorted.end());
