@@ -83,7 +83,7 @@ thread_local uint64_t t_child_nanos = 0;
 
 // While a kiln::profiler::Session is alive: the call counted, its FLOPs and (when a session
 // wants it) its wall time. On CUDA this wall time is launch time: kernel time needs events.
-[[gnu::noinline]] void run_profiled(Op op, Device device, std::span<const Tensor> inputs,
+[[gnu::noinline, gnu::cold]] void run_profiled(Op op, Device device, std::span<const Tensor> inputs,
                                     std::span<Tensor> outputs, const void* attrs) {
   const uint64_t flops = profiler::detail::op_flops(op, inputs, outputs, attrs);
   if (!profiler::detail::timing_wanted()) {

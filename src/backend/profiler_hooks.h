@@ -11,8 +11,9 @@ namespace kiln::profiler::detail {
 
 // Live sessions, and those of them that time kernels. The dispatcher's only cost while no
 // session is alive is the relaxed load of sessions_alive.
-extern std::atomic<int> g_sessions;
-extern std::atomic<int> g_timing_sessions;
+// Hidden: read PC-relative, not through the shared library's GOT, on every dispatch.
+[[gnu::visibility("hidden")]] extern std::atomic<int> g_sessions;
+[[gnu::visibility("hidden")]] extern std::atomic<int> g_timing_sessions;
 inline bool sessions_alive() { return g_sessions.load(std::memory_order_relaxed) != 0; }
 inline bool timing_wanted() { return g_timing_sessions.load(std::memory_order_relaxed) != 0; }
 
