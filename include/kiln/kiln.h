@@ -7,6 +7,7 @@
 #include "kiln/error.h"
 #include "kiln/io.h"
 #include "kiln/ops.h"
+#include "kiln/profiler.h"
 #include "kiln/random.h"
 #include "kiln/runtime.h"
 #include "kiln/scalar.h"

@@ -1,8 +1,10 @@
 // The kernel table and the CPU fallback for ops a device has no kernel for.
 #include "backend/dispatch.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "core/device_runtime.h"
+#include "backend/profiler_hooks.h"
 #include "core/tensor_util.h"
 
 namespace kiln::backend {
@@ -63,6 +66,50 @@ void run_fallback(Op op, Device device, std::span<const Tensor> inputs, std::spa
     if (!outputs[i].device().is_cpu()) upload_mirror(out[i], outputs[i]);
 }
 
+void run_unprofiled(Op op, Device device, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+                    const void* attrs) {
+  Kernel k = table().kernels[static_cast<int>(op)][static_cast<int>(device.type)];
+  if (k != nullptr) [[likely]] {
+    KernelArgs args{inputs, outputs, attrs, nullptr};
+    k(args);
+    return;
+  }
+  run_fallback(op, device, inputs, outputs, attrs);
+}
+
+// Kernel time of the ops this thread is running now that nested calls already charged to
+// themselves, so a kernel that dispatches other ops is charged only its self time.
+thread_local uint64_t t_child_nanos = 0;
+
+// While a kiln::profiler::Session is alive: the call counted, its FLOPs and (when a session
+// wants it) its wall time. On CUDA this wall time is launch time: kernel time needs events.
+[[gnu::noinline, gnu::cold]] void run_profiled(Op op, Device device, std::span<const Tensor> inputs,
+                                    std::span<Tensor> outputs, const void* attrs) {
+  const uint64_t flops = profiler::detail::op_flops(op, inputs, outputs, attrs);
+  if (!profiler::detail::timing_wanted()) {
+    run_unprofiled(op, device, inputs, outputs, attrs);
+    profiler::detail::record(op, 0, flops);
+    return;
+  }
+  const uint64_t outer = t_child_nanos;
+  t_child_nanos = 0;
+  struct Restore {  // an op that throws is not recorded, and its caller's account is kept
+    uint64_t outer;
+    bool done = false;
+    ~Restore() {
+      if (!done) t_child_nanos = outer;
+    }
+  } restore{outer};
+  const auto t0 = std::chrono::steady_clock::now();
+  run_unprofiled(op, device, inputs, outputs, attrs);
+  const auto elapsed = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  const uint64_t self = elapsed - std::min(elapsed, t_child_nanos);
+  t_child_nanos = outer + elapsed;
+  restore.done = true;
+  profiler::detail::record(op, self, flops);
+}
+
 }  // namespace
 
 const char* op_name(Op op) { return kOpNames[static_cast<int>(op)]; }
@@ -77,6 +124,10 @@ bool has_kernel(Op op, DeviceType device) {
 
 void run(Op op, Device device, std::span<const Tensor> inputs, std::span<Tensor> outputs,
          const void* attrs) {
+  if (profiler::detail::sessions_alive()) [[unlikely]] {
+    run_profiled(op, device, inputs, outputs, attrs);
+    return;
+  }
   Kernel k = table().kernels[static_cast<int>(op)][static_cast<int>(device.type)];
   if (k != nullptr) [[likely]] {
     KernelArgs args{inputs, outputs, attrs, nullptr};
