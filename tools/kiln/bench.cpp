@@ -27,7 +27,7 @@ int bench_command(int argc, char** argv) {
   Args args("bench", argc, argv,
             {"models", "modes", "devices", "dtypes", "batch", "steps", "warmup", "threads", "seq", "out",
              "pytorch-script", "python"},
-            {"quick", "vs-pytorch"});
+            {"quick", "vs-pytorch", "profile"});
   bench::SuiteOptions o;
   if (args.has("models")) o.models = split(args.get("models", ""));
   if (args.has("modes")) o.modes = split(args.get("modes", ""));
@@ -38,6 +38,7 @@ int bench_command(int argc, char** argv) {
   o.warmup = args.get_int("warmup", -1, 0);
   o.seq = args.get_int("seq", 128, 1);
   o.quick = args.has("quick");
+  o.profile = args.has("profile");
   o.out_dir = args.get("out", "bench-results");
   o.vs_pytorch = args.has("vs-pytorch");
   o.pytorch_script = args.get("pytorch-script", std::string(KILN_SOURCE_DIR) + "/bench/pytorch_peer.py");

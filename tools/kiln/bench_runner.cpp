@@ -107,6 +107,8 @@ RunResult run(const RunSpec& spec, const Progress& progress) {
     for (int64_t i = 0; i < spec.warmup; ++i) step();
     sync(device);
     reset_peak_memory_stats(device);  // this run's steady state, not the warm-up's or the last run's
+    std::optional<profiler::Session> session;
+    if (spec.profile) session.emplace();
     for (int64_t i = 0; i < spec.steps; ++i) {
       if (progress) progress(i, spec.steps);
       const auto t0 = std::chrono::steady_clock::now();
@@ -115,6 +117,12 @@ RunResult run(const RunSpec& spec, const Progress& progress) {
       r.step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     r.peak_bytes = static_cast<int64_t>(memory_stats(device).peak);
+    if (session) {
+      double wall = 0;
+      for (double t : r.step_s) wall += t;
+      r.profile = profiler::format_table(session->stats(), wall);
+      session.reset();
+    }
     std::optional<double> flops = count_flops([&] {
       step();
       sync(device);

@@ -12,6 +12,7 @@ namespace kiln::cli::bench {
 struct RunSpec {
   std::string model, mode, device, dtype;  // device as written ("cpu", "cuda:0"); dtype "fp32"/"bf16"
   int64_t batch = 1, warmup = 1, steps = 1, seq = 128;
+  bool profile = false;  // record a per-op profile of the timed steps
 };
 
 // The machine and build, the same for every run of one invocation.
@@ -35,6 +36,7 @@ struct RunResult {
   int64_t peak_bytes = 0;           // the allocator's high-water mark over the timed steps
   std::optional<double> speedup_vs_cpu_fp32;
   std::optional<double> pytorch_samples_per_s, vs_pytorch;  // with --vs-pytorch
+  std::string profile;  // with spec.profile: kiln::profiler's table for the timed steps
 };
 
 // Called before each timed step with (step, steps), for a progress line.

@@ -117,6 +117,7 @@ std::vector<RunSpec> plan(const SuiteOptions& o) {
           s.warmup = o.warmup >= 0 ? o.warmup : 1;
           s.steps = o.steps > 0 ? o.steps : (o.quick ? 2 : 3);
           s.seq = o.seq;
+          s.profile = o.profile;
           specs.push_back(s);
         }
   return specs;
@@ -178,6 +179,7 @@ std::vector<RunResult> run_suite(const SuiteOptions& o, std::ostream& out, std::
       }
       jsonl << to_json(r, env) << "\n" << std::flush;
       out << table_row(r, o.vs_pytorch) << "\n" << std::flush;
+      if (!r.profile.empty()) out << r.profile << "\n" << std::flush;
       results.push_back(std::move(r));
     }
   } catch (...) {

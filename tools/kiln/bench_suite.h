@@ -21,6 +21,7 @@ struct SuiteOptions {
   int64_t warmup = -1, steps = 0;    // -1 / 0: the defaults (1 and 3; --quick: 1 and 2)
   int64_t seq = 128;
   bool quick = false;
+  bool profile = false;              // print a per-op profile of each run's timed steps
   std::string out_dir = "bench-results";
   bool vs_pytorch = false;
   std::string pytorch_script;        // bench/pytorch_peer.py

@@ -13,10 +13,7 @@
 #include "kiln/autocast.h"
 #define KILN_BENCH_HAVE_AUTOCAST 1
 #endif
-#if __has_include("kiln/profiler.h")
 #include "kiln/profiler.h"
-#define KILN_BENCH_HAVE_PROFILER 1
-#endif
 
 namespace kiln::cli::bench {
 
@@ -127,14 +124,9 @@ void run_with_dtype(const std::string& dtype, const std::function<void()>& fn) {
 }
 
 std::optional<double> count_flops(const std::function<void()>& fn) {
-#ifdef KILN_BENCH_HAVE_PROFILER
   profiler::Session session({.timing = false});
   fn();
   return session.total_flops();
-#else
-  fn();
-  return std::nullopt;
-#endif
 }
 
 }  // namespace kiln::cli::bench

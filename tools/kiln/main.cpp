@@ -22,7 +22,7 @@ void usage(std::ostream& os) {
         "  bench   time training and evaluation steps (default: resnet50, bert-base, vgg16; train and eval;\n"
         "          cpu and every cuda:N; fp32) and write DIR/results.jsonl and DIR/chart.svg\n"
         "          --models A,B --modes train,eval --devices cpu,cuda:0 --dtypes fp32,bf16 --batch N\n"
-        "          --steps N --warmup N --threads N --seq N --out DIR --quick\n"
+        "          --steps N --warmup N --threads N --seq N --out DIR --quick --profile\n"
         "          --vs-pytorch [--pytorch-script PATH] [--python PYTHON]\n"
         "  info    version, devices, CPU features, threads, and which backends are built\n"
         "  help    this text\n";
