@@ -1,6 +1,7 @@
 // Everything a Kiln user includes: tensors, ops, autograd, random numbers, the runtime, io and text.
 #pragma once
 
+#include "kiln/autocast.h"
 #include "kiln/autograd.h"
 #include "kiln/device.h"
 #include "kiln/dtype.h"

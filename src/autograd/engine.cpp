@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "autograd/node.h"
+#include "kiln/autocast.h"
 #include "core/tensor_util.h"
 #include "kiln/ops.h"
 
@@ -66,6 +67,9 @@ std::vector<Tensor> execute(const std::vector<Edge>& root_edges, const std::vect
       if ((*capture)[i].valid()) capture_slots[(*capture)[i].fn.get()].push_back(i);
 
   NoGradGuard no_grad;  // backward formulas build no graph
+  // ... and run in the dtypes the forward saved: autocast would recast them (PyTorch runs
+  // backward outside autocast too).
+  AutocastGuard no_autocast(autocast_dtype(), false);
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kiln/random.h"
+#include "ops/autocast_policy.h"
 #include "ops/op_util.h"
 
 namespace kiln {
@@ -52,8 +53,11 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
 
 }  // namespace
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
+Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& mask_in,
                                     double dropout_p, bool is_causal, std::optional<double> scale) {
+  // A float mask follows q, k and v into the autocast dtype (a bool one is left alone).
+  const Tensor q = ops::autocast_lower(q_in), k = ops::autocast_lower(k_in), v = ops::autocast_lower(v_in),
+               attn_mask = ops::autocast_lower(mask_in);
   check_inputs(q, k, v, attn_mask, dropout_p);
   const Device device = attn_mask.defined() ? ops::common_device({&q, &k, &v, &attn_mask}, kName)
                                             : ops::common_device({&q, &k, &v}, kName);

@@ -1,4 +1,5 @@
 // conv2d: checks, output shape, the kernels for forward and both gradients, and autograd.
+#include "ops/autocast_policy.h"
 #include "ops/op_util.h"
 
 namespace kiln {
@@ -17,8 +18,10 @@ Tensor conv_backward_input(const Tensor& g, const Tensor& w, const Tensor& x, co
 
 }  // namespace
 
-Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride,
+Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in, const Shape& stride,
               const Shape& padding, const Shape& dilation, int64_t groups) {
+  const Tensor input = ops::autocast_lower(input_in), weight = ops::autocast_lower(weight_in),
+               bias = ops::autocast_lower(bias_in);
   ops::check_defined(input, "conv2d");
   ops::check_defined(weight, "conv2d");
   KILN_CHECK(input.dim() == 4 || input.dim() == 3, "conv2d",

@@ -1,5 +1,6 @@
 // layer_norm over the trailing dims: one forward kernel saving each row's mean and 1/std, and
 // one backward kernel giving the input, weight and bias gradients together.
+#include "ops/autocast_policy.h"
 #include "ops/op_util.h"
 
 namespace kiln {
@@ -19,8 +20,10 @@ void check_param(const Tensor& p, const Tensor& x, const Shape& normalized_shape
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in, const Tensor& bias_in,
                   double eps) {
+  const Tensor x = ops::autocast_float32(x_in), weight = ops::autocast_float32(weight_in),
+               bias = ops::autocast_float32(bias_in);
   ops::check_defined(x, "layer_norm");
   KILN_CHECK(x.is_floating_point(), "layer_norm", "expected a floating-point input, got ", x.dtype());
   const int64_t k = static_cast<int64_t>(normalized_shape.size());

@@ -1,5 +1,6 @@
 // linear: x[..., in] @ weight[out, in]^T + bias (bias and activation fused into the matmul), with
 // its own backward (no transposed copies).
+#include "ops/autocast_policy.h"
 #include "ops/op_util.h"
 
 namespace kiln {
@@ -49,7 +50,8 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  const Tensor x = ops::autocast_lower(x_in), weight = ops::autocast_lower(weight_in), bias = ops::autocast_lower(bias_in);
   check_linear(x, weight, bias);
   Tensor out = linear_forward(x, weight, bias, Activation::None);
   if (autograd::needs_grad({&x, &weight, &bias})) {
@@ -77,7 +79,8 @@ namespace kiln {
 
 // In evaluation the bias and activation run inside the matmul; in training the bias is still
 // fused but the activation is its own op, which keeps the pre-activation its backward needs.
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation) {
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, Activation activation) {
+  const Tensor x = ops::autocast_lower(x_in), weight = ops::autocast_lower(weight_in), bias = ops::autocast_lower(bias_in);
   check_linear(x, weight, bias);
   const bool fuse = activation == Activation::None || x.is_floating_point();
   if (fuse && !autograd::needs_grad({&x, &weight, &bias})) return linear_forward(x, weight, bias, activation);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/autocast_policy.h"
 #include "ops/op_util.h"
 
 namespace kiln {
@@ -176,8 +177,8 @@ Tensor fused_cross_entropy(const Tensor& input, const Tensor& target, const Tens
 
 }  // namespace
 
-Tensor nll_loss(const Tensor& input_, const Tensor& target_, const Tensor& weight, Reduction reduction,
-                int64_t ignore_index) {
+static Tensor nll_loss_body(const Tensor& input_, const Tensor& target_, const Tensor& weight, Reduction reduction,
+                            int64_t ignore_index) {
   const char* op = "nll_loss";
   check_input(input_, target_, op);
   check_index_shapes(input_, target_, op);
@@ -190,8 +191,8 @@ Tensor nll_loss(const Tensor& input_, const Tensor& target_, const Tensor& weigh
   return unbatch(reduce(per_target, reduction, weight_sum), batched, reduction);
 }
 
-Tensor cross_entropy(const Tensor& input_, const Tensor& target_, const Tensor& weight, Reduction reduction,
-                     int64_t ignore_index, double label_smoothing) {
+static Tensor cross_entropy_body(const Tensor& input_, const Tensor& target_, const Tensor& weight,
+                                 Reduction reduction, int64_t ignore_index, double label_smoothing) {
   const char* op = "cross_entropy";
   check_input(input_, target_, op);
   KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op, "label_smoothing must be in [0, 1], got ",
@@ -233,6 +234,23 @@ Tensor cross_entropy(const Tensor& input_, const Tensor& target_, const Tensor& 
            reduce(smooth, reduction, weight_sum) * (label_smoothing / static_cast<double>(classes));
   }
   return unbatch(loss, batched, reduction);
+}
+
+// The public losses: float32 under autocast (inputs, weights and probability targets cast up).
+Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction,
+                int64_t ignore_index) {
+  if (!autocast_enabled()) return nll_loss_body(input, target, weight, reduction, ignore_index);
+  Tensor x = ops::autocast_float32(input), t = ops::autocast_float32(target), w = ops::autocast_float32(weight);
+  ops::AutocastOff off;
+  return nll_loss_body(x, t, w, reduction, ignore_index);
+}
+
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction,
+                     int64_t ignore_index, double label_smoothing) {
+  if (!autocast_enabled()) return cross_entropy_body(input, target, weight, reduction, ignore_index, label_smoothing);
+  Tensor x = ops::autocast_float32(input), t = ops::autocast_float32(target), w = ops::autocast_float32(weight);
+  ops::AutocastOff off;
+  return cross_entropy_body(x, t, w, reduction, ignore_index, label_smoothing);
 }
 
 }  // namespace kiln

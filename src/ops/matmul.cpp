@@ -1,6 +1,7 @@
 // matmul (with PyTorch's 1-D, 2-D and broadcast-batched rules), mm and bmm, with gradients.
 #include <algorithm>
 
+#include "ops/autocast_policy.h"
 #include "ops/op_util.h"
 
 namespace kiln {
@@ -100,7 +101,8 @@ void check_shapes(const Tensor& a, const Tensor& b, const char* op) {
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = ops::autocast_lower(a_in), b = ops::autocast_lower(b_in);
   check_operands(a, b, "matmul");
   check_shapes(a, b, "matmul");
   if (a.dim() == 1 && b.dim() == 1) {
@@ -111,14 +113,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return matmul_with_grad(a, b);
 }
 
-Tensor mm(const Tensor& a, const Tensor& b) {
+Tensor mm(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = ops::autocast_lower(a_in), b = ops::autocast_lower(b_in);
   check_operands(a, b, "mm");
   KILN_CHECK(a.dim() == 2 && b.dim() == 2, "mm", "expects two 2-D tensors, got shapes ", a.shape(), " and ", b.shape());
   check_shapes(a, b, "mm");
   return matmul_with_grad(a, b);
 }
 
-Tensor bmm(const Tensor& a, const Tensor& b) {
+Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = ops::autocast_lower(a_in), b = ops::autocast_lower(b_in);
   check_operands(a, b, "bmm");
   KILN_CHECK(a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0), "bmm",
              "expects two 3-D tensors with one batch size, got shapes ", a.shape(), " and ", b.shape());

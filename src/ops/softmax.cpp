@@ -1,6 +1,7 @@
 // softmax, log_softmax and masked_softmax over one dim, with gradients through the softmax backward kernels.
 #include <cmath>
 
+#include "ops/autocast_policy.h"
 #include "ops/op_util.h"
 
 namespace kiln {
@@ -33,14 +34,15 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(ops::autocast_float32(x), dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(ops::autocast_float32(x), dim, true); }
 
 }  // namespace kiln
 
 namespace kiln {
 
-Tensor masked_softmax(const Tensor& x, const Tensor& mask, int64_t dim) {
+Tensor masked_softmax(const Tensor& x_in, const Tensor& mask_in, int64_t dim) {
+  const Tensor x = ops::autocast_float32(x_in), mask = ops::autocast_float32(mask_in);
   const char* name = "masked_softmax";
   ops::check_defined(x, name);
   ops::check_defined(mask, name);

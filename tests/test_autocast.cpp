@@ -1,0 +1,315 @@
+// kiln::AutocastGuard: the thread-local mode, the per-op casting policy, backward outside
+// autocast, and small CNN / BERT training steps in bfloat16 against float32.
+#include <cmath>
+#include <thread>
+
+#include "autograd/function.h"
+#include "kiln/models.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::expect_error;
+
+// ||a - b|| / ||b|| over all elements, in double.
+double rel_error(const Tensor& a, const Tensor& b) {
+  std::vector<double> x = test::values(a), y = test::values(b);
+  EXPECT_EQ(x.size(), y.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+    num += (x[i] - y[i]) * (x[i] - y[i]);
+    den += y[i] * y[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+double cosine(const Tensor& a, const Tensor& b) {
+  std::vector<double> x = test::values(a), y = test::values(b);
+  double xy = 0, xx = 0, yy = 0;
+  for (size_t i = 0; i < x.size(); ++i) xy += x[i] * y[i], xx += x[i] * x[i], yy += y[i] * y[i];
+  return xy / std::sqrt(std::max(xx * yy, 1e-300));
+}
+
+TEST(Autocast, GuardNestsAndRestores) {
+  EXPECT_FALSE(autocast_enabled());
+  EXPECT_EQ(autocast_dtype(), kBFloat16);
+  {
+    AutocastGuard outer(kFloat16);
+    EXPECT_TRUE(autocast_enabled());
+    EXPECT_EQ(autocast_dtype(), kFloat16);
+    {
+      AutocastGuard inner(kBFloat16, /*enabled=*/false);
+      EXPECT_FALSE(autocast_enabled());
+      {
+        AutocastGuard innermost(kBFloat16);
+        EXPECT_TRUE(autocast_enabled());
+        EXPECT_EQ(autocast_dtype(), kBFloat16);
+      }
+      EXPECT_FALSE(autocast_enabled());
+    }
+    EXPECT_TRUE(autocast_enabled());
+    EXPECT_EQ(autocast_dtype(), kFloat16);
+  }
+  EXPECT_FALSE(autocast_enabled());
+  EXPECT_EQ(autocast_dtype(), kBFloat16);
+}
+
+TEST(Autocast, OnlyHalfTypesAreAccepted) {
+  expect_error([] { AutocastGuard g(kFloat32); }, "[AutocastGuard] autocast runs in bfloat16 or float16, got float32");
+  expect_error([] { AutocastGuard g(kInt64, false); }, "got int64");
+  EXPECT_FALSE(autocast_enabled());  // a failed guard leaves the mode alone
+}
+
+TEST(Autocast, StateIsPerThread) {
+  AutocastGuard g(kFloat16);
+  bool other_enabled = true;
+  ScalarType other_dtype = kFloat16;
+  ScalarType other_out = kFloat32;
+  std::thread t([&] {
+    other_enabled = autocast_enabled();
+    other_dtype = autocast_dtype();
+    other_out = matmul(ones({2, 2}), ones({2, 2})).dtype();
+  });
+  t.join();
+  EXPECT_FALSE(other_enabled);
+  EXPECT_EQ(other_dtype, kBFloat16);
+  EXPECT_EQ(other_out, kFloat32);
+  EXPECT_TRUE(autocast_enabled());
+  EXPECT_EQ(matmul(ones({2, 2}), ones({2, 2})).dtype(), kFloat16);
+}
+
+class AutocastLower : public ::testing::TestWithParam<ScalarType> {};
+
+TEST_P(AutocastLower, MatmulLinearConvAttentionRunInTheAutocastType) {
+  const ScalarType dt = GetParam();
+  manual_seed(3);
+  Tensor a = randn({4, 5, 32}), b = randn({32, 24}), b3 = randn({4, 32, 24});
+  Tensor w = randn({24, 32}), bias = randn({24});
+  Tensor x = randn({2, 3, 9, 9}), cw = randn({8, 3, 3, 3}), cb = randn({8});
+  Tensor q = randn({2, 2, 6, 16}), k = randn({2, 2, 7, 16}), v = randn({2, 2, 7, 16});
+  Tensor fmask = rand({6, 7}) * -2.0;  // a float mask follows q, k and v into the autocast type
+  struct Case {
+    const char* name;
+    std::function<Tensor()> fn;
+  };
+  std::vector<Case> cases{
+      {"matmul", [&] { return matmul(a, b); }},
+      {"matmul batched", [&] { return matmul(a, b3); }},
+      {"mm", [&] { return mm(a[0], b); }},
+      {"bmm", [&] { return bmm(a, b3); }},
+      {"linear", [&] { return linear(a, w, bias); }},
+      {"linear gelu", [&] { return linear(a, w, bias, Activation::GELU); }},
+      {"conv2d", [&] { return conv2d(x, cw, cb, {1, 1}, {1, 1}); }},
+      {"sdpa", [&] { return scaled_dot_product_attention(q, k, v, fmask); }},
+  };
+  for (const Case& c : cases) {
+    Tensor ref = c.fn();
+    ASSERT_EQ(ref.dtype(), kFloat32) << c.name;
+    Tensor got;
+    {
+      AutocastGuard g(dt);
+      got = c.fn();
+    }
+    EXPECT_EQ(got.dtype(), dt) << c.name;
+    EXPECT_EQ(got.shape(), ref.shape()) << c.name;
+    EXPECT_LT(rel_error(got, ref), 1e-2) << c.name;
+    EXPECT_GT(rel_error(got, ref), 0.0) << c.name << ": no rounding at all, was it cast?";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, AutocastLower, ::testing::Values(kBFloat16, kFloat16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(Autocast, Float64IsNeverCast) {
+  AutocastGuard g(kBFloat16);
+  Tensor a = randn({3, 4}, kFloat64), b = randn({4, 2}, kFloat64);
+  EXPECT_EQ(matmul(a, b).dtype(), kFloat64);
+  EXPECT_EQ(softmax(a, 1).dtype(), kFloat64);
+  // integer operands stay integers
+  EXPECT_EQ(matmul(ones({2, 2}, kInt64), ones({2, 2}, kInt64)).dtype(), kInt64);
+}
+
+TEST(Autocast, NormsSoftmaxAndLossesRunInFloat32) {
+  manual_seed(5);
+  Tensor x = randn({6, 10}).to(kBFloat16), gamma = randn({10}).to(kBFloat16), beta = randn({10}).to(kBFloat16);
+  Tensor target = randint(0, 10, {6});
+  Tensor mask = rand({6, 10}) > 0.3;
+  // The float32 results of the same (bf16-representable) values.
+  Tensor xf = x.to(kFloat32), gf = gamma.to(kFloat32), bf = beta.to(kFloat32);
+  struct Case {
+    const char* name;
+    std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)> fn;
+  };
+  std::vector<Case> cases{
+      {"layer_norm", [](const Tensor& t, const Tensor& g, const Tensor& b) { return layer_norm(t, {10}, g, b); }},
+      {"softmax", [](const Tensor& t, const Tensor&, const Tensor&) { return softmax(t, 1); }},
+      {"log_softmax", [](const Tensor& t, const Tensor&, const Tensor&) { return log_softmax(t, 1); }},
+      {"masked_softmax", [&](const Tensor& t, const Tensor&, const Tensor&) { return masked_softmax(t, mask, 1); }},
+      {"cross_entropy", [&](const Tensor& t, const Tensor&, const Tensor&) { return cross_entropy(t, target); }},
+      {"cross_entropy smoothed weighted",
+       [&](const Tensor& t, const Tensor& g, const Tensor&) {
+         return cross_entropy(t, target, g.abs(), Reduction::Mean, -100, 0.1);
+       }},
+      {"nll_loss", [&](const Tensor& t, const Tensor&, const Tensor&) { return nll_loss(t, target); }},
+  };
+  for (const Case& c : cases) {
+    Tensor ref = c.fn(xf, gf, bf);
+    Tensor plain = c.fn(x, gamma, beta);
+    Tensor got;
+    {
+      AutocastGuard g(kBFloat16);
+      got = c.fn(x, gamma, beta);
+    }
+    EXPECT_EQ(plain.dtype(), kBFloat16) << c.name << " without autocast keeps bfloat16";
+    EXPECT_EQ(got.dtype(), kFloat32) << c.name;
+    // the same float32 computation on the same values
+    EXPECT_LT(rel_error(got, ref), 1e-6) << c.name;
+  }
+}
+
+TEST(Autocast, GradientsReachFloat32ParametersInTheirDtype) {
+  manual_seed(7);
+  Tensor x = randn({5, 16}).requires_grad_(), w = randn({8, 16}).requires_grad_(), b = randn({8}).requires_grad_();
+  Tensor y;
+  {
+    AutocastGuard g(kBFloat16);
+    y = linear(x, w, b);
+    EXPECT_EQ(y.dtype(), kBFloat16);
+    Tensor loss = cross_entropy(y, zeros({5}, kInt64));
+    EXPECT_EQ(loss.dtype(), kFloat32);
+    loss.backward();  // inside the guard: backward still runs without autocast
+  }
+  ASSERT_TRUE(x.grad().defined() && w.grad().defined() && b.grad().defined());
+  EXPECT_EQ(x.grad().dtype(), kFloat32);
+  EXPECT_EQ(w.grad().dtype(), kFloat32);
+  EXPECT_EQ(b.grad().dtype(), kFloat32);
+  Tensor gx = x.grad(), gw = w.grad(), gb = b.grad();
+  for (Tensor* t : {&x, &w, &b}) t->set_grad(Tensor());
+  cross_entropy(linear(x, w, b), zeros({5}, kInt64)).backward();
+  EXPECT_GT(cosine(gx, x.grad()), 0.99);
+  EXPECT_GT(cosine(gw, w.grad()), 0.99);
+  EXPECT_GT(cosine(gb, b.grad()), 0.99);
+}
+
+TEST(Autocast, BackwardRunsWithAutocastOff) {
+  Tensor a = randn({3, 4}).to(kBFloat16).requires_grad_(), b = randn({4, 2}).requires_grad_();
+  std::vector<bool> seen;
+  AutocastGuard g(kBFloat16);
+  Tensor y = matmul(a, b);  // b is cast to bfloat16 on the way in
+  ASSERT_EQ(y.dtype(), kBFloat16);
+  // A node of our own that notes the mode it runs in.
+  Tensor probe = y.detach().clone();
+  autograd::record("Probe", {&y}, probe, [&](const Tensor& gr) -> TensorList {
+    seen.push_back(autocast_enabled());
+    return {gr};
+  });
+  probe.to(kFloat32).sum().backward();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_FALSE(seen[0]);
+  EXPECT_TRUE(autocast_enabled());  // and the mode is back afterwards
+  EXPECT_EQ(a.grad().dtype(), kBFloat16);
+  EXPECT_EQ(b.grad().dtype(), kFloat32);
+}
+
+// Loss and gradients of one step, with the parameters' .grad cleared first.
+std::pair<Tensor, std::vector<Tensor>> step_grads(nn::Module& m, const std::function<Tensor()>& loss_fn) {
+  for (Tensor& p : m.parameters()) p.set_grad(Tensor());
+  Tensor loss = loss_fn();
+  loss.backward();
+  std::vector<Tensor> grads;
+  for (const Tensor& p : m.parameters()) grads.push_back(p.grad());
+  return {loss.detach(), grads};
+}
+
+void expect_bf16_matches_fp32(nn::Module& m, const std::function<Tensor()>& loss_fn, const char* what) {
+  auto [loss32, grads32] = step_grads(m, loss_fn);
+  std::pair<Tensor, std::vector<Tensor>> r16;
+  {
+    AutocastGuard g(kBFloat16);
+    r16 = step_grads(m, loss_fn);
+  }
+  auto& [loss16, grads16] = r16;
+  EXPECT_EQ(loss16.dtype(), kFloat32) << what;
+  const double l32 = loss32.item<double>(), l16 = loss16.item<double>();
+  EXPECT_NEAR(l16, l32, 2e-2 * std::abs(l32)) << what;
+  auto named = m.named_parameters();
+  ASSERT_EQ(grads16.size(), grads32.size());
+  double max_norm = 0;
+  for (const Tensor& g : grads32) max_norm = std::max(max_norm, norm(g).item<double>());
+  std::vector<Tensor> flat16, flat32;
+  for (size_t i = 0; i < grads16.size(); ++i) {
+    const std::string& name = named[i].first;
+    ASSERT_TRUE(grads16[i].defined()) << what << " " << name;
+    EXPECT_EQ(grads16[i].dtype(), kFloat32) << what << " " << name;
+    flat16.push_back(grads16[i].reshape({-1}));
+    flat32.push_back(grads32[i].reshape({-1}));
+    // A gradient that is zero up to rounding (the key bias: softmax ignores a per-row constant)
+    // has no direction to compare: it must stay near zero in bf16 too.
+    if (norm(grads32[i]).item<double>() < 1e-4 * max_norm) {
+      EXPECT_LT(norm(grads16[i]).item<double>(), 1e-2 * max_norm) << what << " " << name;
+      continue;
+    }
+    // PyTorch's bf16 autocast gives 0.985 for the first conv of this CNN, so per tensor 0.98.
+    EXPECT_GT(cosine(grads16[i], grads32[i]), 0.98) << what << " " << name;
+  }
+  EXPECT_GT(cosine(cat(flat16), cat(flat32)), 0.99) << what << " all gradients";
+  for (const Tensor& p : m.parameters()) EXPECT_EQ(p.dtype(), kFloat32) << what;
+}
+
+TEST(Autocast, SmallCNNTrainsInBFloat16) {
+  manual_seed(11);
+  auto model = models::small_cnn({.dropout = 0.0});
+  Tensor x = randn({8, 1, 28, 28}), y = randint(0, 10, {8});
+  auto loss_fn = [&] { return cross_entropy(model(x), y); };
+  expect_bf16_matches_fp32(*model, loss_fn, "small_cnn");
+  optim::SGD sgd(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+  std::vector<Tensor> before;
+  for (const Tensor& p : model->parameters()) before.push_back(p.detach().clone());
+  {
+    AutocastGuard g(kBFloat16);
+    sgd.zero_grad();
+    loss_fn().backward();
+    sgd.step();
+  }
+  auto params = model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(params[i].dtype(), kFloat32);
+    EXPECT_GT(rel_error(params[i], before[i]), 0.0);
+  }
+}
+
+TEST(Autocast, BertMaskedLMTrainsInBFloat16) {
+  manual_seed(13);
+  models::BertConfig cfg{.vocab_size = 120, .hidden_size = 64, .num_hidden_layers = 2, .num_attention_heads = 2,
+                         .intermediate_size = 128, .max_position_embeddings = 32, .hidden_dropout_prob = 0.0,
+                         .attention_probs_dropout_prob = 0.0};
+  auto model = models::bert_for_masked_lm(cfg);
+  Tensor ids = randint(1, 120, {4, 16});
+  Tensor labels = where(rand({4, 16}) < 0.3, ids, -100);
+  Tensor attn = arange(16).lt(12).to(kInt64).expand({4, 16}).contiguous();  // the last 4 positions padded
+  auto loss_fn = [&] { return model->masked_lm_loss(ids, labels, attn); };
+  expect_bf16_matches_fp32(*model, loss_fn, "bert");
+  {
+    AutocastGuard g(kBFloat16);
+    EXPECT_EQ(model(ids, attn).dtype(), kBFloat16);  // the decoder is a linear layer
+  }
+  optim::AdamW adamw(model->parameters(), {.lr = 1e-3});
+  double first = 0, last = 0;
+  for (int s = 0; s < 3; ++s) {
+    AutocastGuard g(kBFloat16);
+    adamw.zero_grad();
+    Tensor loss = loss_fn();
+    loss.backward();
+    adamw.step();
+    (s == 0 ? first : last) = loss.item<double>();
+  }
+  EXPECT_TRUE(std::isfinite(last));
+  EXPECT_LT(last, first);  // three steps on one batch lower its loss
+  for (const Tensor& p : model->parameters()) EXPECT_EQ(p.dtype(), kFloat32);
+}
+
+}  // namespace
+}  // namespace kiln
