@@ -9,10 +9,7 @@
 #include "kiln/nn/functional.h"
 #include "kiln/optim.h"
 
-#if __has_include("kiln/autocast.h")
 #include "kiln/autocast.h"
-#define KILN_BENCH_HAVE_AUTOCAST 1
-#endif
 #include "kiln/profiler.h"
 
 namespace kiln::cli::bench {
@@ -104,23 +101,11 @@ Workload make_workload(const WorkloadOptions& o) {
   return is_bert(o.model) ? bert_workload(o) : cnn_workload(o);
 }
 
-bool autocast_available() {
-#ifdef KILN_BENCH_HAVE_AUTOCAST
-  return true;
-#else
-  return false;
-#endif
-}
-
 void run_with_dtype(const std::string& dtype, const std::function<void()>& fn) {
   if (dtype == "fp32") return fn();
   KILN_CHECK(dtype == "bf16", "kiln bench", "unknown dtype '", dtype, "' (fp32 or bf16)");
-#ifdef KILN_BENCH_HAVE_AUTOCAST
   AutocastGuard guard(kBFloat16, /*enabled=*/true);
   fn();
-#else
-  KILN_FAIL("kiln bench", "bf16 needs autocast, which this build does not have");
-#endif
 }
 
 std::optional<double> count_flops(const std::function<void()>& fn) {

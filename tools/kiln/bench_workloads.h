@@ -36,9 +36,7 @@ struct Workload {
 };
 Workload make_workload(const WorkloadOptions& options);
 
-// Runs fn under bf16 autocast. Returns false (without running fn) when this build has no
-// autocast (include/kiln/autocast.h not present).
-bool autocast_available();
+// Runs fn in fp32, or under bf16 autocast.
 void run_with_dtype(const std::string& dtype, const std::function<void()>& fn);
 
 // The FLOPs of fn as kiln::profiler counts them (matmul, linear, conv and attention work).
