@@ -66,8 +66,9 @@ void run_fallback(Op op, Device device, std::span<const Tensor> inputs, std::spa
     if (!outputs[i].device().is_cpu()) upload_mirror(out[i], outputs[i]);
 }
 
-void run_unprofiled(Op op, Device device, std::span<const Tensor> inputs, std::span<Tensor> outputs,
-                    const void* attrs) {
+// The hot path of run(): the kernel for the device, or the fallback.
+[[gnu::always_inline]] inline void run_unprofiled(Op op, Device device, std::span<const Tensor> inputs,
+                                                  std::span<Tensor> outputs, const void* attrs) {
   Kernel k = table().kernels[static_cast<int>(op)][static_cast<int>(device.type)];
   if (k != nullptr) [[likely]] {
     KernelArgs args{inputs, outputs, attrs, nullptr};
@@ -128,13 +129,7 @@ void run(Op op, Device device, std::span<const Tensor> inputs, std::span<Tensor>
     run_profiled(op, device, inputs, outputs, attrs);
     return;
   }
-  Kernel k = table().kernels[static_cast<int>(op)][static_cast<int>(device.type)];
-  if (k != nullptr) [[likely]] {
-    KernelArgs args{inputs, outputs, attrs, nullptr};
-    k(args);
-    return;
-  }
-  run_fallback(op, device, inputs, outputs, attrs);
+  run_unprofiled(op, device, inputs, outputs, attrs);
 }
 
 }  // namespace kiln::backend
