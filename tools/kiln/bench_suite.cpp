@@ -167,6 +167,10 @@ std::vector<RunResult> run_suite(const SuiteOptions& o, std::ostream& out, std::
       if (s.device == "cpu" && s.dtype == "fp32") cpu_fp32[key] = r.samples_per_s;
       if (cpu_fp32.count(key)) r.speedup_vs_cpu_fp32 = r.samples_per_s / cpu_fp32[key];
       if (o.vs_pytorch) {
+        // The run's model is gone, but the caching allocator still holds its memory: hand it back
+        // so PyTorch, in its own process, has the machine's memory as Kiln had.
+        empty_cache(Device::cpu());
+        if (Device d(s.device); d.is_cuda()) empty_cache(d);
         if (tty) err << "  " << what << ": PyTorch" << std::flush;
         const std::string line = run_peer(o, s, env.threads, err);
         if (tty) err << "\r\033[K" << std::flush;
