@@ -9,7 +9,10 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <map>
 #include <vector>
+
+#include "kiln/optim.h"
 
 namespace kiln::test {
 
@@ -63,6 +66,40 @@ inline std::vector<double> nums(const std::vector<std::string>& words, size_t fr
   std::vector<double> v;
   for (size_t i = from; i < words.size(); ++i) v.push_back(num(words[i]));
   return v;
+}
+
+// "key value" pairs from words[from] on; the boolean options (amsgrad, nesterov) as bools.
+inline std::map<std::string, Scalar> option_pairs(const std::vector<std::string>& w, size_t from) {
+  std::map<std::string, Scalar> m;
+  for (size_t i = from; i + 1 < w.size(); i += 2)
+    m[w[i]] = w[i] == "amsgrad" || w[i] == "nesterov" ? Scalar(num(w[i + 1]) != 0) : Scalar(num(w[i + 1]));
+  return m;
+}
+
+// The case's "param" rows as leaf tensors of dtype (row: param INDEX GROUP NDIM DIMS... VALUES...).
+inline std::vector<Tensor> fixture_params(const FixtureCase& fc, ScalarType dtype) {
+  std::vector<Tensor> params;
+  for (const auto& w : fc.with("param")) {
+    const int64_t ndim = std::stoll(w[3]);
+    Shape shape;
+    for (int64_t d = 0; d < ndim; ++d) shape.push_back(std::stoll(w[4 + d]));
+    Tensor p = tensor(nums(w, 4 + ndim), shape, kFloat64).to(dtype);
+    p.requires_grad_(true);
+    params.push_back(p);
+  }
+  return params;
+}
+
+// The case's "group" rows (group ID key value ...) over those parameters.
+inline std::vector<optim::OptimizerParamGroup> fixture_groups(const FixtureCase& fc, const std::vector<Tensor>& params) {
+  std::vector<optim::OptimizerParamGroup> groups;
+  for (const auto& g : fc.with("group")) {
+    std::vector<Tensor> ps;
+    for (const auto& w : fc.with("param"))
+      if (w[2] == g[1]) ps.push_back(params[std::stoll(w[1])]);
+    groups.emplace_back(ps, option_pairs(g, 2));
+  }
+  return groups;
 }
 
 }  // namespace kiln::test

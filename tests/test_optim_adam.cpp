@@ -18,13 +18,6 @@ using optim::AdamW;
 using optim::AdamWOptions;
 using optim::OptimizerParamGroup;
 
-std::map<std::string, Scalar> option_pairs(const std::vector<std::string>& w, size_t from) {
-  std::map<std::string, Scalar> m;
-  for (size_t i = from; i + 1 < w.size(); i += 2)
-    m[w[i]] = w[i] == "amsgrad" ? Scalar(num(w[i + 1]) != 0) : Scalar(num(w[i + 1]));
-  return m;
-}
-
 template <class O>
 O typed_options(const std::map<std::string, Scalar>& m) {
   O o;
@@ -46,21 +39,8 @@ struct AdamRun {
 
   explicit AdamRun(const FixtureCase& fc) : c(&fc) {
     dtype = fc.with("dtype").at(0).at(1) == "float32" ? kFloat32 : kFloat64;
-    for (const auto& w : fc.with("param")) {
-      const int64_t ndim = std::stoll(w[3]);
-      Shape shape;
-      for (int64_t d = 0; d < ndim; ++d) shape.push_back(std::stoll(w[4 + d]));
-      Tensor p = tensor(nums(w, 4 + ndim), shape, kFloat64).to(dtype);
-      p.requires_grad_(true);
-      params.push_back(p);
-    }
-    std::vector<OptimizerParamGroup> groups;
-    for (const auto& g : fc.with("group")) {
-      std::vector<Tensor> ps;
-      for (const auto& w : fc.with("param"))
-        if (w[2] == g[1]) ps.push_back(params[std::stoll(w[1])]);
-      groups.emplace_back(ps, option_pairs(g, 2));
-    }
+    params = fixture_params(fc, dtype);
+    std::vector<OptimizerParamGroup> groups = fixture_groups(fc, params);
     const auto defaults = option_pairs(fc.with("defaults").at(0), 1);
     if (fc.with("kind").at(0).at(1) == "AdamW")
       opt = std::make_unique<AdamW>(groups, typed_options<AdamWOptions>(defaults));

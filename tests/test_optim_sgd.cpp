@@ -12,14 +12,6 @@ using optim::OptimizerParamGroup;
 using optim::SGD;
 using optim::SGDOptions;
 
-// key value pairs from words[from] on.
-std::map<std::string, Scalar> option_pairs(const std::vector<std::string>& w, size_t from) {
-  std::map<std::string, Scalar> m;
-  for (size_t i = from; i + 1 < w.size(); i += 2)
-    m[w[i]] = w[i] == "nesterov" ? Scalar(num(w[i + 1]) != 0) : Scalar(num(w[i + 1]));
-  return m;
-}
-
 SGDOptions sgd_options(const std::map<std::string, Scalar>& m) {
   SGDOptions o{.lr = m.at("lr").to_double()};
   if (m.count("momentum")) o.momentum = m.at("momentum").to_double();
@@ -37,21 +29,8 @@ struct SgdRun {
   ScalarType dtype;
 
   SgdRun(const FixtureCase& fc, ScalarType dt) : c(&fc), dtype(dt) {
-    for (const auto& w : fc.with("param")) {
-      const int64_t ndim = std::stoll(w[3]);
-      Shape shape;
-      for (int64_t d = 0; d < ndim; ++d) shape.push_back(std::stoll(w[4 + d]));
-      Tensor p = tensor(nums(w, 4 + ndim), shape, kFloat64).to(dtype);
-      p.requires_grad_(true);
-      params.push_back(p);
-    }
-    std::vector<OptimizerParamGroup> groups;
-    for (const auto& g : fc.with("group")) {
-      std::vector<Tensor> ps;
-      for (const auto& w : fc.with("param"))
-        if (w[2] == g[1]) ps.push_back(params[std::stoll(w[1])]);
-      groups.emplace_back(ps, option_pairs(g, 2));
-    }
+    params = fixture_params(fc, dtype);
+    std::vector<OptimizerParamGroup> groups = fixture_groups(fc, params);
     opt = std::make_unique<SGD>(groups, sgd_options(option_pairs(fc.with("defaults").at(0), 1)));
   }
 
