@@ -7,7 +7,26 @@ find_package(ZLIB REQUIRED)
 set(KILN_HAVE_ONEDNN OFF)
 if(NOT KILN_WITH_ONEDNN STREQUAL "OFF")
   # Either Debian's libdnnl-dev or a oneDNN install pointed to by DNNL_ROOT / CMAKE_PREFIX_PATH.
-  find_package(dnnl CONFIG QUIET)
+  # Debian's dnnl-config.cmake calls find_package(OpenCL REQUIRED), which stops the configure step
+  # where the OpenCL headers are missing; then oneDNN's header and library are found directly.
+  find_file(KILN_DNNL_CONFIG NAMES dnnl-config.cmake DNNLConfig.cmake
+            PATH_SUFFIXES lib/cmake/dnnl lib64/cmake/dnnl lib/x86_64-linux-gnu/cmake/dnnl
+            HINTS ${DNNL_ROOT} ${dnnl_DIR})
+  set(_kiln_dnnl_config_usable ON)
+  if(KILN_DNNL_CONFIG)
+    file(READ "${KILN_DNNL_CONFIG}" _kiln_dnnl_config_text)
+    if(_kiln_dnnl_config_text MATCHES "DNNL_GPU_RUNTIME \"OCL\"")
+      find_package(OpenCL QUIET)
+      if(NOT OpenCL_FOUND)
+        set(_kiln_dnnl_config_usable OFF)
+        message(STATUS "Kiln: oneDNN's CMake config (${KILN_DNNL_CONFIG}) needs the OpenCL headers "
+                       "(apt-get install ocl-icd-opencl-dev opencl-headers); finding dnnl.hpp and libdnnl directly")
+      endif()
+    endif()
+  endif()
+  if(_kiln_dnnl_config_usable)
+    find_package(dnnl CONFIG QUIET)
+  endif()
   if(TARGET DNNL::dnnl)
     set(KILN_DNNL_TARGET DNNL::dnnl)
     set(KILN_HAVE_ONEDNN ON)

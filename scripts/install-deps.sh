@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks to build and test Kiln (needs root).
 set -euo pipefail
-packages=(build-essential cmake git pkg-config libgtest-dev libgmock-dev libbenchmark-dev libdnnl-dev zlib1g-dev
+packages=(build-essential cmake git pkg-config libgtest-dev libgmock-dev libbenchmark-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers zlib1g-dev
           dataset-fashion-mnist fortunes)
 missing=()
 for p in "${packages[@]}"; do
