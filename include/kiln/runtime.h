@@ -20,6 +20,7 @@ struct MemoryStats {
   size_t peak = 0;       // high-water mark of allocated since the last reset
   size_t limit = 0;      // 0: no limit
   uint64_t os_allocations = 0;  // times the allocator went to the OS or driver
+  bool caching = true;          // false under KILN_ALLOCATOR=system (every block from the OS)
 };
 MemoryStats memory_stats(Device device = Device::cpu());
 void reset_peak_memory_stats(Device device = Device::cpu());

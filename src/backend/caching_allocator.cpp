@@ -1,9 +1,29 @@
 // The size-class caching allocator behind every device runtime.
 #include "backend/caching_allocator.h"
 
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
 #include "kiln/error.h"
 
 namespace kiln::backend {
+
+CachingAllocator::Mode CachingAllocator::mode_from_env() {
+  const char* v = std::getenv("KILN_ALLOCATOR");
+#ifdef KILN_SANITIZE
+  const Mode fallback = Mode::System;
+#else
+  const Mode fallback = Mode::Caching;
+#endif
+  if (!v || !*v) return fallback;
+  if (std::strcmp(v, "caching") == 0) return Mode::Caching;
+  if (std::strcmp(v, "system") == 0) return Mode::System;
+  // Read while the runtimes are built at start-up, where an exception could only terminate.
+  std::cerr << "kiln: warning: [allocator] KILN_ALLOCATOR must be 'caching' or 'system', got '" << v
+            << "'; using the default\n";
+  return fallback;
+}
 
 size_t CachingAllocator::size_class(size_t n) {
   if (n <= 256) return (n + 63) & ~size_t{63};
@@ -34,6 +54,7 @@ void* CachingAllocator::allocate(size_t nbytes) {
                allocated_, " bytes in use)");
     reserved_ += cls;
     ++os_allocations_;
+    if (mode_ == Mode::System && raw_fill_) raw_fill_(p, 0xFF, cls);
   }
   allocated_ += cls;
   if (allocated_ > peak_) peak_ = allocated_;
@@ -45,12 +66,17 @@ void CachingAllocator::deallocate(void* p, size_t nbytes) {
   const size_t cls = size_class(nbytes);
   std::lock_guard<std::mutex> lock(mutex_);
   allocated_ -= cls;
+  if (mode_ == Mode::System) {
+    raw_free_(p);
+    reserved_ -= cls;
+    return;
+  }
   free_[cls].push_back(p);
 }
 
 MemoryStats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return {allocated_, reserved_, peak_, limit_, os_allocations_};
+  return {allocated_, reserved_, peak_, limit_, os_allocations_, mode_ == Mode::Caching};
 }
 
 void CachingAllocator::reset_peak() {

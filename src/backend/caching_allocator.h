@@ -17,13 +17,25 @@ namespace kiln::backend {
 // limit needs room. Sizes round up to 2^k * {1, 1.25, 1.5, 1.75}: at most 25% waste and few
 // distinct classes, so a training step that frees and reallocates the same shapes is served
 // from the cache without going to the OS or the driver.
+//
+// KILN_ALLOCATOR=system (the default in sanitizer builds) turns the cache off: every block comes
+// from raw_alloc and goes straight back to raw_free, so AddressSanitizer sees every access past
+// a tensor's end or after its free, and every new block is filled with 0xFF bytes (NaN in every
+// floating dtype) so that a kernel reading memory nobody wrote gives NaN, not yesterday's values.
 class CachingAllocator {
  public:
   using RawAlloc = std::function<void*(size_t)>;  // returns nullptr when out of memory
   using RawFree = std::function<void(void*)>;
+  using RawFill = std::function<void(void*, int byte, size_t)>;
 
-  CachingAllocator(std::string device_name, RawAlloc raw_alloc, RawFree raw_free)
-      : device_name_(std::move(device_name)), raw_alloc_(std::move(raw_alloc)), raw_free_(std::move(raw_free)) {}
+  enum class Mode { Caching, System };
+  // KILN_ALLOCATOR's choice (caching or system); a bad value is warned about and ignored.
+  static Mode mode_from_env();
+
+  CachingAllocator(std::string device_name, RawAlloc raw_alloc, RawFree raw_free, RawFill raw_fill,
+                   Mode mode = mode_from_env())
+      : device_name_(std::move(device_name)), raw_alloc_(std::move(raw_alloc)), raw_free_(std::move(raw_free)),
+        raw_fill_(std::move(raw_fill)), mode_(mode) {}
 
   ~CachingAllocator() { empty_cache(); }
   CachingAllocator(const CachingAllocator&) = delete;
@@ -37,6 +49,7 @@ class CachingAllocator {
   void reset_peak();
   void set_limit(size_t bytes);
   void empty_cache();
+  Mode mode() const { return mode_; }
 
  private:
   void release_cache_locked();
@@ -44,6 +57,8 @@ class CachingAllocator {
   const std::string device_name_;
   RawAlloc raw_alloc_;
   RawFree raw_free_;
+  RawFill raw_fill_;
+  const Mode mode_;
   mutable std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> free_;
   size_t allocated_ = 0, reserved_ = 0, peak_ = 0, limit_ = 0;

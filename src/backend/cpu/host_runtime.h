@@ -14,7 +14,8 @@ class HostRuntime : public DeviceRuntime {
  public:
   explicit HostRuntime(std::string name)
       : name_(name), cache_(std::move(name), [](size_t n) { return std::aligned_alloc(64, n); },
-                            [](void* p) { std::free(p); }) {}  // class sizes are multiples of 64
+                            [](void* p) { std::free(p); },
+                            [](void* p, int byte, size_t n) { std::memset(p, byte, n); }) {}  // class sizes are multiples of 64
   int device_count() const override { return 1; }
   std::string device_name(int) const override { return name_; }
   void* allocate(size_t nbytes, int) override { return cache_.allocate(nbytes); }

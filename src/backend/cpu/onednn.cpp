@@ -19,7 +19,7 @@ bool plain_matrix(const Tensor& t) { return t.stride(2) == 1 || t.stride(1) == 1
 bool onednn_matmul(const Tensor& a, const Tensor& w, const Tensor& out, const Tensor& bias, int activation) {
   dnnl::memory::data_type dt;
   if (!to_dnnl_type(a.dtype(), &dt) || !plain_matrix(a) || !plain_matrix(w)) return false;
-  static PrimitiveCache<dnnl::matmul> cache;
+  static PrimitiveCache<Primitive> cache;
   std::string key{static_cast<char>('0' + static_cast<int>(a.dtype())), bias.defined() ? 'b' : '-',
                   static_cast<char>('0' + activation)};
   append_geometry(key, a);
@@ -29,8 +29,8 @@ bool onednn_matmul(const Tensor& a, const Tensor& w, const Tensor& out, const Te
   // the bias as a [1, 1, N] row broadcast over the batch and the rows
   const int64_t n = out.size(2);
   dnnl::memory::desc bmd = bias.defined() ? dnnl::memory::desc({1, 1, n}, dt, {n, n, 1}) : dnnl::memory::desc();
-  std::shared_ptr<const dnnl::matmul> prim = cache.get(key, [&] {
-    dnnl::primitive_attr attr;
+  std::shared_ptr<const Primitive> prim = cache.get(key, [&] {
+    dnnl::primitive_attr attr = base_attr();
     if (activation != 0) {
       const dnnl::algorithm alg = activation == 1   ? dnnl::algorithm::eltwise_relu
                                   : activation == 2 ? dnnl::algorithm::eltwise_gelu_erf
@@ -48,15 +48,14 @@ bool onednn_matmul(const Tensor& a, const Tensor& w, const Tensor& out, const Te
 #else
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, wmd, bmd, cmd), attr, engine());
 #endif
-    return std::make_shared<dnnl::matmul>(pd);
+    return std::make_shared<Primitive>(Primitive{dnnl::matmul(pd), pd.scratchpad_desc()});
   });
   if (!prim) return false;
   dnnl::memory am(amd, engine(), a.data_ptr()), wm(wmd, engine(), w.data_ptr()), cm(cmd, engine(), out.data_ptr());
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, cm}};
   if (bias.defined()) args.emplace(DNNL_ARG_BIAS, dnnl::memory(bmd, engine(), bias.data_ptr()));
   dnnl::stream s(engine());
-  prim->execute(s, args);
-  s.wait();
+  prim->execute(s, std::move(args));
   return true;
 }
 

@@ -62,47 +62,39 @@ std::string conv_key(char kind, const ConvAttrs& a, ScalarType dt, std::initiali
 dnnl::convolution_forward::primitive_desc forward_pd(dnnl::prop_kind prop, const memory::desc& x, const memory::desc& w,
                                                      const memory::desc* b, const memory::desc& y, const Geometry& g) {
   const auto alg = dnnl::algorithm::convolution_direct;
+  const dnnl::primitive_attr attr = base_attr();
 #if DNNL_VERSION_MAJOR >= 3
-  if (b) return {engine(), prop, alg, x, w, *b, y, g.strides, g.dilates, g.pad, g.pad};
-  return {engine(), prop, alg, x, w, y, g.strides, g.dilates, g.pad, g.pad};
+  if (b) return {engine(), prop, alg, x, w, *b, y, g.strides, g.dilates, g.pad, g.pad, attr};
+  return {engine(), prop, alg, x, w, y, g.strides, g.dilates, g.pad, g.pad, attr};
 #else
-  if (b) return {dnnl::convolution_forward::desc(prop, alg, x, w, *b, y, g.strides, g.dilates, g.pad, g.pad), engine()};
-  return {dnnl::convolution_forward::desc(prop, alg, x, w, y, g.strides, g.dilates, g.pad, g.pad), engine()};
+  if (b) return {dnnl::convolution_forward::desc(prop, alg, x, w, *b, y, g.strides, g.dilates, g.pad, g.pad), attr, engine()};
+  return {dnnl::convolution_forward::desc(prop, alg, x, w, y, g.strides, g.dilates, g.pad, g.pad), attr, engine()};
 #endif
 }
 
 // A primitive plus the reorder of user weights into (or, for weight gradients, out of) the
 // layout the primitive wants; no reorder when the layouts agree.
 struct Entry {
-  dnnl::primitive prim;
+  Primitive prim;
   memory::desc user_w, prim_w;
-  std::optional<dnnl::reorder> reorder;
+  std::optional<Primitive> reorder;
 };
 
-// An entry for `prim` whose weights are `user` to the caller and `inner` to the primitive;
-// to_prim: the weights are read (reorder user -> inner) rather than written (inner -> user).
-std::shared_ptr<Entry> make_entry(dnnl::primitive prim, const memory::desc& user, const memory::desc& inner,
+// An entry for `pd`'s primitive whose weights are `user` to the caller and `inner` to the
+// primitive; to_prim: the weights are read (reorder user -> inner) rather than written.
+template <class Prim, class PrimitiveDesc>
+std::shared_ptr<Entry> make_entry(const PrimitiveDesc& pd, const memory::desc& user, const memory::desc& inner,
                                   bool to_prim) {
-  auto e = std::make_shared<Entry>(Entry{std::move(prim), user, inner, {}});
-  if (inner != user)
-    e->reorder = to_prim ? dnnl::reorder(memory(user, engine()), memory(inner, engine()))
-                         : dnnl::reorder(memory(inner, engine()), memory(user, engine()));
+  auto e = std::make_shared<Entry>(Entry{Primitive{Prim(pd), pd.scratchpad_desc()}, user, inner, {}});
+  if (inner != user) e->reorder = to_prim ? make_reorder(user, inner) : make_reorder(inner, user);
   return e;
 }
 
-// Scratch memory for weights in the primitive's layout, from Kiln's caching allocator.
-struct Scratch {
-  Tensor buffer;
-  memory mem;
-  Scratch(const memory::desc& d) : buffer(make_empty({static_cast<int64_t>(d.get_size())}, kUInt8, Device::cpu())),
-                                   mem(d, engine(), buffer.data_ptr()) {}
-};
-
 // The weights as the primitive reads them: the user's, or their reorder into `ws`.
-memory weights_for(const Entry& e, memory user, dnnl::stream& s, std::optional<Scratch>& ws) {
+memory weights_for(const Entry& e, memory user, dnnl::stream& s, std::optional<ScratchMemory>& ws) {
   if (!e.reorder) return user;
   ws.emplace(e.prim_w);
-  e.reorder->execute(s, user, ws->mem);
+  e.reorder->execute(s, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, ws->mem}});
   return ws->mem;
 }
 
@@ -117,18 +109,17 @@ bool onednn_conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, cons
   std::shared_ptr<const Entry> e = cache.get(conv_key('f', a, x.dtype(), {&x, &w, &b, &y}), [&] {
     auto pd = forward_pd(a.inference ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training, xmd,
                          any_like(wmd), b.defined() ? &bmd : nullptr, ymd, Geometry(a));
-    return make_entry(dnnl::convolution_forward(pd), wmd, pd.weights_desc(), true);
+    return make_entry<dnnl::convolution_forward>(pd, wmd, pd.weights_desc(), true);
   });
   if (!e) return false;
   dnnl::stream s(engine());
-  std::optional<Scratch> ws;
+  std::optional<ScratchMemory> ws;
   memory wm = weights_for(*e, memory(wmd, engine(), w.data_ptr()), s, ws);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(xmd, engine(), x.data_ptr())},
                                        {DNNL_ARG_WEIGHTS, wm},
                                        {DNNL_ARG_DST, memory(ymd, engine(), y.data_ptr())}};
   if (b.defined()) args.emplace(DNNL_ARG_BIAS, memory(bmd, engine(), b.data_ptr()));
-  e->prim.execute(s, args);
-  s.wait();
+  e->prim.execute(s, std::move(args));
   return true;
 }
 
@@ -143,22 +134,21 @@ bool onednn_conv_backward_input(const Tensor& gy, const Tensor& w, const Tensor&
     const auto alg = dnnl::algorithm::convolution_direct;
 #if DNNL_VERSION_MAJOR >= 3
     dnnl::convolution_backward_data::primitive_desc pd(engine(), alg, gxmd, any_like(wmd), gymd, g.strides, g.dilates,
-                                                       g.pad, g.pad, hint);
+                                                       g.pad, g.pad, hint, base_attr());
 #else
     dnnl::convolution_backward_data::primitive_desc pd(
         dnnl::convolution_backward_data::desc(alg, gxmd, any_like(wmd), gymd, g.strides, g.dilates, g.pad, g.pad),
-        engine(), hint);
+        base_attr(), engine(), hint);
 #endif
-    return make_entry(dnnl::convolution_backward_data(pd), wmd, pd.weights_desc(), true);
+    return make_entry<dnnl::convolution_backward_data>(pd, wmd, pd.weights_desc(), true);
   });
   if (!e) return false;
   dnnl::stream s(engine());
-  std::optional<Scratch> ws;
+  std::optional<ScratchMemory> ws;
   memory wm = weights_for(*e, memory(wmd, engine(), w.data_ptr()), s, ws);
   e->prim.execute(s, {{DNNL_ARG_DIFF_DST, memory(gymd, engine(), gy.data_ptr())},
                       {DNNL_ARG_WEIGHTS, wm},
                       {DNNL_ARG_DIFF_SRC, memory(gxmd, engine(), gx.data_ptr())}});
-  s.wait();
   return true;
 }
 
@@ -176,33 +166,34 @@ bool onednn_conv_backward_weight(const Tensor& gy, const Tensor& x, const Tensor
     const auto alg = dnnl::algorithm::convolution_direct;
 #if DNNL_VERSION_MAJOR >= 3
     auto pd = bp ? dnnl::convolution_backward_weights::primitive_desc(engine(), alg, xmd, any_like(gwmd), gbmd, gymd,
-                                                                      g.strides, g.dilates, g.pad, g.pad, hint)
+                                                                      g.strides, g.dilates, g.pad, g.pad, hint,
+                                                                      base_attr())
                  : dnnl::convolution_backward_weights::primitive_desc(engine(), alg, xmd, any_like(gwmd), gymd,
-                                                                      g.strides, g.dilates, g.pad, g.pad, hint);
+                                                                      g.strides, g.dilates, g.pad, g.pad, hint,
+                                                                      base_attr());
 #else
     auto pd = bp ? dnnl::convolution_backward_weights::primitive_desc(
                        dnnl::convolution_backward_weights::desc(alg, xmd, any_like(gwmd), gbmd, gymd, g.strides,
                                                                 g.dilates, g.pad, g.pad),
-                       engine(), hint)
+                       base_attr(), engine(), hint)
                  : dnnl::convolution_backward_weights::primitive_desc(
                        dnnl::convolution_backward_weights::desc(alg, xmd, any_like(gwmd), gymd, g.strides, g.dilates,
                                                                 g.pad, g.pad),
-                       engine(), hint);
+                       base_attr(), engine(), hint);
 #endif
-    return make_entry(dnnl::convolution_backward_weights(pd), gwmd, pd.diff_weights_desc(), false);
+    return make_entry<dnnl::convolution_backward_weights>(pd, gwmd, pd.diff_weights_desc(), false);
   });
   if (!e) return false;
   dnnl::stream s(engine());
   memory gwm(gwmd, engine(), gw.data_ptr());
-  std::optional<Scratch> ws;
+  std::optional<ScratchMemory> ws;
   if (e->reorder) ws.emplace(e->prim_w);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(xmd, engine(), x.data_ptr())},
                                        {DNNL_ARG_DIFF_DST, memory(gymd, engine(), gy.data_ptr())},
                                        {DNNL_ARG_DIFF_WEIGHTS, ws ? ws->mem : gwm}};
   if (gb.defined()) args.emplace(DNNL_ARG_DIFF_BIAS, memory(gbmd, engine(), gb.data_ptr()));
-  e->prim.execute(s, args);
-  if (e->reorder) e->reorder->execute(s, ws->mem, gwm);
-  s.wait();
+  e->prim.execute(s, std::move(args));
+  if (e->reorder) e->reorder->execute(s, {{DNNL_ARG_FROM, ws->mem}, {DNNL_ARG_TO, gwm}});
   return true;
 }
 

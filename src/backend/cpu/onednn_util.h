@@ -1,16 +1,24 @@
-// Shared pieces of the oneDNN wrappers: the engine, memory descriptors from strided tensors, and
-// a least-recently-used cache for primitives keyed by geometry. Only included with oneDNN.
+// Shared pieces of the oneDNN wrappers: the engine, memory descriptors from strided tensors,
+// per-call scratch memory, and a least-recently-used cache for primitives keyed by geometry.
+// Only included with oneDNN.
+//
+// Thread safety: a cached primitive is shared by every thread that asks for the same geometry.
+// oneDNN's default ("library") scratchpad is one buffer for all primitives that a primitive
+// created on one thread must not be run on another, so every primitive here is built with the
+// user-managed scratchpad, and each execution brings its own from Kiln's allocator.
 #pragma once
 
 #include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "core/tensor_util.h"
 #include "kiln/tensor.h"
 
 namespace kiln::backend::cpu::onednn {
@@ -36,6 +44,46 @@ inline dnnl::memory::desc md(const Tensor& t, dnnl::memory::data_type dt) {
   for (size_t i = 0; i < dims.size(); ++i)
     if (dims[i] == 1) strides[i] = i + 1 < dims.size() ? dims[i + 1] * strides[i + 1] : 1;
   return dnnl::memory::desc(dims, dt, strides);
+}
+
+// Attributes every Kiln primitive starts from: the scratchpad comes with each execution.
+inline dnnl::primitive_attr base_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// Memory of a descriptor's size from Kiln's CPU allocator (counted in memory_stats, reused from
+// its cache), alive as long as this object.
+struct ScratchMemory {
+  Tensor buffer;
+  dnnl::memory mem;
+  explicit ScratchMemory(const dnnl::memory::desc& d)
+      : buffer(make_empty({static_cast<int64_t>(d.get_size())}, kUInt8, Device::cpu())),
+        mem(d, engine(), buffer.data_ptr()) {}
+};
+
+// A built primitive and the scratchpad one execution of it needs.
+struct Primitive {
+  dnnl::primitive prim;
+  dnnl::memory::desc scratchpad;
+
+  // Runs on `s` with a scratchpad of its own, so concurrent calls never share one.
+  void execute(dnnl::stream& s, std::unordered_map<int, dnnl::memory> args) const {
+    std::optional<ScratchMemory> pad;
+    if (scratchpad.get_size() > 0) {
+      pad.emplace(scratchpad);
+      args.emplace(DNNL_ARG_SCRATCHPAD, pad->mem);
+    }
+    prim.execute(s, args);
+    s.wait();  // the scratchpad (and the caller's tensors) must outlive the work
+  }
+};
+
+// A reorder between two layouts, built with the user-managed scratchpad.
+inline Primitive make_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+  dnnl::reorder::primitive_desc pd(engine(), from, engine(), to, base_attr());
+  return {dnnl::reorder(pd), pd.scratchpad_desc()};
 }
 
 // Appends t's sizes and strides to a cache key.

@@ -52,6 +52,10 @@ class CudaRuntime final : public DeviceRuntime {
           [i](void* p) {
             DeviceGuard g(i);
             cudaFree(p);
+          },
+          [i](void* p, int byte, size_t n) {
+            DeviceGuard g(i);
+            cudaMemset(p, byte, n);
           }));
     }
   }
