@@ -1,13 +1,18 @@
-// Everything a Kiln user includes: tensors, ops, autograd, random numbers, the runtime, io and text.
+// Everything a Kiln user includes, as <torch/torch.h> is for libtorch: tensors, ops, autograd,
+// random numbers, the runtime, autocast, the profiler, nn, optim, models, data, io and text.
 #pragma once
 
 #include "kiln/autocast.h"
 #include "kiln/autograd.h"
+#include "kiln/data.h"
 #include "kiln/device.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 #include "kiln/io.h"
+#include "kiln/models.h"
+#include "kiln/nn.h"
 #include "kiln/ops.h"
+#include "kiln/optim.h"
 #include "kiln/profiler.h"
 #include "kiln/random.h"
 #include "kiln/runtime.h"
