@@ -119,9 +119,9 @@ void register_kernel(Op op, DeviceType device, Kernel kernel) {
   table().kernels[static_cast<int>(op)][static_cast<int>(device)] = kernel;
 }
 
-bool has_kernel(Op op, DeviceType device) {
-  return table().kernels[static_cast<int>(op)][static_cast<int>(device)] != nullptr;
-}
+bool has_kernel(Op op, DeviceType device) { return kernel_for(op, device) != nullptr; }
+
+Kernel kernel_for(Op op, DeviceType device) { return table().kernels[static_cast<int>(op)][static_cast<int>(device)]; }
 
 void run(Op op, Device device, std::span<const Tensor> inputs, std::span<Tensor> outputs,
          const void* attrs) {

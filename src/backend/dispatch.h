@@ -51,6 +51,8 @@ using Kernel = void (*)(KernelArgs&);
 
 void register_kernel(Op op, DeviceType device, Kernel kernel);
 bool has_kernel(Op op, DeviceType device);
+// The registered kernel, or nullptr (tests wrap kernels with it).
+Kernel kernel_for(Op op, DeviceType device);
 
 // Runs the kernel for `device`. With no kernel there, copies the inputs to the CPU, runs the
 // CPU kernel and copies the outputs back, warning once per op and counting it;
