@@ -186,9 +186,9 @@ summary() {
   echo
   echo "==================== fresh-check summary ($([[ $reduced == 1 ]] && echo reduced || echo full) form) ===================="
   for i in "${!stage_names[@]}"; do
-    printf '  %-34s %-8s %s\n' "${stage_names[$i]}" "${stage_status[$i]}" "$(fmt_secs "${stage_secs[$i]}")"
+    printf '  %-46s %-11s %s\n' "${stage_names[$i]}" "${stage_status[$i]}" "$(fmt_secs "${stage_secs[$i]}")"
   done
-  printf '  %-34s %-8s %s\n' "total" "" "$(fmt_secs $((SECONDS - run_t0)))"
+  printf '  %-46s %-11s %s\n' "total" "" "$(fmt_secs $((SECONDS - run_t0)))"
   [[ -e $tarball ]] && echo "  debootstrap tarball: $tarball ($(du -h "$tarball" | cut -f1))"
   echo "  root: $root (left for inspection; the next run recreates it)"
   if ((rc == 0)); then
@@ -206,8 +206,10 @@ on_exit() {
   set +e
   if [[ -n $current_stage ]]; then
     failed_stage=$current_stage
-    stage_names+=("$current_stage") stage_secs+=($((SECONDS - stage_t0))) stage_status+=(FAILED)
     ((rc == 0)) && rc=1
+    local status=FAILED
+    ((rc == 129 || rc == 130 || rc == 143)) && status=INTERRUPTED
+    stage_names+=("$current_stage") stage_secs+=($((SECONDS - stage_t0))) stage_status+=("$status")
   fi
   [[ -n $child ]] && stop_processes
   if [[ -d $root ]] && ! unmount_all; then

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <typeinfo>
 #include <vector>
 
 #include "kiln/tensor.h"
@@ -79,5 +82,89 @@ class AutoGradMode {
  private:
   bool prev_;
 };
+
+namespace autograd {
+
+// ---- custom differentiable functions (torch::autograd::Function)
+
+// What a custom function's forward leaves for its backward (torch::autograd::AutogradContext).
+class AutogradContext {
+ public:
+  // Tensors backward needs (inputs or outputs). They are kept without their history, and an
+  // in-place change made to one before backward runs is an error there, not a wrong gradient.
+  void save_for_backward(const std::vector<Tensor>& tensors);
+  std::vector<Tensor> get_saved_variables() const;
+  // Whether tensor input i of forward (counting tensor arguments only) requires a gradient.
+  bool needs_input_grad(size_t i) const { return i < needs_grad_.size() && needs_grad_[i]; }
+  // Anything else backward needs (sizes, flags).
+  std::map<std::string, double> saved_data;
+
+ private:
+  template <class Derived>
+  friend struct Function;
+  std::vector<Tensor> saved_;
+  std::vector<uint64_t> versions_;
+  std::vector<bool> needs_grad_;
+};
+
+namespace detail {
+// Records `output` as computed from `inputs` by the custom function `name` (a string that lives
+// for the program, such as typeid(...).name()) when grad mode is on and an input requires grad,
+// and returns it (a fresh alias when forward returned an input itself). backward maps the
+// output's gradient to one gradient per input, checked against the inputs' shapes.
+Tensor record_custom(const char* name, const std::vector<Tensor>& inputs, const Tensor& output,
+                     std::function<std::vector<Tensor>(const Tensor&)> backward);
+inline void collect(std::vector<Tensor>&) {}
+template <class A, class... Rest>
+void collect(std::vector<Tensor>& out, const A& a, const Rest&... rest) {
+  if constexpr (std::is_same_v<std::decay_t<A>, Tensor>) out.push_back(a);
+  collect(out, rest...);
+}
+}  // namespace detail
+
+// A differentiable op written by the user, as in libtorch:
+//
+//   struct Swish : kiln::autograd::Function<Swish> {
+//     static Tensor forward(AutogradContext* ctx, const Tensor& x, double beta) {
+//       ctx->save_for_backward({x});
+//       ctx->saved_data["beta"] = beta;
+//       return x * sigmoid(x * beta);
+//     }
+//     static std::vector<Tensor> backward(AutogradContext* ctx, std::vector<Tensor> grad_outputs) { ... }
+//   };
+//   Tensor y = Swish::apply(x, 1.5);
+//
+// forward runs without recording; backward returns one gradient per tensor argument of forward
+// (undefined for those that need none), or, as libtorch's, one per argument (undefined for the
+// non-tensor ones). One output.
+template <class Derived>
+struct Function {
+  template <class... Args>
+  static Tensor apply(Args&&... args) {
+    auto ctx = std::make_shared<AutogradContext>();
+    std::vector<Tensor> inputs;
+    detail::collect(inputs, args...);
+    for (const Tensor& t : inputs) ctx->needs_grad_.push_back(t.defined() && t.requires_grad());
+    Tensor out;
+    {
+      NoGradGuard no_grad;
+      out = Derived::forward(ctx.get(), std::forward<Args>(args)...);
+    }
+    constexpr size_t kArgs = sizeof...(Args);
+    std::vector<bool> is_tensor{std::is_same_v<std::decay_t<Args>, Tensor>...};
+    return detail::record_custom(typeid(Derived).name(), inputs, out, [ctx, is_tensor](const Tensor& grad) {
+      std::vector<Tensor> grads = Derived::backward(ctx.get(), {grad});
+      if (grads.size() == kArgs) {  // one per argument: keep the tensor arguments' gradients
+        std::vector<Tensor> picked;
+        for (size_t i = 0; i < kArgs; ++i)
+          if (is_tensor[i]) picked.push_back(grads[i]);
+        return picked;
+      }
+      return grads;
+    });
+  }
+};
+
+}  // namespace autograd
 
 }  // namespace kiln

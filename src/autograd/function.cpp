@@ -1,5 +1,12 @@
 // Recording ops on the tape: saved tensors, edges, in-place checks and broadcast reduction.
+#include <cxxabi.h>
+
 #include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
 
 #include "autograd/node.h"
 #include "core/tensor_util.h"
@@ -182,5 +189,65 @@ Tensor InputMeta::operator()(const Tensor& grad) const {
   if (g.dtype() != dtype) g = g.to(dtype);
   return g.device() == device ? g : g.to(device);
 }
+
+}  // namespace kiln::autograd
+
+namespace kiln::autograd {
+
+// ---- custom functions (the public kiln::autograd::Function)
+
+void AutogradContext::save_for_backward(const std::vector<Tensor>& tensors) {
+  saved_.clear();
+  versions_.clear();
+  for (const Tensor& t : tensors) {
+    saved_.push_back(t.defined() ? alias_detached(t) : Tensor());
+    versions_.push_back(t.defined() ? t.version() : 0);
+  }
+}
+
+std::vector<Tensor> AutogradContext::get_saved_variables() const {
+  for (size_t i = 0; i < saved_.size(); ++i)
+    if (saved_[i].defined() && saved_[i].version() != versions_[i])
+      KILN_FAIL("backward", "tensor ", i, " that a custom function saved for the backward pass was modified in "
+                "place afterwards (its version is ", saved_[i].version(), ", expected ", versions_[i], ")");
+  return saved_;
+}
+
+namespace {
+// The readable name of a custom function's type, kept for the program's life (nodes hold a
+// const char*): "Swish" rather than typeid's "5Swish".
+const char* readable_name(const char* mangled) {
+  static std::mutex mutex;
+  static std::set<std::string> names;
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> d(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
+  std::lock_guard<std::mutex> lock(mutex);
+  return names.insert(status == 0 && d ? d.get() : mangled).first->c_str();
+}
+}  // namespace
+
+namespace detail {
+Tensor record_custom(const char* mangled, const std::vector<Tensor>& inputs, const Tensor& output,
+                     std::function<std::vector<Tensor>(const Tensor&)> backward) {
+  const char* name = readable_name(mangled);
+  KILN_CHECK(output.defined(), name, "forward of a custom function returned an undefined tensor");
+  if (!needs_grad(inputs)) return output;
+  Tensor out = output;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.impl() == output.impl()) out = alias_detached(output);  // never rewrite an input's history
+  std::vector<Shape> shapes;
+  for (const Tensor& t : inputs) shapes.push_back(t.defined() ? t.shape() : Shape{});
+  record(name, inputs, out, [name, shapes, backward = std::move(backward)](const Tensor& g) {
+    std::vector<Tensor> grads = backward(g);
+    KILN_CHECK(grads.size() == shapes.size(), name, "backward returned ", grads.size(), " gradient(s) for ",
+               shapes.size(), " tensor input(s)");
+    for (size_t i = 0; i < grads.size(); ++i)
+      KILN_CHECK(!grads[i].defined() || grads[i].shape() == shapes[i], name, "backward returned a gradient of shape ",
+                 grads[i].shape(), " for tensor input ", i, " of shape ", shapes[i]);
+    return grads;
+  });
+  return out;
+}
+}  // namespace detail
 
 }  // namespace kiln::autograd

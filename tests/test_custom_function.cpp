@@ -1,0 +1,117 @@
+// kiln::autograd::Function: user-written differentiable ops, as torch::autograd::Function.
+#include <gtest/gtest.h>
+
+#include "kiln/kiln.h"
+#include "test_util.h"
+
+namespace kiln::test {
+namespace {
+
+using autograd::AutogradContext;
+
+// x * sigmoid(beta * x), with a hand-written gradient.
+struct Swish : autograd::Function<Swish> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, double beta) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["beta"] = beta;
+    return x * sigmoid(x * beta);
+  }
+  static std::vector<Tensor> backward(AutogradContext* ctx, std::vector<Tensor> grad_outputs) {
+    Tensor x = ctx->get_saved_variables()[0];
+    const double beta = ctx->saved_data["beta"];
+    Tensor s = sigmoid(x * beta);
+    return {grad_outputs[0] * (s + x * beta * s * (1 - s)), Tensor()};  // one per argument, as libtorch
+  }
+};
+
+// a * b + a, returning one gradient per tensor argument and none where not needed.
+struct MulAdd : autograd::Function<MulAdd> {
+  static inline int backward_calls = 0;
+  static Tensor forward(AutogradContext* ctx, const Tensor& a, const Tensor& b) {
+    ctx->save_for_backward({a, b});
+    return a * b + a;
+  }
+  static std::vector<Tensor> backward(AutogradContext* ctx, std::vector<Tensor> g) {
+    ++backward_calls;
+    auto saved = ctx->get_saved_variables();
+    return {ctx->needs_input_grad(0) ? g[0] * (saved[1] + 1) : Tensor(),
+            ctx->needs_input_grad(1) ? g[0] * saved[0] : Tensor()};
+  }
+};
+
+TEST(CustomFunction, GradientMatchesTheComposedOps) {
+  manual_seed(0);
+  Tensor x = randn({5, 7}, kFloat64).requires_grad_();
+  Tensor y = Swish::apply(x, 1.5);
+  EXPECT_EQ(y.grad_fn()->name(), "kiln::test::(anonymous namespace)::Swish");
+  y.pow(2).sum().backward();
+  Tensor x2 = x.detach().requires_grad_();
+  (x2 * sigmoid(x2 * 1.5)).pow(2).sum().backward();
+  expect_close(x.grad(), values(x2.grad()), x.shape(), 1e-12, 1e-12);
+}
+
+TEST(CustomFunction, Gradcheck) {
+  manual_seed(1);
+  Tensor a = randn({3, 4}, kFloat64).requires_grad_(), b = randn({3, 4}, kFloat64).requires_grad_();
+  EXPECT_TRUE(autograd::gradcheck([](const std::vector<Tensor>& in) { return MulAdd::apply(in[0], in[1]); }, {a, b}));
+  EXPECT_TRUE(autograd::gradcheck([](const std::vector<Tensor>& in) { return Swish::apply(in[0], -0.7); }, {a}));
+}
+
+TEST(CustomFunction, OnlyInputsThatNeedGradGetOne) {
+  Tensor a = ones({2, 2}).requires_grad_(), b = full({2, 2}, 3.0);
+  MulAdd::apply(a, b).sum().backward();
+  expect_close(a.grad(), {4, 4, 4, 4}, {2, 2});
+  EXPECT_FALSE(b.grad().defined());
+}
+
+TEST(CustomFunction, NoRecordingWithoutGrad) {
+  const int before = MulAdd::backward_calls;
+  Tensor a = ones({2}), b = ones({2});
+  Tensor y = MulAdd::apply(a, b);
+  EXPECT_FALSE(y.requires_grad());
+  {
+    NoGradGuard ng;
+    Tensor c = ones({2}).requires_grad_();
+    EXPECT_FALSE(MulAdd::apply(c, b).requires_grad());
+  }
+  EXPECT_EQ(MulAdd::backward_calls, before);
+}
+
+struct Identity : autograd::Function<Identity> {
+  static Tensor forward(AutogradContext*, const Tensor& x) { return x; }
+  static std::vector<Tensor> backward(AutogradContext*, std::vector<Tensor> g) { return {g[0] * 2}; }
+};
+
+TEST(CustomFunction, ReturningAnInputLeavesTheInputAlone) {
+  Tensor x = ones({3}).requires_grad_();
+  Tensor y = Identity::apply(x);
+  EXPECT_TRUE(x.is_leaf());
+  EXPECT_FALSE(y.is_leaf());
+  y.sum().backward();
+  expect_close(x.grad(), {2, 2, 2}, {3});
+}
+
+struct WrongCount : autograd::Function<WrongCount> {
+  static Tensor forward(AutogradContext*, const Tensor& x, const Tensor& w) { return x * w; }
+  static std::vector<Tensor> backward(AutogradContext*, std::vector<Tensor> g) { return {g[0]}; }
+};
+struct WrongShape : autograd::Function<WrongShape> {
+  static Tensor forward(AutogradContext*, const Tensor& x) { return x.sum(); }
+  static std::vector<Tensor> backward(AutogradContext*, std::vector<Tensor> g) { return {g[0]}; }
+};
+
+TEST(CustomFunction, BadBackwardIsAnErrorNamingTheFunction) {
+  Tensor x = ones({2, 3}).requires_grad_(), w = ones({2, 3}).requires_grad_();
+  expect_error([&] { WrongCount::apply(x, w).sum().backward(); }, "WrongCount] backward returned 1 gradient(s) for 2");
+  expect_error([&] { WrongShape::apply(x).backward(); }, "WrongShape] backward returned a gradient of shape [] for tensor input 0 of shape [2, 3]");
+}
+
+TEST(CustomFunction, SavedTensorChangedInPlaceIsAnError) {
+  Tensor a = ones({2}).requires_grad_(), b = ones({2});
+  Tensor y = MulAdd::apply(a, b);
+  b.add_(1);
+  expect_error([&] { y.sum().backward(); }, "modified in place");
+}
+
+}  // namespace
+}  // namespace kiln::test
