@@ -317,3 +317,24 @@ TEST(Loss, Errors) {
 }
 
 }  // namespace
+
+namespace kiln::test {
+namespace {
+
+TEST(MseLoss, ValuesReductionsGradientAndErrors) {
+  Tensor x = tensor({1.0, 2.0, 4.0}, TensorOptions(kFloat64)).requires_grad_();
+  Tensor y = tensor({0.0, 2.0, 1.0}, TensorOptions(kFloat64));
+  expect_close(mse_loss(x, y), {(1.0 + 0.0 + 9.0) / 3}, {});
+  expect_close(mse_loss(x, y, Reduction::Sum), {10.0}, {});
+  expect_close(mse_loss(x, y, Reduction::None), {1.0, 0.0, 9.0}, {3});
+  nn::functional::mse_loss(x, y).backward();
+  expect_close(x.grad(), {2.0 / 3, 0.0, 2.0}, {3});  // 2 (x - y) / n
+  EXPECT_TRUE(autograd::gradcheck([&](const std::vector<Tensor>& in) { return mse_loss(in[0], in[1]); },
+                                  {x.detach().requires_grad_(), y.detach().requires_grad_()}));
+  expect_error([&] { mse_loss(x, ones({2}, kFloat64)); }, "[mse_loss]");
+  expect_error([&] { mse_loss(ones({3}, kFloat64), ones({2, 3}, kFloat64)); }, "does not broadcast to the input's");
+  expect_error([&] { mse_loss(ones({3}, kInt64), ones({3}, kInt64)); }, "floating-point");
+}
+
+}  // namespace
+}  // namespace kiln::test

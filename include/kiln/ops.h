@@ -145,6 +145,9 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
                      Reduction reduction = Reduction::Mean, int64_t ignore_index = -100,
                      double label_smoothing = 0.0);
+// (input - target)^2, reduced; target broadcasts to input's shape (PyTorch warns there; Kiln
+// requires the broadcast shape to be input's).
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
 
 // ---- transformer ops (src/ops/embedding.cpp, layer_norm.cpp, softmax.cpp, attention.cpp, linear.cpp)
 // Rows of weight [num_embeddings, dim] picked by integer indices of any shape: [..., dim].

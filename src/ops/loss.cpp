@@ -253,4 +253,20 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
   return cross_entropy_body(x, t, w, reduction, ignore_index, label_smoothing);
 }
 
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  ops::check_defined(input, "mse_loss");
+  ops::check_defined(target, "mse_loss");
+  KILN_CHECK(input.is_floating_point() && target.is_floating_point(), "mse_loss",
+             "expected floating-point input and target, got ", input.dtype(), " and ", target.dtype());
+  KILN_CHECK(broadcast_shapes(input.shape(), target.shape(), "mse_loss") == input.shape(), "mse_loss", "target shape ",
+             target.shape(), " does not broadcast to the input's ", input.shape());
+  Tensor sq = (input - target).square();
+  switch (reduction) {
+    case Reduction::None: return sq;
+    case Reduction::Sum: return sq.sum();
+    case Reduction::Mean: break;
+  }
+  return sq.mean();
+}
+
 }  // namespace kiln

@@ -145,4 +145,11 @@ inline Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossF
   return kiln::nll_loss(input, target, o.weight, o.reduction, o.ignore_index);
 }
 
+struct MSELossFuncOptions {
+  Reduction reduction = Reduction::Mean;
+};
+inline Tensor mse_loss(const Tensor& input, const Tensor& target, const MSELossFuncOptions& o = {}) {
+  return kiln::mse_loss(input, target, o.reduction);
+}
+
 }  // namespace kiln::nn::functional
