@@ -5,6 +5,7 @@
 #include "kiln/nn/functional.h"
 #include "kiln/optim.h"
 #include "test_util.h"
+#include "tools/kiln/device_choice.h"
 
 using namespace kiln;
 
@@ -143,4 +144,35 @@ TEST_F(Fallback, BertTrainingStepOnTheDeviceMatchesTheCpu) {
 TEST(Devices, MissingDeviceIsAClearError) {
   if (cuda::is_available()) GTEST_SKIP() << "a GPU is present";
   test::expect_error([] { (void)ones({2}).to(Device::cuda(0)); }, "cuda:0");
+}
+
+TEST(OpsWithoutKernel, NamesTheOpsADeviceLacks) {
+  EXPECT_EQ(ops_without_kernel({"Add", "Conv2d", "NoSuchOp"}, DeviceType::CPU), std::vector<std::string>{"NoSuchOp"});
+  for (const std::string& op : ops_without_kernel({"Add", "Conv2d"}, DeviceType::CUDA))
+    EXPECT_TRUE(op == "Add" || op == "Conv2d");
+}
+
+// The trainers' default device: a present GPU only when it has a kernel for every op of the job.
+TEST_F(Fallback, DefaultDeviceIsAGpuOnlyWhenItRunsTheJobNatively) {
+  manual_seed(5);
+  const GeneratorState before = get_rng_state();
+  std::vector<std::string> probed;
+  auto probe = [&] {
+    Tensor x = randn({4, 3}).requires_grad_();  // draws from the generator, which is restored
+    (x.relu() * 2).sum().backward();
+  };
+  train::DeviceChoice c = train::choose_device("", probe);
+  EXPECT_EQ(get_rng_state().offset, before.offset);
+  const bool native = ops_without_kernel({"Relu", "Mul", "Sum", "Uniform", "Normal"}, DeviceType::CUDA).empty();
+  if (native) {
+    EXPECT_EQ(c.device, Device::cuda(0));
+    EXPECT_EQ(c.note, "");
+  } else {
+    EXPECT_EQ(c.device, Device::cpu());
+    EXPECT_NE(c.note.find("cuda:0 present but lacks kernels for "), std::string::npos) << c.note;
+    EXPECT_NE(c.note.find("--device cuda to use it anyway"), std::string::npos) << c.note;
+  }
+  EXPECT_EQ(train::choose_device("cuda", probe).device, Device::cuda(0));  // asked for: taken
+  EXPECT_EQ(train::choose_device("cpu", probe).device, Device::cpu());
+  test::expect_error([&] { train::choose_device("cuda:3", probe); }, "[kiln train] device cuda:3 is not present");
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "kiln/device.h"
 
@@ -30,6 +31,9 @@ void empty_cache(Device device = Device::cpu());
 
 // How often each op ran on the CPU because the tensor's device had no kernel for it.
 std::map<std::string, uint64_t> fallback_counts();
+// Of these op kinds (kiln::profiler's names: "Conv2d", "Add", ...), those that have no kernel of
+// their own on `device` and would run through the CPU fallback there. Unknown names are kept.
+std::vector<std::string> ops_without_kernel(const std::vector<std::string>& ops, DeviceType device);
 
 struct BuildInfo {
   std::string version;

@@ -135,6 +135,16 @@ void run(Op op, Device device, std::span<const Tensor> inputs, std::span<Tensor>
 }  // namespace kiln::backend
 
 namespace kiln {
+std::vector<std::string> ops_without_kernel(const std::vector<std::string>& ops, DeviceType device) {
+  std::vector<std::string> missing;
+  for (const std::string& name : ops) {
+    int i = 0;
+    while (i < backend::kNumOps && name != backend::kOpNames[i]) ++i;
+    if (i == backend::kNumOps || !backend::has_kernel(static_cast<backend::Op>(i), device)) missing.push_back(name);
+  }
+  return missing;
+}
+
 std::map<std::string, uint64_t> fallback_counts() {
   std::map<std::string, uint64_t> counts;
   for (int i = 0; i < backend::kNumOps; ++i) {

@@ -1,5 +1,6 @@
 // kiln bench's runner: warm-up, timed steps, one profiled step, the environment, the JSON line.
 #include "tools/kiln/bench_runner.h"
+#include "tools/kiln/device_choice.h"
 
 #include <algorithm>
 #include <chrono>
@@ -29,15 +30,6 @@ std::string cpu_model() {
       if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
     }
   return "unknown";
-}
-
-// The device a spec names, checked to exist here.
-Device parse_device(const std::string& name) {
-  Device d(name);
-  if (d.is_cuda())
-    KILN_CHECK(d.index < cuda::device_count(), "kiln bench", "device ", name, " is not present (",
-               cuda::device_count(), " CUDA device(s) found)");
-  return d;
 }
 
 void sync(Device d) {
@@ -97,7 +89,7 @@ RunResult run(const RunSpec& spec, const Progress& progress) {
              "' (fp32 or bf16)");
   KILN_CHECK(spec.steps >= 1 && spec.warmup >= 0, "kiln bench", "steps must be at least 1 and warm-up at least 0, got ",
              spec.steps, " and ", spec.warmup);
-  const Device device = parse_device(spec.device);
+  const Device device = train::parse_device(spec.device, "kiln bench");
   RunResult r;
   r.spec = spec;
   if (device.is_cuda()) {

@@ -11,6 +11,7 @@
 #include "kiln/nn/utils.h"
 #include "kiln/random.h"
 #include "tools/kiln/checkpoint_util.h"
+#include "tools/kiln/device_choice.h"
 #include "tools/kiln/trainer.h"
 
 namespace kiln::train {
@@ -33,11 +34,26 @@ std::vector<std::string> split_lines(const std::string& s) {
   return out;
 }
 
+// One AdamW step of a one-layer model of `cfg`'s kind on a blank batch, on the CPU, with the
+// held-out evaluation's ops: the ops the job dispatches.
+void probe_step(models::BertConfig cfg, double clip) {
+  cfg.num_hidden_layers = 1;
+  auto m = models::bert_for_masked_lm(cfg);
+  Tensor ids = zeros({2, 8}, kInt64), labels = full({2, 8}, 1, kInt64), mask = ones({2, 8}, kInt64);
+  m->masked_lm_loss(ids, labels, mask).backward();
+  if (clip > 0) nn::utils::clip_grad_norm_(m->parameters(), clip);
+  optim::AdamW(m->parameters(), {.lr = 1e-3}).step();
+  NoGradGuard ng;
+  m->eval();
+  m->masked_lm_loss(ids, labels, mask).item<double>();
+}
+
 }  // namespace
 
 bool is_bert_model(const std::string& model) { return model.rfind("bert-", 0) == 0; }
 
-MlmTrainer::MlmTrainer(MlmTrainOptions options) : options_(std::move(options)), device_(parse_device(options_.device)) {
+MlmTrainer::MlmTrainer(MlmTrainOptions options) : options_(std::move(options)) {
+  if (!options_.device.empty()) parse_device(options_.device);  // a bad --device before anything else
   std::optional<io::SafetensorsFile> ckpt;
   const std::string ckpt_path = options_.resume_from.empty() ? checkpoint_path() : options_.resume_from;
   std::vector<std::string> vocab_tokens;
@@ -88,6 +104,9 @@ MlmTrainer::MlmTrainer(MlmTrainOptions options) : options_(std::move(options)), 
 
   cfg.vocab_size = tokenizer_->vocab_size();
   cfg.pad_token_id = tokenizer_->pad_token_id();
+  const DeviceChoice choice = choose_device(o.device, [&] { probe_step(cfg, o.clip); });
+  device_ = choice.device;
+  device_note_ = choice.note;
   manual_seed(o.seed);
   model_ = models::bert_for_masked_lm(cfg);
   model_->to(device_);

@@ -62,6 +62,8 @@ class MlmTrainer {
   MlmEvalResult evaluate();
   const MlmTrainOptions& options() const { return options_; }
   Device device() const { return device_; }
+  // Why a present GPU was not chosen (for the first line), or empty.
+  const std::string& device_note() const { return device_note_; }
   int64_t step() const { return step_; }
   int64_t epoch() const { return epoch_; }
   const text::MlmData& data() const { return data_; }
@@ -77,6 +79,7 @@ class MlmTrainer {
 
   MlmTrainOptions options_;
   Device device_;
+  std::string device_note_;
   std::unique_ptr<text::BertTokenizer> tokenizer_;
   text::MlmData data_;
   std::unique_ptr<text::MlmBatcher> batcher_;

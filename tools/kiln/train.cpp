@@ -19,6 +19,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// "cpu", or "cpu (cuda:0 present but lacks kernels for ...)" when a GPU was passed over.
+template <class TrainerT>
+std::string device_line(const TrainerT& t) {
+  return t.device().str() + (t.device_note().empty() ? "" : " (" + t.device_note() + ")");
+}
+
 // One line per epoch, redrawn in place on a terminal (and printed every 10% otherwise).
 class ProgressBar {
  public:
@@ -105,7 +111,7 @@ int train_bert(const Args& args) {
   const auto& d = trainer.data();
   std::cout << "kiln train: " << opt.model << " (masked LM) on " << opt.data << ": " << d.documents << " documents, "
             << d.train.size() << " training sequences (" << d.train_tokens << " tokens), " << d.held_out.size()
-            << " held out; vocabulary " << trainer.tokenizer().vocab_size() << "; device " << trainer.device().str()
+            << " held out; vocabulary " << trainer.tokenizer().vocab_size() << "; device " << device_line(trainer)
             << ", " << opt.epochs << " epoch(s), batch " << opt.batch_size << ", seq " << opt.seq_len << ", AdamW lr "
             << opt.lr << ", " << get_num_threads() << " thread(s) (prepared in "
             << static_cast<int>(std::chrono::duration<double>(Clock::now() - t0).count()) << " s)";
@@ -158,7 +164,7 @@ int train_image(const Args& args) {
 
   train::Trainer trainer(o);
   const auto& opt = trainer.options();
-  std::cout << "kiln train: " << opt.model << " on " << opt.data << ", device " << trainer.device().str() << ", "
+  std::cout << "kiln train: " << opt.model << " on " << opt.data << ", device " << device_line(trainer) << ", "
             << opt.epochs << " epoch(s), batch " << opt.batch_size << ", lr " << opt.lr << ", "
             << get_num_threads() << " thread(s)";
   if (o.resume) std::cout << ", resumed at epoch " << trainer.epoch() + 1 << " step " << trainer.step();

@@ -9,6 +9,7 @@
 #include "kiln/nn/functional.h"
 #include "kiln/random.h"
 #include "tools/kiln/checkpoint_util.h"
+#include "tools/kiln/device_choice.h"
 
 namespace kiln::train {
 namespace {
@@ -45,18 +46,21 @@ Tensor to_model_input(const Tensor& images, const std::string& model, Device dev
   return padded.expand({n, 3, 32, 32}).contiguous(MemoryFormat::ChannelsLast);
 }
 
-}  // namespace
-
-Device parse_device(const std::string& name) {
-  if (name.empty()) return cuda::is_available() ? Device::cuda(0) : Device::cpu();
-  Device d(name);
-  if (d.is_cuda())
-    KILN_CHECK(d.index < cuda::device_count(), "kiln train", "device ", name, " is not present (",
-               cuda::device_count(), " CUDA device(s) found)");
-  return d;
+// One SGD step of a fresh `model` on two blank images, on the CPU: the ops the job dispatches.
+void probe_step(const std::string& model) {
+  auto m = models::create(model, 10);
+  Tensor x = to_model_input(zeros({2, 1, 28, 28}), model, Device::cpu());
+  F::cross_entropy(m(x), zeros({2}, kInt64)).backward();
+  optim::SGD(m->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4}).step();
+  NoGradGuard ng;
+  m->eval();
+  argmax(m(x), 1).eq(zeros({2}, kInt64)).sum();
 }
 
-Trainer::Trainer(TrainOptions options) : options_(std::move(options)), device_(parse_device(options_.device)) {
+}  // namespace
+
+Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
+  if (!options_.device.empty()) parse_device(options_.device);  // a bad --device before anything else
   KILN_CHECK(options_.epochs >= 1 && options_.batch_size >= 1, "kiln train", "epochs and batch size must be positive");
   KILN_CHECK(options_.lr > 0, "kiln train", "the learning rate must be positive, got ", options_.lr);
   const std::string ckpt = resume_path();
@@ -72,6 +76,9 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)), device_(p
     options_.weight_decay = meta_double(f, "weight_decay", ckpt);
     options_.seed = static_cast<uint64_t>(meta_int(f, "seed", ckpt));
   }
+  const DeviceChoice choice = choose_device(options_.device, [&] { probe_step(options_.model); });
+  device_ = choice.device;
+  device_note_ = choice.note;
   manual_seed(options_.seed);
   model_ = models::create(options_.model, 10);
   model_->to(device_);

@@ -60,6 +60,8 @@ class Trainer {
   int64_t epoch() const { return epoch_; }  // completed epochs
   int64_t step() const { return step_; }    // completed steps
   Device device() const { return device_; }
+  // Why a present GPU was not chosen (for the first line), or empty.
+  const std::string& device_note() const { return device_note_; }
   std::string checkpoint_path() const;
   void save_checkpoint();
 
@@ -70,6 +72,7 @@ class Trainer {
 
   TrainOptions options_;
   Device device_;
+  std::string device_note_;
   std::shared_ptr<data::DataLoader> train_loader_, test_loader_;
   nn::AnyModule model_;
   std::unique_ptr<optim::SGD> optimizer_;
@@ -79,8 +82,5 @@ class Trainer {
 
 // Evaluates a checkpoint written by Trainer on the test split in `data`.
 EvalResult evaluate_checkpoint(const std::string& path, const std::string& data, const std::string& device);
-
-// The device a name means: "" (the best one present), "cpu", "cuda", "cuda:N".
-Device parse_device(const std::string& name);
 
 }  // namespace kiln::train
