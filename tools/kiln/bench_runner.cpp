@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <new>
 
 #include "kiln/kiln.h"
@@ -21,15 +22,22 @@
 namespace kiln::cli::bench {
 
 namespace {
+// The CPU as /proc/cpuinfo names it, with its family and model numbers (virtual machines often
+// report only "AMD EPYC" or "Intel Xeon Processor", which tells a Zen 3 from a Zen 4 apart no better).
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
-    }
-  return "unknown";
+  std::map<std::string, std::string> first;  // key -> the first processor's value
+  for (std::string line; std::getline(in, line) && !line.empty();) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
+    first.emplace(key, colon + 2 <= line.size() ? line.substr(colon + 2) : "");
+  }
+  std::string name = first.count("model name") ? first["model name"] : "unknown";
+  if (first.count("cpu family") && first.count("model"))
+    name += " (family " + first["cpu family"] + ", model " + first["model"] + ")";
+  return name;
 }
 
 void sync(Device d) {
