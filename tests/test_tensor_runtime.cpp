@@ -21,8 +21,10 @@ struct ThreadGuard {
 };
 
 // Lifts a memory limit a test set, even when an assertion fails.
+// Restores the CPU's limit (the default, 90% of memory) when the test is done.
 struct LimitGuard {
-  ~LimitGuard() { set_memory_limit(Device::cpu(), 0); }
+  size_t saved = memory_stats(Device::cpu()).limit;
+  ~LimitGuard() { set_memory_limit(Device::cpu(), saved); }
 };
 
 }  // namespace
@@ -256,21 +258,45 @@ TEST(TensorMemory, MemoryLimit) {
     empty_cache(cpu);  // so that freeing the cache cannot make room for the large block
     set_memory_limit(cpu, memory_stats(cpu).reserved + (1u << 20));
     EXPECT_GT(memory_stats(cpu).limit, 0u);
+    const uint64_t ooms = memory_stats(cpu).out_of_memory;
     try {
       Tensor t = empty({64 << 20}, kUInt8);
       ADD_FAILURE() << "a 64 MiB allocation passed a limit of about 1 MiB above use";
     } catch (const Error& e) {
       std::string msg = e.what();
-      EXPECT_EQ(msg.rfind("[", 0), 0u) << msg;
-      EXPECT_NE(msg.find("limit"), std::string::npos) << msg;
+      EXPECT_EQ(msg.rfind("[cpu] out of memory: asked 64.0 MiB, limit ", 0), 0u) << msg;
+      EXPECT_NE(msg.find(" in use, "), std::string::npos) << msg;
+      EXPECT_NE(msg.find(" reserved"), std::string::npos) << msg;
     }
+    EXPECT_EQ(memory_stats(cpu).out_of_memory, ooms + 1);
     Tensor small = empty({1024});  // within the limit: fine
     EXPECT_EQ(small.numel(), 1024);
     set_memory_limit(cpu, 0);
     EXPECT_EQ(memory_stats(cpu).limit, 0u);
+    Tensor t = empty({64 << 20}, kUInt8);  // unlimited
+    EXPECT_EQ(t.numel(), 64 << 20);
   }
-  Tensor t = empty({64 << 20}, kUInt8);  // unlimited again
-  EXPECT_EQ(t.numel(), 64 << 20);
+}
+
+TEST(TensorMemory, TheCpuHasADefaultLimitBelowItsMemory) {
+  const size_t total = total_memory(Device::cpu());
+  EXPECT_GT(total, size_t{1} << 28);
+  if (std::getenv("KILN_MEMORY_LIMIT")) GTEST_SKIP() << "KILN_MEMORY_LIMIT sets the limit";
+  EXPECT_EQ(memory_stats(Device::cpu()).limit, total / 10 * 9);
+  // A tensor larger than the machine is the clear error, not the kernel's OOM killer.
+  expect_error([&] { empty({static_cast<int64_t>(total / 4 + 1)}, kFloat32); }, "[cpu] out of memory: asked ");
+}
+
+TEST(TensorMemory, ParseMemoryLimit) {
+  const size_t g = size_t{1} << 30;
+  EXPECT_EQ(parse_memory_limit("20G", 0), 20 * g);
+  EXPECT_EQ(parse_memory_limit("1.5GiB", 0), 3 * g / 2);
+  EXPECT_EQ(parse_memory_limit("512M", 0), size_t{512} << 20);
+  EXPECT_EQ(parse_memory_limit("4096", 0), 4096u);
+  EXPECT_EQ(parse_memory_limit("80%", 10 * g), 8 * g);
+  EXPECT_EQ(parse_memory_limit("0", 10 * g), 0u);
+  for (const char* bad : {"", "lots", "-1G", "12X", "inf", "nan", "1e30", "G"})
+    expect_error([&] { parse_memory_limit(bad, g, "--memory-limit"); }, "[--memory-limit] expected a size");
 }
 
 TEST(TensorRuntime, NumThreads) {

@@ -1,6 +1,7 @@
 // The size-class caching allocator behind every device runtime.
 #include "backend/caching_allocator.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -25,6 +26,17 @@ CachingAllocator::Mode CachingAllocator::mode_from_env() {
   return fallback;
 }
 
+std::string format_bytes(size_t n) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 5) v /= 1024, ++u;
+  char buf[32];
+  if (u == 0) std::snprintf(buf, sizeof buf, "%zu bytes", n);
+  else std::snprintf(buf, sizeof buf, v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
 size_t CachingAllocator::size_class(size_t n) {
   if (n <= 256) return (n + 63) & ~size_t{63};
   size_t p = size_t{1} << (63 - __builtin_clzll(n));  // largest power of two <= n
@@ -42,16 +54,18 @@ void* CachingAllocator::allocate(size_t nbytes) {
     p = it->second.back();
     it->second.pop_back();
   } else {
-    if (limit_ && reserved_ + cls > limit_) release_cache_locked();
-    KILN_CHECK(!limit_ || reserved_ + cls <= limit_, "allocate", "cannot allocate ", nbytes, " bytes on ",
-               device_name_, ": the memory limit is ", limit_, " bytes and ", reserved_, " are reserved");
+    if (limit_ && reserved_ + cls > limit_) {
+      ++retries_;
+      release_cache_locked();
+    }
+    if (limit_ && reserved_ + cls > limit_) out_of_memory_locked(nbytes, false);
     p = raw_alloc_(cls);
     if (!p) {  // out of memory: give the cache back and try once more
+      ++retries_;
       release_cache_locked();
       p = raw_alloc_(cls);
     }
-    KILN_CHECK(p != nullptr, "allocate", "out of memory allocating ", nbytes, " bytes on ", device_name_, " (",
-               allocated_, " bytes in use)");
+    if (!p) out_of_memory_locked(nbytes, true);
     reserved_ += cls;
     ++os_allocations_;
     if (mode_ == Mode::System && raw_fill_) raw_fill_(p, 0xFF, cls);
@@ -74,9 +88,32 @@ void CachingAllocator::deallocate(void* p, size_t nbytes) {
   free_[cls].push_back(p);
 }
 
+void CachingAllocator::out_of_memory_locked(size_t nbytes, bool system_refused) {
+  ++ooms_;
+  // "[cpu] out of memory: ..." / "[cuda] out of memory on cuda:0: ..."
+  const size_t colon = device_name_.find(':');
+  const std::string kind = device_name_.substr(0, colon);
+  const std::string on = colon == std::string::npos ? "" : " on " + device_name_;
+  if (system_refused)
+    KILN_FAIL(kind.c_str(), "out of memory", on, ": asked ", format_bytes(nbytes), ", which the ",
+              kind == "cpu" ? "system" : "driver", " refused; ", format_bytes(allocated_), " in use, ",
+              format_bytes(reserved_), " reserved", limit_ ? ", limit " + format_bytes(limit_) : std::string());
+  KILN_FAIL(kind.c_str(), "out of memory", on, ": asked ", format_bytes(nbytes), ", limit ", format_bytes(limit_), ", ",
+            format_bytes(allocated_), " in use, ", format_bytes(reserved_), " reserved");
+}
+
 MemoryStats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return {allocated_, reserved_, peak_, limit_, os_allocations_, mode_ == Mode::Caching};
+  MemoryStats m;
+  m.allocated = allocated_;
+  m.reserved = reserved_;
+  m.peak = peak_;
+  m.limit = limit_;
+  m.os_allocations = os_allocations_;
+  m.allocation_retries = retries_;
+  m.out_of_memory = ooms_;
+  m.caching = mode_ == Mode::Caching;
+  return m;
 }
 
 void CachingAllocator::reset_peak() {

@@ -13,6 +13,9 @@
 
 namespace kiln::backend {
 
+// A byte count for messages: "512 bytes", "1.50 GiB", "21.6 GiB".
+std::string format_bytes(size_t n);
+
 // Blocks come from raw_alloc and go back through raw_free only on empty_cache() or when the
 // limit needs room. Sizes round up to 2^k * {1, 1.25, 1.5, 1.75}: at most 25% waste and few
 // distinct classes, so a training step that frees and reallocates the same shapes is served
@@ -53,6 +56,8 @@ class CachingAllocator {
 
  private:
   void release_cache_locked();
+  // Throws "[cpu] out of memory: asked 5.61 GiB, limit 21.6 GiB, 0.20 GiB in use, ..." and counts it.
+  [[noreturn]] void out_of_memory_locked(size_t nbytes, bool system_refused);
 
   const std::string device_name_;
   RawAlloc raw_alloc_;
@@ -62,7 +67,7 @@ class CachingAllocator {
   mutable std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> free_;
   size_t allocated_ = 0, reserved_ = 0, peak_ = 0, limit_ = 0;
-  uint64_t os_allocations_ = 0;
+  uint64_t os_allocations_ = 0, retries_ = 0, ooms_ = 0;
 };
 
 }  // namespace kiln::backend

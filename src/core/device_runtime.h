@@ -26,6 +26,8 @@ class DeviceRuntime {
   virtual void copy_from_host(void* dst, const void* src, size_t nbytes, int index) = 0;
   virtual void copy_on_device(void* dst, const void* src, size_t nbytes, int index) = 0;
   virtual void synchronize(int index) = 0;
+  // The device's memory in bytes (see kiln::total_memory).
+  virtual size_t total_memory(int index) const = 0;
 };
 
 // Backends register their runtime at start-up.

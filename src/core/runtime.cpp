@@ -1,6 +1,10 @@
 // The device runtime registry, Storage, cross-device copies and the public memory functions.
 #include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "core/device_runtime.h"
 #include "kiln/error.h"
@@ -60,6 +64,27 @@ MemoryStats memory_stats(Device device) { return runtime_for(device, "memory_sta
 void reset_peak_memory_stats(Device device) {
   runtime_for(device, "reset_peak_memory_stats").reset_peak(device.index);
 }
+size_t total_memory(Device device) { return runtime_for(device, "total_memory").total_memory(device.index); }
+
+size_t parse_memory_limit(const std::string& text, size_t total, const char* where) {
+  const char* p = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(p, &end);
+  std::string unit = end ? std::string(end) : std::string();
+  while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
+  double scale = 1;
+  if (unit == "%") scale = static_cast<double>(total) / 100;
+  else if (unit == "K" || unit == "KiB" || unit == "k") scale = 1024.0;
+  else if (unit == "M" || unit == "MiB") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty()) scale = -1;
+  KILN_CHECK(end != p && errno == 0 && std::isfinite(v) && v >= 0 && scale > 0 && v * scale < 1.8e19, where,
+             "expected a size such as 20G, 512M, 4096 or 80%, or 0 for no limit; got '", text, "'");
+  return static_cast<size_t>(v * scale);
+}
+
 void set_memory_limit(Device device, size_t bytes) {
   runtime_for(device, "set_memory_limit").set_limit(device.index, bytes);
 }

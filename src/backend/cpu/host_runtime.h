@@ -10,6 +10,12 @@
 
 namespace kiln::backend::cpu {
 
+// Host memory: physical memory, or the cgroup's limit (a container's) when that is lower.
+size_t host_memory_bytes();
+// The CPU's default limit: KILN_MEMORY_LIMIT when set (a bad value is warned about), else 90% of
+// host_memory_bytes(), so an oversized batch is an error rather than the kernel's OOM killer.
+size_t default_host_limit();
+
 class HostRuntime : public DeviceRuntime {
  public:
   explicit HostRuntime(std::string name)
@@ -28,6 +34,7 @@ class HostRuntime : public DeviceRuntime {
   void copy_from_host(void* dst, const void* src, size_t n, int) override { std::memcpy(dst, src, n); }
   void copy_on_device(void* dst, const void* src, size_t n, int) override { std::memcpy(dst, src, n); }
   void synchronize(int) override {}
+  size_t total_memory(int) const override;
 
  private:
   std::string name_;

@@ -92,6 +92,11 @@ class CudaRuntime final : public DeviceRuntime {
     DeviceGuard g(index);
     KILN_CUDA_CHECK(cudaDeviceSynchronize());
   }
+  size_t total_memory(int index) const override {
+    cudaDeviceProp prop{};
+    KILN_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+    return prop.totalGlobalMem;
+  }
 
  private:
   int count_ = 0;
