@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The kiln command on bad input: exit status 1 and exactly one line on stderr, never a crash.
+# The kiln command on bad input: exit status 1 and exactly one line on stderr, never a crash;
+# --help is usage on stdout and exit status 0; every checkpoint path it prints exists.
 # Usage: tests/cli_errors.sh path/to/kiln
 set -uo pipefail
 kiln=${1:?usage: cli_errors.sh KILN}
@@ -13,6 +14,9 @@ printf '\x00\x00\x08\x01\x00\x00\x00\x05\x01\x02\x03\x04\x05' >"$tmp/data/train-
 printf 'abc\x00\x01\x02def' >"$tmp/binary.txt"
 printf 'the cat sat on the mat\n' >"$tmp/one.txt"
 printf 'hello\nworld\n' >"$tmp/vocab.txt"
+for i in $(seq 1 400); do echo "document $i: the quick brown fox $i jumps over the lazy dog number $((i * 7))"; done >"$tmp/corpus.txt"
+fixtures=$(cd "$(dirname "$0")/fixtures" && pwd)
+fmnist=/usr/share/datasets/fashion-mnist
 fail=0
 check() {
   local want=$1
@@ -55,4 +59,40 @@ check "unknown dtype 'fp8'" bench --dtypes fp8 --out "$tmp/bench"
 check "batch 10000000 does not fit on cpu" bench --models resnet18 --modes eval --batch 10000000 --out "$tmp/bench"
 check "needs $tmp/nopython with PyTorch" bench --vs-pytorch --python "$tmp/nopython" --pytorch-script "$tmp/one.txt" --out "$tmp/bench"
 check "does not exist" bench --vs-pytorch --pytorch-script "$tmp/none.py" --out "$tmp/bench"
+# Resource exhaustion and hostile values: a clear error naming the flag, never a hang or a kill.
+check "--lr expects a finite number, got 'inf'" train --lr inf
+check "--lr expects a finite number, got 'nan'" train --model bert-tiny --lr nan
+check "--threads 10000 is more than the" train --threads 10000 --max-steps 1
+check "--workers must be at most 64, got 100000" train --workers 100000
+check "[kiln train --memory-limit] expected a size" train --memory-limit lots
+check "is a file; MNIST data is a directory" train --data "$tmp/one.txt"
+check "[kiln eval] checkpoint" eval --checkpoint "$fixtures/bert/hf_tiny/model.safetensors"
+check "unknown command 'bogus'" bogus
+check "[kiln info] unknown option --bogus" info --bogus
+if [[ -d $fmnist ]]; then
+  check "[kiln train] cannot write checkpoints to /proc/kiln-checkpoints" train --checkpoint-dir /proc/kiln-checkpoints --max-steps 1
+  check "[kiln train] cannot write checkpoints to $tmp/one.txt" train --checkpoint-dir "$tmp/one.txt" --max-steps 1
+  # A batch larger than the data set is capped (a note on stdout); the memory limit then stops it.
+  check "[cpu] out of memory: asked" train --batch-size 99999999 --max-steps 2 --memory-limit 1G --workers 0
+fi
+
+# --help: usage on stdout, exit 0, for the command and every subcommand.
+for sub in "" train eval bench info; do
+  out=$("$kiln" $sub --help 2>&1)
+  if [[ $? -ne 0 || "$out" != usage:* ]]; then echo "FAIL: kiln $sub --help -> $out"; fail=1; fi
+done
+
+# The checkpoint path printed after --max-steps exists; a killed writer's temporary goes at the next save.
+mkdir -p "$tmp/mlm"
+printf 'stale' >"$tmp/mlm/.last.safetensors.tmp.999999999.0.1"
+out=$("$kiln" train --model bert-tiny --data "$tmp/corpus.txt" --vocab-size 64 --seq-len 16 --batch-size 4 \
+      --epochs 1 --max-steps 1 --checkpoint-dir "$tmp/mlm" 2>&1)
+if [[ $? -ne 0 || "$out" != *"checkpoint $tmp/mlm/last.safetensors"* || ! -f $tmp/mlm/last.safetensors ]]; then
+  echo "FAIL: bert-tiny --max-steps 1 did not write the checkpoint it names: $out"; fail=1
+fi
+if [[ -e $tmp/mlm/.last.safetensors.tmp.999999999.0.1 ]]; then echo "FAIL: a stale temporary survived the save"; fail=1; fi
+out=$("$kiln" train --model bert-tiny --data "$tmp/corpus.txt" --resume --checkpoint-dir "$tmp/mlm" --max-steps 2 2>&1)
+if [[ $? -ne 0 || "$out" != *"resumed at epoch 1 step 1"* || "$out" != *"lr 0.001,"* ]]; then
+  echo "FAIL: resuming the --max-steps checkpoint: $out"; fail=1
+fi
 exit $fail

@@ -214,6 +214,8 @@ TEST(ErrorsOptions, DevicesStringsAndFactories) {
   expect_op_error("arange", [] { arange(0, 10, -1); }, {"step -1"});
   expect_op_error("arange", [] { arange(0.0, 1.0, 0.0); }, {"nonzero"});
   expect_op_error("arange", [] { arange(0.0, INFINITY); }, {"finite"});
+  expect_op_error("arange", [] { arange(0, 1e300, 1); }, {"more than a tensor can hold"});  // not "[empty] negative size"
+  expect_op_error("arange", [] { arange(0.0, 1.0, 1e-300); }, {"more than a tensor can hold"});
   expect_op_error("eye", [] { eye(-1); }, {"-1"});
   expect_op_error("randint", [] { randint(5, 5, {2}); }, {"5"});
   expect_op_error("uniform_", [] { zeros({2}).uniform_(1.0, 0.0); }, {"1", "0"});
@@ -244,5 +246,6 @@ TEST(ErrorsSizes, AllocationsTooLargeToAddressAreRefused) {
   test::expect_error([] { (void)empty({0, int64_t{1} << 62, int64_t{1} << 62}); }, "too many elements");
   test::expect_error([] { (void)empty({int64_t{1} << 61}, kFloat64); }, "more bytes than can be addressed");
   test::expect_error([] { (void)empty_strided({3, 3}, {int64_t{1} << 62, 1}); }, "spans too many elements");
-  test::expect_error([] { (void)empty({int64_t{1} << 40}); }, "[allocate]");  // 4 TiB: out of memory, no crash
+  test::expect_error([] { (void)empty({int64_t{1} << 40}); }, "[cpu] out of memory: asked 4.00 TiB");  // no crash
+  EXPECT_THROW((void)empty({int64_t{1} << 40}), OutOfMemoryError);
 }

@@ -1,6 +1,7 @@
 // kiln::io safetensors: round trips, files written by the Python library, malformed files, and
 // atomic writes.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -129,10 +130,15 @@ TEST_F(Safetensors, MetadataRoundTripsAndCheckpointsUseTheSameFormat) {
   EXPECT_EQ(f.tensors.size(), 2u);
   EXPECT_EQ(io::load_safetensors_metadata(path("m.safetensors")), meta);
 
+  // A checkpoint is the same file with the data section's CRC-32 in the metadata.
   io::save_checkpoint(path("c.ckpt"), in, meta);
-  EXPECT_EQ(read_bytes(path("c.ckpt")), read_bytes(path("m.safetensors")));
   io::SafetensorsFile c = io::load_checkpoint(path("c.ckpt"));
-  EXPECT_EQ(c.metadata, meta);
+  std::map<std::string, std::string> with_crc = meta;
+  ASSERT_TRUE(c.metadata.count(io::kChecksumKey));
+  with_crc[io::kChecksumKey] = c.metadata.at(io::kChecksumKey);
+  EXPECT_EQ(c.metadata, with_crc);
+  io::save_safetensors(path("m2.safetensors"), in, with_crc);
+  EXPECT_EQ(read_bytes(path("c.ckpt")), read_bytes(path("m2.safetensors")));
   expect_close(c.tensors.at("rng"), {0, 1, 2, 3}, {4}, 0, 0);
   write_bytes(path("bad.ckpt"), "short");
   expect_error([&] { io::load_checkpoint(path("bad.ckpt")); }, "[load_checkpoint] " + path("bad.ckpt"));
@@ -305,6 +311,41 @@ TEST_F(Safetensors, RejectsBadTensorEntries) {
                   "tensor \"t\" of dtype BOOL holds byte 2 at element 1");
 }
 
+TEST_F(Safetensors, RejectsRanksNoOpTakes) {
+  std::string shape = "[";
+  for (int i = 0; i < 65; ++i) shape += i ? ",1" : "1";
+  shape += "]";
+  expect_rejected(make_file("{\"deep\":{\"dtype\":\"F32\",\"shape\":" + shape + ",\"data_offsets\":[0,4]}}", "abcd"),
+                  "tensor \"deep\" has 65 dims; Kiln's ops take at most 64");
+  shape = "[";
+  for (int i = 0; i < 64; ++i) shape += i ? ",1" : "1";
+  shape += "]";
+  write_bytes(path("ok.safetensors"), make_file("{\"t\":{\"dtype\":\"F32\",\"shape\":" + shape + ",\"data_offsets\":[0,4]}}",
+                                               std::string(4, '\0')));
+  EXPECT_EQ(io::load_safetensors(path("ok.safetensors")).at("t").dim(), 64);
+}
+
+TEST_F(Safetensors, CheckpointChecksumCatchesFlippedBytes) {
+  std::map<std::string, Tensor> in = {{"w", arange(1000, kFloat32)}, {"step", tensor({7}, TensorOptions(kInt64))}};
+  io::save_checkpoint(path("c.ckpt"), in, {{"epoch", "3"}});
+  std::string bytes = read_bytes(path("c.ckpt"));
+  // Python's zlib.crc32 of the data section, as the metadata says.
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  EXPECT_EQ(io::load_checkpoint(path("c.ckpt")).metadata.at(io::kChecksumKey).size(), 8u);
+  bytes[8 + header + 100] ^= 0x10;  // one bit of one weight
+  write_bytes(path("c.ckpt"), bytes);
+  expect_error([&] { io::load_checkpoint(path("c.ckpt")); },
+               "[load_checkpoint] " + path("c.ckpt") + ": the data's CRC-32 is ");
+  expect_error([&] { io::load_checkpoint(path("c.ckpt")); }, "(--no-verify loads it anyway)");
+  EXPECT_NO_THROW(io::load_checkpoint(path("c.ckpt"), false));  // verify off
+  EXPECT_NO_THROW(io::load_safetensors(path("c.ckpt")));        // other readers ignore the entry
+  // A file another program wrote has no checksum and loads unchecked.
+  io::save_safetensors(path("plain.safetensors"), in);
+  EXPECT_EQ(io::load_checkpoint(path("plain.safetensors")).tensors.size(), 2u);
+  expect_error([&] { io::save_checkpoint(path("x.ckpt"), in, {{io::kChecksumKey, "0"}}); }, "is the checkpoint's own");
+}
+
 TEST_F(Safetensors, RejectsOverlapsGapsAndTrailingData) {
   auto two = [](const std::string& a, const std::string& b) {
     return "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":" + a +
@@ -347,6 +388,19 @@ TEST_F(Safetensors, SaveRejectsBadNamesAndTensorsAndKeepsThePreviousFile) {
   EXPECT_EQ(listing(), std::vector<std::string>{"keep.safetensors"});
   expect_error([&] { io::save_safetensors(path("no/such/dir/x.safetensors"), {{"w", ones({2})}}); },
                "cannot create a temporary file");
+}
+
+TEST_F(Safetensors, TheNextSaveRemovesTemporariesOfKilledWriters) {
+  std::string p = path("last.safetensors");
+  // A writer killed mid-save leaves ".last.safetensors.tmp.PID.N.R"; PID 999999999 is no process.
+  write_bytes(path(".last.safetensors.tmp.999999999.0.1"), std::string(1000, 'x'));
+  // Temporaries of a live process (this one: it may be saving on another thread) and of other files stay.
+  const std::string live = ".last.safetensors.tmp." + std::to_string(::getpid()) + ".7.7";
+  write_bytes(path(live), "y");
+  write_bytes(path(".other.safetensors.tmp.999999999.0.1"), "z");
+  io::save_checkpoint(p, {{"w", ones({2})}});
+  EXPECT_EQ(listing(), (std::vector<std::string>{".last.safetensors.tmp." + std::to_string(::getpid()) + ".7.7",
+                                                 ".other.safetensors.tmp.999999999.0.1", "last.safetensors"}));
 }
 
 TEST_F(Safetensors, InterruptedAtomicWriteLeavesThePreviousFileAndNoTemporary) {

@@ -90,10 +90,10 @@ TEST(Trainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
   r.resume = true;
   r.lr = 99;  // ignored: the checkpoint's settings win
   train::Trainer resumed(r);
-  EXPECT_EQ(resumed.step(), 8);  // the last checkpoint was at step 8
+  EXPECT_EQ(resumed.step(), 9);  // stopping at --max-steps saved there (after the one at step 8)
   std::vector<double> rest = run(resumed);
-  ASSERT_EQ(rest.size(), 4u);
-  for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], expected[8 + i]) << "step " << 8 + i;
+  ASSERT_EQ(rest.size(), 3u);
+  for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], expected[9 + i]) << "step " << 9 + i;
   EXPECT_EQ(resumed.evaluate().accuracy, full.evaluate().accuracy);
 
   train::EvalResult e = train::evaluate_checkpoint((a / "last.safetensors").string(), data.string(), "cpu");

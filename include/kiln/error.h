@@ -13,6 +13,13 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An allocation past a device's memory limit, or one the system or driver refused
+// (torch.OutOfMemoryError): "[cpu] out of memory: asked 5.61 GiB, limit 21.6 GiB, ...".
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <class... Args>
 std::string cat(const Args&... args) {

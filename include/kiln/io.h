@@ -34,10 +34,15 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
 
 // Checkpoints are safetensors files: one flat tensor map (module, optimizer, scheduler and RNG
 // state under prefixed names) plus string metadata (step, epoch, ...). Errors name
-// save_checkpoint / load_checkpoint.
+// save_checkpoint / load_checkpoint. safetensors has no checksum, so save_checkpoint adds the
+// CRC-32 (zlib's, as Python's zlib.crc32) of the data section to the metadata as
+// "kiln_data_crc32" (other readers ignore it), and load_checkpoint checks it when `verify` is
+// set: flipped bytes are a kiln::Error, not weights that train to nonsense. A file without the
+// entry (written by another program) loads unchecked.
 void save_checkpoint(const std::string& path, const std::map<std::string, Tensor>& tensors,
                      const std::map<std::string, std::string>& metadata = {});
-SafetensorsFile load_checkpoint(const std::string& path);
+SafetensorsFile load_checkpoint(const std::string& path, bool verify = true);
+inline constexpr const char* kChecksumKey = "kiln_data_crc32";
 
 // A file written under a temporary name in the target's directory and renamed over the target
 // by commit(), after its data and then the directory are flushed to disk (fsync). Destroying

@@ -53,6 +53,7 @@ struct BuildInfo {
   std::string onednn_version;
   bool cuda = false;
   std::string cpu_features;  // instruction sets this CPU offers that kernels use
+  std::string cpu_model;     // as /proc/cpuinfo names it, e.g. "Intel(R) Xeon(R) Processor (family 6, model 207)"
 };
 BuildInfo build_info();
 

@@ -17,6 +17,10 @@ struct Shape : std::vector<int64_t> {
 
 std::ostream& operator<<(std::ostream& os, const Shape& s);
 
+// The most dims an op takes (reductions keep a 64-bit mask of them; PyTorch's limit is 64 too).
+// Files read from disk are held to it at load time.
+inline constexpr int64_t kMaxDims = 64;
+
 // Product of sizes, with a check against overflow.
 int64_t shape_numel(const Shape& s, const char* where = "shape");
 // Row-major strides for a shape.

@@ -94,12 +94,13 @@ void CachingAllocator::out_of_memory_locked(size_t nbytes, bool system_refused) 
   const size_t colon = device_name_.find(':');
   const std::string kind = device_name_.substr(0, colon);
   const std::string on = colon == std::string::npos ? "" : " on " + device_name_;
+  const std::string usage = format_bytes(allocated_) + " in use, " + format_bytes(reserved_) + " reserved";
   if (system_refused)
-    KILN_FAIL(kind.c_str(), "out of memory", on, ": asked ", format_bytes(nbytes), ", which the ",
-              kind == "cpu" ? "system" : "driver", " refused; ", format_bytes(allocated_), " in use, ",
-              format_bytes(reserved_), " reserved", limit_ ? ", limit " + format_bytes(limit_) : std::string());
-  KILN_FAIL(kind.c_str(), "out of memory", on, ": asked ", format_bytes(nbytes), ", limit ", format_bytes(limit_), ", ",
-            format_bytes(allocated_), " in use, ", format_bytes(reserved_), " reserved");
+    throw OutOfMemoryError(detail::cat("[", kind, "] out of memory", on, ": asked ", format_bytes(nbytes), ", which the ",
+                                       kind == "cpu" ? "system" : "driver", " refused; ", usage,
+                                       limit_ ? ", limit " + format_bytes(limit_) : std::string()));
+  throw OutOfMemoryError(detail::cat("[", kind, "] out of memory", on, ": asked ", format_bytes(nbytes), ", limit ",
+                                     format_bytes(limit_), ", ", usage));
 }
 
 MemoryStats CachingAllocator::stats() const {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "core/philox.h"
@@ -98,7 +99,15 @@ struct EpochRun {
   void start_workers(int64_t start) {
     int64_t w_count = options.num_workers;
     slots.resize(static_cast<size_t>(w_count * options.prefetch));
-    for (int64_t w = 0; w < w_count; ++w) workers.emplace_back([this, start, w, w_count] { work(start + w, w_count); });
+    for (int64_t w = 0; w < w_count; ++w) {
+      try {
+        workers.emplace_back([this, start, w, w_count] { work(start + w, w_count); });
+      } catch (const std::system_error& e) {  // the system's thread limit: stop the ones started
+        shutdown();
+        KILN_FAIL("DataLoader", "could not start data-loading thread ", w + 1, " of ", w_count, " (num_workers): ",
+                  e.what(), "; use fewer workers");
+      }
+    }
   }
 
   void work(int64_t first, int64_t step) {

@@ -18,6 +18,8 @@ std::string find_file(const std::filesystem::path& root, const std::string& name
     auto path = root / candidate;
     if (std::filesystem::is_regular_file(path, ec)) return path.string();
   }
+  KILN_CHECK(!std::filesystem::is_regular_file(root, ec), "MNIST", root.string(),
+             " is a file; MNIST data is a directory of IDX files (train-images-idx3-ubyte[.gz] and the others)");
   KILN_CHECK(std::filesystem::is_directory(root, ec), "MNIST", "directory ", root.string(),
              " does not exist (Fashion-MNIST: apt install dataset-fashion-mnist puts it in "
              "/usr/share/datasets/fashion-mnist)");

@@ -1,12 +1,15 @@
 // AtomicFile: write to a temporary in the same directory, fsync, rename over the target, fsync
 // the directory — so a failed or interrupted save never destroys the previous file.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 
 #include "kiln/error.h"
@@ -35,10 +38,29 @@ std::string temp_name(const std::string& path) {
          std::to_string(counter.fetch_add(1)) + "." + std::to_string(rng() % 1000000);
 }
 
+// Removes temporaries that earlier writers of `path` left behind when they were killed mid-save
+// (".NAME.tmp.PID.*" whose process is gone): each can be as large as the file itself.
+void remove_stale_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const std::string prefix = "." + target.filename().string() + ".tmp.";
+  std::error_code ec;
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    // A live writer (this process or another) may still be saving: keep its file.
+    if (pid <= 0 || pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;
+    fs::remove(it->path(), ec);
+  }
+}
+
 }  // namespace
 
 AtomicFile::AtomicFile(const std::string& path, const char* where) : path_(path), where_(where) {
   KILN_CHECK(!path.empty() && path.back() != '/', where_, "\"", path, "\" is not a file path");
+  remove_stale_temporaries(path);
   for (int attempt = 0; attempt < 100; ++attempt) {
     temp_path_ = temp_name(path);
     // Mode 0666 filtered by the umask: the saved file gets the permissions any new file would.

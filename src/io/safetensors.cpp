@@ -1,4 +1,7 @@
 // Reading safetensors files: map the file, check the header, copy each tensor out.
+#include <zlib.h>
+
+#include <cstdio>
 #include <cstring>
 
 #include "io/mapped_file.h"
@@ -6,6 +9,16 @@
 #include "kiln/error.h"
 
 namespace kiln::io::detail {
+
+uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
+  return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(data), n));
+}
+
+std::string crc32_hex(uint32_t crc) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", crc);
+  return buf;
+}
 
 SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const char* where, const std::string& origin) {
   SafetensorsHeader h = parse_safetensors_header(data, size, where, origin);
@@ -39,9 +52,19 @@ std::map<std::string, Tensor> load_safetensors(const std::string& path) {
   return load_safetensors_file(path).tensors;
 }
 
-SafetensorsFile load_checkpoint(const std::string& path) {
+SafetensorsFile load_checkpoint(const std::string& path, bool verify) {
   MappedFile file(path, "load_checkpoint");
-  return detail::parse_safetensors(file.data(), file.size(), "load_checkpoint", path);
+  SafetensorsFile f = detail::parse_safetensors(file.data(), file.size(), "load_checkpoint", path);
+  auto it = f.metadata.find(kChecksumKey);
+  if (verify && it != f.metadata.end()) {
+    uint64_t header = 0;
+    std::memcpy(&header, file.data(), 8);  // parse_safetensors checked it fits
+    const size_t start = 8 + static_cast<size_t>(header);
+    const std::string got = detail::crc32_hex(detail::crc32_update(0, file.data() + start, file.size() - start));
+    KILN_CHECK(got == it->second, "load_checkpoint", path, ": the data's CRC-32 is ", got, " but the checkpoint says ",
+               it->second, ": the file was changed or damaged after it was written (--no-verify loads it anyway)");
+  }
+  return f;
 }
 
 }  // namespace kiln::io

@@ -40,6 +40,10 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
 SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const char* where,
                                   const std::string& origin);
 
+// zlib's CRC-32 (Python's zlib.crc32) of n more bytes, and as 8 lower-case hex digits.
+uint32_t crc32_update(uint32_t crc, const void* data, size_t n);
+std::string crc32_hex(uint32_t crc);
+
 // The safetensors name of a kiln dtype ("F32", "BOOL", ...).
 const char* safetensors_dtype_name(ScalarType t);
 

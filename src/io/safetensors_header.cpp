@@ -114,6 +114,8 @@ class HeaderParser {
     const json::Value& shape = field(name, v, "shape");
     KILN_CHECK(shape.kind == json::Value::Kind::Array, where_, prefix_, "tensor \"", name, "\": \"shape\" is ",
                shape.kind_name(), ", expected an array");
+    KILN_CHECK(static_cast<int64_t>(shape.items.size()) <= kMaxDims, where_, prefix_, "tensor \"", name, "\" has ",
+               shape.items.size(), " dims; Kiln's ops take at most ", kMaxDims);
     // The product of the non-zero sizes must fit, so that strides computed from it do too.
     int64_t span = 1;
     bool overflow = false;

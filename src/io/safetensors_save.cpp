@@ -34,7 +34,7 @@ struct Item {
 };
 
 void write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
-                       const std::map<std::string, std::string>& metadata, const char* where) {
+                       std::map<std::string, std::string> metadata, const char* where, bool checksum) {
   static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
   // Names and metadata go into JSON strings, which readers require to be valid UTF-8.
   for (const auto& [k, v] : metadata)
@@ -55,6 +55,11 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
     int ra = reference_rank(a.data.dtype()), rb = reference_rank(b.data.dtype());
     return ra != rb ? ra > rb : *a.name < *b.name;
   });
+  if (checksum) {  // over the data section, which is the items' bytes in this order
+    uint32_t crc = 0;
+    for (const Item& it : items) crc = detail::crc32_update(crc, it.data.data_ptr(), it.data.nbytes());
+    metadata[kChecksumKey] = detail::crc32_hex(crc);
+  }
 
   // The header as serde_json writes it: compact, metadata first, then tensors in data order.
   std::string header = "{";
@@ -107,12 +112,14 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
 
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  write_safetensors(path, tensors, metadata, "save_safetensors");
+  write_safetensors(path, tensors, metadata, "save_safetensors", false);
 }
 
 void save_checkpoint(const std::string& path, const std::map<std::string, Tensor>& tensors,
                      const std::map<std::string, std::string>& metadata) {
-  write_safetensors(path, tensors, metadata, "save_checkpoint");
+  KILN_CHECK(!metadata.count(kChecksumKey), "save_checkpoint", path, ": metadata key \"", kChecksumKey,
+             "\" is the checkpoint's own");
+  write_safetensors(path, tensors, metadata, "save_checkpoint", true);
 }
 
 }  // namespace kiln::io

@@ -142,7 +142,10 @@ Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions o) {
     bool any_float = start.is_floating_point() || end.is_floating_point() || step.is_floating_point();
     o = o.dtype(any_float ? kDefaultFloat : kInt64);
   }
-  const int64_t n = static_cast<int64_t>(std::ceil((e - s) / st));
+  const double count = std::ceil((e - s) / st);
+  KILN_CHECK(std::isfinite(count) && count < 9.2e18, "arange", "the range from ", s, " to ", e, " in steps of ", st,
+             " has ", count, " elements, more than a tensor can hold");
+  const int64_t n = static_cast<int64_t>(count);
   Tensor t = make_empty({n}, o.dtype(), o.device());
   backend::ArangeAttrs attrs{s, st};
   ops::run1(Op::Arange, t.device(), {}, t, &attrs);

@@ -66,7 +66,7 @@ Tensor wrap_for(const Tensor& t, Scalar s) { return wrap_scalar(s, result_type_o
 ReduceDims reduce_dims(const Tensor& x, const Shape& dims, bool keepdim, const char* op) {
   ReduceDims r;
   const int64_t rank = x.dim();
-  KILN_CHECK(rank <= 64, op, "tensors of rank ", rank, " exceed the reduction limit of 64");
+  KILN_CHECK(rank <= kMaxDims, op, "tensors of rank ", rank, " exceed the limit of ", kMaxDims, " dims");
   if (dims.empty()) {
     r.mask = rank == 64 ? ~uint64_t{0} : (uint64_t{1} << rank) - 1;
   } else {

@@ -1,18 +1,25 @@
-// The subcommands' flag parser.
+// The subcommands' flag parser, and the flags every subcommand shares.
 #include "tools/kiln/args.h"
 
+#include <sched.h>
+
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
+
+#include "kiln/runtime.h"
 
 namespace kiln::cli {
 
 Args::Args(const char* command, int argc, char** argv, std::set<std::string> options, std::set<std::string> switches)
-    : command_(command) {
-  const std::string where = std::string("kiln ") + command;
+    : command_(command), where_(std::string("kiln ") + command) {
+  const char* where = where_.c_str();
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") throw HelpRequested{command_};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    KILN_CHECK(a.rfind("--", 0) == 0 && a.size() > 2, where.c_str(), "unexpected argument '", a,
-               "' (options start with --; see kiln help)");
+    KILN_CHECK(a.rfind("--", 0) == 0 && a.size() > 2, where, "unexpected argument '", a,
+               "' (options start with --; see kiln ", command_, " --help)");
     std::string name = a.substr(2), value;
     const size_t eq = name.find('=');
     const bool inline_value = eq != std::string::npos;
@@ -21,13 +28,13 @@ Args::Args(const char* command, int argc, char** argv, std::set<std::string> opt
       name = name.substr(0, eq);
     }
     if (switches.count(name)) {
-      KILN_CHECK(!inline_value, where.c_str(), "--", name, " takes no value");
+      KILN_CHECK(!inline_value, where, "--", name, " takes no value");
       values_[name] = "1";
       continue;
     }
-    KILN_CHECK(options.count(name), where.c_str(), "unknown option --", name);
+    KILN_CHECK(options.count(name), where, "unknown option --", name, " (see kiln ", command_, " --help)");
     if (!inline_value) {
-      KILN_CHECK(i + 1 < argc, where.c_str(), "--", name, " needs a value");
+      KILN_CHECK(i + 1 < argc, where, "--", name, " needs a value");
       value = argv[++i];
     }
     values_[name] = value;
@@ -39,29 +46,48 @@ std::string Args::get(const std::string& name, const std::string& fallback) cons
   return it == values_.end() ? fallback : it->second;
 }
 
-int64_t Args::get_int(const std::string& name, int64_t fallback, int64_t min) const {
+int64_t Args::get_int(const std::string& name, int64_t fallback, int64_t min, int64_t max) const {
   auto it = values_.find(name);
   if (it == values_.end()) return fallback;
-  const std::string where = "kiln " + command_;
   char* end = nullptr;
   errno = 0;
   long long v = std::strtoll(it->second.c_str(), &end, 10);
-  KILN_CHECK(errno == 0 && end && *end == '\0' && !it->second.empty(), where.c_str(), "--", name,
+  KILN_CHECK(errno == 0 && end && *end == '\0' && !it->second.empty(), where_.c_str(), "--", name,
              " expects an integer, got '", it->second, "'");
-  KILN_CHECK(v >= min, where.c_str(), "--", name, " must be at least ", min, ", got ", v);
+  KILN_CHECK(v >= min, where_.c_str(), "--", name, " must be at least ", min, ", got ", v);
+  KILN_CHECK(v <= max, where_.c_str(), "--", name, " must be at most ", max, ", got ", v);
   return v;
 }
 
 double Args::get_double(const std::string& name, double fallback) const {
   auto it = values_.find(name);
   if (it == values_.end()) return fallback;
-  const std::string where = "kiln " + command_;
   char* end = nullptr;
   errno = 0;
   double v = std::strtod(it->second.c_str(), &end);
-  KILN_CHECK(errno == 0 && end && *end == '\0' && !it->second.empty(), where.c_str(), "--", name,
-             " expects a number, got '", it->second, "'");
+  KILN_CHECK(errno == 0 && end && *end == '\0' && !it->second.empty() && std::isfinite(v), where_.c_str(), "--", name,
+             " expects a finite number, got '", it->second, "'");
   return v;
+}
+
+int available_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, get_num_threads());
+}
+
+void apply_runtime_flags(const Args& args) {
+  if (args.has("threads")) {
+    const int cpus = available_cpus();
+    const int64_t n = args.get_int("threads", 1, 1);
+    KILN_CHECK(n <= cpus, args.where().c_str(), "--threads ", n, " is more than the ", cpus,
+               " CPU(s) this process may run on");
+    set_num_threads(static_cast<int>(n));
+  }
+  if (args.has("memory-limit")) {
+    const std::string flag = args.where() + " --memory-limit";
+    set_memory_limit(Device::cpu(), parse_memory_limit(args.get("memory-limit", ""), total_memory(), flag.c_str()));
+  }
 }
 
 }  // namespace kiln::cli

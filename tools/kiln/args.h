@@ -1,6 +1,8 @@
 // A small command-line parser for the subcommands: --name value, --name=value and switches.
 #pragma once
 
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -9,6 +11,11 @@
 
 namespace kiln::cli {
 
+// Thrown by Args for --help or -h: the caller prints the subcommand's usage and exits 0.
+struct HelpRequested {
+  std::string command;
+};
+
 class Args {
  public:
   // `options` take a value; `switches` take none. Anything else is an error naming it.
@@ -16,12 +23,22 @@ class Args {
 
   bool has(const std::string& name) const { return values_.count(name) > 0; }
   std::string get(const std::string& name, const std::string& fallback) const;
-  int64_t get_int(const std::string& name, int64_t fallback, int64_t min) const;
+  int64_t get_int(const std::string& name, int64_t fallback, int64_t min,
+                  int64_t max = std::numeric_limits<int64_t>::max()) const;
+  // Finite numbers only: --lr inf or nan is an error.
   double get_double(const std::string& name, double fallback) const;
+  const std::string& where() const { return where_; }  // "kiln train"
 
  private:
-  std::string command_;
+  std::string command_, where_;
   std::map<std::string, std::string> values_;
 };
+
+// The CPUs this process may run on (its affinity mask).
+int available_cpus();
+
+// --threads N (at most available_cpus(): more only oversubscribes the cores, and thousands of
+// spinning OpenMP threads never finish) and --memory-limit SIZE, where the command has them.
+void apply_runtime_flags(const Args& args);
 
 }  // namespace kiln::cli

@@ -25,8 +25,8 @@ std::vector<std::string> split(const std::string& s) {
 
 int bench_command(int argc, char** argv) {
   Args args("bench", argc, argv,
-            {"models", "modes", "devices", "dtypes", "batch", "steps", "warmup", "threads", "seq", "out",
-             "pytorch-script", "python"},
+            {"models", "modes", "devices", "dtypes", "batch", "steps", "warmup", "threads", "memory-limit", "seq",
+             "out", "pytorch-script", "python"},
             {"quick", "vs-pytorch", "profile"});
   bench::SuiteOptions o;
   if (args.has("models")) o.models = split(args.get("models", ""));
@@ -43,7 +43,7 @@ int bench_command(int argc, char** argv) {
   o.vs_pytorch = args.has("vs-pytorch");
   o.pytorch_script = args.get("pytorch-script", std::string(KILN_SOURCE_DIR) + "/bench/pytorch_peer.py");
   o.python = args.get("python", "python3");
-  if (args.has("threads")) set_num_threads(static_cast<int>(args.get_int("threads", 1, 1)));
+  apply_runtime_flags(args);
   bench::run_suite(o, std::cout, std::cerr);
   return 0;
 }

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <new>
 
 #include "kiln/kiln.h"
@@ -22,29 +21,9 @@
 namespace kiln::cli::bench {
 
 namespace {
-// The CPU as /proc/cpuinfo names it, with its family and model numbers (virtual machines often
-// report only "AMD EPYC" or "Intel Xeon Processor", which tells a Zen 3 from a Zen 4 apart no better).
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::map<std::string, std::string> first;  // key -> the first processor's value
-  for (std::string line; std::getline(in, line) && !line.empty();) {
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string key = line.substr(0, colon);
-    while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
-    first.emplace(key, colon + 2 <= line.size() ? line.substr(colon + 2) : "");
-  }
-  std::string name = first.count("model name") ? first["model name"] : "unknown";
-  if (first.count("cpu family") && first.count("model"))
-    name += " (family " + first["cpu family"] + ", model " + first["model"] + ")";
-  return name;
-}
-
 void sync(Device d) {
   if (d.is_cuda()) cuda::synchronize(d.index);
 }
-
-bool is_allocation_failure(const Error& e) { return std::string(e.what()).rfind("[allocate]", 0) == 0; }
 
 // JSON pieces. Non-finite numbers have no JSON spelling: null.
 std::string num(double v) {
@@ -65,7 +44,7 @@ std::string str(const std::optional<std::string>& s) { return s ? str(*s) : "nul
 Environment environment() {
   Environment env;
   BuildInfo b = build_info();
-  env.cpu = cpu_model();
+  env.cpu = build_info().cpu_model;
   env.threads = get_num_threads();
   env.version = b.version;
   env.commit = KILN_GIT_COMMIT;
@@ -104,7 +83,7 @@ RunResult run(const RunSpec& spec, const Progress& progress) {
     r.gpu = find_runtime(kCUDA)->device_name(device.index);
     r.device_name = *r.gpu;
   } else {
-    r.device_name = cpu_model();
+    r.device_name = build_info().cpu_model;
   }
   try {
     Workload w = make_workload({spec.model, spec.mode, device, spec.batch, spec.seq});
@@ -138,8 +117,7 @@ RunResult run(const RunSpec& spec, const Progress& progress) {
     r.max_s = *std::max_element(r.step_s.begin(), r.step_s.end());
     r.samples_per_s = static_cast<double>(spec.batch) / r.median_s;
     if (flops && *flops > 0) r.tflops = *flops / r.median_s / 1e12;
-  } catch (const Error& e) {
-    if (!is_allocation_failure(e)) throw;
+  } catch (const OutOfMemoryError& e) {
     KILN_FAIL("kiln bench", "batch ", spec.batch, " does not fit on ", spec.device, " for ", spec.model, " ",
               spec.mode, " (", e.what(), ")");
   } catch (const std::bad_alloc&) {

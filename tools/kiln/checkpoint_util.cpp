@@ -1,6 +1,11 @@
 // Helpers shared by the trainers' checkpoints.
 #include "tools/kiln/checkpoint_util.h"
 
+#include <unistd.h>
+
+#include <charconv>
+#include <fstream>
+#include <system_error>
 #include <type_traits>
 
 #include "kiln/error.h"
@@ -9,17 +14,18 @@ namespace kiln::train {
 namespace {
 
 template <class T>
-T meta_number(const io::SafetensorsFile& f, const std::string& key, const std::string& path) {
-  const std::string& s = meta(f, key, path);
+T parse_number(const std::string& s, bool* ok) {
   try {
     size_t used = 0;
     T v;
     if constexpr (std::is_integral_v<T>) v = std::stoll(s, &used);
     else v = std::stod(s, &used);
-    if (used == s.size()) return v;
+    *ok = used == s.size();
+    return v;
   } catch (const std::exception&) {
+    *ok = false;
+    return T{};
   }
-  KILN_FAIL("kiln train", "checkpoint ", path, ": entry '", key, "' is not a number: '", s, "'");
 }
 
 }  // namespace
@@ -37,24 +43,51 @@ std::map<std::string, Tensor> with_prefix(const std::map<std::string, Tensor>& m
   return out;
 }
 
-const std::string& meta(const io::SafetensorsFile& f, const std::string& key, const std::string& path) {
-  auto it = f.metadata.find(key);
-  KILN_CHECK(it != f.metadata.end(), "kiln train", "checkpoint ", path, " has no '", key,
+const std::string& CheckpointMeta::text(const std::string& key) const {
+  auto it = file_.metadata.find(key);
+  KILN_CHECK(it != file_.metadata.end(), where_.c_str(), "checkpoint ", path_, " has no '", key,
              "' entry: not a checkpoint written by kiln train");
   return it->second;
 }
 
-int64_t meta_int(const io::SafetensorsFile& f, const std::string& key, const std::string& path) {
-  return meta_number<int64_t>(f, key, path);
+int64_t CheckpointMeta::integer(const std::string& key) const {
+  bool ok = false;
+  const int64_t v = parse_number<int64_t>(text(key), &ok);
+  KILN_CHECK(ok, where_.c_str(), "checkpoint ", path_, ": entry '", key, "' is not an integer: '", text(key), "'");
+  return v;
 }
 
-double meta_double(const io::SafetensorsFile& f, const std::string& key, const std::string& path) {
-  return meta_number<double>(f, key, path);
+double CheckpointMeta::number(const std::string& key) const {
+  bool ok = false;
+  const double v = parse_number<double>(text(key), &ok);
+  KILN_CHECK(ok, where_.c_str(), "checkpoint ", path_, ": entry '", key, "' is not a number: '", text(key), "'");
+  return v;
 }
 
-void check_format(const io::SafetensorsFile& f, const std::string& format, const std::string& path) {
-  const std::string& got = meta(f, "format", path);
-  KILN_CHECK(got == format, "kiln train", "checkpoint ", path, " has format '", got, "', expected '", format, "'");
+void CheckpointMeta::check_format(const std::string& format) const {
+  const std::string& got = text("format");
+  KILN_CHECK(got == format, where_.c_str(), "checkpoint ", path_, " has format '", got, "', expected '", format, "'");
+}
+
+std::string exact_number(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+
+void check_checkpoint_dir(const std::string& dir, const char* where) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  KILN_CHECK(!ec, where, "cannot write checkpoints to ", dir, ": ", ec.message());
+  KILN_CHECK(fs::is_directory(dir, ec), where, "cannot write checkpoints to ", dir, ": it is not a directory");
+  // Writable in fact (a read-only mount passes the permission bits): create and remove a file.
+  const std::string probe = (fs::path(dir) / (".kiln-write-check." + std::to_string(::getpid()))).string();
+  {
+    std::ofstream f(probe);
+    KILN_CHECK(f.good() && (f << "x").good(), where, "cannot write checkpoints to ", dir, ": files cannot be created there");
+  }
+  fs::remove(probe, ec);
 }
 
 }  // namespace kiln::train

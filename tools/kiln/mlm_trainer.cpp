@@ -53,39 +53,40 @@ void probe_step(models::BertConfig cfg, double clip) {
 bool is_bert_model(const std::string& model) { return model.rfind("bert-", 0) == 0; }
 
 MlmTrainer::MlmTrainer(MlmTrainOptions options) : options_(std::move(options)) {
-  if (!options_.device.empty()) parse_device(options_.device);  // a bad --device before anything else
+  const char* where = options_.command.c_str();
+  if (!options_.device.empty()) parse_device(options_.device, where);  // a bad --device before anything else
   std::optional<io::SafetensorsFile> ckpt;
   const std::string ckpt_path = options_.resume_from.empty() ? checkpoint_path() : options_.resume_from;
   std::vector<std::string> vocab_tokens;
   if (options_.resume) {
     // The checkpoint decides the run's settings, so the schedule, masks and data order continue exactly.
-    ckpt = io::load_checkpoint(ckpt_path);
-    const auto& f = *ckpt;
-    check_format(f, kFormat, ckpt_path);
-    options_.model = meta(f, "model", ckpt_path);
-    if (options_.data.empty()) options_.data = meta(f, "data", ckpt_path);
-    options_.seq_len = meta_int(f, "seq_len", ckpt_path);
-    options_.epochs = meta_int(f, "epochs", ckpt_path);
-    options_.batch_size = meta_int(f, "batch_size", ckpt_path);
-    options_.lr = meta_double(f, "lr", ckpt_path);
-    options_.weight_decay = meta_double(f, "weight_decay", ckpt_path);
-    options_.warmup = meta_double(f, "warmup", ckpt_path);
-    options_.clip = meta_double(f, "clip", ckpt_path);
-    options_.eval_every = meta_int(f, "eval_every", ckpt_path);
-    options_.seed = static_cast<uint64_t>(meta_int(f, "seed", ckpt_path));
-    vocab_tokens = split_lines(meta(f, "vocab", ckpt_path));
+    ckpt = io::load_checkpoint(ckpt_path, options_.verify_checkpoint);
+    const CheckpointMeta m(*ckpt, ckpt_path, options_.command);
+    m.check_format(kFormat);
+    options_.model = m.text("model");
+    if (options_.data.empty()) options_.data = m.text("data");
+    options_.seq_len = m.integer("seq_len");
+    options_.epochs = m.integer("epochs");
+    options_.batch_size = m.integer("batch_size");
+    options_.lr = m.number("lr");
+    options_.weight_decay = m.number("weight_decay");
+    options_.warmup = m.number("warmup");
+    options_.clip = m.number("clip");
+    options_.eval_every = m.integer("eval_every");
+    options_.seed = static_cast<uint64_t>(m.integer("seed"));
+    vocab_tokens = split_lines(m.text("vocab"));
   }
   const auto& o = options_;
-  KILN_CHECK(o.epochs >= 1 && o.batch_size >= 1, "kiln train", "epochs and batch size must be positive");
-  KILN_CHECK(o.lr > 0, "kiln train", "the learning rate must be positive, got ", o.lr);
-  KILN_CHECK(o.warmup >= 0 && o.warmup <= 1, "kiln train", "--warmup is a share of the steps in [0, 1], got ", o.warmup);
-  KILN_CHECK(o.clip >= 0, "kiln train", "--clip must be >= 0, got ", o.clip);
+  KILN_CHECK(o.epochs >= 1 && o.batch_size >= 1, where, "epochs and batch size must be positive");
+  KILN_CHECK(std::isfinite(o.lr) && o.lr > 0, where, "the learning rate must be positive, got ", o.lr);
+  KILN_CHECK(o.warmup >= 0 && o.warmup <= 1, where, "--warmup is a share of the steps in [0, 1], got ", o.warmup);
+  KILN_CHECK(std::isfinite(o.clip) && o.clip >= 0, where, "--clip must be >= 0, got ", o.clip);
   models::BertConfig cfg = models::BertConfig::preset(o.model);
-  KILN_CHECK(o.seq_len >= 3 && o.seq_len <= cfg.max_position_embeddings, "kiln train", "--seq-len ", o.seq_len,
+  KILN_CHECK(o.seq_len >= 3 && o.seq_len <= cfg.max_position_embeddings, where, "--seq-len ", o.seq_len,
              " does not fit ", o.model, " (3 to max_position_embeddings = ", cfg.max_position_embeddings, ")");
   if (options_.data.empty()) {
     options_.data = text::default_corpus_path();
-    KILN_CHECK(!options_.data.empty(), "kiln train",
+    KILN_CHECK(!options_.data.empty(), where,
                "no --data corpus given, and Debian's fortunes (the default) is not installed: "
                "apt-get install fortunes, or pass --data FILE");
   }
@@ -97,9 +98,15 @@ MlmTrainer::MlmTrainer(MlmTrainOptions options) : options_(std::move(options)) {
   else vocab = text::train_wordpiece(docs, {.vocab_size = o.vocab_size});
   tokenizer_ = std::make_unique<text::BertTokenizer>(std::move(vocab));
   data_ = text::prepare_mlm_data(*tokenizer_, docs, {.max_length = o.seq_len, .held_out_fraction = kHeldOut, .seed = o.seed});
-  KILN_CHECK(!data_.train.empty() && !data_.held_out.empty(), "kiln train", "corpus ", options_.data,
+  KILN_CHECK(!data_.train.empty() && !data_.held_out.empty(), where, "corpus ", options_.data,
              " is too small: it packs into ", data_.train.size(), " training and ", data_.held_out.size(),
              " held-out sequences of ", o.seq_len, " tokens");
+  const int64_t sequences = static_cast<int64_t>(data_.train.size());
+  if (options_.batch_size > sequences) {
+    notes_.push_back("--batch-size " + std::to_string(options_.batch_size) + " is more than the " +
+                     std::to_string(sequences) + " training sequences; using " + std::to_string(sequences));
+    options_.batch_size = sequences;
+  }
   batcher_ = std::make_unique<text::MlmBatcher>(*tokenizer_, text::MlmBatcherOptions{.max_length = o.seq_len, .seed = o.seed});
 
   cfg.vocab_size = tokenizer_->vocab_size();
@@ -136,7 +143,7 @@ std::string MlmTrainer::checkpoint_path() const {
 }
 
 void MlmTrainer::save_checkpoint() {
-  std::filesystem::create_directories(options_.checkpoint_dir);
+  check_checkpoint_dir(options_.checkpoint_dir, options_.command.c_str());
   std::map<std::string, Tensor> t = prefixed(model_->state_dict(), "model.");
   for (auto& [k, v] : prefixed(optimizer_->state_dict(), "optimizer.")) t[k] = v;
   for (auto& [k, v] : prefixed(scheduler_->state_dict(), "scheduler.")) t[k] = v;
@@ -144,9 +151,9 @@ void MlmTrainer::save_checkpoint() {
   const auto& o = options_;
   std::map<std::string, std::string> m{
       {"format", kFormat}, {"model", o.model}, {"data", o.data}, {"seq_len", std::to_string(o.seq_len)},
-      {"epochs", std::to_string(o.epochs)}, {"batch_size", std::to_string(o.batch_size)}, {"lr", std::to_string(o.lr)},
-      {"weight_decay", std::to_string(o.weight_decay)}, {"warmup", std::to_string(o.warmup)},
-      {"clip", std::to_string(o.clip)}, {"eval_every", std::to_string(o.eval_every)}, {"seed", std::to_string(o.seed)},
+      {"epochs", std::to_string(o.epochs)}, {"batch_size", std::to_string(o.batch_size)}, {"lr", exact_number(o.lr)},
+      {"weight_decay", exact_number(o.weight_decay)}, {"warmup", exact_number(o.warmup)},
+      {"clip", exact_number(o.clip)}, {"eval_every", std::to_string(o.eval_every)}, {"seed", std::to_string(o.seed)},
       {"epoch", std::to_string(epoch_)}, {"batch", std::to_string(batch_in_epoch_)}, {"step", std::to_string(step_)},
       {"mask_offset", std::to_string(batcher_->offset())}, {"rng_seed", std::to_string(rng.seed)},
       {"rng_offset", std::to_string(rng.offset)}, {"vocab", join_lines(tokenizer_->vocab().tokens())}};
@@ -156,18 +163,19 @@ void MlmTrainer::save_checkpoint() {
 }
 
 void MlmTrainer::resume(const io::SafetensorsFile& f, const std::string& path) {
+  const CheckpointMeta m(f, path, options_.command);
   model_->load_state_dict(with_prefix(f.tensors, "model."));
   optimizer_->load_state_dict(with_prefix(f.tensors, "optimizer."));
   scheduler_->load_state_dict(with_prefix(f.tensors, "scheduler."));
-  epoch_ = meta_int(f, "epoch", path);
-  batch_in_epoch_ = meta_int(f, "batch", path);
-  step_ = meta_int(f, "step", path);
+  epoch_ = m.integer("epoch");
+  batch_in_epoch_ = m.integer("batch");
+  step_ = m.integer("step");
   KILN_CHECK(epoch_ >= 0 && epoch_ <= options_.epochs && batch_in_epoch_ >= 0 && batch_in_epoch_ < batches_per_epoch_ &&
                  step_ == epoch_ * batches_per_epoch_ + batch_in_epoch_,
-             "kiln train", "checkpoint ", path, " has an inconsistent position (epoch ", epoch_, ", batch ",
+             options_.command.c_str(), "checkpoint ", path, " has an inconsistent position (epoch ", epoch_, ", batch ",
              batch_in_epoch_, ", step ", step_, ") for ", batches_per_epoch_, " batches per epoch");
-  batcher_->set_offset(static_cast<uint64_t>(meta_int(f, "mask_offset", path)));
-  set_rng_state({static_cast<uint64_t>(meta_int(f, "rng_seed", path)), static_cast<uint64_t>(meta_int(f, "rng_offset", path))});
+  batcher_->set_offset(static_cast<uint64_t>(m.integer("mask_offset")));
+  set_rng_state({static_cast<uint64_t>(m.integer("rng_seed")), static_cast<uint64_t>(m.integer("rng_offset"))});
 }
 
 Tensor MlmTrainer::mlm_loss(const text::MlmBatch& batch) {
@@ -199,9 +207,12 @@ MlmEvalResult MlmTrainer::evaluate() {
 
 void MlmTrainer::fit(const MlmCallbacks& cb) {
   const auto& o = options_;
+  check_checkpoint_dir(o.checkpoint_dir, o.command.c_str());  // before any training time is spent
+  const int64_t start_step = step_;
   const auto limit_hit = [&] { return o.max_steps >= 0 && step_ >= o.max_steps; };
   if (step_ == 0 && cb.on_eval) cb.on_eval(0, evaluate());
   std::vector<Tensor> params = model_->parameters();
+  int64_t saved = start_step;
   while (epoch_ < o.epochs && !limit_hit()) {
     model_->train();
     const auto batches = text::epoch_batches(static_cast<int64_t>(data_.train.size()), o.batch_size, true, o.seed,
@@ -226,6 +237,7 @@ void MlmTrainer::fit(const MlmCallbacks& cb) {
         MlmEvalResult r = evaluate();
         if (cb.on_eval) cb.on_eval(step_, r);
         save_checkpoint();
+        saved = step_;
       }
     }
     if (batch_in_epoch_ < batches_per_epoch_) break;  // stopped by max_steps
@@ -233,8 +245,11 @@ void MlmTrainer::fit(const MlmCallbacks& cb) {
     batch_in_epoch_ = 0;
     MlmEvalResult r = evaluate();
     save_checkpoint();
+    saved = step_;
     if (cb.on_eval) cb.on_eval(step_, r);
   }
+  // Stopped by --max-steps between saves: save there, so the checkpoint named exists and resumes.
+  if (step_ != start_step && saved != step_) save_checkpoint();
 }
 
 bool is_mlm_checkpoint(const std::string& path) {
@@ -243,8 +258,9 @@ bool is_mlm_checkpoint(const std::string& path) {
   return it != m.end() && it->second == kFormat;
 }
 
-MlmEvalResult evaluate_mlm_checkpoint(const std::string& path, const std::string& data, const std::string& device) {
-  return evaluate_restored<MlmTrainer>(path, data, device);
+MlmEvalResult evaluate_mlm_checkpoint(const std::string& path, const std::string& data, const std::string& device,
+                                      bool verify) {
+  return evaluate_restored<MlmTrainer>(path, data, device, verify);
 }
 
 }  // namespace kiln::train

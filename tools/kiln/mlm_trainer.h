@@ -33,7 +33,9 @@ struct MlmTrainOptions {
   std::string checkpoint_dir = "checkpoints";
   bool resume = false;
   std::string resume_from;
-  int64_t max_steps = -1;  // stop after this many steps in total (tests; -1: no limit)
+  int64_t max_steps = -1;  // stop after this many steps in total (a checkpoint is saved there)
+  bool verify_checkpoint = true;  // check the checksum of the checkpoint resumed from
+  std::string command = "kiln train";  // names the command in errors
 };
 
 struct MlmStepInfo {
@@ -64,6 +66,8 @@ class MlmTrainer {
   Device device() const { return device_; }
   // Why a present GPU was not chosen (for the first line), or empty.
   const std::string& device_note() const { return device_note_; }
+  // Settings changed on the way (a batch larger than the data set), one line each.
+  const std::vector<std::string>& notes() const { return notes_; }
   int64_t step() const { return step_; }
   int64_t epoch() const { return epoch_; }
   const text::MlmData& data() const { return data_; }
@@ -80,6 +84,7 @@ class MlmTrainer {
   MlmTrainOptions options_;
   Device device_;
   std::string device_note_;
+  std::vector<std::string> notes_;
   std::unique_ptr<text::BertTokenizer> tokenizer_;
   text::MlmData data_;
   std::unique_ptr<text::MlmBatcher> batcher_;
@@ -94,7 +99,8 @@ bool is_bert_model(const std::string& model);
 
 // Held-out loss and perplexity of a checkpoint written by MlmTrainer, on the corpus `data`
 // (empty: the checkpoint's own).
-MlmEvalResult evaluate_mlm_checkpoint(const std::string& path, const std::string& data, const std::string& device);
+MlmEvalResult evaluate_mlm_checkpoint(const std::string& path, const std::string& data, const std::string& device,
+                                      bool verify = true);
 // Whether a checkpoint file was written by MlmTrainer (else by the image trainer).
 bool is_mlm_checkpoint(const std::string& path);
 

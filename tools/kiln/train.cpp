@@ -19,6 +19,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The trainer's notes (settings it changed), one line each.
+template <class TrainerT>
+void print_notes(const TrainerT& t) {
+  for (const std::string& n : t.notes()) std::cout << "note: " << n << "\n";
+}
+
 // "cpu", or "cpu (cuda:0 present but lacks kernels for ...)" when a GPU was passed over.
 template <class TrainerT>
 std::string device_line(const TrainerT& t) {
@@ -78,6 +84,8 @@ class ProgressBar {
 // Flags only the MLM trainer takes, and flags only the image trainer takes.
 constexpr const char* kBertFlags[] = {"vocab", "vocab-size", "seq-len", "warmup", "clip", "eval-every"};
 constexpr const char* kImageFlags[] = {"momentum", "checkpoint-every", "workers"};
+// Data-loading threads beyond this only wait on one another (each makes whole batches).
+constexpr int64_t kMaxWorkers = 64;
 
 int train_bert(const Args& args) {
   for (const char* f : kImageFlags)
@@ -100,6 +108,7 @@ int train_bert(const Args& args) {
   o.checkpoint_dir = args.get("checkpoint-dir", o.checkpoint_dir);
   o.max_steps = args.get_int("max-steps", -1, -1);
   o.resume = args.has("resume");
+  o.verify_checkpoint = !args.has("no-verify");
   if (o.resume)
     for (const char* f : {"epochs", "batch-size", "lr", "weight-decay", "seed", "seq-len", "vocab", "vocab-size",
                           "warmup", "clip", "eval-every"})
@@ -117,6 +126,7 @@ int train_bert(const Args& args) {
             << static_cast<int>(std::chrono::duration<double>(Clock::now() - t0).count()) << " s)";
   if (o.resume) std::cout << ", resumed at epoch " << trainer.epoch() + 1 << " step " << trainer.step();
   std::cout << std::endl;
+  print_notes(trainer);
   ProgressBar bar("tokens");
   int64_t current = -1;
   const auto t1 = Clock::now();
@@ -136,7 +146,8 @@ int train_bert(const Args& args) {
     std::fflush(stdout);
   };
   trainer.fit(cb);
-  std::printf("checkpoint %s\n", trainer.checkpoint_path().c_str());
+  if (std::filesystem::is_regular_file(trainer.checkpoint_path()))  // none when no step ran
+    std::printf("checkpoint %s\n", trainer.checkpoint_path().c_str());
   return 0;
 }
 
@@ -155,9 +166,10 @@ int train_image(const Args& args) {
   o.seed = static_cast<uint64_t>(args.get_int("seed", 0, 0));
   o.checkpoint_dir = args.get("checkpoint-dir", o.checkpoint_dir);
   o.checkpoint_every = args.get_int("checkpoint-every", 0, 0);
-  o.workers = args.get_int("workers", o.workers, 0);
+  o.workers = args.get_int("workers", o.workers, 0, kMaxWorkers);
   o.max_steps = args.get_int("max-steps", -1, -1);
   o.resume = args.has("resume");
+  o.verify_checkpoint = !args.has("no-verify");
   if (o.resume)
     for (const char* f : {"model", "epochs", "batch-size", "lr", "momentum", "weight-decay", "seed"})
       KILN_CHECK(!args.has(f), "kiln train", "--", f, " cannot be combined with --resume (the checkpoint sets it)");
@@ -169,6 +181,7 @@ int train_image(const Args& args) {
             << get_num_threads() << " thread(s)";
   if (o.resume) std::cout << ", resumed at epoch " << trainer.epoch() + 1 << " step " << trainer.step();
   std::cout << std::endl;
+  print_notes(trainer);
   ProgressBar bar("samples");
   int64_t current = -1;
   const auto t0 = Clock::now();
@@ -187,6 +200,9 @@ int train_image(const Args& args) {
     std::fflush(stdout);
   };
   trainer.fit(cb);
+  if (trainer.epoch() < opt.epochs && std::filesystem::is_regular_file(trainer.checkpoint_path()))
+    std::printf("stopped at step %lld (--max-steps), checkpoint %s\n", static_cast<long long>(trainer.step()),
+                trainer.checkpoint_path().c_str());
   return 0;
 }
 
@@ -195,27 +211,28 @@ int train_image(const Args& args) {
 int train(int argc, char** argv) {
   Args args("train", argc, argv,
             {"model", "epochs", "batch-size", "lr", "momentum", "weight-decay", "device", "data", "seed",
-             "checkpoint-dir", "checkpoint-every", "workers", "threads", "max-steps", "vocab", "vocab-size",
-             "seq-len", "warmup", "clip", "eval-every"},
-            {"resume"});
-  if (args.has("threads")) set_num_threads(static_cast<int>(args.get_int("threads", 1, 1)));
+             "checkpoint-dir", "checkpoint-every", "workers", "threads", "memory-limit", "max-steps", "vocab",
+             "vocab-size", "seq-len", "warmup", "clip", "eval-every"},
+            {"resume", "no-verify"});
+  apply_runtime_flags(args);
   return train::is_bert_model(args.get("model", "")) ? train_bert(args) : train_image(args);
 }
 
 int eval(int argc, char** argv) {
-  Args args("eval", argc, argv, {"checkpoint", "data", "device", "threads"}, {});
+  Args args("eval", argc, argv, {"checkpoint", "data", "device", "threads", "memory-limit"}, {"no-verify"});
   KILN_CHECK(args.has("checkpoint"), "kiln eval", "--checkpoint PATH is required (kiln train writes checkpoints/last.safetensors)");
-  if (args.has("threads")) set_num_threads(static_cast<int>(args.get_int("threads", 1, 1)));
+  apply_runtime_flags(args);
   const std::string path = args.get("checkpoint", "");
   if (std::filesystem::is_regular_file(path) && train::is_mlm_checkpoint(path)) {
-    train::MlmEvalResult r = train::evaluate_mlm_checkpoint(path, args.get("data", ""), args.get("device", ""));
+    train::MlmEvalResult r =
+        train::evaluate_mlm_checkpoint(path, args.get("data", ""), args.get("device", ""), !args.has("no-verify"));
     std::printf("held-out loss %.4f, perplexity %.2f (%lld masked tokens)\n", r.loss, r.perplexity,
                 static_cast<long long>(r.predicted));
     return 0;
   }
   train::EvalResult r = train::evaluate_checkpoint(args.get("checkpoint", ""),
                                                    args.get("data", "/usr/share/datasets/fashion-mnist"),
-                                                   args.get("device", ""));
+                                                   args.get("device", ""), !args.has("no-verify"));
   std::printf("test accuracy %.2f%% (%lld samples), test loss %.4f\n", 100 * r.accuracy,
               static_cast<long long>(r.samples), r.loss);
   return 0;

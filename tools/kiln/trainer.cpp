@@ -2,7 +2,10 @@
 // momentum under a one-cycle schedule, evaluation per epoch, and checkpoints that resume exactly.
 #include "tools/kiln/trainer.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "kiln/io.h"
 #include "kiln/kiln.h"
@@ -19,9 +22,8 @@ constexpr const char* kFormat = "kiln-train-checkpoint-1";
 // Fashion-MNIST's pixel mean and standard deviation (of pixel / 255 over the training set).
 constexpr double kMean = 0.2860, kStd = 0.3530;
 
-std::shared_ptr<data::DataLoader> make_loader(const std::string& root, bool train, int64_t batch, int64_t workers,
-                                              uint64_t seed) {
-  auto base = std::make_shared<const data::FashionMNIST>(root, train);
+std::shared_ptr<data::DataLoader> make_loader(std::shared_ptr<const data::Dataset> base, bool train, int64_t batch,
+                                              int64_t workers, uint64_t seed) {
   std::vector<data::Transform> tf{[](const Tensor& x, data::SampleGenerator& g) {
     return data::transforms::Normalize({kMean}, {kStd})(x, g);
   }};
@@ -60,21 +62,34 @@ void probe_step(const std::string& model) {
 }  // namespace
 
 Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
-  if (!options_.device.empty()) parse_device(options_.device);  // a bad --device before anything else
-  KILN_CHECK(options_.epochs >= 1 && options_.batch_size >= 1, "kiln train", "epochs and batch size must be positive");
-  KILN_CHECK(options_.lr > 0, "kiln train", "the learning rate must be positive, got ", options_.lr);
-  const std::string ckpt = resume_path();
+  if (!options_.device.empty()) parse_device(options_.device, where());  // a bad --device before anything else
+  KILN_CHECK(options_.epochs >= 1 && options_.batch_size >= 1, where(), "epochs and batch size must be positive");
+  KILN_CHECK(std::isfinite(options_.lr) && options_.lr > 0, where(), "the learning rate must be positive, got ",
+             options_.lr);
+  const std::string ckpt_path = resume_path();
+  std::optional<io::SafetensorsFile> ckpt;
   if (options_.resume) {
     // The checkpoint decides the run's settings, so the schedule and data order continue exactly.
-    auto f = io::load_checkpoint(ckpt);
-    check_format(f, kFormat, ckpt);
-    options_.model = meta(f, "model", ckpt);
-    options_.epochs = meta_int(f, "epochs", ckpt);
-    options_.batch_size = meta_int(f, "batch_size", ckpt);
-    options_.lr = meta_double(f, "lr", ckpt);
-    options_.momentum = meta_double(f, "momentum", ckpt);
-    options_.weight_decay = meta_double(f, "weight_decay", ckpt);
-    options_.seed = static_cast<uint64_t>(meta_int(f, "seed", ckpt));
+    ckpt = io::load_checkpoint(ckpt_path, options_.verify_checkpoint);
+    const CheckpointMeta m(*ckpt, ckpt_path, options_.command);
+    m.check_format(kFormat);
+    options_.model = m.text("model");
+    options_.epochs = m.integer("epochs");
+    options_.batch_size = m.integer("batch_size");
+    options_.lr = m.number("lr");
+    options_.momentum = m.number("momentum");
+    options_.weight_decay = m.number("weight_decay");
+    options_.seed = static_cast<uint64_t>(m.integer("seed"));
+  }
+  const auto& names = models::model_names();
+  if (std::find(names.begin(), names.end(), options_.model) == names.end())
+    models::create(options_.model, 10);  // the unknown-model error, before the data is read
+  auto train_set = std::make_shared<const data::FashionMNIST>(options_.data, true);
+  auto test_set = std::make_shared<const data::FashionMNIST>(options_.data, false);
+  if (options_.batch_size > train_set->size()) {
+    notes_.push_back("--batch-size " + std::to_string(options_.batch_size) + " is more than the " +
+                     std::to_string(train_set->size()) + " training images; using " + std::to_string(train_set->size()));
+    options_.batch_size = train_set->size();
   }
   const DeviceChoice choice = choose_device(options_.device, [&] { probe_step(options_.model); });
   device_ = choice.device;
@@ -82,14 +97,14 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   manual_seed(options_.seed);
   model_ = models::create(options_.model, 10);
   model_->to(device_);
-  train_loader_ = make_loader(options_.data, true, options_.batch_size, options_.workers, options_.seed);
-  test_loader_ = make_loader(options_.data, false, 1000, options_.workers, options_.seed);
+  train_loader_ = make_loader(train_set, true, options_.batch_size, options_.workers, options_.seed);
+  test_loader_ = make_loader(test_set, false, 1000, options_.workers, options_.seed);
   optimizer_ = std::make_unique<optim::SGD>(
       model_->parameters(),
       optim::SGDOptions{.lr = options_.lr, .momentum = options_.momentum, .weight_decay = options_.weight_decay});
   scheduler_ = std::make_unique<optim::OneCycleLR>(
       *optimizer_, optim::OneCycleLROptions{.max_lr = options_.lr, .total_steps = options_.epochs * train_loader_->size()});
-  if (options_.resume) resume();
+  if (ckpt) resume(*ckpt, ckpt_path);
 }
 
 Trainer::~Trainer() = default;
@@ -97,7 +112,7 @@ Trainer::~Trainer() = default;
 std::string Trainer::checkpoint_path() const { return (std::filesystem::path(options_.checkpoint_dir) / "last.safetensors").string(); }
 
 void Trainer::save_checkpoint() {
-  std::filesystem::create_directories(options_.checkpoint_dir);
+  check_checkpoint_dir(options_.checkpoint_dir, where());
   std::map<std::string, Tensor> t = prefixed(model_->state_dict(), "model.");
   for (auto& [k, v] : prefixed(optimizer_->state_dict(), "optimizer.")) t[k] = v;
   for (auto& [k, v] : prefixed(scheduler_->state_dict(), "scheduler.")) t[k] = v;
@@ -106,9 +121,9 @@ void Trainer::save_checkpoint() {
                                        {"model", options_.model},
                                        {"epochs", std::to_string(options_.epochs)},
                                        {"batch_size", std::to_string(options_.batch_size)},
-                                       {"lr", std::to_string(options_.lr)},
-                                       {"momentum", std::to_string(options_.momentum)},
-                                       {"weight_decay", std::to_string(options_.weight_decay)},
+                                       {"lr", exact_number(options_.lr)},
+                                       {"momentum", exact_number(options_.momentum)},
+                                       {"weight_decay", exact_number(options_.weight_decay)},
                                        {"seed", std::to_string(options_.seed)},
                                        {"epoch", std::to_string(epoch_)},
                                        {"batch", std::to_string(batch_in_epoch_)},
@@ -116,32 +131,40 @@ void Trainer::save_checkpoint() {
                                        {"rng_seed", std::to_string(rng.seed)},
                                        {"rng_offset", std::to_string(rng.offset)}};
   io::save_checkpoint(checkpoint_path(), t, m);
+  saved_step_ = step_;
 }
 
-void Trainer::resume() {
-  const std::string path = resume_path();
-  auto f = io::load_checkpoint(path);
+void Trainer::resume(const io::SafetensorsFile& f, const std::string& path) {
+  const CheckpointMeta m(f, path, options_.command);
   model_->load_state_dict(with_prefix(f.tensors, "model."));
   optimizer_->load_state_dict(with_prefix(f.tensors, "optimizer."));
   scheduler_->load_state_dict(with_prefix(f.tensors, "scheduler."));
-  epoch_ = meta_int(f, "epoch", path);
-  batch_in_epoch_ = meta_int(f, "batch", path);
-  step_ = meta_int(f, "step", path);
+  epoch_ = m.integer("epoch");
+  batch_in_epoch_ = m.integer("batch");
+  step_ = m.integer("step");
+  saved_step_ = step_;
   KILN_CHECK(epoch_ >= 0 && epoch_ <= options_.epochs && batch_in_epoch_ >= 0 &&
                  batch_in_epoch_ < train_loader_->size() && step_ == epoch_ * train_loader_->size() + batch_in_epoch_,
-             "kiln train", "checkpoint ", path, " has an inconsistent position (epoch ", epoch_, ", batch ",
+             where(), "checkpoint ", path, " has an inconsistent position (epoch ", epoch_, ", batch ",
              batch_in_epoch_, ", step ", step_, ") for ", train_loader_->size(), " batches per epoch");
-  set_rng_state({static_cast<uint64_t>(meta_int(f, "rng_seed", path)), static_cast<uint64_t>(meta_int(f, "rng_offset", path))});
+  set_rng_state({static_cast<uint64_t>(m.integer("rng_seed")), static_cast<uint64_t>(m.integer("rng_offset"))});
 }
 
 void Trainer::fit(const Callbacks& cb) {
+  check_checkpoint_dir(options_.checkpoint_dir, where());  // before any training time is spent
   const int64_t batches = train_loader_->size();
+  // Stopping at --max-steps saves where it stopped, so the checkpoint named exists and resumes.
+  auto stop = [&] {
+    if (options_.max_steps < 0 || step_ < options_.max_steps) return false;
+    if (saved_step_ != step_) save_checkpoint();
+    return true;
+  };
   while (epoch_ < options_.epochs) {
-    if (options_.max_steps >= 0 && step_ >= options_.max_steps) return;
+    if (stop()) return;
     model_->train();
     train_loader_->set_epoch(static_cast<uint64_t>(epoch_), batch_in_epoch_);
     for (data::Batch& batch : *train_loader_) {
-      if (options_.max_steps >= 0 && step_ >= options_.max_steps) return;
+      if (stop()) return;
       Tensor x = to_model_input(batch.data, options_.model, device_);
       Tensor y = batch.target.to(device_);
       Tensor loss = F::cross_entropy(model_(x), y);
@@ -185,8 +208,9 @@ EvalResult Trainer::evaluate() {
   return r;
 }
 
-EvalResult evaluate_checkpoint(const std::string& path, const std::string& data, const std::string& device) {
-  return evaluate_restored<Trainer>(path, data, device);
+EvalResult evaluate_checkpoint(const std::string& path, const std::string& data, const std::string& device,
+                               bool verify) {
+  return evaluate_restored<Trainer>(path, data, device, verify);
 }
 
 }  // namespace kiln::train

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kiln/data.h"
+#include "kiln/io.h"
 #include "kiln/models.h"
 #include "kiln/optim.h"
 
@@ -28,7 +29,9 @@ struct TrainOptions {
   std::string resume_from;       // the checkpoint file to resume from (default: checkpoint_dir's)
   int64_t checkpoint_every = 0;  // also save every N steps (0: at the end of each epoch only)
   int64_t workers = 2;           // data-loading threads
-  int64_t max_steps = -1;        // stop after this many steps in total (tests; -1: no limit)
+  int64_t max_steps = -1;        // stop after this many steps in total (a checkpoint is saved there)
+  bool verify_checkpoint = true;  // check the checksum of the checkpoint resumed from
+  std::string command = "kiln train";  // names the command in errors
 };
 
 struct StepInfo {
@@ -62,25 +65,31 @@ class Trainer {
   Device device() const { return device_; }
   // Why a present GPU was not chosen (for the first line), or empty.
   const std::string& device_note() const { return device_note_; }
+  // Settings changed on the way (a batch larger than the data set), one line each.
+  const std::vector<std::string>& notes() const { return notes_; }
   std::string checkpoint_path() const;
   void save_checkpoint();
 
  private:
-  void resume();
+  void resume(const io::SafetensorsFile& f, const std::string& path);
+  const char* where() const { return options_.command.c_str(); }
   std::string resume_path() const { return options_.resume_from.empty() ? checkpoint_path() : options_.resume_from; }
   Tensor prepare(const Tensor& images) const;
 
   TrainOptions options_;
   Device device_;
   std::string device_note_;
+  std::vector<std::string> notes_;
   std::shared_ptr<data::DataLoader> train_loader_, test_loader_;
   nn::AnyModule model_;
   std::unique_ptr<optim::SGD> optimizer_;
   std::unique_ptr<optim::OneCycleLR> scheduler_;
   int64_t epoch_ = 0, step_ = 0, batch_in_epoch_ = 0;
+  int64_t saved_step_ = -1;  // the step of the last checkpoint written
 };
 
 // Evaluates a checkpoint written by Trainer on the test split in `data`.
-EvalResult evaluate_checkpoint(const std::string& path, const std::string& data, const std::string& device);
+EvalResult evaluate_checkpoint(const std::string& path, const std::string& data, const std::string& device,
+                               bool verify = true);
 
 }  // namespace kiln::train

@@ -1,0 +1,45 @@
+// The kiln command's help texts: one per subcommand, and the overview that lists them.
+#include "tools/kiln/commands.h"
+
+namespace kiln::cli {
+
+const char* usage(const std::string& command) {
+  if (command == "train")
+    return "usage: kiln train [options]\n"
+           "  Trains a model on Fashion-MNIST (default: the small CNN, 3 epochs, the best device) or,\n"
+           "  with --model bert-*, pre-trains BERT with masked LM on a text corpus (default: Debian's fortunes).\n"
+           "  --model NAME          small_cnn, resnet18/34/50/101, vgg11/13/16/19[_bn], bert-tiny/mini/small/base\n"
+           "  --epochs N --batch-size N --lr X --weight-decay X --seed N --max-steps N\n"
+           "  --device cpu|cuda[:N] (default: a GPU that runs every op of the job natively, else the CPU)\n"
+           "  --data DIR|FILE       MNIST-format IDX files (CNNs) or a text file or directory (BERT)\n"
+           "  --checkpoint-dir DIR  (default checkpoints) --resume  continue exactly from the last checkpoint\n"
+           "  --threads N           CPU threads (at most the CPUs this process may use)\n"
+           "  --memory-limit SIZE   CPU memory limit: 20G, 512M, 80% or 0 for none (default 90% of memory)\n"
+           "  CNNs only: --momentum X --checkpoint-every STEPS --workers N (data-loading threads)\n"
+           "  BERT only: --vocab FILE --vocab-size N --seq-len N --warmup FRACTION --clip X --eval-every STEPS\n";
+  if (command == "eval")
+    return "usage: kiln eval --checkpoint PATH [options]\n"
+           "  A checkpoint's test accuracy (CNN) or held-out loss and perplexity (BERT).\n"
+           "  --data DIR|FILE --device D --threads N --memory-limit SIZE\n"
+           "  --no-verify           load a checkpoint whose data checksum does not match\n";
+  if (command == "bench")
+    return "usage: kiln bench [options]\n"
+           "  Times training and evaluation steps (default: resnet50, bert-base, vgg16; train and eval; cpu and\n"
+           "  every cuda:N; fp32) and writes DIR/results.jsonl and DIR/chart.svg.\n"
+           "  --models A,B --modes train,eval --devices cpu,cuda:0 --dtypes fp32,bf16 --batch N --steps N\n"
+           "  --warmup N --seq N --out DIR --quick --profile --threads N --memory-limit SIZE\n"
+           "  --vs-pytorch [--pytorch-script PATH] [--python PYTHON]\n";
+  if (command == "info")
+    return "usage: kiln info\n"
+           "  Version, CPU, devices, threads, memory, and which backends are built.\n";
+  return "usage: kiln <command> [options]   (kiln <command> --help for its options)\n\n"
+         "commands:\n"
+         "  train   train a CNN on Fashion-MNIST, or pre-train BERT with masked LM\n"
+         "  eval    a checkpoint's test accuracy or held-out perplexity\n"
+         "  bench   time training and evaluation of ResNet-50, BERT-base and VGG-16 on every device\n"
+         "  info    version, devices, CPU features, threads, and which backends are built\n"
+         "  help    this text\n\n"
+         "Exit status: 0 on success (and for --help), 1 on any error, with one line on stderr.\n";
+}
+
+}  // namespace kiln::cli
