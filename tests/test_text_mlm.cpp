@@ -53,6 +53,41 @@ TEST(TextMlm, PrepareSplitsByDocumentDeterministically) {
   test::expect_error([&] { prepare_mlm_data(tok, {" ", "\x01"}); }, "give no tokens");
 }
 
+class TextPreparation : public test::TempDirTest {};
+
+TEST_F(TextPreparation, FiftyMegabyteCorpusOfOneWordIsOneUnknownToken) {
+  // A corpus with no spaces at all: every stage must stay linear in its length (the WordPiece
+  // trainer was quadratic in it: 34 s for 400 kB, days for this).
+  const std::string pattern = "abcdefghijklmnopqrstuvwxyz0123456789ABC\u0416";  // Ж, two bytes
+  std::string word;
+  word.reserve((50u << 20) + pattern.size());
+  while (word.size() < (50u << 20)) word += pattern;
+  std::vector<std::string> docs = read_corpus(write("one_word.txt", word));
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(docs[0].size(), word.size());
+  word = std::string();
+
+  // The word is too long to merge: the specials and the alphabet (lower-cased), each also
+  // with "##", in code point order.
+  Vocab vocab = train_wordpiece(docs, {.vocab_size = 8000});
+  std::vector<std::string> alphabet;
+  for (char c = '0'; c <= '9'; ++c) alphabet.emplace_back(1, c);
+  for (char c = 'a'; c <= 'z'; ++c) alphabet.emplace_back(1, c);
+  alphabet.emplace_back("\u0436");  // ж
+  std::vector<std::string> want = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+  for (const std::string& c : alphabet) want.push_back(c);
+  for (const std::string& c : alphabet) want.push_back("##" + c);
+  EXPECT_EQ(vocab.tokens(), want);
+
+  BertTokenizer tok(vocab);
+  const int64_t C = tok.cls_token_id(), U = tok.unk_token_id(), S = tok.sep_token_id();
+  MlmData data = prepare_mlm_data(tok, docs, {.max_length = 128});
+  EXPECT_EQ(data.documents, 1);
+  EXPECT_EQ(data.train, (TokenSequences{{C, U, S}}));
+  EXPECT_TRUE(data.held_out.empty());
+  EXPECT_EQ(data.train_tokens, 3);
+}
+
 TokenSequences random_sequences(const BertTokenizer& tok, int n, int64_t max_len) {
   TokenSequences seqs;
   uint64_t state = 12345;

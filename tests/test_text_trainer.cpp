@@ -85,6 +85,28 @@ TEST(TextTrainer, MinFrequencyAndLimitsAndErrors) {
   test::expect_error([] { train_wordpiece({"a"}, {.special_tokens = {"[PAD]", "[PAD]"}}); }, "listed twice");
 }
 
+TEST(TextTrainer, WordsTooLongForTheTokenizerGiveOnlyTheirCharacters) {
+  // BertTokenizer reads a word of more than max_input_chars_per_word (100) characters as
+  // [UNK], so the trainer learns no merges inside it: "ab" is learnt, nothing of x's.
+  const std::string x101(101, 'x'), x100(100, 'x');
+  Vocab v = train_wordpiece({"ab ab " + x101}, {.vocab_size = 100});
+  EXPECT_EQ(v.size(), 5 + 6 + 1);
+  EXPECT_EQ(v.token(11), "ab");
+  EXPECT_TRUE(v.contains("x"));
+  EXPECT_TRUE(v.contains("##x"));
+  EXPECT_EQ(BertTokenizer(v).tokenize(x101), std::vector<std::string>{"[UNK]"});
+  // At the limit, or with a larger one, the word is merged as any other.
+  EXPECT_TRUE(train_wordpiece({"ab ab " + x101}, {.vocab_size = 100, .max_input_chars_per_word = 101}).contains("##xx"));
+  Vocab at_limit = train_wordpiece({x100});
+  EXPECT_TRUE(at_limit.contains("##xx"));
+  for (const std::string& t : BertTokenizer(at_limit).tokenize(x100)) EXPECT_NE(t, "[UNK]");
+  // A corpus of long words alone still has an alphabet.
+  EXPECT_EQ(train_wordpiece({std::string(1000, 'y') + "Z"}).tokens(),
+            (std::vector<std::string>{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "y", "z", "##y", "##z"}));
+  test::expect_error([] { train_wordpiece({"a"}, {.max_input_chars_per_word = 0}); },
+                     "[train_wordpiece] max_input_chars_per_word must be positive, got 0");
+}
+
 class TextCorpus : public test::TempDirTest {};
 
 TEST_F(TextCorpus, FormatsFortuneBlankLinesAndOnePerLine) {

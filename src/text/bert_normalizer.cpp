@@ -14,6 +14,10 @@ void normalize(std::string_view utf8, const NormalizerOptions& options, std::u32
       out.push_back(U' ');
       continue;
     }
+    if (cp < 0x80) {  // ASCII: no CJK, no accents; lower-casing is A-Z only
+      out.push_back(options.lowercase && cp >= 'A' && cp <= 'Z' ? cp + 32 : cp);
+      continue;
+    }
     // The order is tokenizers': CJK spacing on the original character, then strip_accents
     // over the whole text, then lower-casing over the whole text. Each is a per-character
     // map, so applying all three per character gives the same result.

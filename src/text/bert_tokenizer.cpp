@@ -60,7 +60,7 @@ bool BertTokenizer::is_special(int64_t id) const {
   return id == pad_id_ || id == unk_id_ || id == cls_id_ || id == sep_id_ || id == mask_id_;
 }
 
-void BertTokenizer::wordpiece(const std::u32string& word, std::vector<int64_t>& out) const {
+void BertTokenizer::wordpiece(std::u32string_view word, std::vector<int64_t>& out) const {
   if (word.empty()) return;
   if (static_cast<int64_t>(word.size()) > options_.max_input_chars_per_word) {
     out.push_back(unk_id_);
@@ -113,7 +113,7 @@ void BertTokenizer::tokenize_ids(std::string_view text, std::vector<int64_t>& ou
   bool stale[kSpecials];
   std::fill(stale, stale + kSpecials, true);
   detail::NormalizerOptions norm{options_.do_lower_case, strip_accents_, options_.tokenize_chinese_chars};
-  std::u32string normalized, word;
+  std::u32string normalized;
   size_t pos = 0;
   while (pos <= text.size()) {
     size_t best = std::string_view::npos, best_k = 0;
@@ -132,10 +132,7 @@ void BertTokenizer::tokenize_ids(std::string_view text, std::vector<int64_t>& ou
     size_t end = best == std::string_view::npos ? text.size() : best;
     normalized.clear();
     detail::normalize(text.substr(pos, end - pos), norm, normalized);
-    detail::for_each_word(normalized, [&](std::u32string_view w) {
-      word.assign(w);
-      wordpiece(word, out);
-    });
+    detail::for_each_word(normalized, [&](std::u32string_view w) { wordpiece(w, out); });
     if (best == std::string_view::npos) break;
     out.push_back(special_ids[best_k]);
     pos = best + specials[best_k]->size();

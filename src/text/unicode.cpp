@@ -25,14 +25,7 @@ constexpr char32_t kVCount = 21, kTCount = 28, kNCount = kVCount * kTCount, kSCo
 
 }  // namespace
 
-CharClass char_class(char32_t cp) {
-  if (cp < 0x80) {  // the common case, without a search
-    if (cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r') return CharClass::Whitespace;
-    if (cp < 0x20 || cp == 0x7F) return CharClass::Removed;
-    if ((cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) || (cp >= 0x5B && cp <= 0x60) || (cp >= 0x7B && cp <= 0x7E))
-      return CharClass::Punctuation;
-    return CharClass::Other;
-  }
+CharClass char_class_non_ascii(char32_t cp) {
   const ClassRange* r = find_range(kClassRanges, kClassRangesSize, cp);
   return r ? static_cast<CharClass>(r->cls) : CharClass::Other;
 }
@@ -80,9 +73,12 @@ std::u32string decode_utf8(std::string_view bytes, size_t* invalid) {
   size_t i = 0;
   while (i < n) {
     unsigned char b = p[i];
-    if (b < 0x80) {
-      out.push_back(b);
-      ++i;
+    if (b < 0x80) {  // a run of ASCII at once: most text is mostly ASCII
+      size_t j = i + 1;
+      while (j < n && p[j] < 0x80) ++j;
+      size_t at = out.size();
+      out.resize(at + (j - i));
+      for (; i < j; ++i) out[at++] = p[i];
       continue;
     }
     // Lead byte: sequence length and the allowed range of the second byte (excludes overlong

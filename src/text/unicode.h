@@ -37,8 +37,18 @@ extern const char32_t kLowerPool[];
 
 enum class CharClass : uint8_t { Other = 0, Removed = 1, Whitespace = 2, Punctuation = 3 };
 
-// What clean_text and the pre-tokenizer make of a code point.
-CharClass char_class(char32_t cp);
+// What clean_text and the pre-tokenizer make of a code point beyond ASCII (a table search).
+CharClass char_class_non_ascii(char32_t cp);
+// What clean_text and the pre-tokenizer make of a code point. Inline for ASCII, without a
+// search: the normaliser and the pre-tokenizer ask for every character of the corpus.
+inline CharClass char_class(char32_t cp) {
+  if (cp >= 0x80) return char_class_non_ascii(cp);
+  if (cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r') return CharClass::Whitespace;
+  if (cp < 0x20 || cp == 0x7F) return CharClass::Removed;
+  if ((cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) || (cp >= 0x5B && cp <= 0x60) || (cp >= 0x7B && cp <= 0x7E))
+    return CharClass::Punctuation;
+  return CharClass::Other;
+}
 // Whether tokenize_chinese_chars surrounds the code point with spaces.
 bool is_cjk(char32_t cp);
 // Appends NFD(cp) without its non-spacing marks (strip_accents).

@@ -2,6 +2,7 @@
 #include "kiln/text/wordpiece_trainer.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <queue>
 #include <unordered_map>
@@ -58,18 +59,36 @@ Vocab train_wordpiece(const std::vector<std::string>& texts, const WordPieceTrai
   KILN_CHECK(options.vocab_size >= 1, where, "vocab_size must be positive, got ", options.vocab_size);
   KILN_CHECK(options.min_frequency >= 0, where, "min_frequency must be >= 0, got ", options.min_frequency);
   KILN_CHECK(options.limit_alphabet >= 0, where, "limit_alphabet must be >= 0, got ", options.limit_alphabet);
+  KILN_CHECK(options.max_input_chars_per_word > 0, where, "max_input_chars_per_word must be positive, got ",
+             options.max_input_chars_per_word);
 
-  // 1. Word counts, after BertTokenizer's normalisation and pre-tokenisation.
+  // 1. Word counts, after BertTokenizer's normalisation and pre-tokenisation. Words too long
+  //    for the tokenizer only count their characters (ASCII without a map lookup: such a
+  //    word can be the whole corpus).
   detail::NormalizerOptions norm{options.do_lower_case, options.strip_accents.value_or(options.do_lower_case),
                                  options.tokenize_chinese_chars};
+  const size_t max_chars = static_cast<size_t>(options.max_input_chars_per_word);
   std::unordered_map<std::u32string, int64_t> word_counts;
+  std::array<int64_t, 128> long_ascii{};
+  std::map<char32_t, int64_t> char_counts;
+  bool any_long = false;
   std::u32string normalized;
   for (const std::string& text : texts) {
     normalized.clear();
     detail::normalize(text, norm, normalized);
-    detail::for_each_word(normalized, [&](std::u32string_view w) { ++word_counts[std::u32string(w)]; });
+    detail::for_each_word(normalized, [&](std::u32string_view w) {
+      if (w.size() <= max_chars) {
+        ++word_counts[std::u32string(w)];
+        return;
+      }
+      any_long = true;
+      for (char32_t ch : w) {
+        if (ch < 128) ++long_ascii[ch];
+        else ++char_counts[ch];
+      }
+    });
   }
-  KILN_CHECK(!word_counts.empty(), where, "the corpus (", texts.size(), " texts) has no words");
+  KILN_CHECK(!word_counts.empty() || any_long, where, "the corpus (", texts.size(), " texts) has no words");
   // Sorted, so everything after depends only on the counts, not on hash order.
   std::vector<std::pair<std::u32string, int64_t>> sorted_words(word_counts.begin(), word_counts.end());
   word_counts.clear();
@@ -88,7 +107,8 @@ Vocab train_wordpiece(const std::vector<std::string>& texts, const WordPieceTrai
     KILN_CHECK(!ids.count(s), where, "special token \"", s, "\" is listed twice");
     add(s);
   }
-  std::map<char32_t, int64_t> char_counts;
+  for (char32_t ch = 0; ch < 128; ++ch)
+    if (long_ascii[ch] > 0) char_counts[ch] += long_ascii[ch];
   for (const auto& [w, c] : sorted_words)
     for (char32_t ch : w) char_counts[ch] += c;
   std::vector<char32_t> alphabet;
@@ -162,8 +182,14 @@ Vocab train_wordpiece(const std::vector<std::string>& texts, const WordPieceTrai
       if (!merge_word(w.pieces, a, b, merged)) continue;
       count_pairs(before, -w.count, delta);
       count_pairs(w.pieces, w.count, delta);
-      for (size_t i = 0; i + 1 < w.pieces.size(); ++i)
-        if (w.pieces[i] == merged || w.pieces[i + 1] == merged) where_pair[key(w.pieces[i], w.pieces[i + 1])].push_back(wi);
+      // This word's entries for a pair are pushed together, so checking the last one lists
+      // it once per merge, not once per occurrence: a word listed n times would be merged
+      // (and copied) n times by the pair's merge, quadratic in its length.
+      for (size_t i = 0; i + 1 < w.pieces.size(); ++i) {
+        if (w.pieces[i] != merged && w.pieces[i + 1] != merged) continue;
+        auto& list = where_pair[key(w.pieces[i], w.pieces[i + 1])];
+        if (list.empty() || list.back() != wi) list.push_back(wi);
+      }
     }
     for (const auto& [k, d] : delta) {
       if (d == 0) continue;

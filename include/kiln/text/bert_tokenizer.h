@@ -88,7 +88,7 @@ class BertTokenizer {
 
  private:
   void tokenize_ids(std::string_view text, std::vector<int64_t>& out) const;
-  void wordpiece(const std::u32string& word, std::vector<int64_t>& out) const;
+  void wordpiece(std::u32string_view word, std::vector<int64_t>& out) const;
 
   Vocab vocab_;
   BertTokenizerOptions options_;

@@ -21,6 +21,9 @@ struct WordPieceTrainerOptions {
   // Keep only the this-many most frequent characters (0: all characters seen).
   int64_t limit_alphabet = 0;
   std::string continuing_subword_prefix = "##";
+  // A longer word (in code points, after normalisation) adds its characters to the alphabet
+  // but takes no part in merges: BertTokenizer with the same limit reads it as [UNK] anyway.
+  int64_t max_input_chars_per_word = 100;
   // The normalisation the tokenizer will use (BertTokenizerOptions' meanings).
   bool do_lower_case = true;
   std::optional<bool> strip_accents = std::nullopt;
@@ -34,8 +37,12 @@ struct WordPieceTrainerOptions {
 // counted, and the most frequent adjacent pair of pieces (summed over words, weighted by
 // their counts) is merged repeatedly; a merged piece is the first piece followed by the second
 // without its prefix. Ties go to the pair of earlier ids, so the result is deterministic.
+// One deliberate difference: Hugging Face's trainer also merges pairs inside words longer than
+// max_input_chars_per_word, which costs the word's length at every merge and learns pieces
+// from words its tokenizer reads as [UNK]; here such words count only for the alphabet, so
+// training stays linear in the corpus size. Without such words the results are the same.
 // Errors "[train_wordpiece] ...": no words in the corpus, a repeated or empty special token,
-// vocab_size < 1, negative min_frequency or limit_alphabet.
+// vocab_size < 1, max_input_chars_per_word < 1, negative min_frequency or limit_alphabet.
 Vocab train_wordpiece(const std::vector<std::string>& texts, const WordPieceTrainerOptions& options = {});
 
 }  // namespace kiln::text
