@@ -48,14 +48,33 @@ endif()
 message(STATUS "Kiln: oneDNN ${KILN_HAVE_ONEDNN}")
 
 set(KILN_HAVE_CUDA OFF)
+set(KILN_HAVE_CUDNN OFF)
 if(NOT KILN_WITH_CUDA STREQUAL "OFF")
   find_package(CUDAToolkit QUIET)
-  find_path(KILN_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/include)
-  find_library(KILN_CUDNN_LIB cudnn HINTS ${CUDAToolkit_LIBRARY_DIR})
-  if(CUDAToolkit_FOUND AND TARGET CUDA::cublasLt AND KILN_CUDNN_INCLUDE AND KILN_CUDNN_LIB)
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CUDAToolkit_FOUND AND TARGET CUDA::cublasLt AND CMAKE_CUDA_COMPILER)
     set(KILN_HAVE_CUDA ON)
   elseif(KILN_WITH_CUDA STREQUAL "ON")
-    message(FATAL_ERROR "KILN_WITH_CUDA=ON but the CUDA toolkit with cuDNN and cuBLASLt was not found")
+    message(FATAL_ERROR "KILN_WITH_CUDA=ON but the CUDA toolkit (nvcc and cuBLASLt) was not found")
   endif()
 endif()
-message(STATUS "Kiln: CUDA ${KILN_HAVE_CUDA}")
+if(KILN_HAVE_CUDA)
+  # sm_90 code and its PTX by default (the H100/H200); -DKILN_CUDA_ARCHITECTURES=80;90 for more.
+  set(KILN_CUDA_ARCHITECTURES "90" CACHE STRING "CUDA architectures to build for (CMAKE_CUDA_ARCHITECTURES)")
+  set(CMAKE_CUDA_ARCHITECTURES ${KILN_CUDA_ARCHITECTURES})
+  # C++20 as the rest of Kiln (CMake 3.25 does not know nvcc's C++20 flag: given directly below).
+  enable_language(CUDA)
+  # cuDNN (convolutions, fused attention) is optional: the toolkit's copy, CUDNN_ROOT, or the one
+  # inside PyTorch's nvidia-cudnn wheel (GPU machines often have only that).
+  execute_process(COMMAND python3 -c "import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__))"
+                  OUTPUT_VARIABLE KILN_WHEEL_CUDNN OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  find_path(KILN_CUDNN_INCLUDE cudnn.h HINTS $ENV{CUDNN_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS} ${KILN_WHEEL_CUDNN}/include
+            /usr/local/include)
+  find_library(KILN_CUDNN_LIB NAMES cudnn libcudnn.so.9 HINTS $ENV{CUDNN_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR}
+               ${KILN_WHEEL_CUDNN}/lib)
+  if(KILN_CUDNN_INCLUDE AND KILN_CUDNN_LIB)
+    set(KILN_HAVE_CUDNN ON)
+  endif()
+endif()
+message(STATUS "Kiln: CUDA ${KILN_HAVE_CUDA} (cuDNN ${KILN_HAVE_CUDNN})")

@@ -1,6 +1,9 @@
 // The device plumbing without a GPU: a stand-in "cuda:0" backed by host memory exercises
 // tensor.to(device), cross-device copies and the CPU fallback with its counts.
+#include <array>
+
 #include "backend/cpu/host_runtime.h"
+#include "backend/dispatch.h"
 #include "kiln/models.h"
 #include "kiln/nn/functional.h"
 #include "kiln/optim.h"
@@ -20,18 +23,32 @@ class HostBackedRuntime final : public backend::cpu::HostRuntime {
   int copies = 0;
 };
 
+// The stand-in takes the CUDA slot: its runtime, and no CUDA kernels (those of a CUDA build
+// would run device code on host memory), so every op goes through the fallback.
 class Fallback : public ::testing::Test {
  protected:
   void SetUp() override {
     if (cuda::is_available()) GTEST_SKIP() << "a real GPU is present; the stand-in device is not needed";
     saved_ = find_runtime(DeviceType::CUDA);
     register_runtime(DeviceType::CUDA, &fake_);
+    active_ = true;
+    for (int op = 0; op < backend::kNumOps; ++op) {
+      const auto o = static_cast<backend::Op>(op);
+      kernels_[static_cast<size_t>(op)] = backend::kernel_for(o, DeviceType::CUDA);
+      backend::register_kernel(o, DeviceType::CUDA, nullptr);
+    }
   }
   void TearDown() override {
-    if (!cuda::is_available() || find_runtime(DeviceType::CUDA) == &fake_) register_runtime(DeviceType::CUDA, saved_);
+    if (!active_) return;
+    for (int op = 0; op < backend::kNumOps; ++op)
+      backend::register_kernel(static_cast<backend::Op>(op), DeviceType::CUDA, kernels_[static_cast<size_t>(op)]);
+    backend::set_shadow_mode(backend::ShadowMode::Off);
+    register_runtime(DeviceType::CUDA, saved_);
   }
   DeviceRuntime* saved_ = nullptr;
+  bool active_ = false;
   HostBackedRuntime fake_;
+  std::array<backend::Kernel, backend::kNumOps> kernels_{};
 };
 
 }  // namespace
@@ -175,4 +192,28 @@ TEST_F(Fallback, DefaultDeviceIsAGpuOnlyWhenItRunsTheJobNatively) {
   EXPECT_EQ(train::choose_device("cuda", probe).device, Device::cuda(0));  // asked for: taken
   EXPECT_EQ(train::choose_device("cpu", probe).device, Device::cpu());
   test::expect_error([&] { train::choose_device("cuda:3", probe); }, "[kiln train] device cuda:3 is not present");
+}
+
+// Shadow mode on the stand-in device: a "device" kernel registered for Add that is off by one in
+// one element is caught and named; the CPU's own kernel in its place is not.
+namespace {
+void add_off_by_one(backend::KernelArgs& a) {
+  backend::kernel_for(backend::Op::Add, DeviceType::CPU)(a);  // host memory: the CPU kernel works
+  if (a.outputs[0].numel() > 2) static_cast<float*>(a.outputs[0].data_ptr())[2] += 1;
+}
+}  // namespace
+
+TEST_F(Fallback, ShadowModeNamesTheKernelThatDiffersFromTheCpu) {
+  Tensor a = arange(6, kFloat32).reshape({2, 3}).to(Device::cuda(0)), b = full({3}, 0.5).to(Device::cuda(0));
+  backend::register_kernel(backend::Op::Add, DeviceType::CUDA, backend::kernel_for(backend::Op::Add, DeviceType::CPU));
+  backend::set_shadow_mode(backend::ShadowMode::Error);
+  EXPECT_NO_THROW(a + b);  // the same kernel: no difference
+  backend::register_kernel(backend::Op::Add, DeviceType::CUDA, add_off_by_one);
+  test::expect_error([&] { (void)(a + b); },
+                     "[shadow] Add on cuda:0 differs from the CPU: output 0 (float32 [2, 3]) element [0, 2]: device 3.5, cpu 2.5");
+  backend::set_shadow_mode(backend::ShadowMode::Warn);
+  const uint64_t before = backend::shadow_mismatches()["Add"];
+  Tensor c = a + b;  // warned (once per op kind), counted, and the device's result kept
+  EXPECT_EQ(backend::shadow_mismatches()["Add"], before + 1);
+  EXPECT_EQ(c.cpu().to_vector<float>()[2], 3.5f);
 }

@@ -13,6 +13,7 @@
 
 #include "core/device_runtime.h"
 #include "backend/profiler_hooks.h"
+#include "backend/shadow.h"
 #include "core/tensor_util.h"
 
 namespace kiln::backend {
@@ -20,6 +21,7 @@ namespace {
 
 struct Table {
   std::array<std::array<Kernel, kNumDeviceTypes>, kNumOps> kernels{};
+  std::array<std::array<Supports, kNumDeviceTypes>, kNumOps> supports{};
   std::array<std::atomic<uint64_t>, kNumOps> fallbacks{};
   std::array<std::atomic<bool>, kNumOps> warned{};
 };
@@ -66,13 +68,36 @@ void run_fallback(Op op, Device device, std::span<const Tensor> inputs, std::spa
     if (!outputs[i].device().is_cpu()) upload_mirror(out[i], outputs[i]);
 }
 
+// A device kernel's run (not the CPU's): on the device's current stream, shadowed when asked.
+[[gnu::noinline]] void run_on_device(Op op, Device device, Kernel k, Supports supports, std::span<const Tensor> inputs,
+                                     std::span<Tensor> outputs, const void* attrs) {
+  KernelArgs args{inputs, outputs, attrs, find_runtime(device.type)->current_stream(device.index)};
+  if (supports && !supports(args)) {
+    run_fallback(op, device, inputs, outputs, attrs);
+    return;
+  }
+  if (shadow_mode() != ShadowMode::Off) [[unlikely]] {
+    Kernel cpu = table().kernels[static_cast<int>(op)][static_cast<int>(DeviceType::CPU)];
+    if (cpu) {
+      detail::run_shadowed(op, k, cpu, args);
+      return;
+    }
+  }
+  k(args);
+}
+
 // The hot path of run(): the kernel for the device, or the fallback.
 [[gnu::always_inline]] inline void run_unprofiled(Op op, Device device, std::span<const Tensor> inputs,
                                                   std::span<Tensor> outputs, const void* attrs) {
   Kernel k = table().kernels[static_cast<int>(op)][static_cast<int>(device.type)];
   if (k != nullptr) [[likely]] {
-    KernelArgs args{inputs, outputs, attrs, nullptr};
-    k(args);
+    if (device.type == DeviceType::CPU) [[likely]] {
+      KernelArgs args{inputs, outputs, attrs, nullptr};
+      k(args);
+      return;
+    }
+    run_on_device(op, device, k, table().supports[static_cast<int>(op)][static_cast<int>(device.type)], inputs,
+                  outputs, attrs);
     return;
   }
   run_fallback(op, device, inputs, outputs, attrs);
@@ -115,8 +140,9 @@ thread_local uint64_t t_child_nanos = 0;
 
 const char* op_name(Op op) { return kOpNames[static_cast<int>(op)]; }
 
-void register_kernel(Op op, DeviceType device, Kernel kernel) {
+void register_kernel(Op op, DeviceType device, Kernel kernel, Supports supports) {
   table().kernels[static_cast<int>(op)][static_cast<int>(device)] = kernel;
+  table().supports[static_cast<int>(op)][static_cast<int>(device)] = supports;
 }
 
 bool has_kernel(Op op, DeviceType device) { return kernel_for(op, device) != nullptr; }

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
+#include <string>
 
 #include "kiln/tensor.h"
 
@@ -45,14 +47,27 @@ struct KernelArgs {
   std::span<const Tensor> inputs;
   std::span<Tensor> outputs;
   const void* attrs = nullptr;  // the op's own attribute struct, or nullptr
-  void* stream = nullptr;       // the device stream (CUDA), or nullptr
+  void* stream = nullptr;       // the device's current stream (a cudaStream_t), or nullptr
 };
 using Kernel = void (*)(KernelArgs&);
+// Whether a kernel takes these arguments (ggml's supports_op): a device kernel may leave rare
+// cases (a dtype, a rank) to the CPU fallback, decided here in one place.
+using Supports = bool (*)(const KernelArgs&);
 
-void register_kernel(Op op, DeviceType device, Kernel kernel);
+void register_kernel(Op op, DeviceType device, Kernel kernel, Supports supports = nullptr);
 bool has_kernel(Op op, DeviceType device);
 // The registered kernel, or nullptr (tests wrap kernels with it).
 Kernel kernel_for(Op op, DeviceType device);
+
+// KILN_SHADOW=cpu (or set_shadow_mode) runs every op on a device tensor a second time, on the
+// CPU with copies of its inputs, and compares: the first op kind that differs beyond its dtype's
+// tolerance is reported once on stderr with its shapes, dtypes and worst element (cpu:error
+// makes it a kiln::Error). For finding a wrong kernel with one shadowed training step.
+enum class ShadowMode { Off, Warn, Error };
+void set_shadow_mode(ShadowMode mode);
+ShadowMode shadow_mode();
+// Op kinds whose device result differed from the CPU's, with how often.
+std::map<std::string, uint64_t> shadow_mismatches();
 
 // Runs the kernel for `device`. With no kernel there, copies the inputs to the CPU, runs the
 // CPU kernel and copies the outputs back, warning once per op and counting it;
@@ -171,3 +186,7 @@ struct CrossEntropyAttrs {
 #define KILN_REGISTER_KERNEL(op, device, fn)                                  \
   static const bool KILN_CONCAT(kiln_registered_, __LINE__) =                 \
       (::kiln::backend::register_kernel(::kiln::backend::op, (device), (fn)), true)
+// The same, with a predicate for the cases the kernel takes (the rest run on the CPU).
+#define KILN_REGISTER_KERNEL_IF(op, device, fn, supports)                     \
+  static const bool KILN_CONCAT(kiln_registered_, __LINE__) =                 \
+      (::kiln::backend::register_kernel(::kiln::backend::op, (device), (fn), (supports)), true)

@@ -28,6 +28,9 @@ class DeviceRuntime {
   virtual void synchronize(int index) = 0;
   // The device's memory in bytes (see kiln::total_memory).
   virtual size_t total_memory(int index) const = 0;
+  // The stream the calling thread's work on this device goes to (KernelArgs::stream); the CPU
+  // has none.
+  virtual void* current_stream(int /*index*/) { return nullptr; }
 };
 
 // Backends register their runtime at start-up.

@@ -1,0 +1,30 @@
+// Per-device library state of the CUDA backend: the cuBLASLt handle and its workspaces, and the
+// checks that name a failing library call.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <utility>
+
+#include "backend/cuda/check.h"
+
+#define KILN_CUBLAS_CHECK(expr)                                                                   \
+  do {                                                                                            \
+    cublasStatus_t kiln_cublas_status = (expr);                                                   \
+    if (kiln_cublas_status != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                 \
+      KILN_FAIL("cublas", #expr, " failed: ", cublasLtGetStatusName(kiln_cublas_status), " (",      \
+                cublasLtGetStatusString(kiln_cublas_status), ")");                                 \
+  } while (0)
+
+namespace kiln::backend::cuda {
+
+// The device's cuBLASLt handle, created on first use (handles are thread-safe to share).
+cublasLtHandle_t blaslt_handle(int device);
+
+// cuBLASLt's workspace for work queued on `stream` of `device`: one buffer per stream (two
+// streams must not share one), from the device's allocator, kept for the process.
+std::pair<void*, size_t> blaslt_workspace(int device, cudaStream_t stream);
+
+}  // namespace kiln::backend::cuda

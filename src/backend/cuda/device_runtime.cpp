@@ -1,0 +1,181 @@
+// The CUDA device runtime: a stream-ordered caching allocator per device, copies queued on the
+// current stream, synchronization, and the per-thread current stream.
+#include <array>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/cuda/state.h"
+#include "core/device_runtime.h"
+
+namespace kiln::backend::cuda {
+namespace {
+
+thread_local std::array<cudaStream_t, kMaxDevices> t_current{};  // zero: the default stream
+
+// Device memory and events for the allocator. Events come from a small free list: creating
+// one per freed block would cost a driver call on every free of a cross-stream tensor.
+class CudaStreamDevice final : public StreamDevice {
+ public:
+  explicit CudaStreamDevice(int index) : index_(index) {}
+  ~CudaStreamDevice() override {
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+  }
+  void* raw_alloc(size_t n) override {
+    DeviceGuard g(index_);
+    void* p = nullptr;
+    if (cudaMalloc(&p, n) != cudaSuccess) {
+      cudaGetLastError();  // clear the out-of-memory error; the allocator retries or reports
+      return nullptr;
+    }
+    return p;
+  }
+  void raw_free(void* p) override {
+    DeviceGuard g(index_);
+    KILN_CUDA_CHECK(cudaFree(p));
+  }
+  void* record_event(StreamId stream) override {
+    DeviceGuard g(index_);
+    cudaEvent_t e = nullptr;
+    if (!free_events_.empty()) {
+      e = free_events_.back();
+      free_events_.pop_back();
+    } else {
+      KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    KILN_CUDA_CHECK(cudaEventRecord(e, static_cast<cudaStream_t>(stream)));
+    return e;
+  }
+  bool event_done(void* event) override {
+    const cudaError_t st = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (st == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    KILN_CUDA_CHECK(st);
+    return true;
+  }
+  void release_event(void* event) override { free_events_.push_back(static_cast<cudaEvent_t>(event)); }
+  void synchronize() override {
+    DeviceGuard g(index_);
+    KILN_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  void fill(void* p, int byte, size_t n) override {
+    DeviceGuard g(index_);
+    KILN_CUDA_CHECK(cudaMemset(p, byte, n));
+  }
+
+ private:
+  int index_;
+  std::vector<cudaEvent_t> free_events_;  // guarded by the allocator's mutex
+};
+
+class CudaRuntime final : public DeviceRuntime {
+ public:
+  CudaRuntime() {
+    for (int i = 0; i < device_count(); ++i)
+      allocators_.push_back(
+          std::make_unique<StreamAllocator>("cuda:" + std::to_string(i), std::make_unique<CudaStreamDevice>(i)));
+  }
+  int device_count() const override { return static_cast<int>(allocators_.size()); }
+  std::string device_name(int index) const override {
+    cudaDeviceProp prop{};
+    KILN_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+    return prop.name;
+  }
+  void* allocate(size_t nbytes, int index) override {
+    return allocators_.at(index)->allocate(nbytes, cuda::current_stream(index));
+  }
+  void deallocate(void* p, size_t, int index) override { allocators_.at(index)->deallocate(p); }
+  MemoryStats stats(int index) const override { return allocators_.at(index)->stats(); }
+  void reset_peak(int index) override { allocators_.at(index)->reset_peak(); }
+  void set_limit(int index, size_t bytes) override { allocators_.at(index)->set_limit(bytes); }
+  void empty_cache(int index) override { allocators_.at(index)->empty_cache(); }
+  // Copies are queued on the current stream. From pageable host memory the driver stages the
+  // data before returning, so the caller may reuse its buffer at once; into host memory the
+  // caller reads the data next, so the stream is waited for.
+  void copy_to_host(void* dst, const void* src, size_t n, int index) override {
+    DeviceGuard g(index);
+    cudaStream_t s = cuda::current_stream(index);
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s));
+    KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  void copy_from_host(void* dst, const void* src, size_t n, int index) override {
+    DeviceGuard g(index);
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cuda::current_stream(index)));
+  }
+  void copy_on_device(void* dst, const void* src, size_t n, int index) override {
+    DeviceGuard g(index);
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, cuda::current_stream(index)));
+  }
+  void synchronize(int index) override {
+    DeviceGuard g(index);
+    KILN_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  size_t total_memory(int index) const override {
+    cudaDeviceProp prop{};
+    KILN_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+    return prop.totalGlobalMem;
+  }
+  void* current_stream(int index) override { return t_current[static_cast<size_t>(index)]; }
+
+  StreamAllocator& allocator(int index) { return *allocators_.at(static_cast<size_t>(index)); }
+
+ private:
+  std::vector<std::unique_ptr<StreamAllocator>> allocators_;
+};
+
+// Never destroyed, like the CPU runtime: tensors freed at exit still find it.
+CudaRuntime* const g_runtime = [] {
+  auto* r = new CudaRuntime();
+  register_runtime(DeviceType::CUDA, r);
+  return r;
+}();
+
+}  // namespace
+
+int device_count() {
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {  // no driver or no device: CUDA is simply absent
+      cudaGetLastError();
+      n = 0;
+    }
+    return std::min(n, kMaxDevices);
+  }();
+  return count;
+}
+
+void check_device(int device, const char* where) {
+  KILN_CHECK(device >= 0 && device < device_count(), where, "device cuda:", device, " does not exist (",
+             device_count(), " present)");
+}
+
+int resolve(int device, const char* where) {
+  if (device < 0) {
+    KILN_CHECK(device_count() > 0, where, "no CUDA device is present");
+    KILN_CUDA_CHECK(cudaGetDevice(&device));
+  }
+  check_device(device, where);
+  return device;
+}
+
+DeviceGuard::DeviceGuard(int index) {
+  KILN_CUDA_CHECK(cudaGetDevice(&prev_));
+  changed_ = prev_ != index;
+  if (changed_) KILN_CUDA_CHECK(cudaSetDevice(index));
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (changed_) cudaSetDevice(prev_);
+}
+
+cudaStream_t current_stream(int device) { return t_current[static_cast<size_t>(device)]; }
+void set_current_stream(int device, cudaStream_t stream) { t_current[static_cast<size_t>(device)] = stream; }
+
+StreamAllocator& allocator(int device) {
+  check_device(device, "cuda allocator");
+  return g_runtime->allocator(device);
+}
+
+}  // namespace kiln::backend::cuda

@@ -1,0 +1,41 @@
+// The CUDA backend's internal state, shared by its files: the device guard, each device's
+// allocator and stream pool, and the calling thread's current stream per device.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/check.h"
+#include "backend/stream_allocator.h"
+
+namespace kiln::backend::cuda {
+
+inline constexpr int kMaxDevices = 64;
+
+// The number of devices the driver reports (0 without a driver or device), read once.
+int device_count();
+// Throws "[where] device cuda:N does not exist (M present)" for a bad index.
+void check_device(int device, const char* where);
+// -1 means the thread's current device.
+int resolve(int device, const char* where);
+
+// Makes `index` the current device of the calling thread while alive.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = 0;
+  bool changed_ = false;
+};
+
+// The calling thread's current stream on `device` (nullptr: the default stream).
+cudaStream_t current_stream(int device);
+void set_current_stream(int device, cudaStream_t stream);
+
+// The device's caching allocator (stream-ordered).
+StreamAllocator& allocator(int device);
+
+}  // namespace kiln::backend::cuda

@@ -1,0 +1,219 @@
+// kiln::cuda's public API: devices, streams (a pool per device), events, the current stream,
+// memory statistics and limits, TF32, library versions.
+#include <cublasLt.h>
+#ifdef KILN_HAVE_CUDNN
+#include <cudnn.h>
+#endif
+
+#include <array>
+#include <atomic>
+#include <mutex>
+
+#include "backend/cuda/context.h"
+#include "backend/cuda/state.h"
+#include "kiln/cuda.h"
+
+namespace kiln::cuda {
+namespace be = kiln::backend::cuda;
+
+namespace {
+
+// 32 streams per priority per device, created on first use and kept for the process.
+constexpr int kPoolSize = 32;
+struct StreamPool {
+  std::once_flag once;
+  std::array<cudaStream_t, kPoolSize> low{}, high{};
+  std::atomic<uint32_t> next_low{0}, next_high{0};
+};
+std::array<StreamPool, be::kMaxDevices> g_pools;
+
+StreamPool& pool(int device) {
+  StreamPool& p = g_pools[static_cast<size_t>(device)];
+  std::call_once(p.once, [&] {
+    be::DeviceGuard g(device);
+    int least = 0, greatest = 0;  // numerically: least is the lowest priority
+    KILN_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    for (int i = 0; i < kPoolSize; ++i) {
+      KILN_CUDA_CHECK(cudaStreamCreateWithPriority(&p.low[static_cast<size_t>(i)], cudaStreamNonBlocking, least));
+      KILN_CUDA_CHECK(cudaStreamCreateWithPriority(&p.high[static_cast<size_t>(i)], cudaStreamNonBlocking, greatest));
+    }
+  });
+  return p;
+}
+
+std::atomic<bool> g_allow_tf32{false};
+
+}  // namespace
+
+int current_device() { return be::resolve(-1, "cuda::current_device"); }
+
+void set_device(int device) {
+  be::check_device(device, "cuda::set_device");
+  KILN_CUDA_CHECK(cudaSetDevice(device));
+}
+
+DeviceProperties get_device_properties(int device) {
+  device = be::resolve(device, "cuda::get_device_properties");
+  cudaDeviceProp p{};
+  KILN_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  DeviceProperties d;
+  d.name = p.name;
+  d.total_memory = p.totalGlobalMem;
+  d.major = p.major;
+  d.minor = p.minor;
+  d.multiprocessors = p.multiProcessorCount;
+  d.l2_cache_bytes = static_cast<size_t>(p.l2CacheSize);
+  d.shared_memory_per_block_optin = p.sharedMemPerBlockOptin;
+  return d;
+}
+
+Stream Stream::default_stream(int device) { return Stream(nullptr, be::resolve(device, "cuda::Stream::default_stream")); }
+
+Stream Stream::create(int device, bool high_priority) {
+  device = be::resolve(device, "cuda::Stream::create");
+  StreamPool& p = pool(device);
+  auto& counter = high_priority ? p.next_high : p.next_low;
+  const auto& streams = high_priority ? p.high : p.low;
+  return Stream(streams[counter.fetch_add(1) % kPoolSize], device);
+}
+
+Stream Stream::from_native(void* stream, int device) {
+  return Stream(stream, be::resolve(device, "cuda::Stream::from_native"));
+}
+
+bool Stream::query() const {
+  const cudaError_t st = cudaStreamQuery(static_cast<cudaStream_t>(stream_));
+  if (st == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  KILN_CUDA_CHECK(st);
+  return true;
+}
+
+void Stream::synchronize() const {
+  be::DeviceGuard g(device_);
+  KILN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
+}
+
+void Stream::wait(const Stream& other) const {
+  Event e(other.device());
+  e.record(other);
+  e.wait(*this);
+}
+
+Stream current_stream(int device) {
+  device = be::resolve(device, "cuda::current_stream");
+  return Stream::from_native(be::current_stream(device), device);
+}
+
+StreamGuard::StreamGuard(const Stream& stream) : device_(stream.device()) {
+  KILN_CUDA_CHECK(cudaGetDevice(&prev_device_));
+  prev_stream_ = be::current_stream(device_);
+  if (prev_device_ != device_) KILN_CUDA_CHECK(cudaSetDevice(device_));
+  be::set_current_stream(device_, static_cast<cudaStream_t>(stream.native()));
+}
+
+StreamGuard::~StreamGuard() {
+  be::set_current_stream(device_, static_cast<cudaStream_t>(prev_stream_));
+  if (prev_device_ != device_) cudaSetDevice(prev_device_);
+}
+
+Event::Event(int device) : device_(be::resolve(device, "cuda::Event")) {
+  be::DeviceGuard g(device_);
+  cudaEvent_t e = nullptr;
+  KILN_CUDA_CHECK(cudaEventCreate(&e));
+  event_ = e;
+}
+
+Event::~Event() {
+  if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+}
+
+Event::Event(Event&& o) noexcept : event_(o.event_), device_(o.device_) { o.event_ = nullptr; }
+
+Event& Event::operator=(Event&& o) noexcept {
+  if (this != &o) {
+    if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+    event_ = o.event_;
+    device_ = o.device_;
+    o.event_ = nullptr;
+  }
+  return *this;
+}
+
+void Event::record(const Stream& stream) {
+  KILN_CHECK(stream.device() == device_, "cuda::Event::record", "the event is on cuda:", device_,
+             ", the stream on cuda:", stream.device());
+  be::DeviceGuard g(device_);
+  KILN_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), static_cast<cudaStream_t>(stream.native())));
+}
+
+void Event::record() { record(current_stream(device_)); }
+
+bool Event::query() const {
+  const cudaError_t st = cudaEventQuery(static_cast<cudaEvent_t>(event_));
+  if (st == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  KILN_CUDA_CHECK(st);
+  return true;
+}
+
+void Event::synchronize() const { KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_))); }
+
+void Event::wait(const Stream& stream) const {
+  be::DeviceGuard g(stream.device());
+  KILN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.native()), static_cast<cudaEvent_t>(event_), 0));
+}
+
+double Event::elapsed_ms(const Event& end) const {
+  float ms = 0;
+  KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(event_), static_cast<cudaEvent_t>(end.event_)));
+  return ms;
+}
+
+MemoryStats memory_stats(int device) { return be::allocator(be::resolve(device, "cuda::memory_stats")).stats(); }
+void reset_peak_memory_stats(int device) { be::allocator(be::resolve(device, "cuda::reset_peak_memory_stats")).reset_peak(); }
+void empty_cache(int device) { be::allocator(be::resolve(device, "cuda::empty_cache")).empty_cache(); }
+
+void set_memory_fraction(double fraction, int device) {
+  device = be::resolve(device, "cuda::set_memory_fraction");
+  KILN_CHECK(fraction > 0 && fraction <= 1, "cuda::set_memory_fraction", "the fraction must be in (0, 1], got ",
+             fraction);
+  be::allocator(device).set_limit(static_cast<size_t>(fraction * static_cast<double>(get_device_properties(device).total_memory)));
+}
+
+void record_stream(const Tensor& t, const Stream& stream) {
+  KILN_CHECK(t.defined() && t.device().is_cuda(), "record_stream", "needs a CUDA tensor, got ",
+             t.defined() ? t.device().str() : "an undefined tensor");
+  KILN_CHECK(stream.device() == t.device().index, "record_stream", "the tensor is on ", t.device().str(),
+             ", the stream on cuda:", stream.device());
+  be::allocator(t.device().index).record_stream(t.storage()->data, stream.native());
+}
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
+bool allow_tf32() { return g_allow_tf32.load(); }
+
+std::string runtime_version() {
+  int v = 0;
+  KILN_CUDA_CHECK(cudaRuntimeGetVersion(&v));
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
+std::string cublas_version() {
+  const size_t v = cublasLtGetVersion();
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
+std::string cudnn_version() {
+#ifdef KILN_HAVE_CUDNN
+  const size_t v = cudnnGetVersion();
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+#else
+  return "";  // built without cuDNN
+#endif
+}
+
+}  // namespace kiln::cuda

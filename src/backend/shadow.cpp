@@ -1,0 +1,146 @@
+// Shadow mode (KILN_SHADOW=cpu): each op on a device tensor runs again on the CPU and the two
+// results are compared, so that one shadowed training step names the kernel that is wrong.
+#include "backend/shadow.h"
+
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+#include "core/tensor_util.h"
+#include "kiln/autograd.h"
+
+namespace kiln::backend {
+namespace {
+
+ShadowMode mode_from_env() {
+  const char* v = std::getenv("KILN_SHADOW");
+  if (!v || !*v || std::strcmp(v, "off") == 0) return ShadowMode::Off;
+  if (std::strcmp(v, "cpu") == 0) return ShadowMode::Warn;
+  if (std::strcmp(v, "cpu:error") == 0) return ShadowMode::Error;
+  std::cerr << "kiln: warning: KILN_SHADOW must be cpu, cpu:error or off, got '" << v << "'; shadow mode stays off\n";
+  return ShadowMode::Off;
+}
+
+std::atomic<ShadowMode>& mode() {
+  static std::atomic<ShadowMode> m{mode_from_env()};
+  return m;
+}
+
+struct Mismatches {
+  std::mutex mutex;
+  std::map<std::string, uint64_t> counts;
+};
+Mismatches& mismatches() {
+  static Mismatches m;
+  return m;
+}
+
+// Absolute and relative tolerance of a device result against the CPU's, by dtype: the kernels
+// may sum in another order (and TF32 matmuls round their inputs), never differ by more.
+std::pair<double, double> tolerance(ScalarType t) {
+  switch (t) {
+    case kFloat64: return {1e-12, 1e-9};
+    case kFloat32: return {1e-5, 1e-3};
+    case kFloat16: return {1e-3, 1e-2};
+    case kBFloat16: return {1e-2, 3e-2};
+    default: return {0, 0};  // integers and bool: exact
+  }
+}
+
+std::string describe(std::span<const Tensor> ts) {
+  std::ostringstream os;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (i) os << ", ";
+    if (ts[i].defined()) os << ts[i].dtype() << " " << ts[i].shape();
+    else os << "none";
+  }
+  return os.str();
+}
+
+Shape unflatten(int64_t flat, const Shape& shape) {
+  Shape idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = shape[d] ? flat % shape[d] : 0;
+    flat = shape[d] ? flat / shape[d] : 0;
+  }
+  return idx;
+}
+
+// "" when `got` (the device's) matches `ref` (the CPU's), else what differs.
+std::string compare(const Tensor& got, const Tensor& ref) {
+  const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>();
+  const auto [atol, rtol] = tolerance(got.dtype());
+  int64_t bad = 0, worst = -1;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const bool gn = std::isnan(g[i]), rn = std::isnan(r[i]);
+    double ratio = 0;
+    if (gn || rn) {
+      ratio = gn == rn ? 0 : INFINITY;
+    } else if (g[i] != r[i]) {
+      const double diff = std::abs(g[i] - r[i]), allowed = atol + rtol * std::abs(r[i]);
+      ratio = allowed > 0 ? diff / allowed : INFINITY;
+      if (std::isinf(g[i]) || std::isinf(r[i])) ratio = INFINITY;
+    }
+    if (ratio > 1) {
+      ++bad;
+      if (ratio > worst_ratio) worst_ratio = ratio, worst = static_cast<int64_t>(i);
+    }
+  }
+  if (bad == 0) return "";
+  std::ostringstream os;
+  os.precision(9);
+  os << "element " << unflatten(worst, got.shape()) << ": device " << g[static_cast<size_t>(worst)] << ", cpu "
+     << r[static_cast<size_t>(worst)] << " (tolerance " << atol << " + " << rtol << " x |cpu|; " << bad << " of "
+     << g.size() << " elements differ)";
+  return os.str();
+}
+
+}  // namespace
+
+void set_shadow_mode(ShadowMode m) { mode().store(m); }
+ShadowMode shadow_mode() { return mode().load(std::memory_order_relaxed); }
+
+std::map<std::string, uint64_t> shadow_mismatches() {
+  std::lock_guard<std::mutex> lock(mismatches().mutex);
+  return mismatches().counts;
+}
+
+namespace detail {
+
+void run_shadowed(Op op, Kernel device_kernel, Kernel cpu_kernel, KernelArgs& args) {
+  NoGradGuard no_grad;
+  // Copies first: the device kernel may write into an input (in-place ops) or read its outputs.
+  std::vector<Tensor> in, out;
+  for (const Tensor& t : args.inputs) in.push_back(!t.defined() || t.device().is_cpu() ? t : host_mirror(t));
+  for (const Tensor& t : args.outputs) out.push_back(!t.defined() || t.device().is_cpu() ? t : host_mirror(t));
+  device_kernel(args);
+  KernelArgs cpu{in, out, args.attrs, nullptr};
+  cpu_kernel(cpu);
+  for (size_t i = 0; i < args.outputs.size(); ++i) {
+    const Tensor& dev = args.outputs[i];
+    if (!dev.defined() || dev.numel() == 0) continue;
+    const std::string diff = compare(dev.device().is_cpu() ? dev : host_mirror(dev), out[i]);
+    if (diff.empty()) continue;
+    const std::string name = op_name(op);
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> lock(mismatches().mutex);
+      first = mismatches().counts[name]++ == 0;
+    }
+    std::ostringstream msg;
+    msg << name << " on " << dev.device().str() << " differs from the CPU: output " << i << " (" << dev.dtype() << " "
+        << dev.shape() << ") " << diff << "; inputs " << describe(args.inputs);
+    if (shadow_mode() == ShadowMode::Error) KILN_FAIL("shadow", msg.str());
+    if (first) std::cerr << "kiln: shadow: [" << name << "] " << msg.str() << "\n";
+  }
+}
+
+}  // namespace detail
+}  // namespace kiln::backend

@@ -1,0 +1,12 @@
+// Shadow mode: a device op checked against the CPU kernel on copies of its inputs.
+#pragma once
+
+#include "backend/dispatch.h"
+
+namespace kiln::backend::detail {
+
+// Runs `device_kernel` on args, then `cpu_kernel` on host copies of the inputs (and of the
+// outputs as they were before, for ops that update them in place), and compares the outputs.
+void run_shadowed(Op op, Kernel device_kernel, Kernel cpu_kernel, KernelArgs& args);
+
+}  // namespace kiln::backend::detail

@@ -1,0 +1,251 @@
+// The stream-ordered caching allocator: pools, splitting, coalescing and deferred frees.
+#include "backend/stream_allocator.h"
+
+#include "kiln/error.h"
+
+namespace kiln::backend {
+namespace {
+
+constexpr size_t kMinBlock = 512;                 // every size is a multiple of this
+constexpr size_t kSmallSize = size_t{1} << 20;    // the small pool serves requests up to 1 MiB
+constexpr size_t kSmallSegment = size_t{2} << 20; // from segments of 2 MiB
+constexpr size_t kMinLargeSegment = size_t{10} << 20;  // requests below 10 MiB ...
+constexpr size_t kLargeSegment = size_t{20} << 20;     // ... share 20 MiB segments
+constexpr size_t kRoundLarge = size_t{2} << 20;        // larger ones get their size rounded to 2 MiB
+
+size_t segment_size(size_t size, bool small) {
+  if (small) return kSmallSegment;
+  if (size < kMinLargeSegment) return kLargeSegment;
+  return (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+}
+
+}  // namespace
+
+bool StreamAllocator::BlockLess::operator()(const Block* a, const Block* b) const {
+  if (a->stream != b->stream) return reinterpret_cast<uintptr_t>(a->stream) < reinterpret_cast<uintptr_t>(b->stream);
+  if (a->size != b->size) return a->size < b->size;
+  return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
+}
+
+size_t StreamAllocator::round_size(size_t n) { return n < kMinBlock ? kMinBlock : (n + kMinBlock - 1) / kMinBlock * kMinBlock; }
+
+StreamAllocator::StreamAllocator(std::string device_name, std::unique_ptr<StreamDevice> device,
+                                 CachingAllocator::Mode mode)
+    : device_name_(std::move(device_name)), device_(std::move(device)), mode_(mode) {}
+
+StreamAllocator::~StreamAllocator() {
+  // Runs at exit, when the driver may already be going away: return what is cached, leak
+  // blocks still handed out (their tensors outlive the allocator only in static destruction).
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [event, b] : pending_) device_->release_event(event);
+  pending_.clear();
+  for (Pool* p : {&small_pool_, &large_pool_}) {
+    for (Block* b : *p)
+      if (!b->prev && !b->next) device_->raw_free(b->ptr);
+    for (Block* b : *p) delete b;
+    p->clear();
+  }
+}
+
+StreamAllocator::Block* StreamAllocator::find_free_locked(size_t size, bool small, StreamId stream) {
+  Pool& p = pool(small);
+  Block key;
+  key.stream = stream;
+  key.size = size;
+  auto it = p.lower_bound(&key);
+  if (it == p.end() || (*it)->stream != stream) return nullptr;
+  Block* b = *it;
+  p.erase(it);
+  return b;
+}
+
+StreamAllocator::Block* StreamAllocator::new_segment_locked(size_t size, bool small, StreamId stream, size_t asked) {
+  const size_t seg = mode_ == CachingAllocator::Mode::System ? size : segment_size(size, small);
+  void* ptr = nullptr;
+  for (int attempt = 0; attempt < 2 && !ptr; ++attempt) {
+    if (attempt == 1) {  // free what the cache holds, then try once more
+      ++retries_;
+      device_->synchronize();
+      process_events_locked();
+      release_cached_locked();
+    }
+    if (limit_ && reserved_ + seg > limit_) continue;
+    ptr = device_->raw_alloc(seg);
+  }
+  if (!ptr) out_of_memory_locked(asked, !(limit_ && reserved_ + seg > limit_));
+  reserved_ += seg;
+  ++segments_;
+  if (mode_ == CachingAllocator::Mode::System) device_->fill(ptr, 0xFF, seg);
+  auto* b = new Block;
+  b->ptr = ptr;
+  b->size = seg;
+  b->stream = stream;
+  b->small = small;
+  return b;
+}
+
+void* StreamAllocator::allocate(size_t nbytes, StreamId stream) {
+  if (nbytes == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);
+  process_events_locked();
+  const size_t size = round_size(nbytes);
+  const bool small = size <= kSmallSize;
+  Block* b = mode_ == CachingAllocator::Mode::System ? nullptr : find_free_locked(size, small, stream);
+  if (!b) b = new_segment_locked(size, small, stream, nbytes);
+  // Split off what is not needed when it is worth keeping as a block of its own.
+  const size_t rest = b->size - size;
+  if (mode_ == CachingAllocator::Mode::Caching && (small ? rest >= kMinBlock : rest > kSmallSize)) {
+    auto* r = new Block;
+    r->ptr = static_cast<char*>(b->ptr) + size;
+    r->size = rest;
+    r->stream = stream;
+    r->small = small;
+    r->prev = b;
+    r->next = b->next;
+    if (b->next) b->next->prev = r;
+    b->next = r;
+    b->size = size;
+    pool(small).insert(r);
+  }
+  b->allocated = true;
+  allocated_blocks_[b->ptr] = b;
+  allocated_ += b->size;
+  if (allocated_ > peak_) peak_ = allocated_;
+  return b->ptr;
+}
+
+void StreamAllocator::deallocate(void* p) {
+  if (!p) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = allocated_blocks_.find(p);
+  KILN_CHECK(it != allocated_blocks_.end(), "allocate", "free of ", p, " which ", device_name_,
+             "'s allocator did not hand out");
+  Block* b = it->second;
+  allocated_blocks_.erase(it);
+  b->allocated = false;
+  allocated_ -= b->size;
+  if (mode_ == CachingAllocator::Mode::System) {
+    // The block is its own segment; the driver's free waits for the device, other streams too.
+    device_->raw_free(b->ptr);
+    reserved_ -= b->size;
+    delete b;
+    return;
+  }
+  if (!b->uses.empty()) {
+    for (StreamId s : b->uses) {
+      pending_.emplace_back(device_->record_event(s), b);
+      ++b->pending_events;
+    }
+    b->uses.clear();
+    return;
+  }
+  free_block_locked(b);
+}
+
+void StreamAllocator::record_stream(void* p, StreamId stream) {
+  if (!p) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = allocated_blocks_.find(p);
+  KILN_CHECK(it != allocated_blocks_.end(), "record_stream", "the tensor's memory was not allocated by ",
+             device_name_, "'s allocator");
+  Block* b = it->second;
+  if (stream == b->stream) return;  // its own stream orders its reuse already
+  for (StreamId s : b->uses)
+    if (s == stream) return;
+  b->uses.push_back(stream);
+}
+
+void StreamAllocator::free_block_locked(Block* b) {
+  Pool& p = pool(b->small);
+  for (Block* n : {b->prev, b->next}) {
+    if (!n || n->allocated || n->pending_events > 0) continue;
+    p.erase(n);
+    if (n == b->prev) {  // n absorbs nothing: b takes n's start
+      b->ptr = n->ptr;
+      b->prev = n->prev;
+      if (n->prev) n->prev->next = b;
+    } else {
+      b->next = n->next;
+      if (n->next) n->next->prev = b;
+    }
+    b->size += n->size;
+    delete n;
+  }
+  p.insert(b);
+}
+
+void StreamAllocator::process_events_locked() {
+  // Events complete in the order of their stream, not across streams: look at all of them.
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (!device_->event_done(it->first)) {
+      ++it;
+      continue;
+    }
+    device_->release_event(it->first);
+    Block* b = it->second;
+    it = pending_.erase(it);
+    if (--b->pending_events == 0) free_block_locked(b);
+  }
+}
+
+void StreamAllocator::release_cached_locked() {
+  for (Pool* p : {&small_pool_, &large_pool_}) {
+    for (auto it = p->begin(); it != p->end();) {
+      Block* b = *it;
+      if (b->prev || b->next) {  // part of a segment still in use
+        ++it;
+        continue;
+      }
+      device_->raw_free(b->ptr);
+      reserved_ -= b->size;
+      it = p->erase(it);
+      delete b;
+    }
+  }
+}
+
+void StreamAllocator::out_of_memory_locked(size_t asked, bool refused) {
+  ++ooms_;
+  const std::string usage = format_bytes(allocated_) + " in use, " + format_bytes(reserved_) + " reserved";
+  const size_t colon = device_name_.find(':');
+  const std::string kind = device_name_.substr(0, colon);
+  if (refused)
+    throw OutOfMemoryError(detail::cat("[", kind, "] out of memory on ", device_name_, ": asked ", format_bytes(asked),
+                                       ", which the driver refused; ", usage,
+                                       limit_ ? ", limit " + format_bytes(limit_) : std::string()));
+  throw OutOfMemoryError(detail::cat("[", kind, "] out of memory on ", device_name_, ": asked ", format_bytes(asked),
+                                     ", limit ", format_bytes(limit_), ", ", usage));
+}
+
+MemoryStats StreamAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  MemoryStats m;
+  m.allocated = allocated_;
+  m.reserved = reserved_;
+  m.peak = peak_;
+  m.limit = limit_;
+  m.os_allocations = segments_;
+  m.allocation_retries = retries_;
+  m.out_of_memory = ooms_;
+  m.caching = mode_ == CachingAllocator::Mode::Caching;
+  return m;
+}
+
+void StreamAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  peak_ = allocated_;
+}
+
+void StreamAllocator::set_limit(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  limit_ = bytes;
+}
+
+void StreamAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  device_->synchronize();
+  process_events_locked();
+  release_cached_locked();
+}
+
+}  // namespace kiln::backend
