@@ -63,8 +63,10 @@ if(KILN_HAVE_CUDA)
   # sm_90 code and its PTX by default (the H100/H200); -DKILN_CUDA_ARCHITECTURES=80;90 for more.
   set(KILN_CUDA_ARCHITECTURES "90" CACHE STRING "CUDA architectures to build for (CMAKE_CUDA_ARCHITECTURES)")
   set(CMAKE_CUDA_ARCHITECTURES ${KILN_CUDA_ARCHITECTURES})
-  # C++20 as the rest of Kiln (CMake 3.25 does not know nvcc's C++20 flag: given directly below).
   enable_language(CUDA)
+  # C++20 as the rest of Kiln: CMake 3.25 does not know nvcc's flag for it, so it is named here.
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
   # cuDNN (convolutions, fused attention) is optional: the toolkit's copy, CUDNN_ROOT, or the one
   # inside PyTorch's nvidia-cudnn wheel (GPU machines often have only that).
   execute_process(COMMAND python3 -c "import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__))"

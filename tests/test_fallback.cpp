@@ -1,12 +1,12 @@
 // The device plumbing without a GPU: a stand-in "cuda:0" backed by host memory exercises
 // tensor.to(device), cross-device copies and the CPU fallback with its counts.
-#include <array>
+#include <memory>
 
-#include "backend/cpu/host_runtime.h"
 #include "backend/dispatch.h"
 #include "kiln/models.h"
 #include "kiln/nn/functional.h"
 #include "kiln/optim.h"
+#include "stand_in_device.h"
 #include "test_util.h"
 #include "tools/kiln/device_choice.h"
 
@@ -14,41 +14,19 @@ using namespace kiln;
 
 namespace {
 
-// A device whose memory is host memory, so the fallback's copies can be checked here.
-class HostBackedRuntime final : public backend::cpu::HostRuntime {
- public:
-  HostBackedRuntime() : HostRuntime("host-backed test device") {}
-  void copy_to_host(void* d, const void* s, size_t n, int i) override { HostRuntime::copy_to_host(d, s, n, i); ++copies; }
-  void copy_from_host(void* d, const void* s, size_t n, int i) override { HostRuntime::copy_from_host(d, s, n, i); ++copies; }
-  int copies = 0;
-};
-
-// The stand-in takes the CUDA slot: its runtime, and no CUDA kernels (those of a CUDA build
-// would run device code on host memory), so every op goes through the fallback.
+// The stand-in takes the CUDA slot (tests/stand_in_device.h), so every op goes through the fallback.
 class Fallback : public ::testing::Test {
  protected:
   void SetUp() override {
     if (cuda::is_available()) GTEST_SKIP() << "a real GPU is present; the stand-in device is not needed";
-    saved_ = find_runtime(DeviceType::CUDA);
-    register_runtime(DeviceType::CUDA, &fake_);
-    active_ = true;
-    for (int op = 0; op < backend::kNumOps; ++op) {
-      const auto o = static_cast<backend::Op>(op);
-      kernels_[static_cast<size_t>(op)] = backend::kernel_for(o, DeviceType::CUDA);
-      backend::register_kernel(o, DeviceType::CUDA, nullptr);
-    }
+    stand_in_ = std::make_unique<test::StandInCuda>();
   }
   void TearDown() override {
-    if (!active_) return;
-    for (int op = 0; op < backend::kNumOps; ++op)
-      backend::register_kernel(static_cast<backend::Op>(op), DeviceType::CUDA, kernels_[static_cast<size_t>(op)]);
+    if (!stand_in_) return;
     backend::set_shadow_mode(backend::ShadowMode::Off);
-    register_runtime(DeviceType::CUDA, saved_);
+    stand_in_.reset();
   }
-  DeviceRuntime* saved_ = nullptr;
-  bool active_ = false;
-  HostBackedRuntime fake_;
-  std::array<backend::Kernel, backend::kNumOps> kernels_{};
+  std::unique_ptr<test::StandInCuda> stand_in_;
 };
 
 }  // namespace
@@ -57,7 +35,7 @@ TEST_F(Fallback, ToDeviceAndBackKeepsValues) {
   Tensor x = arange(12, kFloat32).reshape({3, 4});
   Tensor d = x.to(Device::cuda(0));
   EXPECT_EQ(d.device(), Device::cuda(0));
-  EXPECT_GT(fake_.copies, 0);
+  EXPECT_GT(stand_in_->runtime().copies, 0);
   test::expect_close(d.t().cpu(), test::values(x.t()), {4, 3});  // a non-contiguous device view
   EXPECT_GT(memory_stats(Device::cuda(0)).allocated, 0u);
 }

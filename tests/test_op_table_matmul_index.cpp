@@ -311,6 +311,13 @@ TEST(OpTableIndex, IndexSelect) {
     check(index_select(x.t, 1, tensor(iv, TensorOptions(kInt64).device(dev))), want, {300, 300}, kFloat32, dev,
           {0, 0}, "index_select [300, 200] dim 1 with 300 indices");
   }
+  // A 0-d input takes one index (PyTorch's rule), not several written past its one element.
+  for (Device dev : test::devices()) {
+    Tensor s = full({}, 3.5).to(dev);
+    EXPECT_EQ(index_select(s, 0, tensor(std::vector<int64_t>{0}, TensorOptions(kInt64).device(dev))).item<double>(), 3.5);
+    test::expect_error([&] { (void)index_select(s, 0, tensor(std::vector<int64_t>{0, 0, 0}, TensorOptions(kInt64).device(dev))); },
+                       "[index_select] a 0-d input takes exactly one index, got 3");
+  }
 }
 
 TEST(OpTableIndex, GatherAndScatterAdd) {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <map>
 
-#include "backend/cpu/host_runtime.h"
+#include "stand_in_device.h"
 #include "kiln/optim.h"
 #include "optim_fixture.h"
 #include "test_util.h"
@@ -370,16 +370,9 @@ TEST(OptimAdam, LoadStateDictErrors) {
 
 // A device without an AdamStep kernel: the whole group is one fallback call per step, on
 // copies of every tensor, and the results come back.
-class HostBackedRuntime final : public backend::cpu::HostRuntime {
- public:
-  HostBackedRuntime() : HostRuntime("host-backed test device") {}
-};
-
 TEST(OptimAdam, OneDispatchPerGroupAndDevice) {
   if (cuda::is_available()) GTEST_SKIP() << "a real GPU is present; the stand-in device is not needed";
-  DeviceRuntime* saved = find_runtime(DeviceType::CUDA);
-  HostBackedRuntime fake;
-  register_runtime(DeviceType::CUDA, &fake);
+  test::StandInCuda stand_in;
   {
     std::vector<Tensor> host, dev;
     for (int64_t n : {3, 5, 7, 2}) {
@@ -403,7 +396,6 @@ TEST(OptimAdam, OneDispatchPerGroupAndDevice) {
     EXPECT_TRUE(on_dev.state(dev[0]).at("step").device().is_cpu());
     EXPECT_EQ(on_dev.state(dev[0]).at("exp_avg").device(), Device::cuda(0));
   }
-  register_runtime(DeviceType::CUDA, saved);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // whatever the thread count, and keep NaN and logical semantics across the split.
 #include <cmath>
 
+#include "core/tensor_util.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -55,4 +56,15 @@ TEST(ReduceSplit, NanAndLogicalResultsSurviveTheSplit) {
     EXPECT_EQ(ints.sum().item<int64_t>(), kN);
     EXPECT_EQ(ints.sum().dtype(), kInt64);
   }
+}
+
+// A view whose 26 reduced dims cannot be merged (overlapping unit strides over 27 elements):
+// one clear error, not a walk past the end of the kernel's fixed index array.
+TEST(ReduceSplit, TooManyUnmergeableDimsIsAnError) {
+  Tensor base = arange(27, kFloat32);
+  Tensor v = make_view(base, Shape(26, 2), Shape(26, 1), 0);
+  test::expect_error([&] { (void)v.sum(); }, "exceeds the limit of 25");
+  Tensor w = make_view(base, Shape(25, 2), Shape(25, 1), 0);  // at the limit: fine
+  // Element i is reached once per choice of the dims at index 1 summing to i: sum = 25 * 2^24.
+  EXPECT_NEAR(w.sum().item<double>(), 25.0 * 16777216.0, 1.0);
 }

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <limits>
 
-#include "backend/cpu/host_runtime.h"
+#include "stand_in_device.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -157,14 +157,8 @@ TEST_F(Safetensors, SavesDeviceTensorsThroughTheHost) {
     return;
   }
   // No GPU: a stand-in "cuda:0" whose memory is host memory (as in test_fallback.cpp).
-  struct StandIn {
-    backend::cpu::HostRuntime fake{"host-backed test device"};
-    DeviceRuntime* saved = find_runtime(DeviceType::CUDA);
-    StandIn() { register_runtime(DeviceType::CUDA, &fake); }
-    ~StandIn() { register_runtime(DeviceType::CUDA, saved); }
-  };
   {
-    StandIn stand_in;
+    test::StandInCuda stand_in;
     Tensor d = arange(12, kFloat32).reshape({3, 4}).to(Device::cuda(0)).t();
     ASSERT_EQ(d.device(), Device::cuda(0));
     io::save_safetensors(path("d.safetensors"), {{"x", d}});

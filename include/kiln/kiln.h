@@ -4,6 +4,7 @@
 
 #include "kiln/autocast.h"
 #include "kiln/autograd.h"
+#include "kiln/cuda.h"
 #include "kiln/data.h"
 #include "kiln/device.h"
 #include "kiln/dtype.h"

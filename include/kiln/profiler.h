@@ -26,8 +26,10 @@ struct OpStat {
 //
 // Time: the wall time of each kernel call as the dispatcher sees it, including the CPU fallback's
 // copies for a device without the kernel; a kernel that dispatches other ops is charged only its
-// own (self) time. On CUDA, kernels run asynchronously: wall time there will need CUDA events
-// (or a synchronise per op) to mean kernel time; today it would be launch time.
+// own (self) time. On CUDA, kernels run asynchronously: an op's time there is its time on the GPU,
+// between CUDA events recorded around it on the current stream (the ops a device kernel
+// dispatches itself are counted, their time is the outer op's); reading a session's stats waits
+// for the GPU. Ops that fall back to the CPU are timed by the wall clock, copies included.
 //
 // FLOPs, from the shapes and attributes at dispatch (multiply and add each count 1, as in
 // PyTorch's torch.utils.flop_counter and the usual "model FLOPs"):

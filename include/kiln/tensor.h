@@ -59,8 +59,11 @@ struct Storage {
   std::atomic<uint64_t> version{0};
   // Bumped when autograd records an in-place change: views taken before it are stale.
   std::atomic<uint64_t> history{0};
+  bool pinned = false;  // CPU memory page-locked for asynchronous GPU copies
 
   Storage(size_t nbytes, Device device);  // allocates from the device's caching allocator
+  struct Pinned {};
+  Storage(size_t nbytes, Pinned);  // page-locked CPU memory from the CUDA runtime
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -134,6 +137,10 @@ class Tensor {
   Tensor to(Device device) const;
   Tensor to(Device device, ScalarType dtype) const;
   Tensor cpu() const { return to(Device::cpu()); }
+  // A copy in page-locked ("pinned") CPU memory, from which copies to a GPU are asynchronous
+  // (torch.Tensor.pin_memory); itself if already pinned. Needs a CUDA device.
+  Tensor pin_memory() const;
+  bool is_pinned() const;
   Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
 
   // ---- autograd

@@ -69,8 +69,25 @@ void run_fallback(Op op, Device device, std::span<const Tensor> inputs, std::spa
 }
 
 // A device kernel's run (not the CPU's): on the device's current stream, shadowed when asked.
+bool is_host_scalar(const Tensor& t) { return t.defined() && t.dim() == 0 && t.device().is_cpu(); }
+
+// A 0-d CPU tensor on the device (for an operand given as a C++ number).
+Tensor to_device_scalar(const Tensor& t, Device device) {
+  Tensor d = make_empty({}, t.dtype(), device);
+  copy_bytes(d.data_ptr(), device, t.data_ptr(), Device::cpu(), element_size(t.dtype()));
+  return d;
+}
+
 [[gnu::noinline]] void run_on_device(Op op, Device device, Kernel k, Supports supports, std::span<const Tensor> inputs,
                                      std::span<Tensor> outputs, const void* attrs) {
+  // Device kernels read device memory only: a 0-d CPU operand (a C++ number, which PyTorch's rule
+  // lets join any device) goes over first, queued on the stream like the kernel.
+  if (std::any_of(inputs.begin(), inputs.end(), is_host_scalar)) [[unlikely]] {
+    std::vector<Tensor> moved(inputs.begin(), inputs.end());
+    for (Tensor& t : moved)
+      if (is_host_scalar(t)) t = to_device_scalar(t, device);
+    return run_on_device(op, device, k, supports, moved, outputs, attrs);
+  }
   KernelArgs args{inputs, outputs, attrs, find_runtime(device.type)->current_stream(device.index)};
   if (supports && !supports(args)) {
     run_fallback(op, device, inputs, outputs, attrs);
@@ -107,8 +124,29 @@ void run_fallback(Op op, Device device, std::span<const Tensor> inputs, std::spa
 // themselves, so a kernel that dispatches other ops is charged only its self time.
 thread_local uint64_t t_child_nanos = 0;
 
+// Ops on a device run asynchronously: a device kernel is timed on the device, between events
+// around the outermost op this thread dispatches (the ops it dispatches itself are counted, and
+// their time is the outer op's).
+thread_local int t_device_depth = 0;
+
+void run_device_timed(Op op, Device device, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+                      const void* attrs, uint64_t flops) {
+  DeviceRuntime* rt = find_runtime(device.type);
+  void* start = t_device_depth == 0 && rt ? rt->timing_event(device.index) : nullptr;
+  struct Depth {
+    Depth() { ++t_device_depth; }
+    ~Depth() { --t_device_depth; }
+  };
+  {
+    Depth d;
+    run_unprofiled(op, device, inputs, outputs, attrs);
+  }
+  if (start) profiler::detail::record_device_time(op, rt, start, rt->timing_event(device.index));
+  profiler::detail::record(op, 0, flops);
+}
+
 // While a kiln::profiler::Session is alive: the call counted, its FLOPs and (when a session
-// wants it) its wall time. On CUDA this wall time is launch time: kernel time needs events.
+// wants it) its time: wall time on the CPU and through the fallback, device time on a device.
 [[gnu::noinline, gnu::cold]] void run_profiled(Op op, Device device, std::span<const Tensor> inputs,
                                     std::span<Tensor> outputs, const void* attrs) {
   const uint64_t flops = profiler::detail::op_flops(op, inputs, outputs, attrs);
@@ -117,6 +155,8 @@ thread_local uint64_t t_child_nanos = 0;
     profiler::detail::record(op, 0, flops);
     return;
   }
+  if (!device.is_cpu() && table().kernels[static_cast<int>(op)][static_cast<int>(device.type)] != nullptr)
+    return run_device_timed(op, device, inputs, outputs, attrs, flops);
   const uint64_t outer = t_child_nanos;
   t_child_nanos = 0;
   struct Restore {  // an op that throws is not recorded, and its caller's account is kept
@@ -148,6 +188,7 @@ void register_kernel(Op op, DeviceType device, Kernel kernel, Supports supports)
 bool has_kernel(Op op, DeviceType device) { return kernel_for(op, device) != nullptr; }
 
 Kernel kernel_for(Op op, DeviceType device) { return table().kernels[static_cast<int>(op)][static_cast<int>(device)]; }
+Supports supports_for(Op op, DeviceType device) { return table().supports[static_cast<int>(op)][static_cast<int>(device)]; }
 
 void run(Op op, Device device, std::span<const Tensor> inputs, std::span<Tensor> outputs,
          const void* attrs) {

@@ -58,6 +58,7 @@ void register_kernel(Op op, DeviceType device, Kernel kernel, Supports supports 
 bool has_kernel(Op op, DeviceType device);
 // The registered kernel, or nullptr (tests wrap kernels with it).
 Kernel kernel_for(Op op, DeviceType device);
+Supports supports_for(Op op, DeviceType device);
 
 // KILN_SHADOW=cpu (or set_shadow_mode) runs every op on a device tensor a second time, on the
 // CPU with copies of its inputs, and compares: the first op kind that differs beyond its dtype's

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <vector>
 #include <sstream>
 
 #include "backend/profiler_hooks.h"
@@ -50,6 +52,37 @@ void record(Op op, uint64_t nanos, uint64_t flops) {
   g_counters.count[i].fetch_add(1, std::memory_order_relaxed);
   if (nanos) g_counters.nanos[i].fetch_add(nanos, std::memory_order_relaxed);
   if (flops) g_counters.flops[i].fetch_add(flops, std::memory_order_relaxed);
+}
+
+namespace {
+struct DeviceTime {
+  Op op;
+  DeviceRuntime* runtime;
+  void* start;
+  void* end;
+};
+std::mutex g_device_mutex;
+std::vector<DeviceTime> g_device_times;  // recorded, not yet added
+constexpr size_t kMaxPendingDeviceTimes = 8192;
+
+void flush_locked() {
+  for (const DeviceTime& t : g_device_times) {
+    const double ms = t.runtime->elapsed_ms(t.start, t.end);
+    g_counters.nanos[static_cast<int>(t.op)].fetch_add(static_cast<uint64_t>(ms * 1e6), std::memory_order_relaxed);
+  }
+  g_device_times.clear();
+}
+}  // namespace
+
+void record_device_time(Op op, DeviceRuntime* runtime, void* start, void* end) {
+  std::lock_guard<std::mutex> lock(g_device_mutex);
+  g_device_times.push_back({op, runtime, start, end});
+  if (g_device_times.size() >= kMaxPendingDeviceTimes) flush_locked();  // bounded: a long session waits now and then
+}
+
+void flush_device_times() {
+  std::lock_guard<std::mutex> lock(g_device_mutex);
+  flush_locked();
 }
 
 uint64_t op_flops(Op op, std::span<const Tensor> in, std::span<const Tensor> out, const void* attrs) {
@@ -100,10 +133,14 @@ Session::~Session() {
   if (options_.timing) g_timing_sessions.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void Session::reset() { start_ = detail::snapshot(); }
+void Session::reset() {
+  detail::flush_device_times();
+  start_ = detail::snapshot();
+}
 
 std::vector<OpStat> Session::stats() const {
   using backend::kNumOps;
+  detail::flush_device_times();
   const std::vector<uint64_t> now = detail::snapshot();
   std::vector<OpStat> out;
   for (int i = 0; i < kNumOps; ++i) {

@@ -6,6 +6,7 @@
 #include <span>
 
 #include "backend/dispatch.h"
+#include "core/device_runtime.h"
 
 namespace kiln::profiler::detail {
 
@@ -19,6 +20,11 @@ inline bool timing_wanted() { return g_timing_sessions.load(std::memory_order_re
 
 // Adds one call of `op` to the process-wide counters every session reads.
 void record(backend::Op op, uint64_t nanos, uint64_t flops);
+// A device kernel's time, between two of the runtime's timing events (DeviceRuntime::timing_event):
+// added to op's time when a session next reads its stats (which waits for the device).
+void record_device_time(backend::Op op, DeviceRuntime* runtime, void* start, void* end);
+// Adds the device times recorded so far (waiting for their events).
+void flush_device_times();
 
 // The op's FLOPs by the convention in include/kiln/profiler.h, from its shapes and attributes.
 uint64_t op_flops(backend::Op op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,

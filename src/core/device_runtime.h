@@ -31,6 +31,15 @@ class DeviceRuntime {
   // The stream the calling thread's work on this device goes to (KernelArgs::stream); the CPU
   // has none.
   virtual void* current_stream(int /*index*/) { return nullptr; }
+  // Page-locked host memory for asynchronous copies to this kind of device (Tensor::pin_memory);
+  // nullptr when the runtime has none.
+  virtual void* allocate_pinned(size_t /*nbytes*/) { return nullptr; }
+  virtual void free_pinned(void* /*ptr*/) {}
+  // The profiler's kernel time on the device: a timed event recorded now on the current stream
+  // (nullptr: the runtime has none, wall time is used), and the milliseconds between two of
+  // them, which waits for the second and frees both.
+  virtual void* timing_event(int /*index*/) { return nullptr; }
+  virtual double elapsed_ms(void* /*start*/, void* /*end*/) { return 0; }
 };
 
 // Backends register their runtime at start-up.

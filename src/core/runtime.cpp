@@ -56,8 +56,17 @@ Storage::Storage(size_t n, Device d) : nbytes(n), device(d) {
   data = runtime_for(d, "allocate").allocate(n, d.index);
 }
 
+Storage::Storage(size_t n, Pinned) : nbytes(n), device(Device::cpu()), pinned(true) {
+  DeviceRuntime* cuda = find_runtime(DeviceType::CUDA);
+  KILN_CHECK(cuda && cuda->device_count() > 0, "pin_memory",
+             "needs a CUDA device (pinned memory is page-locked for copies to a GPU); none is present");
+  data = n ? cuda->allocate_pinned(n) : nullptr;
+}
+
 Storage::~Storage() {
-  if (data) find_runtime(device.type)->deallocate(data, nbytes, device.index);
+  if (!data) return;
+  if (pinned) find_runtime(DeviceType::CUDA)->free_pinned(data);
+  else find_runtime(device.type)->deallocate(data, nbytes, device.index);
 }
 
 MemoryStats memory_stats(Device device) { return runtime_for(device, "memory_stats").stats(device.index); }

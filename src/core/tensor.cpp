@@ -7,7 +7,8 @@
 
 namespace kiln {
 
-Tensor make_empty_strided(const Shape& shape, const Shape& strides, ScalarType dtype, Device device) {
+namespace {
+Tensor empty_strided(const Shape& shape, const Shape& strides, ScalarType dtype, Device device, bool pinned) {
   auto impl = std::make_shared<TensorImpl>();
   impl->numel = shape_numel(shape, "empty");
   int64_t span = 0;  // elements the storage must hold
@@ -23,11 +24,22 @@ Tensor make_empty_strided(const Shape& shape, const Shape& strides, ScalarType d
   int64_t nbytes = 0;
   KILN_CHECK(!__builtin_mul_overflow(span, static_cast<int64_t>(element_size(dtype)), &nbytes), "empty",
              "shape ", shape, " of ", dtype, " needs more bytes than can be addressed");
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(nbytes), device);
+  impl->storage = pinned ? std::make_shared<Storage>(static_cast<size_t>(nbytes), Storage::Pinned{})
+                         : std::make_shared<Storage>(static_cast<size_t>(nbytes), device);
   impl->sizes = shape;
   impl->strides = strides;
   impl->dtype = dtype;
   return Tensor(std::move(impl));
+}
+}  // namespace
+
+Tensor make_empty_strided(const Shape& shape, const Shape& strides, ScalarType dtype, Device device) {
+  return empty_strided(shape, strides, dtype, device, false);
+}
+
+Tensor make_empty_pinned(const Shape& shape, ScalarType dtype) {
+  shape_numel(shape, "empty");
+  return empty_strided(shape, contiguous_strides(shape), dtype, Device::cpu(), true);
 }
 
 Tensor make_empty(const Shape& shape, ScalarType dtype, Device device) {

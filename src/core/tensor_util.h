@@ -10,6 +10,8 @@ namespace kiln {
 // A new tensor over fresh storage on `device`; strides default to row-major.
 Tensor make_empty(const Shape& shape, ScalarType dtype, Device device);
 Tensor make_empty_strided(const Shape& shape, const Shape& strides, ScalarType dtype, Device device);
+// A contiguous CPU tensor in page-locked memory (needs a CUDA device; see Tensor::pin_memory).
+Tensor make_empty_pinned(const Shape& shape, ScalarType dtype);
 // Whether t's elements exactly fill a block of memory, each once (any dim order).
 bool is_non_overlapping_and_dense(const Tensor& t);
 // A new tensor of `shape` laid out like `like` when `like` has that shape and is dense in another

@@ -2,15 +2,18 @@
 // batches by worker threads.
 #include "kiln/data/dataloader.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <iostream>
 #include <mutex>
 #include <system_error>
 #include <thread>
 
 #include "core/philox.h"
 #include "kiln/ops.h"
+#include "kiln/runtime.h"
 
 namespace kiln::data {
 namespace {
@@ -86,6 +89,10 @@ struct EpochRun {
       }
       Batch batch = collate(examples);
       batch.index = b;
+      if (options.pin_memory) {
+        batch.data = batch.data.pin_memory();
+        if (batch.target.defined()) batch.target = batch.target.pin_memory();
+      }
       return batch;
     } catch (const Error&) {
       throw;
@@ -194,6 +201,12 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   KILN_CHECK(options_.num_workers >= 0, "DataLoader", "num_workers must be >= 0, got ", options_.num_workers);
   KILN_CHECK(options_.prefetch >= 1, "DataLoader", "prefetch must be at least 1, got ", options_.prefetch);
   KILN_CHECK(dataset_->size() >= 0, "DataLoader", "the dataset reports size ", dataset_->size());
+  if (options_.pin_memory && !cuda::is_available()) {  // as PyTorch: pinning needs a GPU
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true))
+      std::cerr << "kiln: warning: [DataLoader] pin_memory is set but no CUDA device is present; batches are not pinned\n";
+    options_.pin_memory = false;
+  }
 }
 
 int64_t DataLoader::size() const {

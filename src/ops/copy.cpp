@@ -24,9 +24,10 @@ bool may_overlap(const Tensor& dst, const Tensor& src) {
            dst.shape() == src.shape());
 }
 
-// A contiguous copy of t on another device (no autograd).
+// A contiguous copy of t on another device (no autograd). A strided view is made dense where it
+// is first (a device's own copy kernel: no trip through the host).
 Tensor transfer(const Tensor& t, Device device) {
-  Tensor src = t.device().is_cpu() || t.is_contiguous() ? t : host_mirror(t);
+  Tensor src = t;
   if (!src.is_contiguous()) {
     Tensor c = make_empty(src.shape(), src.dtype(), src.device());
     ops::run1(Op::Copy, src.device(), {src}, c);
@@ -119,6 +120,18 @@ Tensor Tensor::to(Device d) const {
 }
 
 Tensor Tensor::to(Device d, ScalarType t) const { return to(t).to(d); }
+
+Tensor Tensor::pin_memory() const {
+  ops::check_defined(*this, "pin_memory");
+  KILN_CHECK(device().is_cpu(), "pin_memory", "only CPU tensors can be pinned, got one on ", device().str());
+  if (is_pinned()) return *this;
+  Tensor out = make_empty_pinned(shape(), dtype());
+  ops::run1(Op::Copy, Device::cpu(), {*this}, out);
+  record_identity("PinMemoryBackward", *this, out);
+  return out;
+}
+
+bool Tensor::is_pinned() const { return defined() && impl()->storage && impl()->storage->pinned; }
 
 Tensor& Tensor::copy_(const Tensor& src) {
   ops::check_defined(*this, "copy_");

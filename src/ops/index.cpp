@@ -35,6 +35,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   const int64_t d = wrap_dim(dim, x.dim(), "index_select");
   Shape shape = x.shape();
   if (x.dim() > 0) shape[d] = index.numel();
+  else KILN_CHECK(index.numel() == 1, "index_select", "a 0-d input takes exactly one index, got ", index.numel());
   Tensor xc = x.contiguous();
   Tensor ic = ops::cast(index, kInt64).contiguous().reshape({-1});
   Tensor out = make_empty(shape, x.dtype(), x.device());

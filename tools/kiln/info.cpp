@@ -18,11 +18,20 @@ int info(int argc, char** argv) {
             << "threads:  " << get_num_threads() << "\n"
             << "oneDNN:   " << (b.onednn ? "built, version " + b.onednn_version : std::string("not built")) << "\n"
             << "CUDA:     " << (b.cuda ? "built" : "not built");
-  if (b.cuda) std::cout << ", " << cuda::device_count() << " device(s) present";
+  if (b.cuda) {
+    std::cout << ", runtime " << cuda::runtime_version() << ", cuBLAS " << cuda::cublas_version() << ", cuDNN "
+              << (cuda::cudnn_version().empty() ? std::string("not built") : cuda::cudnn_version()) << "; "
+              << cuda::device_count() << " device(s) present";
+  }
   std::cout << "\n";
   std::cout << "devices:  cpu";
   for (int i = 0; i < cuda::device_count(); ++i) std::cout << ", cuda:" << i;
   std::cout << "\n";
+  for (int i = 0; i < cuda::device_count(); ++i) {
+    const cuda::DeviceProperties p = cuda::get_device_properties(i);
+    std::cout << "cuda:" << i << ":   " << p.name << ", " << (p.total_memory >> 20) << " MiB, compute capability "
+              << p.major << "." << p.minor << ", " << p.multiprocessors << " SMs\n";
+  }
   MemoryStats m = memory_stats(Device::cpu());
   std::cout << "memory:   " << total_memory() / (1 << 20) << " MiB, limit "
             << (m.limit ? std::to_string(m.limit >> 20) + " MiB" : std::string("none")) << "\n";

@@ -31,6 +31,9 @@ struct DataLoaderOptions {
   int64_t num_workers = 0;  // 0: batches are made on the iterating thread
   int64_t prefetch = 2;     // ready batches each worker may hold ahead of the consumer
   uint64_t seed = 0;        // shuffling and random transforms derive from (seed, epoch)
+  // Batches in page-locked memory, so that batch.data.to(kiln::Device::cuda()) is asynchronous
+  // (done by the worker that makes the batch). Without a CUDA device: a warning, and not pinned.
+  bool pin_memory = false;
 };
 
 namespace detail {

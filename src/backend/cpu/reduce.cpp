@@ -46,6 +46,9 @@ ReducePlan make_reduce_plan(const Tensor& in, const Tensor& out, uint64_t mask) 
       p.red_in.push_back(stride);
     }
   }
+  // The walk over reduced elements keeps its position in a fixed array (no allocation per output).
+  KILN_CHECK(p.red_sizes.size() <= static_cast<size_t>(kMaxLoopDims), "reduce", "reducing over ", p.red_sizes.size(),
+             " dims that cannot be merged exceeds the limit of ", kMaxLoopDims, " (make the tensor contiguous first)");
   return p;
 }
 
@@ -194,9 +197,17 @@ void fold_kernel(KernelArgs& a) {
         return;
       }
       for_each_output<T, To>(p, in, out, [&](const T* base, To* dst) {
-        A acc = fold.template init<A>();
-        for_each_run(p, base, [&](const T* q, int64_t n, int64_t s) { acc = fold_run(acc, q, n, s); });
-        *dst = static_cast<To>(fold.done(acc, p.inner));
+        if constexpr (Fold::kSum && std::is_floating_point_v<A>) {
+          // Runs are summed on their own and added in double: a strided input (short runs) is
+          // then as accurate as a contiguous one.
+          double total = 0;
+          for_each_run(p, base, [&](const T* q, int64_t n, int64_t s) { total += fold_run(A(0), q, n, s); });
+          *dst = static_cast<To>(fold.done(static_cast<A>(total), p.inner));
+        } else {
+          A acc = fold.template init<A>();
+          for_each_run(p, base, [&](const T* q, int64_t n, int64_t s) { acc = fold_run(acc, q, n, s); });
+          *dst = static_cast<To>(fold.done(acc, p.inner));
+        }
       });
     }
   });

@@ -5,6 +5,8 @@
 #include <mutex>
 #include <vector>
 
+#include "backend/cuda/index_check.h"
+#include "backend/cuda/pinned.h"
 #include "backend/cuda/state.h"
 #include "core/device_runtime.h"
 
@@ -92,17 +94,21 @@ class CudaRuntime final : public DeviceRuntime {
   void set_limit(int index, size_t bytes) override { allocators_.at(index)->set_limit(bytes); }
   void empty_cache(int index) override { allocators_.at(index)->empty_cache(); }
   // Copies are queued on the current stream. From pageable host memory the driver stages the
-  // data before returning, so the caller may reuse its buffer at once; into host memory the
-  // caller reads the data next, so the stream is waited for.
+  // data before returning, so the caller may reuse its buffer at once; from pinned memory the
+  // copy is truly asynchronous and the pinned allocator keeps the block until it is done. Into
+  // host memory the caller reads the data next, so the stream is waited for.
   void copy_to_host(void* dst, const void* src, size_t n, int index) override {
     DeviceGuard g(index);
     cudaStream_t s = cuda::current_stream(index);
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s));
     KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+    raise_index_error(index);  // an index kernel's bad index surfaces here, as the CPU's would
   }
   void copy_from_host(void* dst, const void* src, size_t n, int index) override {
     DeviceGuard g(index);
-    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cuda::current_stream(index)));
+    cudaStream_t s = cuda::current_stream(index);
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s));
+    pinned_record(src, index, s);  // a pinned source is not reused before the copy has read it
   }
   void copy_on_device(void* dst, const void* src, size_t n, int index) override {
     DeviceGuard g(index);
@@ -111,6 +117,7 @@ class CudaRuntime final : public DeviceRuntime {
   void synchronize(int index) override {
     DeviceGuard g(index);
     KILN_CUDA_CHECK(cudaDeviceSynchronize());
+    raise_index_error(index);
   }
   size_t total_memory(int index) const override {
     cudaDeviceProp prop{};
@@ -118,6 +125,24 @@ class CudaRuntime final : public DeviceRuntime {
     return prop.totalGlobalMem;
   }
   void* current_stream(int index) override { return t_current[static_cast<size_t>(index)]; }
+  void* timing_event(int index) override {
+    DeviceGuard g(index);
+    cudaEvent_t e = nullptr;
+    KILN_CUDA_CHECK(cudaEventCreate(&e));
+    KILN_CUDA_CHECK(cudaEventRecord(e, cuda::current_stream(index)));
+    return e;
+  }
+  double elapsed_ms(void* start, void* end) override {
+    auto s = static_cast<cudaEvent_t>(start), e = static_cast<cudaEvent_t>(end);
+    float ms = 0;
+    KILN_CUDA_CHECK(cudaEventSynchronize(e));
+    KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, s, e));
+    cudaEventDestroy(s);
+    cudaEventDestroy(e);
+    return ms;
+  }
+  void* allocate_pinned(size_t nbytes) override { return pinned_allocate(nbytes); }
+  void free_pinned(void* p) override { pinned_free(p); }
 
   StreamAllocator& allocator(int index) { return *allocators_.at(static_cast<size_t>(index)); }
 

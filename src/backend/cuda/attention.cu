@@ -1,0 +1,239 @@
+// CUDA scaled_dot_product_attention, forward and backward, built from cuBLASLt products and
+// row kernels: scores = q k^T (one batched product), then one block per query row applies
+// scale, mask and causality, takes the softmax with its logsumexp and the dropout rule shared
+// with the CPU (attention_math.h: the same seed keeps the same scores), then out = P v.
+// Backward recomputes the scores from q, k and the saved logsumexp. Memory is quadratic in the
+// sequence length (the scores of every head at once); a fused kernel is the next step.
+#include <cmath>
+
+#include "backend/attention_math.h"
+#include "backend/cuda/device/block_reduce.cuh"
+#include "backend/cuda/gemm.h"
+#include "core/tensor_util.h"
+
+namespace kiln::backend::cuda {
+namespace {
+
+inline constexpr int kMaxBatchDims = 8;
+inline constexpr int kRowThreads = 128;
+
+// The mask's element offset for score (b, i, j) of the flattened batch b.
+struct MaskView {
+  const void* base = nullptr;
+  bool is_bool = false;
+  int nb = 0;
+  int64_t sizes[kMaxBatchDims] = {}, strides[kMaxBatchDims] = {};
+  int64_t rs = 0, cs = 0;
+  __device__ int64_t row_offset(int64_t b, int64_t i) const {
+    int64_t off = i * rs;
+    for (int d = nb - 1; d >= 0; --d) {
+      const int64_t q = b / sizes[d];
+      off += (b - q * sizes[d]) * strides[d];
+      b = q;
+    }
+    return off;
+  }
+};
+
+struct Dropout {
+  bool on = false;
+  uint32_t threshold = 0;
+  double keep_mul = 1;
+  uint64_t seed = 0, offset = 0;
+  // Score n = (b L + i) S + j is kept when word n % 4 of counter offset + n / 4 passes.
+  __device__ bool keep(uint64_t n) const {
+    const philox::U32x4 r = philox::philox(seed, offset + (n >> 2));
+    return (r.v[n & 3] >> 8) >= threshold;
+  }
+};
+
+struct Rows {
+  int64_t L = 0, S = 0;
+  double scale = 1;
+  bool causal = false;
+  MaskView mask;
+  Dropout drop;
+};
+
+// Score j of row (b, i) after scale, mask and causality (-inf when masked out).
+template <class T>
+__device__ T masked_score(const Rows& R, const T* s, int64_t b, int64_t i, int64_t j, int64_t moff) {
+  const T ninf = -INFINITY;
+  if (R.causal && j > i) return ninf;  // top-left aligned, as PyTorch
+  T v = s[j] * static_cast<T>(R.scale);
+  if (R.mask.base) {
+    const int64_t o = moff + j * R.mask.cs;
+    if (R.mask.is_bool) v = static_cast<const bool*>(R.mask.base)[o] ? v : ninf;
+    else v += static_cast<const T*>(R.mask.base)[o];
+  }
+  return v;
+}
+
+// One block per row of the scores [B, L, S]: softmax in place (with dropout applied), lse.
+template <class T>
+__global__ void softmax_rows(Rows R, T* scores, T* lse) {
+  __shared__ T shared[kRowThreads / kWarp];
+  const int64_t row = blockIdx.x, b = row / R.L, i = row % R.L;
+  T* s = scores + row * R.S;
+  const int64_t moff = R.mask.base ? R.mask.row_offset(b, i) : 0;
+  T m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < R.S; j += blockDim.x) m = MaxOp{}(m, masked_score(R, s, b, i, j, moff));
+  m = block_reduce(m, MaxOp{}, T(-INFINITY), shared);
+  T l = 0;
+  if (m != T(-INFINITY))
+    for (int64_t j = threadIdx.x; j < R.S; j += blockDim.x) l += exp(masked_score(R, s, b, i, j, moff) - m);
+  l = block_reduce(l, SumOp{}, T(0), shared);
+  // Every key masked: zeros, and +inf so that backward's exp(s - lse) is 0 (the CPU's rule).
+  const T row_lse = l == T(0) ? T(INFINITY) : m + log(l);
+  for (int64_t j = threadIdx.x; j < R.S; j += blockDim.x) {
+    T p = l == T(0) ? T(0) : exp(masked_score(R, s, b, i, j, moff) - row_lse);
+    if (R.drop.on) p = R.drop.keep(static_cast<uint64_t>(row * R.S + j)) ? p * static_cast<T>(R.drop.keep_mul) : T(0);
+    s[j] = p;
+  }
+  if (threadIdx.x == 0) lse[row] = row_lse;
+}
+
+// Backward, per row: from raw scores s recompute P = exp(masked s - lse); with dropout write
+// P_drop to pd (else the caller uses s itself, which then holds P).
+template <class T>
+__global__ void probs_rows(Rows R, T* s_all, const T* lse, T* pd_all) {
+  const int64_t row = blockIdx.x, b = row / R.L, i = row % R.L;
+  T* s = s_all + row * R.S;
+  const int64_t moff = R.mask.base ? R.mask.row_offset(b, i) : 0;
+  const T row_lse = lse[row];
+  for (int64_t j = threadIdx.x; j < R.S; j += blockDim.x) {
+    const T p = row_lse == T(INFINITY) ? T(0) : exp(masked_score(R, s, b, i, j, moff) - row_lse);
+    s[j] = p;
+    if (R.drop.on)
+      pd_all[row * R.S + j] = R.drop.keep(static_cast<uint64_t>(row * R.S + j)) ? p * static_cast<T>(R.drop.keep_mul) : T(0);
+  }
+}
+
+// dS = scale * P * (dP_drop * Z * keep_mul - D) in place over dp, D = rowsum(dO * O).
+template <class T>
+__global__ void score_grad_rows(Rows R, const T* p_all, T* dp_all, const T* go, const T* out, int64_t Ev) {
+  __shared__ T shared[kRowThreads / kWarp];
+  const int64_t row = blockIdx.x;
+  T d = 0;
+  for (int64_t e = threadIdx.x; e < Ev; e += blockDim.x) d += go[row * Ev + e] * out[row * Ev + e];
+  d = block_reduce(d, SumOp{}, T(0), shared);
+  const T* p = p_all + row * R.S;
+  T* dp = dp_all + row * R.S;
+  for (int64_t j = threadIdx.x; j < R.S; j += blockDim.x) {
+    T g = dp[j];
+    if (R.drop.on) g = R.drop.keep(static_cast<uint64_t>(row * R.S + j)) ? g * static_cast<T>(R.drop.keep_mul) : T(0);
+    dp[j] = static_cast<T>(R.scale) * p[j] * (g - d);
+  }
+}
+
+// [B..., R, C] with unit last stride as [Bt, R, C]: a view when the batch dims flatten to one
+// stride (or a broadcast of one matrix), else a dense copy.
+Tensor batched(const Tensor& t, int64_t Bt) {
+  const int64_t nb = t.dim() - 2, R = t.size(-2), C = t.size(-1);
+  int64_t stride = -1;
+  bool flat = true;
+  for (int64_t d = nb - 1; d >= 0 && flat; --d) {
+    if (t.size(d) == 1) continue;
+    if (stride < 0) {
+      stride = t.stride(d);
+    } else {
+      int64_t inner = 1;  // the product of the non-trivial batch sizes inside d
+      for (int64_t e = d + 1; e < nb; ++e) inner *= t.size(e);
+      flat = t.stride(d) == stride * inner;
+    }
+  }
+  if (flat) return make_view(t, {Bt, R, C}, {std::max<int64_t>(stride, 0), t.stride(-2), t.stride(-1)}, t.storage_offset());
+  return t.contiguous().view({Bt, R, C});
+}
+
+Rows make_rows(const AttentionAttrs& at, const Tensor& q, const Tensor& k, const Tensor* mask) {
+  Rows R;
+  R.L = q.size(-2), R.S = k.size(-2), R.scale = at.scale, R.causal = at.is_causal;
+  if (mask) {
+    const int nb = static_cast<int>(mask->dim() - 2);
+    R.mask.base = mask->data_ptr(), R.mask.is_bool = mask->dtype() == kBool, R.mask.nb = nb;
+    for (int d = 0; d < nb; ++d) R.mask.sizes[d] = mask->size(d), R.mask.strides[d] = mask->stride(d);
+    R.mask.rs = mask->stride(-2), R.mask.cs = mask->stride(-1);
+  }
+  if (at.dropout_p > 0) {
+    R.drop = {true, attention::keep_threshold(at.dropout_p), attention::keep_scale(at.dropout_p), at.seed, at.offset};
+  }
+  return R;
+}
+
+int64_t batch_numel(const Tensor& t) { return t.dim() == 2 ? 1 : t.numel() / (t.size(-2) * t.size(-1)); }
+
+template <class T>
+void forward_t(KernelArgs& a) {
+  const auto& at = *static_cast<const AttentionAttrs*>(a.attrs);
+  const Tensor &q = a.inputs[0], &k = a.inputs[1], &v = a.inputs[2];
+  const Tensor* mask = at.has_mask ? &a.inputs[3] : nullptr;
+  const Tensor &out = a.outputs[0], &lse = a.outputs[1];
+  cudaStream_t stream = stream_of(a);
+  const int64_t Bt = batch_numel(q), L = q.size(-2), S = k.size(-2), Ev = v.size(-1);
+  const Rows R = make_rows(at, q, k, mask);
+  const Tensor q3 = batched(q, Bt), k3 = batched(k, Bt), v3 = batched(v, Bt);
+  Tensor scores = make_empty({Bt, L, S}, q.dtype(), q.device());
+  if (S == 0 || q.size(-1) == 0) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(scores.data_ptr(), 0, scores.nbytes(), stream));
+  } else {
+    gemm(q3, k3.transpose(1, 2), scores, stream);
+  }
+  if (Bt * L > 0) {
+    softmax_rows<T><<<static_cast<unsigned>(Bt * L), kRowThreads, 0, stream>>>(R, scores.data_ptr<T>(), lse.data_ptr<T>());
+    KILN_CUDA_LAUNCHED("scaled_dot_product_attention softmax");
+  }
+  const Tensor out3 = out.view({Bt, L, Ev});
+  gemm(scores, v3, out3, stream);
+}
+
+template <class T>
+void backward_t(KernelArgs& a) {
+  const auto& at = *static_cast<const AttentionAttrs*>(a.attrs);
+  const Tensor &q = a.inputs[0], &k = a.inputs[1], &v = a.inputs[2];
+  const Tensor* mask = at.has_mask ? &a.inputs[3] : nullptr;
+  const size_t base = at.has_mask ? 4 : 3;
+  const Tensor &out = a.inputs[base], &lse = a.inputs[base + 1], &go = a.inputs[base + 2];
+  cudaStream_t stream = stream_of(a);
+  const int64_t Bt = batch_numel(q), L = q.size(-2), S = k.size(-2), E = q.size(-1), Ev = v.size(-1);
+  const Rows R = make_rows(at, q, k, mask);
+  const Tensor q3 = batched(q, Bt), k3 = batched(k, Bt), v3 = batched(v, Bt);
+  const Tensor go3 = go.is_contiguous() ? go.view({Bt, L, Ev}) : go.contiguous().view({Bt, L, Ev});
+  const Tensor gq = a.outputs[0].view({Bt, L, E}), gk = a.outputs[1].view({Bt, S, E}), gv = a.outputs[2].view({Bt, S, Ev});
+  Tensor p = make_empty({Bt, L, S}, q.dtype(), q.device());
+  if (E == 0) KILN_CUDA_CHECK(cudaMemsetAsync(p.data_ptr(), 0, p.nbytes(), stream));
+  else gemm(q3, k3.transpose(1, 2), p, stream);
+  Tensor pd = R.drop.on ? make_empty({Bt, L, S}, q.dtype(), q.device()) : p;
+  const unsigned rows = static_cast<unsigned>(Bt * L);
+  probs_rows<T><<<rows, kRowThreads, 0, stream>>>(R, p.data_ptr<T>(), lse.data_ptr<T>(), pd.data_ptr<T>());
+  KILN_CUDA_LAUNCHED("scaled_dot_product_attention backward probabilities");
+  gemm(pd.transpose(1, 2), go3, gv, stream);  // dV = P_drop^T dO
+  Tensor dp = make_empty({Bt, L, S}, q.dtype(), q.device());
+  gemm(go3, v3.transpose(1, 2), dp, stream);  // dP_drop = dO V^T
+  score_grad_rows<T><<<rows, kRowThreads, 0, stream>>>(R, p.data_ptr<T>(), dp.data_ptr<T>(), go3.data_ptr<T>(),
+                                                       out.data_ptr<T>(), Ev);
+  KILN_CUDA_LAUNCHED("scaled_dot_product_attention backward scores");
+  gemm(dp, k3, gq, stream);                  // dQ = dS K
+  gemm(dp.transpose(1, 2), q3, gk, stream);  // dK = dS^T Q
+}
+
+bool supports(const KernelArgs& a) {
+  const ScalarType t = a.inputs[0].dtype();
+  const int64_t nb = a.inputs[0].dim() - 2;
+  return (t == kFloat32 || t == kFloat64) && nb <= kMaxBatchDims;
+}
+
+void attention_forward(KernelArgs& a) {
+  if (a.inputs[0].dtype() == kFloat64) return forward_t<double>(a);
+  forward_t<float>(a);
+}
+void attention_backward(KernelArgs& a) {
+  if (a.inputs[0].dtype() == kFloat64) return backward_t<double>(a);
+  backward_t<float>(a);
+}
+
+KILN_REGISTER_KERNEL_IF(Op::Attention, DeviceType::CUDA, attention_forward, supports);
+KILN_REGISTER_KERNEL_IF(Op::AttentionBackward, DeviceType::CUDA, attention_backward, supports);
+
+}  // namespace
+}  // namespace kiln::backend::cuda

@@ -1,0 +1,237 @@
+// CUDA kernels for softmax, log_softmax and masked softmax over one dim of a contiguous tensor,
+// and the softmax backward passes. The tensor is viewed as [outer, n, inner] around the dim;
+// each of the outer * inner rows (n elements, inner apart) is reduced by a group of threads
+// (device/block_reduce.cuh's ThreadGroups): lanes along the row when it is contiguous (a warp,
+// or a block for long rows), lanes across neighbouring rows when it is strided (softmax over
+// the channels of NCHW). Math in float for 16-bit and float32, double for float64, with the
+// CPU kernels' rules for NaN, infinities and fully masked rows (backend/cpu/softmax.cpp).
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "backend/cuda/device/block_reduce.cuh"
+#include "backend/cuda/device/float_math.cuh"
+#include "backend/cuda/device/index_math.cuh"
+#include "backend/loop_plan.h"
+
+namespace kiln::backend::cuda {
+namespace {
+
+// Row r starts at (r / inner) * n * inner + r % inner; its elements are inner apart.
+struct RowGeom {
+  int64_t rows = 0, n = 1, inner = 1;
+  int64_t row_blocks = 0;  // ceil(rows / slots)
+};
+
+// The mask's offset for row r: x's dims other than `dim` (row-major over r, size-1 dims dropped,
+// coalesced) with the mask's strides (0 on broadcast dims), and its stride along `dim`.
+struct MaskGeom {
+  int nd = 0;
+  int64_t step = 0;
+  int64_t size[kMaxLoopDims], stride[kMaxLoopDims];
+};
+
+__device__ __forceinline__ int64_t mask_offset(const MaskGeom& mg, int64_t r) {
+  int64_t off = 0;
+  for (int d = mg.nd - 1; d >= 0; --d) off += take_index(r, mg.size[d]) * mg.stride[d];
+  return off;
+}
+
+// M: void (plain softmax), bool (true = keep) or T (added to x).
+template <class T, class M, bool kLog>
+__global__ void __launch_bounds__(1024)
+    softmax_forward(const T* x, T* y, const M* mask, const __grid_constant__ MaskGeom mg, RowGeom g, ThreadGroups tg) {
+  using A = compute_t<T>;
+  constexpr bool kMasked = !std::is_void_v<M>;
+  constexpr A kInf = std::numeric_limits<A>::infinity();
+  __shared__ A shared[1024];
+  const int slot = tg.slot(), lane = tg.lane();
+  // The trip count depends on the block only, so group_reduce's barriers are uniform.
+  for (int64_t rb = blockIdx.x; rb < g.row_blocks; rb += gridDim.x) {
+    const int64_t r = rb * tg.slots + slot;
+    const bool live = r < g.rows;
+    const int64_t base = live ? (r / g.inner) * g.n * g.inner + r % g.inner : 0;
+    int64_t moff = 0;
+    if constexpr (kMasked) moff = live ? mask_offset(mg, r) : 0;
+    auto score = [&](int64_t i) -> A {
+      A v = static_cast<A>(x[base + i * g.inner]);
+      if constexpr (std::is_same_v<M, bool>) v = mask[moff + i * mg.step] ? v : -kInf;
+      else if constexpr (kMasked) v += static_cast<A>(mask[moff + i * mg.step]);
+      return v;
+    };
+    A mx = -kInf;
+    if (live)
+      for (int64_t i = lane; i < g.n; i += tg.group) {
+        const A v = score(i);
+        mx = (v > mx || v != v) ? v : mx;
+      }
+    mx = group_reduce(mx, MaxOp{}, -kInf, tg, shared);  // NaN wins
+    // A fully masked row gives zeros; an infinite max is shifted to 0 (masked: also +inf) so
+    // that exp stays defined, as on the CPU.
+    const bool dead = kMasked && mx == -kInf;
+    if (mx == -kInf || (kMasked && mx == kInf)) mx = A(0);
+    A sum = 0;
+    if (live)
+      for (int64_t i = lane; i < g.n; i += tg.group) sum += dev_exp(score(i) - mx);
+    sum = group_reduce(sum, SumOp{}, A(0), tg, shared);
+    if (!live) continue;
+    if constexpr (kLog) {
+      const A lse = mx + dev_log(sum);
+      for (int64_t i = lane; i < g.n; i += tg.group) {
+        const int64_t k = base + i * g.inner;
+        y[k] = static_cast<T>(static_cast<A>(x[k]) - lse);
+      }
+    } else {
+      const A inv = A(1) / sum;
+      for (int64_t i = lane; i < g.n; i += tg.group)
+        y[base + i * g.inner] = dead ? T(0) : static_cast<T>(dev_exp(score(i) - mx) * inv);
+    }
+  }
+}
+
+// grad_x from grad_y and the forward output y: y * (gy - sum(gy * y)), or for log_softmax
+// gy - exp(y) * sum(gy).
+template <class T, bool kLog>
+__global__ void __launch_bounds__(1024)
+    softmax_backward(const T* gy, const T* y, T* gx, RowGeom g, ThreadGroups tg) {
+  using A = compute_t<T>;
+  __shared__ A shared[1024];
+  const int slot = tg.slot(), lane = tg.lane();
+  for (int64_t rb = blockIdx.x; rb < g.row_blocks; rb += gridDim.x) {
+    const int64_t r = rb * tg.slots + slot;
+    const bool live = r < g.rows;
+    const int64_t base = live ? (r / g.inner) * g.n * g.inner + r % g.inner : 0;
+    A dot = 0;
+    if (live)
+      for (int64_t i = lane; i < g.n; i += tg.group) {
+        const int64_t k = base + i * g.inner;
+        dot += kLog ? static_cast<A>(gy[k]) : static_cast<A>(gy[k]) * static_cast<A>(y[k]);
+      }
+    dot = group_reduce(dot, SumOp{}, A(0), tg, shared);
+    if (!live) continue;
+    for (int64_t i = lane; i < g.n; i += tg.group) {
+      const int64_t k = base + i * g.inner;
+      const A yv = static_cast<A>(y[k]), gv = static_cast<A>(gy[k]);
+      gx[k] = static_cast<T>(kLog ? gv - dev_exp(yv) * dot : yv * (gv - dot));
+    }
+  }
+}
+
+int64_t pow2_at_least(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// The rows of `t` around `dim` (a 0-d tensor is one row of one element).
+RowGeom rows_of(const Tensor& t, int64_t dim) {
+  RowGeom g;
+  int64_t outer = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t s = t.shape()[d];
+    if (d < dim) outer *= s;
+    else if (d == dim) g.n = s;
+    else g.inner *= s;
+  }
+  g.rows = outer * g.inner;
+  return g;
+}
+
+// Threads per block and how they split into rows; sets g.row_blocks.
+int plan_rows(RowGeom& g, ThreadGroups& tg) {
+  int threads = kThreads;
+  if (g.inner == 1) {  // contiguous rows: a warp (or less) for short ones, a block for long ones
+    if (g.n > 1024) {
+      threads = g.n >= 16384 ? 1024 : kThreads;
+      tg = {threads, 1, false};
+    } else {
+      const int group = static_cast<int>(std::min<int64_t>(kWarp, pow2_at_least(g.n)));
+      tg = {group, threads / group, false};
+    }
+  } else if (g.n <= 16) {  // short strided rows: a thread each, neighbours in memory side by side
+    tg = {1, threads, true};
+  } else {  // strided rows: 32 neighbouring rows per block, the rest of the block along them
+    const int slots = static_cast<int>(std::min<int64_t>(kWarp, pow2_at_least(g.rows)));
+    tg = {threads / slots, slots, true};
+  }
+  g.row_blocks = (g.rows + tg.slots - 1) / tg.slots;
+  return threads;
+}
+
+unsigned grid_for(const RowGeom& g) { return static_cast<unsigned>(std::min<int64_t>(g.row_blocks, int64_t{1} << 20)); }
+
+template <bool kLog>
+void softmax(KernelArgs& a) {
+  const Tensor &x = a.inputs[0], &y = a.outputs[0];
+  if (x.numel() == 0) return;
+  RowGeom g = rows_of(x, static_cast<const DimAttrs*>(a.attrs)->dim);
+  ThreadGroups tg;
+  const int threads = plan_rows(g, tg);
+  visit_float_dtype(x.dtype(), kLog ? "log_softmax" : "softmax", [&]<class T>() {
+    softmax_forward<T, void, kLog><<<grid_for(g), threads, 0, stream_of(a)>>>(
+        static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), nullptr, MaskGeom{}, g, tg);
+  });
+  KILN_CUDA_LAUNCHED(kLog ? "log_softmax" : "softmax");
+}
+
+template <bool kLog>
+void softmax_grad(KernelArgs& a) {
+  const Tensor &gy = a.inputs[0], &y = a.inputs[1], &gx = a.outputs[0];
+  if (y.numel() == 0) return;
+  RowGeom g = rows_of(y, static_cast<const DimAttrs*>(a.attrs)->dim);
+  ThreadGroups tg;
+  const int threads = plan_rows(g, tg);
+  visit_float_dtype(y.dtype(), "softmax_backward", [&]<class T>() {
+    softmax_backward<T, kLog><<<grid_for(g), threads, 0, stream_of(a)>>>(
+        static_cast<const T*>(gy.data_ptr()), static_cast<const T*>(y.data_ptr()), static_cast<T*>(gx.data_ptr()), g, tg);
+  });
+  KILN_CUDA_LAUNCHED("softmax_backward");
+}
+
+// x contiguous, mask expanded to x's shape (any strides), y contiguous.
+void masked_softmax(KernelArgs& a) {
+  const Tensor &x = a.inputs[0], &mask = a.inputs[1], &y = a.outputs[0];
+  if (x.numel() == 0) return;
+  const int64_t dim = static_cast<const MaskedSoftmaxAttrs*>(a.attrs)->dim;
+  RowGeom g = rows_of(x, dim);
+  ThreadGroups tg;
+  const int threads = plan_rows(g, tg);
+  MaskGeom mg;
+  mg.step = x.dim() == 0 ? 0 : mask.stride(dim);
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    const int64_t size = x.size(d), stride = mask.stride(d);
+    if (d == dim || size == 1) continue;
+    if (mg.nd > 0 && mg.stride[mg.nd - 1] == stride * size) {
+      mg.size[mg.nd - 1] *= size;
+      mg.stride[mg.nd - 1] = stride;
+    } else {
+      mg.size[mg.nd] = size;
+      mg.stride[mg.nd++] = stride;
+    }
+  }
+  visit_float_dtype(x.dtype(), "masked_softmax", [&]<class T>() {
+    auto launch = [&]<class M>() {
+      softmax_forward<T, M, false><<<grid_for(g), threads, 0, stream_of(a)>>>(
+          static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), static_cast<const M*>(mask.data_ptr()),
+          mg, g, tg);
+    };
+    if (mask.dtype() == kBool) launch.template operator()<bool>();
+    else if (mask.dtype() == x.dtype()) launch.template operator()<T>();
+    else KILN_FAIL("masked_softmax", "mask must be bool or ", x.dtype(), ", got ", mask.dtype());
+  });
+  KILN_CUDA_LAUNCHED("masked_softmax");
+}
+
+// The mask's geometry has fixed arrays: higher ranks run on the CPU.
+bool mask_fits(const KernelArgs& a) { return a.inputs[0].dim() <= kMaxLoopDims; }
+
+constexpr DeviceType kCuda = DeviceType::CUDA;
+KILN_REGISTER_KERNEL(Op::Softmax, kCuda, softmax<false>);
+KILN_REGISTER_KERNEL(Op::LogSoftmax, kCuda, softmax<true>);
+KILN_REGISTER_KERNEL(Op::SoftmaxBackward, kCuda, softmax_grad<false>);
+KILN_REGISTER_KERNEL(Op::LogSoftmaxBackward, kCuda, softmax_grad<true>);
+KILN_REGISTER_KERNEL_IF(Op::MaskedSoftmax, kCuda, masked_softmax, mask_fits);
+
+}  // namespace
+}  // namespace kiln::backend::cuda
