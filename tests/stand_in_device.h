@@ -17,7 +17,10 @@ class HostBackedRuntime final : public backend::cpu::HostRuntime {
  public:
   HostBackedRuntime() : HostRuntime("host-backed test device") {}
   void copy_to_host(void* d, const void* s, size_t n, int i) override { HostRuntime::copy_to_host(d, s, n, i); ++copies; }
-  void copy_from_host(void* d, const void* s, size_t n, int i) override { HostRuntime::copy_from_host(d, s, n, i); ++copies; }
+  void copy_from_host(void* d, const void* s, size_t n, int i, bool nb) override {
+    HostRuntime::copy_from_host(d, s, n, i, nb);
+    ++copies;
+  }
   int copies = 0;
 };
 

@@ -195,3 +195,30 @@ TEST_F(Fallback, ShadowModeNamesTheKernelThatDiffersFromTheCpu) {
   EXPECT_EQ(backend::shadow_mismatches()["Add"], before + 1);
   EXPECT_EQ(c.cpu().to_vector<float>()[2], 3.5f);
 }
+
+// A device kernel reads device memory only: an operand given as a C++ number (a 0-d CPU tensor,
+// which may join a device op) reaches it on the device, also after the op reshaped or expanded
+// it (index_select's 0-d index becomes a [1] view; masked_softmax expands its mask).
+namespace {
+int g_host_operands = 0;
+template <backend::Op kOp>
+void device_only(backend::KernelArgs& a) {
+  for (const Tensor& t : a.inputs)
+    if (t.defined() && t.device().is_cpu()) ++g_host_operands;
+  backend::kernel_for(kOp, DeviceType::CPU)(a);  // host memory: the CPU kernel works
+}
+}  // namespace
+
+TEST_F(Fallback, DeviceKernelsGetOnlyDeviceOperands) {
+  using backend::Op;
+  backend::register_kernel(Op::Mul, DeviceType::CUDA, device_only<Op::Mul>);
+  backend::register_kernel(Op::IndexSelect, DeviceType::CUDA, device_only<Op::IndexSelect>);
+  backend::register_kernel(Op::MaskedSoftmax, DeviceType::CUDA, device_only<Op::MaskedSoftmax>);
+  g_host_operands = 0;
+  Tensor x = arange(6, kFloat32).reshape({2, 3}).to(Device::cuda(0));
+  test::expect_close((x * 2.0).cpu(), {0, 2, 4, 6, 8, 10}, {2, 3});
+  test::expect_close(index_select(x, 0, full({}, 1, kInt64)).cpu(), {3, 4, 5}, {1, 3});
+  Tensor keep = full({}, true, kBool);
+  test::expect_close(masked_softmax(x, keep, -1).cpu().sum(std::vector<int64_t>{1}), {1, 1}, {2}, 1e-6);
+  EXPECT_EQ(g_host_operands, 0);
+}

@@ -134,7 +134,10 @@ class Tensor {
   Tensor clone() const;
   Tensor detach() const;
   Tensor to(ScalarType dtype) const;
-  Tensor to(Device device) const;
+  // non_blocking (torch's to(device, non_blocking=True)): from pinned memory, the copy to a GPU
+  // is only queued, and the source must not be written until the stream has done it; otherwise
+  // to() returns once the source may be reused.
+  Tensor to(Device device, bool non_blocking = false) const;
   Tensor to(Device device, ScalarType dtype) const;
   Tensor cpu() const { return to(Device::cpu()); }
   // A copy in page-locked ("pinned") CPU memory, from which copies to a GPU are asynchronous

@@ -68,27 +68,47 @@ void run_fallback(Op op, Device device, std::span<const Tensor> inputs, std::spa
     if (!outputs[i].device().is_cpu()) upload_mirror(out[i], outputs[i]);
 }
 
-// A device kernel's run (not the CPU's): on the device's current stream, shadowed when asked.
-bool is_host_scalar(const Tensor& t) { return t.defined() && t.dim() == 0 && t.device().is_cpu(); }
+// A device kernel's run (not the CPU's): on the device's current stream, with the device current,
+// shadowed when asked.
+bool on_host(const Tensor& t) { return t.defined() && t.device().is_cpu(); }
 
-// A 0-d CPU tensor on the device (for an operand given as a C++ number).
-Tensor to_device_scalar(const Tensor& t, Device device) {
-  Tensor d = make_empty({}, t.dtype(), device);
-  copy_bytes(d.data_ptr(), device, t.data_ptr(), Device::cpu(), element_size(t.dtype()));
+// A CPU operand's elements on the device, with its strides. Such operands come from 0-d CPU
+// tensors (C++ numbers, which PyTorch's rule lets join any device), perhaps reshaped or
+// expanded by the op: their span is one element, whatever their shape.
+Tensor to_device_mirror(const Tensor& t, Device device) {
+  Tensor d = make_empty_strided(t.shape(), t.strides(), t.dtype(), device);
+  const int64_t span = t.numel() == 0 ? 0 : element_span(t).second;
+  copy_bytes(d.data_ptr(), device, t.data_ptr(), Device::cpu(), static_cast<size_t>(span) * element_size(t.dtype()));
   return d;
 }
 
+// Makes a device current for a kernel's launches and library calls (multi-GPU: the tensors'
+// device, not the thread's current one), and restores the previous one.
+class DeviceScope {
+ public:
+  DeviceScope(DeviceRuntime* rt, int index) : rt_(rt), prev_(rt->exchange_device(index)), index_(index) {}
+  ~DeviceScope() {
+    if (prev_ != index_) rt_->exchange_device(prev_);
+  }
+
+ private:
+  DeviceRuntime* rt_;
+  int prev_, index_;
+};
+
 [[gnu::noinline]] void run_on_device(Op op, Device device, Kernel k, Supports supports, std::span<const Tensor> inputs,
                                      std::span<Tensor> outputs, const void* attrs) {
-  // Device kernels read device memory only: a 0-d CPU operand (a C++ number, which PyTorch's rule
-  // lets join any device) goes over first, queued on the stream like the kernel.
-  if (std::any_of(inputs.begin(), inputs.end(), is_host_scalar)) [[unlikely]] {
+  // Device kernels read device memory only: CPU operands go over first, queued on the stream
+  // like the kernel.
+  if (std::any_of(inputs.begin(), inputs.end(), on_host)) [[unlikely]] {
     std::vector<Tensor> moved(inputs.begin(), inputs.end());
     for (Tensor& t : moved)
-      if (is_host_scalar(t)) t = to_device_scalar(t, device);
+      if (on_host(t)) t = to_device_mirror(t, device);
     return run_on_device(op, device, k, supports, moved, outputs, attrs);
   }
-  KernelArgs args{inputs, outputs, attrs, find_runtime(device.type)->current_stream(device.index)};
+  DeviceRuntime* rt = find_runtime(device.type);
+  DeviceScope scope(rt, device.index);
+  KernelArgs args{inputs, outputs, attrs, rt->current_stream(device.index)};
   if (supports && !supports(args)) {
     run_fallback(op, device, inputs, outputs, attrs);
     return;

@@ -21,9 +21,11 @@ class DeviceRuntime {
   virtual void reset_peak(int index) = 0;
   virtual void set_limit(int index, size_t bytes) = 0;
   virtual void empty_cache(int index) = 0;
-  // Copies nbytes between this device (index) and the host, or within this device.
+  // Copies nbytes between this device (index) and the host, or within this device. A copy from
+  // the host returns once `src` may be reused, unless non_blocking (then, from pinned memory, it
+  // may still be read after the call: the caller must not write it before the stream is done).
   virtual void copy_to_host(void* dst, const void* src, size_t nbytes, int index) = 0;
-  virtual void copy_from_host(void* dst, const void* src, size_t nbytes, int index) = 0;
+  virtual void copy_from_host(void* dst, const void* src, size_t nbytes, int index, bool non_blocking) = 0;
   virtual void copy_on_device(void* dst, const void* src, size_t nbytes, int index) = 0;
   virtual void synchronize(int index) = 0;
   // The device's memory in bytes (see kiln::total_memory).
@@ -31,6 +33,9 @@ class DeviceRuntime {
   // The stream the calling thread's work on this device goes to (KernelArgs::stream); the CPU
   // has none.
   virtual void* current_stream(int /*index*/) { return nullptr; }
+  // Makes `index` the calling thread's current device and returns the previous one (device
+  // kernels launch on the current device); a runtime with no such notion returns `index`.
+  virtual int exchange_device(int index) { return index; }
   // Page-locked host memory for asynchronous copies to this kind of device (Tensor::pin_memory);
   // nullptr when the runtime has none.
   virtual void* allocate_pinned(size_t /*nbytes*/) { return nullptr; }
@@ -50,6 +55,7 @@ DeviceRuntime& runtime_for(Device device, const char* where);
 DeviceRuntime* find_runtime(DeviceType type);
 
 // Copies contiguous bytes between any two devices.
-void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
+                bool non_blocking = false);
 
 }  // namespace kiln

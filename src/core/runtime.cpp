@@ -34,12 +34,12 @@ DeviceRuntime& runtime_for(Device device, const char* where) {
   return *r;
 }
 
-void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes, bool non_blocking) {
   if (nbytes == 0) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
     std::memcpy(dst, src, nbytes);
   } else if (src_device.is_cpu()) {
-    runtime_for(dst_device, "copy").copy_from_host(dst, src, nbytes, dst_device.index);
+    runtime_for(dst_device, "copy").copy_from_host(dst, src, nbytes, dst_device.index, non_blocking);
   } else if (dst_device.is_cpu()) {
     runtime_for(src_device, "copy").copy_to_host(dst, src, nbytes, src_device.index);
   } else if (dst_device == src_device) {
@@ -48,7 +48,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     // Between two accelerators: through the host (peer copies come with multi-GPU work).
     std::vector<char> host(nbytes);
     runtime_for(src_device, "copy").copy_to_host(host.data(), src, nbytes, src_device.index);
-    runtime_for(dst_device, "copy").copy_from_host(dst, host.data(), nbytes, dst_device.index);
+    runtime_for(dst_device, "copy").copy_from_host(dst, host.data(), nbytes, dst_device.index, false);
   }
 }
 

@@ -26,7 +26,7 @@ bool may_overlap(const Tensor& dst, const Tensor& src) {
 
 // A contiguous copy of t on another device (no autograd). A strided view is made dense where it
 // is first (a device's own copy kernel: no trip through the host).
-Tensor transfer(const Tensor& t, Device device) {
+Tensor transfer(const Tensor& t, Device device, bool non_blocking = false) {
   Tensor src = t;
   if (!src.is_contiguous()) {
     Tensor c = make_empty(src.shape(), src.dtype(), src.device());
@@ -34,7 +34,7 @@ Tensor transfer(const Tensor& t, Device device) {
     src = c;
   }
   Tensor out = make_empty(t.shape(), t.dtype(), device);
-  copy_bytes(out.data_ptr(), device, src.data_ptr(), src.device(), out.nbytes());
+  copy_bytes(out.data_ptr(), device, src.data_ptr(), src.device(), out.nbytes(), non_blocking);
   return out;
 }
 
@@ -110,11 +110,11 @@ Tensor Tensor::to(ScalarType t) const {
   return out;
 }
 
-Tensor Tensor::to(Device d) const {
+Tensor Tensor::to(Device d, bool non_blocking) const {
   ops::check_defined(*this, "to");
   if (d == device()) return *this;
   runtime_for(d, "to");
-  Tensor out = transfer(*this, d);
+  Tensor out = transfer(*this, d, non_blocking);
   record_identity("ToCopyBackward", *this, out);
   return out;
 }

@@ -27,25 +27,29 @@ void check_gather_shape(const Tensor& x, int64_t d, const Tensor& index, const c
 
 }  // namespace
 
+// A 0-d CPU operand (which may join a device op) on the op's device, without autograd (the op
+// records its own node).
+static Tensor on_device(const Tensor& t, Device dev) { return t.device() == dev ? t : t.detach().to(dev); }
+
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   ops::check_defined(x, "index_select");
   check_index(index, "index_select");
   KILN_CHECK(index.dim() <= 1, "index_select", "index must be 0-d or 1-D, got shape ", index.shape());
-  ops::common_device({&x, &index}, "index_select");
+  const Device dev = ops::common_device({&x, &index}, "index_select");
   const int64_t d = wrap_dim(dim, x.dim(), "index_select");
   Shape shape = x.shape();
   if (x.dim() > 0) shape[d] = index.numel();
   else KILN_CHECK(index.numel() == 1, "index_select", "a 0-d input takes exactly one index, got ", index.numel());
-  Tensor xc = x.contiguous();
+  Tensor xc = on_device(x, dev).contiguous();
   Tensor ic = ops::cast(index, kInt64).contiguous().reshape({-1});
-  Tensor out = make_empty(shape, x.dtype(), x.device());
+  Tensor out = make_empty(shape, x.dtype(), dev);
   backend::DimAttrs attrs{d};
-  backend::run(Op::IndexSelect, x.device(), std::initializer_list<Tensor>{xc, ic}, std::span<Tensor>(&out, 1), &attrs);
+  backend::run(Op::IndexSelect, dev, std::initializer_list<Tensor>{xc, ic}, std::span<Tensor>(&out, 1), &attrs);
   if (autograd::needs_grad({&x}))
-    autograd::record("IndexSelectBackward", {&x}, out, [shape = x.shape(), d, si = SavedTensor(ic)](const Tensor& g) -> TensorList {
+    autograd::record("IndexSelectBackward", {&x}, out, [shape = x.shape(), d, si = SavedTensor(ic), xdev = x.device()](const Tensor& g) -> TensorList {
       Tensor idx = si.get("IndexSelectBackward");
       Tensor z = zeros(shape, g.options());
-      if (shape.empty()) return {g.reshape(shape)};
+      if (shape.empty()) return {g.reshape(shape).to(xdev)};
       // scatter_add along d with the index broadcast over the other dims
       Shape view(shape.size(), 1);
       view[d] = idx.numel();
@@ -58,16 +62,16 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   ops::check_defined(x, "gather");
   check_index(index, "gather");
-  ops::common_device({&x, &index}, "gather");
+  const Device dev = ops::common_device({&x, &index}, "gather");
   const int64_t d = wrap_dim(dim, x.dim(), "gather");
   check_gather_shape(x, d, index, "gather");
   Tensor ic = ops::cast(index, kInt64).contiguous();
-  Tensor out = make_empty(index.shape(), x.dtype(), x.device());
+  Tensor out = make_empty(index.shape(), x.dtype(), dev);
   backend::DimAttrs attrs{d};
-  backend::run(Op::Gather, x.device(), std::initializer_list<Tensor>{x, ic}, std::span<Tensor>(&out, 1), &attrs);
+  backend::run(Op::Gather, dev, std::initializer_list<Tensor>{on_device(x, dev), ic}, std::span<Tensor>(&out, 1), &attrs);
   if (autograd::needs_grad({&x}))
-    autograd::record("GatherBackward", {&x}, out, [shape = x.shape(), d, si = SavedTensor(ic)](const Tensor& g) -> TensorList {
-      return {scatter_add(zeros(shape, g.options()), d, si.get("GatherBackward"), g)};
+    autograd::record("GatherBackward", {&x}, out, [shape = x.shape(), d, si = SavedTensor(ic), xdev = x.device()](const Tensor& g) -> TensorList {
+      return {scatter_add(zeros(shape, g.options()), d, si.get("GatherBackward"), g).to(xdev)};
     });
   return out;
 }
@@ -76,20 +80,20 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   ops::check_defined(x, "scatter_add");
   ops::check_defined(src, "scatter_add");
   check_index(index, "scatter_add");
-  ops::common_device({&x, &index, &src}, "scatter_add");
+  const Device dev = ops::common_device({&x, &index, &src}, "scatter_add");
   KILN_CHECK(src.dtype() == x.dtype(), "scatter_add", "src has dtype ", src.dtype(), " but the tensor has ", x.dtype());
   const int64_t d = wrap_dim(dim, x.dim(), "scatter_add");
   KILN_CHECK(src.dim() == index.dim(), "scatter_add", "src has rank ", src.dim(), " but index has rank ", index.dim());
   check_gather_shape(x, d, index, "scatter_add", &src);
   Tensor ic = ops::cast(index, kInt64).contiguous();
-  Tensor out = make_empty(x.shape(), x.dtype(), x.device());
-  ops::run1(Op::Copy, x.device(), {x}, out);
+  Tensor out = make_empty(x.shape(), x.dtype(), dev);
+  ops::run1(Op::Copy, dev, {on_device(x, dev)}, out);
   backend::DimAttrs attrs{d};
-  backend::run(Op::ScatterAdd, x.device(), std::initializer_list<Tensor>{ic, src}, std::span<Tensor>(&out, 1), &attrs);
+  backend::run(Op::ScatterAdd, dev, std::initializer_list<Tensor>{ic, on_device(src, dev)}, std::span<Tensor>(&out, 1), &attrs);
   if (autograd::needs_grad({&x, &src}))
     autograd::record("ScatterAddBackward", {&x, &src}, out,
                      [d, si = SavedTensor(ic), nx = x.requires_grad(), ns = src.requires_grad(),
-                      src_shape = src.shape()](const Tensor& g) -> TensorList {
+                      src_shape = src.shape(), xdev = x.device(), sdev = src.device()](const Tensor& g) -> TensorList {
                        Tensor gs;
                        if (ns) {
                          gs = gather(g, d, si.get("ScatterAddBackward"));
@@ -103,7 +107,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
                            gs = full;
                          }
                        }
-                       return {nx ? g : Tensor(), gs};
+                       return {nx ? g.to(xdev) : Tensor(), gs.defined() ? gs.to(sdev) : gs};
                      });
   return out;
 }

@@ -31,7 +31,7 @@ class HostRuntime : public DeviceRuntime {
   void set_limit(int, size_t bytes) override { cache_.set_limit(bytes); }
   void empty_cache(int) override { cache_.empty_cache(); }
   void copy_to_host(void* dst, const void* src, size_t n, int) override { std::memcpy(dst, src, n); }
-  void copy_from_host(void* dst, const void* src, size_t n, int) override { std::memcpy(dst, src, n); }
+  void copy_from_host(void* dst, const void* src, size_t n, int, bool) override { std::memcpy(dst, src, n); }
   void copy_on_device(void* dst, const void* src, size_t n, int) override { std::memcpy(dst, src, n); }
   void synchronize(int) override {}
   size_t total_memory(int) const override;

@@ -65,6 +65,9 @@ class CudaStreamDevice final : public StreamDevice {
   void fill(void* p, int byte, size_t n) override {
     DeviceGuard g(index_);
     KILN_CUDA_CHECK(cudaMemset(p, byte, n));
+    // cudaMemset of device memory may return before it runs, and the pool's streams do not wait
+    // for the legacy stream: a kernel could write the block before the poison lands on it.
+    KILN_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
  private:
@@ -104,11 +107,13 @@ class CudaRuntime final : public DeviceRuntime {
     KILN_CUDA_CHECK(cudaStreamSynchronize(s));
     raise_index_error(index);  // an index kernel's bad index surfaces here, as the CPU's would
   }
-  void copy_from_host(void* dst, const void* src, size_t n, int index) override {
+  void copy_from_host(void* dst, const void* src, size_t n, int index, bool non_blocking) override {
     DeviceGuard g(index);
     cudaStream_t s = cuda::current_stream(index);
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s));
-    pinned_record(src, index, s);  // a pinned source is not reused before the copy has read it
+    // A pinned source is not reused for another tensor before the copy has read it; and unless
+    // asked for non_blocking, the caller may write it as soon as we return (PyTorch's rule).
+    if (pinned_record(src, index, s) && !non_blocking) KILN_CUDA_CHECK(cudaStreamSynchronize(s));
   }
   void copy_on_device(void* dst, const void* src, size_t n, int index) override {
     DeviceGuard g(index);
@@ -125,6 +130,12 @@ class CudaRuntime final : public DeviceRuntime {
     return prop.totalGlobalMem;
   }
   void* current_stream(int index) override { return t_current[static_cast<size_t>(index)]; }
+  int exchange_device(int index) override {
+    int prev = 0;
+    KILN_CUDA_CHECK(cudaGetDevice(&prev));
+    if (prev != index) KILN_CUDA_CHECK(cudaSetDevice(index));
+    return prev;
+  }
   void* timing_event(int index) override {
     DeviceGuard g(index);
     cudaEvent_t e = nullptr;

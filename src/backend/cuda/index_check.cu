@@ -50,7 +50,9 @@ std::optional<IndexError> take_index_error(int device) {
   IndexErrorSlot host{};
   // Device to pageable host memory: returns once the copy is done.
   KILN_CUDA_CHECK(cudaMemcpy(&host, slot, sizeof(host), cudaMemcpyDeviceToHost));
-  if (host.claimed == 0) return std::nullopt;
+  // Claimed but not ready: a kernel still running on another stream is writing it; the next
+  // synchronising call reports it.
+  if (host.claimed == 0 || host.ready == 0) return std::nullopt;
   // The clear is waited for, so a kernel queued after this call cannot record before it lands.
   KILN_CUDA_CHECK(cudaMemsetAsync(slot, 0, sizeof(IndexErrorSlot), nullptr));
   KILN_CUDA_CHECK(cudaStreamSynchronize(nullptr));

@@ -22,6 +22,7 @@ const char* index_op_name(IndexOp op);
 // not necessarily the lowest position the CPU kernel would have reported.
 struct IndexErrorSlot {
   uint32_t claimed;
+  uint32_t ready;     // set after the fields below are written
   int32_t op;         // an IndexOp
   int64_t index;      // the bad index (or target)
   int64_t size;       // the size it had to be below (rows, dim size, classes)

@@ -1,9 +1,11 @@
 // CUDA kernels for layer norm over the rows of a [rows, n] tensor (the contract of
 // backend/cpu/layer_norm.cpp): the forward pass (per-row mean and 1/std, then y), the backward's
 // input gradient per row, and the weight/bias gradients as column sums over rows: per-block
-// partial sums in double, then a fixed-order final sum (deterministic, no float atomics).
-#include "backend/cuda/device/float_math.cuh"
+// partial sums in double, then a fixed-order final sum (deterministic, no float atomics; the
+// tiling is layer_norm_plan.h's).
 #include "backend/cuda/device/row_group.cuh"
+#include "backend/cuda/float_math.h"
+#include "backend/cuda/layer_norm_plan.h"
 #include "core/tensor_util.h"
 
 namespace kiln::backend::cuda {
@@ -179,13 +181,9 @@ void layer_norm_backward(KernelArgs& a) {
       KILN_CUDA_LAUNCHED("layer_norm_backward");
     }
     if (!at.grad_weight && !at.grad_bias) return;
-    // Chunks of at least 32 rows, about 2048 blocks in all; the split depends on rows and n
-    // only, so the sums come out the same on every device and every run.
-    const int64_t tiles = (n + kWarp - 1) / kWarp;
-    const int64_t max_chunks = std::max<int64_t>(1, 2048 / tiles);
-    const int64_t want = std::clamp<int64_t>((rows + 31) / 32, 1, max_chunks);
-    const int64_t rows_per_chunk = std::max<int64_t>(1, (rows + want - 1) / want);
-    const int64_t chunks = std::max<int64_t>(1, (rows + rows_per_chunk - 1) / rows_per_chunk);
+    // The same split on every device and every run (it depends on rows and n only).
+    const ParamChunks pc = param_chunks(rows, n);
+    const int64_t tiles = pc.tiles, rows_per_chunk = pc.rows_per_chunk, chunks = pc.chunks;
     KILN_CHECK(tiles <= INT32_MAX, "layer_norm_backward", "rows of ", n, " elements are too long");
     const Device dev = x.device();
     Tensor part_w = at.grad_weight ? make_empty({chunks, n}, kFloat64, dev) : Tensor();

@@ -4,9 +4,9 @@
 // [0, C) that is not ignore_index is recorded for the host (index_check.h) and its row gives NaN.
 #include <cmath>
 
-#include "backend/cuda/device/float_math.cuh"
 #include "backend/cuda/device/index_error.cuh"
 #include "backend/cuda/device/row_group.cuh"
+#include "backend/cuda/float_math.h"
 
 namespace kiln::backend::cuda {
 namespace {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include "backend/cuda/context.h"
@@ -84,8 +85,11 @@ void make_layout(Layout& l, cudaDataType_t dt, uint64_t rows, uint64_t cols, int
 // What decides the algorithm: the cache key.
 using PlanKey = std::tuple<int, cudaStream_t, int, int, int, int64_t, int64_t, int64_t, int64_t, bool, bool, int64_t,
                            int64_t, int64_t, int64_t, int, uint32_t, uint32_t, uint32_t, uint32_t>;
+// The heuristic's choice per geometry, or nullopt where it had none (asked once, not per call).
+// Bounded: a workload whose shapes never repeat starts the cache afresh now and then.
 std::mutex g_plan_mutex;
-std::map<PlanKey, cublasLtMatmulAlgo_t> g_plans;
+std::map<PlanKey, std::optional<cublasLtMatmulAlgo_t>> g_plans;
+constexpr size_t kMaxPlans = 4096;
 
 struct Gemm {
   const Tensor *a, *w, *out;
@@ -146,7 +150,10 @@ bool lt_matmul(const Gemm& g, cudaStream_t stream, bool fuse_epilogue) {
   {
     std::lock_guard<std::mutex> lock(g_plan_mutex);
     auto it = g_plans.find(key);
-    if (it != g_plans.end()) algo = it->second, cached = true;
+    if (it != g_plans.end()) {
+      if (!it->second) return false;
+      algo = *it->second, cached = true;
+    }
   }
   if (!cached) {
     Preference pref;
@@ -161,11 +168,13 @@ bool lt_matmul(const Gemm& g, cudaStream_t stream, bool fuse_epilogue) {
     int found = 0;
     const cublasStatus_t st =
         cublasLtMatmulAlgoGetHeuristic(handle, desc.h, la.h, lb.h, lc.h, lc.h, pref.h, 1, &result, &found);
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
-    KILN_CUBLAS_CHECK(st);
-    algo = result.algo;
+    const bool none = st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0);
+    if (!none) KILN_CUBLAS_CHECK(st);
     std::lock_guard<std::mutex> lock(g_plan_mutex);
-    g_plans.emplace(key, algo);
+    if (g_plans.size() >= kMaxPlans) g_plans.clear();
+    g_plans.emplace(key, none ? std::nullopt : std::optional<cublasLtMatmulAlgo_t>(result.algo));
+    if (none) return false;
+    algo = result.algo;
   }
   const double one64 = 1.0, zero64 = 0.0;
   const float one32 = 1.0f, zero32 = 0.0f;
@@ -187,6 +196,7 @@ bool supports(const KernelArgs& a) {
 
 void run_gemm(Gemm g, cudaStream_t stream, bool fuse) {
   const Tensor& out = *g.out;
+  fuse = fuse && out.dtype() != kFloat64;  // cuBLASLt's epilogues are for the float32-accumulated types
   if (out.numel() == 0) return;
   if (g.a->size(2) == 0) {  // an empty sum: zeros, then the epilogue
     KILN_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), stream));

@@ -1,7 +1,8 @@
 // CUDA kernels for the fused optimizer steps (the contract of backend/cpu/optim.cpp): Adam/AdamW
 // and SGD over a whole param group as a multi-tensor apply. Up to kMaxTensors tensors go in one
 // launch, their pointers, sizes and per-tensor factors packed in a struct passed by value; each
-// block takes one chunk of one tensor. No host round trips.
+// block takes one chunk of one tensor (optim_plan.h: plain C++, which the CPU tests run). No host
+// round trips.
 //
 // The arithmetic is the CPU kernel's, operation for operation in the compute type C (float for
 // 16-bit params, whose state is stored in their own dtype as on the CPU), with the CPU's
@@ -12,12 +13,10 @@
 #include <cmath>
 
 #include "backend/cuda/device/common.cuh"
+#include "backend/cuda/optim_plan.h"
 
 namespace kiln::backend::cuda {
 namespace {
-
-constexpr int kMaxTensors = 48;   // per launch: keeps each list struct under the classic 4 KB
-constexpr int64_t kChunk = 8192;  // elements per block
 
 __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ double mul(double a, double b) { return __dmul_rn(a, b); }
@@ -32,34 +31,9 @@ __device__ __forceinline__ double fma_(double a, double b, double c) { return __
 __device__ __forceinline__ float sqrt_(float a) { return __fsqrt_rn(a); }
 __device__ __forceinline__ double sqrt_(double a) { return __dsqrt_rn(a); }
 
-// The chunks of one launch: block b works on chunk b - first_chunk[t] of the tensor t with
-// first_chunk[t] <= b < first_chunk[t + 1] (empty tensors are left out, so that t is unique).
-struct Chunks {
-  int count = 0;
-  int64_t first_chunk[kMaxTensors + 1] = {};
-  int64_t numel[kMaxTensors] = {};
-
-  // Adds a tensor of n > 0 elements as entry `count`.
-  void add(int64_t n) {
-    numel[count] = n;
-    first_chunk[count + 1] = first_chunk[count] + (n + kChunk - 1) / kChunk;
-    ++count;
-  }
-  int64_t blocks() const { return first_chunk[count]; }
-};
-
-// This block's tensor and element range [begin, end).
+// This block's tensor and element range [begin, end) (Chunks, optim_plan.h).
 __device__ __forceinline__ int block_tensor(const Chunks& c, int64_t& begin, int64_t& end) {
-  const int64_t b = blockIdx.x;
-  int lo = 0, hi = c.count - 1;  // the last t with first_chunk[t] <= b
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (c.first_chunk[mid] <= b) lo = mid;
-    else hi = mid - 1;
-  }
-  begin = (b - c.first_chunk[lo]) * kChunk;
-  end = min(c.numel[lo], begin + kChunk);
-  return lo;
+  return cuda::block_tensor(c, static_cast<int64_t>(blockIdx.x), begin, end);
 }
 
 // ---- Adam / AdamW

@@ -1,42 +1,22 @@
 // CUDA kernels for softmax, log_softmax and masked softmax over one dim of a contiguous tensor,
 // and the softmax backward passes. The tensor is viewed as [outer, n, inner] around the dim;
 // each of the outer * inner rows (n elements, inner apart) is reduced by a group of threads
-// (device/block_reduce.cuh's ThreadGroups): lanes along the row when it is contiguous (a warp,
+// (launch_shape.h's ThreadGroups): lanes along the row when it is contiguous (a warp,
 // or a block for long rows), lanes across neighbouring rows when it is strided (softmax over
 // the channels of NCHW). Math in float for 16-bit and float32, double for float64, with the
-// CPU kernels' rules for NaN, infinities and fully masked rows (backend/cpu/softmax.cpp).
-#include <algorithm>
+// CPU kernels' rules for NaN, infinities and fully masked rows (backend/cpu/softmax.cpp). The
+// rows, their mask offsets and the split of a block into rows are in softmax_plan.h (plain C++,
+// which the CPU tests run).
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 
 #include "backend/cuda/device/block_reduce.cuh"
-#include "backend/cuda/device/float_math.cuh"
-#include "backend/cuda/device/index_math.cuh"
-#include "backend/loop_plan.h"
+#include "backend/cuda/float_math.h"
+#include "backend/cuda/softmax_plan.h"
 
 namespace kiln::backend::cuda {
 namespace {
-
-// Row r starts at (r / inner) * n * inner + r % inner; its elements are inner apart.
-struct RowGeom {
-  int64_t rows = 0, n = 1, inner = 1;
-  int64_t row_blocks = 0;  // ceil(rows / slots)
-};
-
-// The mask's offset for row r: x's dims other than `dim` (row-major over r, size-1 dims dropped,
-// coalesced) with the mask's strides (0 on broadcast dims), and its stride along `dim`.
-struct MaskGeom {
-  int nd = 0;
-  int64_t step = 0;
-  int64_t size[kMaxLoopDims], stride[kMaxLoopDims];
-};
-
-__device__ __forceinline__ int64_t mask_offset(const MaskGeom& mg, int64_t r) {
-  int64_t off = 0;
-  for (int d = mg.nd - 1; d >= 0; --d) off += take_index(r, mg.size[d]) * mg.stride[d];
-  return off;
-}
 
 // M: void (plain softmax), bool (true = keep) or T (added to x).
 template <class T, class M, bool kLog>
@@ -51,7 +31,7 @@ __global__ void __launch_bounds__(1024)
   for (int64_t rb = blockIdx.x; rb < g.row_blocks; rb += gridDim.x) {
     const int64_t r = rb * tg.slots + slot;
     const bool live = r < g.rows;
-    const int64_t base = live ? (r / g.inner) * g.n * g.inner + r % g.inner : 0;
+    const int64_t base = live ? g.row_base(r) : 0;
     int64_t moff = 0;
     if constexpr (kMasked) moff = live ? mask_offset(mg, r) : 0;
     auto score = [&](int64_t i) -> A {
@@ -101,7 +81,7 @@ __global__ void __launch_bounds__(1024)
   for (int64_t rb = blockIdx.x; rb < g.row_blocks; rb += gridDim.x) {
     const int64_t r = rb * tg.slots + slot;
     const bool live = r < g.rows;
-    const int64_t base = live ? (r / g.inner) * g.n * g.inner + r % g.inner : 0;
+    const int64_t base = live ? g.row_base(r) : 0;
     A dot = 0;
     if (live)
       for (int64_t i = lane; i < g.n; i += tg.group) {
@@ -117,49 +97,6 @@ __global__ void __launch_bounds__(1024)
     }
   }
 }
-
-int64_t pow2_at_least(int64_t n) {
-  int64_t p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
-// The rows of `t` around `dim` (a 0-d tensor is one row of one element).
-RowGeom rows_of(const Tensor& t, int64_t dim) {
-  RowGeom g;
-  int64_t outer = 1;
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    const int64_t s = t.shape()[d];
-    if (d < dim) outer *= s;
-    else if (d == dim) g.n = s;
-    else g.inner *= s;
-  }
-  g.rows = outer * g.inner;
-  return g;
-}
-
-// Threads per block and how they split into rows; sets g.row_blocks.
-int plan_rows(RowGeom& g, ThreadGroups& tg) {
-  int threads = kThreads;
-  if (g.inner == 1) {  // contiguous rows: a warp (or less) for short ones, a block for long ones
-    if (g.n > 1024) {
-      threads = g.n >= 16384 ? 1024 : kThreads;
-      tg = {threads, 1, false};
-    } else {
-      const int group = static_cast<int>(std::min<int64_t>(kWarp, pow2_at_least(g.n)));
-      tg = {group, threads / group, false};
-    }
-  } else if (g.n <= 16) {  // short strided rows: a thread each, neighbours in memory side by side
-    tg = {1, threads, true};
-  } else {  // strided rows: 32 neighbouring rows per block, the rest of the block along them
-    const int slots = static_cast<int>(std::min<int64_t>(kWarp, pow2_at_least(g.rows)));
-    tg = {threads / slots, slots, true};
-  }
-  g.row_blocks = (g.rows + tg.slots - 1) / tg.slots;
-  return threads;
-}
-
-unsigned grid_for(const RowGeom& g) { return static_cast<unsigned>(std::min<int64_t>(g.row_blocks, int64_t{1} << 20)); }
 
 template <bool kLog>
 void softmax(KernelArgs& a) {
@@ -197,19 +134,7 @@ void masked_softmax(KernelArgs& a) {
   RowGeom g = rows_of(x, dim);
   ThreadGroups tg;
   const int threads = plan_rows(g, tg);
-  MaskGeom mg;
-  mg.step = x.dim() == 0 ? 0 : mask.stride(dim);
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    const int64_t size = x.size(d), stride = mask.stride(d);
-    if (d == dim || size == 1) continue;
-    if (mg.nd > 0 && mg.stride[mg.nd - 1] == stride * size) {
-      mg.size[mg.nd - 1] *= size;
-      mg.stride[mg.nd - 1] = stride;
-    } else {
-      mg.size[mg.nd] = size;
-      mg.stride[mg.nd++] = stride;
-    }
-  }
+  const MaskGeom mg = mask_geom(x, mask, dim);
   visit_float_dtype(x.dtype(), "masked_softmax", [&]<class T>() {
     auto launch = [&]<class M>() {
       softmax_forward<T, M, false><<<grid_for(g), threads, 0, stream_of(a)>>>(

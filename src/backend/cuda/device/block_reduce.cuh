@@ -6,24 +6,12 @@
 #include <type_traits>
 
 #include "backend/cuda/device/common.cuh"
+#include "backend/cuda/launch_shape.h"
+#include "backend/cuda/reduce_ops.h"
 
 namespace kiln::backend::cuda {
 
-inline constexpr int kWarp = 32;
-
-struct SumOp {
-  template <class T>
-  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
-};
-// NaN wins, as in the CPU's amax.
-struct MaxOp {
-  template <class T>
-  __device__ __forceinline__ T operator()(T a, T b) const { return (a != a || a > b) ? a : b; }
-};
-struct MinOp {
-  template <class T>
-  __device__ __forceinline__ T operator()(T a, T b) const { return (a != a || a < b) ? a : b; }
-};
+// kWarp and ThreadGroups are in launch_shape.h, SumOp, MaxOp and MinOp in reduce_ops.h.
 
 // __shfl_xor_sync over the whole warp for any trivially copyable T: built-in arithmetic types
 // directly, anything else (a struct of partial results) as 32-bit words.
@@ -67,21 +55,10 @@ __device__ __forceinline__ T block_reduce(T v, Op op, T identity, T* shared) {
   return warp_reduce(v, op);
 }
 
-// A block split into `slots` groups of `group` threads (powers of two, slots * group ==
-// blockDim.x), each group reducing one item (a row, an output). Contiguous groups are runs of
-// consecutive threads (lanes along memory that is contiguous in the reduced direction);
-// interleaved groups put thread t in slot t % slots as lane t / slots, so a warp spans 32
-// neighbouring slots (coalesced when the items, not the reduced elements, are contiguous).
-struct ThreadGroups {
-  int group = 1, slots = 1;
-  bool interleaved = false;
-  __device__ __forceinline__ int slot() const { return interleaved ? threadIdx.x % slots : threadIdx.x / group; }
-  __device__ __forceinline__ int lane() const { return interleaved ? threadIdx.x / slots : threadIdx.x % group; }
-};
-
-// The reduction of v over the lanes of each group, in every thread of the group. `shared` holds
-// blockDim.x T. Every thread of the block must call it (it synchronises unless group is 1, and
-// starts with a barrier, so `shared` may be reused by the next call).
+// The reduction of v over the lanes of each group (ThreadGroups, launch_shape.h), in every
+// thread of the group. `shared` holds blockDim.x T. Every thread of the block must call it (it
+// synchronises unless group is 1, and starts with a barrier, so `shared` may be reused by the
+// next call).
 template <class T, class Op>
 __device__ __forceinline__ T group_reduce(T v, Op op, T identity, const ThreadGroups& g, T* shared) {
   if (g.group == 1) return v;

@@ -1,5 +1,5 @@
-// What every CUDA kernel file needs: the stream of a call, launch sizes and checks, and
-// loads and stores that widen 16-bit floats to the type the math runs in.
+// What every CUDA kernel file needs: the stream of a call, launch sizes (launch_shape.h) and
+// checks, and the type the math runs in (visit_dtype.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,20 +8,13 @@
 #include <cstdint>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/launch_shape.h"
 #include "backend/dispatch.h"
 #include "backend/visit_dtype.h"
 
 namespace kiln::backend::cuda {
 
 inline cudaStream_t stream_of(const KernelArgs& a) { return static_cast<cudaStream_t>(a.stream); }
-
-inline constexpr int kThreads = 256;
-
-// Blocks for a grid-stride loop over n items: enough to fill the device, never more than needed.
-inline unsigned blocks_for(int64_t n, int threads = kThreads) {
-  const int64_t b = (n + threads - 1) / threads;
-  return static_cast<unsigned>(std::clamp<int64_t>(b, 1, int64_t{1} << 20));
-}
 
 // A launch's own errors (a bad configuration) right away, naming the kernel; a fault inside it
 // surfaces at the next synchronizing call, as CUDA reports them.

@@ -16,6 +16,8 @@ __device__ __forceinline__ void record_index_error(IndexErrorSlot* slot, IndexOp
     slot->index = index;
     slot->size = size;
     slot->position = position;
+    __threadfence();  // the fields before `ready`: a reader that sees ready sees them
+    atomicExch(&slot->ready, 1u);
   }
 }
 

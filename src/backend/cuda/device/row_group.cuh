@@ -7,8 +7,8 @@
 
 namespace kiln::backend::cuda {
 
-// Rows of at most this many elements get a warp each.
-inline constexpr int64_t kWarpRowMax = 1024;
+// kWarpRowMax (rows of at most this many elements get a warp each) and row_blocks(), the blocks
+// for a launch, are in launch_shape.h.
 
 template <bool kWarpRows>
 struct RowGroup {
@@ -32,11 +32,5 @@ struct RowGroup {
     else return block_reduce(v, op, identity, shared);
   }
 };
-
-// Blocks of kThreads threads for `rows` rows.
-inline unsigned row_blocks(int64_t rows, bool warp_rows) {
-  const int64_t per_block = warp_rows ? kThreads / kWarp : 1;
-  return static_cast<unsigned>(std::clamp<int64_t>((rows + per_block - 1) / per_block, 1, int64_t{1} << 20));
-}
 
 }  // namespace kiln::backend::cuda

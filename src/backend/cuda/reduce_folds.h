@@ -2,13 +2,18 @@
 // step(state, x, index) for one element, merge(a, b) for two partial states (commutative, so
 // any tree of lanes, warps and blocks gives the result), store() for the output. Accumulator
 // types, NaN rules and finishing formulas are the CPU kernels' (backend/cpu/reduce.cpp).
+// Plain C++ as well as device code: the CPU tests fold with them in the kernels' merge orders
+// and compare with the CPU ops (tests/test_cuda_host_math.cpp).
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <type_traits>
 
-#include "backend/cuda/device/common.cuh"
+#include "backend/cuda/host_device.h"
+#include "backend/dispatch.h"
+#include "backend/visit_dtype.h"
 
 namespace kiln::backend::cuda {
 
@@ -32,10 +37,10 @@ struct SumFold {
   using State = red_acc_t<T>;
   double scale;  // mean: 1 / count
   static SumFold make(const ReduceAttrs& r) { return {kProd ? 1.0 : r.scale}; }
-  __device__ State init() const { return State(kProd ? 1 : 0); }
-  __device__ State step(State s, C x, int64_t) const { return merge(s, static_cast<State>(x)); }
-  __device__ State merge(State a, State b) const { return kProd ? a * b : a + b; }
-  __device__ void store(State s, int64_t, const ReduceOut& out, int64_t off) const {
+  KILN_HOST_DEVICE State init() const { return State(kProd ? 1 : 0); }
+  KILN_HOST_DEVICE State step(State s, C x, int64_t) const { return merge(s, static_cast<State>(x)); }
+  KILN_HOST_DEVICE State merge(State a, State b) const { return kProd ? a * b : a + b; }
+  KILN_HOST_DEVICE void store(State s, int64_t, const ReduceOut& out, int64_t off) const {
     if (scale != 1.0) {
       if constexpr (std::is_floating_point_v<State>) s = static_cast<State>(s * scale);
       else s = static_cast<State>(static_cast<double>(s) * scale);
@@ -51,21 +56,21 @@ struct ExtremeFold {
   using C = compute_t<T>;
   using State = C;
   static ExtremeFold make(const ReduceAttrs&) { return {}; }
-  __device__ State init() const {
+  KILN_HOST_DEVICE State init() const {
     if constexpr (std::is_floating_point_v<C>)
       return kMax ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::infinity();
     else
       return kMax ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max();
   }
-  __device__ State step(State s, C x, int64_t) const { return merge(s, x); }
-  __device__ State merge(State a, State b) const {
+  KILN_HOST_DEVICE State step(State s, C x, int64_t) const { return merge(s, x); }
+  KILN_HOST_DEVICE State merge(State a, State b) const {
     if constexpr (std::is_floating_point_v<C>) {
       if (a != a) return a;
       if (b != b) return b;
     }
     return kMax ? (b > a ? b : a) : (b < a ? b : a);
   }
-  __device__ void store(State s, int64_t, const ReduceOut& out, int64_t off) const {
+  KILN_HOST_DEVICE void store(State s, int64_t, const ReduceOut& out, int64_t off) const {
     static_cast<T*>(out.values)[off] = static_cast<T>(s);
   }
 };
@@ -77,10 +82,10 @@ struct LogicalFold {
   using C = compute_t<T>;
   using State = bool;
   static LogicalFold make(const ReduceAttrs&) { return {}; }
-  __device__ State init() const { return kAll; }
-  __device__ State step(State s, C x, int64_t) const { return merge(s, x != C(0)); }
-  __device__ State merge(State a, State b) const { return kAll ? (a && b) : (a || b); }
-  __device__ void store(State s, int64_t, const ReduceOut& out, int64_t off) const {
+  KILN_HOST_DEVICE State init() const { return kAll; }
+  KILN_HOST_DEVICE State step(State s, C x, int64_t) const { return merge(s, x != C(0)); }
+  KILN_HOST_DEVICE State merge(State a, State b) const { return kAll ? (a && b) : (a || b); }
+  KILN_HOST_DEVICE void store(State s, int64_t, const ReduceOut& out, int64_t off) const {
     static_cast<bool*>(out.values)[off] = s;
   }
 };
@@ -99,8 +104,8 @@ struct NormFold {
     const Kind k = std::isinf(r.p) ? kMaxAbs : r.p == 0 ? kCount : r.p == 1 ? kOne : r.p == 2 ? kTwo : kPow;
     return {k, r.p};
   }
-  __device__ State init() const { return 0.0; }
-  __device__ State step(State s, C x, int64_t) const {
+  KILN_HOST_DEVICE State init() const { return 0.0; }
+  KILN_HOST_DEVICE State step(State s, C x, int64_t) const {
     const double v = ::fabs(static_cast<double>(x));
     switch (kind) {
       case kMaxAbs: return (v > s || v != v) ? v : s;
@@ -110,11 +115,11 @@ struct NormFold {
       default: return s + ::pow(v, p);
     }
   }
-  __device__ State merge(State a, State b) const {
+  KILN_HOST_DEVICE State merge(State a, State b) const {
     if (kind == kMaxAbs) return (a > b || a != a) ? a : b;
     return a + b;
   }
-  __device__ void store(State s, int64_t, const ReduceOut& out, int64_t off) const {
+  KILN_HOST_DEVICE void store(State s, int64_t, const ReduceOut& out, int64_t off) const {
     const double r = kind == kTwo ? ::sqrt(s) : kind == kPow ? ::pow(s, 1.0 / p) : s;
     static_cast<T*>(out.values)[off] = static_cast<T>(r);
   }
@@ -132,8 +137,8 @@ struct VarFold {
   using State = Welford;
   double correction;
   static VarFold make(const ReduceAttrs& r) { return {static_cast<double>(r.correction)}; }
-  __device__ State init() const { return {0.0, 0.0, 0.0}; }
-  __device__ State step(State s, C x, int64_t) const {
+  KILN_HOST_DEVICE State init() const { return {0.0, 0.0, 0.0}; }
+  KILN_HOST_DEVICE State step(State s, C x, int64_t) const {
     const double v = static_cast<double>(x);
     s.n += 1.0;
     const double d = v - s.mean;
@@ -141,13 +146,13 @@ struct VarFold {
     s.m2 += d * (v - s.mean);
     return s;
   }
-  __device__ State merge(State a, State b) const {
+  KILN_HOST_DEVICE State merge(State a, State b) const {
     if (a.n == 0.0) return b;
     if (b.n == 0.0) return a;
     const double n = a.n + b.n, d = b.mean - a.mean;
     return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * (b.n / n))};
   }
-  __device__ void store(State s, int64_t count, const ReduceOut& out, int64_t off) const {
+  KILN_HOST_DEVICE void store(State s, int64_t count, const ReduceOut& out, int64_t off) const {
     const double denom = ::fmax(static_cast<double>(count) - correction, 0.0);
     static_cast<T*>(out.values)[off] = static_cast<T>(static_cast<compute_t<T>>(s.m2 / denom));
   }
@@ -165,8 +170,8 @@ struct LogSumExpFold {
   using C = compute_t<T>;
   using State = MaxSumExp;
   static LogSumExpFold make(const ReduceAttrs&) { return {}; }
-  __device__ State init() const { return {-kInfinity, 0.0}; }
-  __device__ State step(State st, C x, int64_t) const {
+  KILN_HOST_DEVICE State init() const { return {-kInfinity, 0.0}; }
+  KILN_HOST_DEVICE State step(State st, C x, int64_t) const {
     const double v = static_cast<double>(x);
     if (st.m != st.m || v == -kInfinity) return st;
     if (v != v) return {v, 0.0};
@@ -174,7 +179,7 @@ struct LogSumExpFold {
     if (v > st.m) return {v, st.s * ::exp(st.m - v) + 1.0};  // m = -inf: exp gives 0
     return {st.m, st.s + ::exp(v - st.m)};
   }
-  __device__ State merge(State a, State b) const {
+  KILN_HOST_DEVICE State merge(State a, State b) const {
     if (a.m != a.m) return a;
     if (b.m != b.m) return b;
     if (a.m == -kInfinity || b.m == kInfinity) return b;
@@ -182,7 +187,7 @@ struct LogSumExpFold {
     const double m = a.m > b.m ? a.m : b.m;
     return {m, a.s * ::exp(a.m - m) + b.s * ::exp(b.m - m)};
   }
-  __device__ void store(State st, int64_t, const ReduceOut& out, int64_t off) const {
+  KILN_HOST_DEVICE void store(State st, int64_t, const ReduceOut& out, int64_t off) const {
     const double r = (st.m != st.m || st.m == kInfinity || st.m == -kInfinity) ? st.m : st.m + ::log(st.s);
     static_cast<T*>(out.values)[off] = static_cast<T>(static_cast<compute_t<T>>(r));
   }
@@ -201,9 +206,9 @@ struct ExtremeIndexFold {
   using C = compute_t<T>;
   using State = ValueIndex<C>;
   static ExtremeIndexFold make(const ReduceAttrs&) { return {}; }
-  __device__ State init() const { return {C(0), -1}; }
-  __device__ State step(State s, C x, int64_t i) const { return merge(s, State{x, i}); }
-  __device__ State merge(State a, State b) const {
+  KILN_HOST_DEVICE State init() const { return {C(0), -1}; }
+  KILN_HOST_DEVICE State step(State s, C x, int64_t i) const { return merge(s, State{x, i}); }
+  KILN_HOST_DEVICE State merge(State a, State b) const {
     if (a.index < 0) return b;
     if (b.index < 0) return a;
     if constexpr (std::is_floating_point_v<C>) {
@@ -215,7 +220,7 @@ struct ExtremeIndexFold {
     if (kMax ? a.value > b.value : a.value < b.value) return a;
     return a.index < b.index ? a : b;
   }
-  __device__ void store(State s, int64_t, const ReduceOut& out, int64_t off) const {
+  KILN_HOST_DEVICE void store(State s, int64_t, const ReduceOut& out, int64_t off) const {
     static_cast<T*>(out.values)[off] = static_cast<T>(s.value);
     out.indices[off] = s.index;
   }

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Copies into .gpu-carry/ (ignored by git) what scripts/gpu-check.sh needs on a GPU machine that has
+# no Debian packages: GoogleTest's sources and zlib's headers and library from this machine. Name
+# .gpu-carry in the device call's carry list. Usage: scripts/gpu-carry.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf .gpu-carry
+mkdir -p .gpu-carry/zlib/include .gpu-carry/zlib/lib
+cp -r /usr/src/googletest .gpu-carry/googletest
+cp /usr/include/zlib.h /usr/include/zconf.h .gpu-carry/zlib/include/
+cp -L /usr/lib/x86_64-linux-gnu/libz.so.1 .gpu-carry/zlib/lib/libz.so.1
+du -sh .gpu-carry
