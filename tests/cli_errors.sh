@@ -69,6 +69,8 @@ check "is a file; MNIST data is a directory" train --data "$tmp/one.txt"
 check "[kiln eval] checkpoint" eval --checkpoint "$fixtures/bert/hf_tiny/model.safetensors"
 check "unknown command 'bogus'" bogus
 check "[kiln info] unknown option --bogus" info --bogus
+check "[kiln train] --amp expects bf16, fp16 or off, got 'fp8'" train --amp fp8
+check "--amp cannot be combined with --resume" train --resume --amp bf16
 if [[ -d $fmnist ]]; then
   check "[kiln train] cannot write checkpoints to /proc/kiln-checkpoints" train --checkpoint-dir /proc/kiln-checkpoints --max-steps 1
   check "[kiln train] cannot write checkpoints to $tmp/one.txt" train --checkpoint-dir "$tmp/one.txt" --max-steps 1
@@ -91,6 +93,14 @@ if [[ $? -ne 0 || "$out" != *"checkpoint $tmp/mlm/last.safetensors"* || ! -f $tm
   echo "FAIL: bert-tiny --max-steps 1 did not write the checkpoint it names: $out"; fail=1
 fi
 if [[ -e $tmp/mlm/.last.safetensors.tmp.999999999.0.1 ]]; then echo "FAIL: a stale temporary survived the save"; fail=1; fi
+# --amp fp16: the gradient scaler's state is in the checkpoint, and --resume takes it (and the mode) back.
+out=$("$kiln" train --model bert-tiny --data "$tmp/corpus.txt" --vocab-size 64 --seq-len 16 --batch-size 4 \
+      --epochs 1 --max-steps 2 --amp fp16 --checkpoint-dir "$tmp/mlm16" 2>&1)
+if [[ $? -ne 0 ]] || ! grep -qa '"scaler.scale"' "$tmp/mlm16/last.safetensors" || ! grep -qa '"amp":"fp16"' "$tmp/mlm16/last.safetensors"; then
+  echo "FAIL: --amp fp16 did not checkpoint its scaler: $out"; fail=1
+fi
+out=$("$kiln" train --model bert-tiny --data "$tmp/corpus.txt" --resume --checkpoint-dir "$tmp/mlm16" --max-steps 3 2>&1)
+if [[ $? -ne 0 || "$out" != *"resumed at epoch 1 step 2"* ]]; then echo "FAIL: resuming an --amp fp16 run: $out"; fail=1; fi
 out=$("$kiln" train --model bert-tiny --data "$tmp/corpus.txt" --resume --checkpoint-dir "$tmp/mlm" --max-steps 2 2>&1)
 if [[ $? -ne 0 || "$out" != *"resumed at epoch 1 step 1"* || "$out" != *"lr 0.001,"* ]]; then
   echo "FAIL: resuming the --max-steps checkpoint: $out"; fail=1

@@ -2,6 +2,7 @@
 // random numbers, the runtime, autocast, the profiler, nn, optim, models, data, io and text.
 #pragma once
 
+#include "kiln/amp.h"
 #include "kiln/autocast.h"
 #include "kiln/autograd.h"
 #include "kiln/cuda.h"

@@ -74,8 +74,10 @@ MlmTrainer::MlmTrainer(MlmTrainOptions options) : options_(std::move(options)) {
     options_.clip = m.number("clip");
     options_.eval_every = m.integer("eval_every");
     options_.seed = static_cast<uint64_t>(m.integer("seed"));
+    options_.amp = ckpt->metadata.count("amp") ? m.text("amp") : "off";  // older checkpoints: float32
     vocab_tokens = split_lines(m.text("vocab"));
   }
+  amp_ = std::make_unique<MixedPrecision>(options_.amp, where);
   const auto& o = options_;
   KILN_CHECK(o.epochs >= 1 && o.batch_size >= 1, where, "epochs and batch size must be positive");
   KILN_CHECK(std::isfinite(o.lr) && o.lr > 0, where, "the learning rate must be positive, got ", o.lr);
@@ -147,6 +149,7 @@ void MlmTrainer::save_checkpoint() {
   std::map<std::string, Tensor> t = prefixed(model_->state_dict(), "model.");
   for (auto& [k, v] : prefixed(optimizer_->state_dict(), "optimizer.")) t[k] = v;
   for (auto& [k, v] : prefixed(scheduler_->state_dict(), "scheduler.")) t[k] = v;
+  for (auto& [k, v] : amp_->state_dict()) t[k] = v;
   const GeneratorState rng = get_rng_state();
   const auto& o = options_;
   std::map<std::string, std::string> m{
@@ -154,7 +157,7 @@ void MlmTrainer::save_checkpoint() {
       {"epochs", std::to_string(o.epochs)}, {"batch_size", std::to_string(o.batch_size)}, {"lr", exact_number(o.lr)},
       {"weight_decay", exact_number(o.weight_decay)}, {"warmup", exact_number(o.warmup)},
       {"clip", exact_number(o.clip)}, {"eval_every", std::to_string(o.eval_every)}, {"seed", std::to_string(o.seed)},
-      {"epoch", std::to_string(epoch_)}, {"batch", std::to_string(batch_in_epoch_)}, {"step", std::to_string(step_)},
+      {"amp", amp_->mode()}, {"epoch", std::to_string(epoch_)}, {"batch", std::to_string(batch_in_epoch_)}, {"step", std::to_string(step_)},
       {"mask_offset", std::to_string(batcher_->offset())}, {"rng_seed", std::to_string(rng.seed)},
       {"rng_offset", std::to_string(rng.offset)}, {"vocab", join_lines(tokenizer_->vocab().tokens())}};
   io::save_checkpoint(checkpoint_path(), t, m);
@@ -167,6 +170,7 @@ void MlmTrainer::resume(const io::SafetensorsFile& f, const std::string& path) {
   model_->load_state_dict(with_prefix(f.tensors, "model."));
   optimizer_->load_state_dict(with_prefix(f.tensors, "optimizer."));
   scheduler_->load_state_dict(with_prefix(f.tensors, "scheduler."));
+  amp_->load_state_dict(f.tensors);
   epoch_ = m.integer("epoch");
   batch_in_epoch_ = m.integer("batch");
   step_ = m.integer("step");
@@ -221,11 +225,11 @@ void MlmTrainer::fit(const MlmCallbacks& cb) {
       text::MlmBatch batch = batcher_->collate(data_.train, batches[static_cast<size_t>(b)]);
       double loss_value = 0;
       if (batch.num_predicted > 0) {  // possible only for very short sequences
-        Tensor loss = mlm_loss(batch);
+        Tensor loss = amp_->forward([&] { return mlm_loss(batch); });
         optimizer_->zero_grad();
-        loss.backward();
-        if (o.clip > 0) nn::utils::clip_grad_norm_(params, o.clip);
-        optimizer_->step();
+        amp_->backward_and_step(loss, *optimizer_, [&] {
+          if (o.clip > 0) nn::utils::clip_grad_norm_(params, o.clip);
+        });
         loss_value = loss.item<double>();
       }
       const double lr = optimizer_->param_groups()[0].get("lr");

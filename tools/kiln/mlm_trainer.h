@@ -12,6 +12,7 @@
 #include "kiln/models/bert.h"
 #include "kiln/optim.h"
 #include "kiln/text.h"
+#include "tools/kiln/mixed_precision.h"
 
 namespace kiln::train {
 
@@ -35,6 +36,7 @@ struct MlmTrainOptions {
   std::string resume_from;
   int64_t max_steps = -1;  // stop after this many steps in total (a checkpoint is saved there)
   bool verify_checkpoint = true;  // check the checksum of the checkpoint resumed from
+  std::string amp;                // --amp: "", "bf16" or "fp16" (autocast, and a GradScaler for fp16)
   std::string command = "kiln train";  // names the command in errors
 };
 
@@ -90,6 +92,7 @@ class MlmTrainer {
   std::unique_ptr<text::MlmBatcher> batcher_;
   models::BertForMaskedLM model_{nullptr};
   std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<MixedPrecision> amp_;
   std::unique_ptr<optim::LambdaLR> scheduler_;
   int64_t epoch_ = 0, step_ = 0, batch_in_epoch_ = 0, batches_per_epoch_ = 0;
 };

@@ -109,9 +109,10 @@ int train_bert(const Args& args) {
   o.max_steps = args.get_int("max-steps", -1, -1);
   o.resume = args.has("resume");
   o.verify_checkpoint = !args.has("no-verify");
+  o.amp = args.get("amp", "");
   if (o.resume)
     for (const char* f : {"epochs", "batch-size", "lr", "weight-decay", "seed", "seq-len", "vocab", "vocab-size",
-                          "warmup", "clip", "eval-every"})
+                          "warmup", "clip", "eval-every", "amp"})
       KILN_CHECK(!args.has(f), "kiln train", "--", f, " cannot be combined with --resume (the checkpoint sets it)");
 
   const auto t0 = Clock::now();
@@ -170,8 +171,9 @@ int train_image(const Args& args) {
   o.max_steps = args.get_int("max-steps", -1, -1);
   o.resume = args.has("resume");
   o.verify_checkpoint = !args.has("no-verify");
+  o.amp = args.get("amp", "");
   if (o.resume)
-    for (const char* f : {"model", "epochs", "batch-size", "lr", "momentum", "weight-decay", "seed"})
+    for (const char* f : {"model", "epochs", "batch-size", "lr", "momentum", "weight-decay", "seed", "amp"})
       KILN_CHECK(!args.has(f), "kiln train", "--", f, " cannot be combined with --resume (the checkpoint sets it)");
 
   train::Trainer trainer(o);
@@ -212,7 +214,7 @@ int train(int argc, char** argv) {
   Args args("train", argc, argv,
             {"model", "epochs", "batch-size", "lr", "momentum", "weight-decay", "device", "data", "seed",
              "checkpoint-dir", "checkpoint-every", "workers", "threads", "memory-limit", "max-steps", "vocab",
-             "vocab-size", "seq-len", "warmup", "clip", "eval-every"},
+             "vocab-size", "seq-len", "warmup", "clip", "eval-every", "amp"},
             {"resume", "no-verify"});
   apply_runtime_flags(args);
   return train::is_bert_model(args.get("model", "")) ? train_bert(args) : train_image(args);

@@ -81,7 +81,9 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
     options_.momentum = m.number("momentum");
     options_.weight_decay = m.number("weight_decay");
     options_.seed = static_cast<uint64_t>(m.integer("seed"));
+    options_.amp = ckpt->metadata.count("amp") ? m.text("amp") : "off";  // older checkpoints: float32
   }
+  amp_ = std::make_unique<MixedPrecision>(options_.amp, where());
   const auto& names = models::model_names();
   if (std::find(names.begin(), names.end(), options_.model) == names.end())
     models::create(options_.model, 10);  // the unknown-model error, before the data is read
@@ -117,6 +119,7 @@ void Trainer::save_checkpoint() {
   std::map<std::string, Tensor> t = prefixed(model_->state_dict(), "model.");
   for (auto& [k, v] : prefixed(optimizer_->state_dict(), "optimizer.")) t[k] = v;
   for (auto& [k, v] : prefixed(scheduler_->state_dict(), "scheduler.")) t[k] = v;
+  for (auto& [k, v] : amp_->state_dict()) t[k] = v;
   const GeneratorState rng = get_rng_state();
   std::map<std::string, std::string> m{{"format", kFormat},
                                        {"model", options_.model},
@@ -126,6 +129,7 @@ void Trainer::save_checkpoint() {
                                        {"momentum", exact_number(options_.momentum)},
                                        {"weight_decay", exact_number(options_.weight_decay)},
                                        {"seed", std::to_string(options_.seed)},
+                                       {"amp", amp_->mode()},
                                        {"epoch", std::to_string(epoch_)},
                                        {"batch", std::to_string(batch_in_epoch_)},
                                        {"step", std::to_string(step_)},
@@ -140,6 +144,7 @@ void Trainer::resume(const io::SafetensorsFile& f, const std::string& path) {
   model_->load_state_dict(with_prefix(f.tensors, "model."));
   optimizer_->load_state_dict(with_prefix(f.tensors, "optimizer."));
   scheduler_->load_state_dict(with_prefix(f.tensors, "scheduler."));
+  amp_->load_state_dict(f.tensors);
   epoch_ = m.integer("epoch");
   batch_in_epoch_ = m.integer("batch");
   step_ = m.integer("step");
@@ -168,10 +173,9 @@ void Trainer::fit(const Callbacks& cb) {
       if (stop()) return;
       Tensor x = to_model_input(batch.data, options_.model, device_);
       Tensor y = batch.target.to(device_, /*non_blocking=*/true);
-      Tensor loss = F::cross_entropy(model_(x), y);
+      Tensor loss = amp_->forward([&] { return F::cross_entropy(model_(x), y); });
       optimizer_->zero_grad();
-      loss.backward();
-      optimizer_->step();
+      amp_->backward_and_step(loss, *optimizer_);
       scheduler_->step();
       ++step_;
       batch_in_epoch_ = batch.index + 1;

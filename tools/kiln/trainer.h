@@ -11,6 +11,7 @@
 #include "kiln/io.h"
 #include "kiln/models.h"
 #include "kiln/optim.h"
+#include "tools/kiln/mixed_precision.h"
 
 namespace kiln::train {
 
@@ -31,6 +32,7 @@ struct TrainOptions {
   int64_t workers = 2;           // data-loading threads
   int64_t max_steps = -1;        // stop after this many steps in total (a checkpoint is saved there)
   bool verify_checkpoint = true;  // check the checksum of the checkpoint resumed from
+  std::string amp;                // --amp: "", "bf16" or "fp16" (autocast, and a GradScaler for fp16)
   std::string command = "kiln train";  // names the command in errors
 };
 
@@ -83,6 +85,7 @@ class Trainer {
   std::shared_ptr<data::DataLoader> train_loader_, test_loader_;
   nn::AnyModule model_;
   std::unique_ptr<optim::SGD> optimizer_;
+  std::unique_ptr<MixedPrecision> amp_;
   std::unique_ptr<optim::OneCycleLR> scheduler_;
   int64_t epoch_ = 0, step_ = 0, batch_in_epoch_ = 0;
   int64_t saved_step_ = -1;  // the step of the last checkpoint written

@@ -11,6 +11,7 @@ const char* usage(const std::string& command) {
            "  --model NAME          small_cnn, resnet18/34/50/101, vgg11/13/16/19[_bn], bert-tiny/mini/small/base\n"
            "  --epochs N --batch-size N --lr X --weight-decay X --seed N --max-steps N\n"
            "  --device cpu|cuda[:N] (default: a GPU that runs every op of the job natively, else the CPU)\n"
+           "  --amp bf16|fp16       mixed precision: autocast, and for fp16 a gradient scaler (default off)\n"
            "  --data DIR|FILE       MNIST-format IDX files (CNNs) or a text file or directory (BERT)\n"
            "  --checkpoint-dir DIR  (default checkpoints) --resume  continue exactly from the last checkpoint\n"
            "  --threads N           CPU threads (at most the CPUs this process may use)\n"

@@ -5,12 +5,13 @@
 // same seed keeps the same scores), then out = P v. Backward recomputes the
 // scores from q, k and the saved logsumexp. The scores of a chunk of heads are
 // held at once (at most kScoreBudget bytes, or one head): memory is quadratic
-// in the sequence length per head, not linear as a fused flash-style kernel's
-// would be (the next step).
+// in the sequence length per head, so long sequences and calls that would need
+// several chunks go to the fused kernels instead (attention_fused.cu, memory
+// linear in the sequence length; use_fused in attention_rows.h decides).
 #include <algorithm>
 #include <cmath>
 
-#include "backend/attention_math.h"
+#include "backend/cuda/attention_rows.h"
 #include "backend/cuda/device/block_reduce.cuh"
 #include "backend/cuda/gemm.h"
 #include "core/tensor_util.h"
@@ -18,68 +19,7 @@
 namespace kiln::backend::cuda {
 namespace {
 
-inline constexpr int kMaxBatchDims = 8;
 inline constexpr int kRowThreads = 128;
-inline constexpr int64_t kScoreBudget = int64_t{512} << 20;  // bytes of score buffers at once
-
-// The mask's element offset for score (b, i, j) of the flattened batch b.
-struct MaskView {
-  const void* base = nullptr;
-  bool is_bool = false;
-  int nb = 0;
-  int64_t sizes[kMaxBatchDims] = {}, strides[kMaxBatchDims] = {};
-  int64_t rs = 0, cs = 0;
-  __device__ int64_t row_offset(int64_t b, int64_t i) const {
-    int64_t off = i * rs;
-    for (int d = nb - 1; d >= 0; --d) {
-      const int64_t q = b / sizes[d];
-      off += (b - q * sizes[d]) * strides[d];
-      b = q;
-    }
-    return off;
-  }
-};
-
-struct Dropout {
-  bool on = false;
-  uint32_t threshold = 0;
-  double keep_mul = 1;
-  uint64_t seed = 0, offset = 0;
-  // Score n = (b L + i) S + j is kept when word n % 4 of counter offset + n / 4
-  // passes.
-  __device__ bool keep(uint64_t n) const {
-    const philox::U32x4 r = philox::philox(seed, offset + (n >> 2));
-    return (r.v[n & 3] >> 8) >= threshold;
-  }
-};
-
-struct Rows {
-  int64_t b0 = 0;    // the first batch of the chunk a launch covers (rows are
-                     // relative to it)
-  int64_t rows = 0;  // rows of the chunk: blocks loop over them (a grid has at
-                     // most 2^31 - 1)
-  int64_t L = 0, S = 0;
-  double scale = 1;
-  bool causal = false;
-  MaskView mask;
-  Dropout drop;
-};
-
-// Score j of row (b, i) after scale, mask and causality (-inf when masked out).
-template <class T>
-__device__ T masked_score(const Rows& R, const T* s, int64_t b, int64_t i, int64_t j, int64_t moff) {
-  const T ninf = -INFINITY;
-  if (R.causal && j > i) return ninf;  // top-left aligned, as PyTorch
-  T v = s[j] * static_cast<T>(R.scale);
-  if (R.mask.base) {
-    const int64_t o = moff + j * R.mask.cs;
-    if (R.mask.is_bool)
-      v = static_cast<const bool*>(R.mask.base)[o] ? v : ninf;
-    else
-      v += static_cast<const T*>(R.mask.base)[o];
-  }
-  return v;
-}
 
 // One block per row of the scores [B, L, S]: softmax in place (with dropout
 // applied), lse.
@@ -91,17 +31,17 @@ __global__ void softmax_rows(Rows R, T* scores, T* lse) {
     T* s = scores + local * R.S;
     const int64_t moff = R.mask.base ? R.mask.row_offset(b, i) : 0;
     T m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < R.S; j += blockDim.x) m = MaxOp{}(m, masked_score(R, s, b, i, j, moff));
+    for (int64_t j = threadIdx.x; j < R.S; j += blockDim.x) m = MaxOp{}(m, masked_score(R, s[j], i, j, moff));
     m = block_reduce(m, MaxOp{}, T(-INFINITY), shared);
     T l = 0;
     if (m != T(-INFINITY))
-      for (int64_t j = threadIdx.x; j < R.S; j += blockDim.x) l += exp(masked_score(R, s, b, i, j, moff) - m);
+      for (int64_t j = threadIdx.x; j < R.S; j += blockDim.x) l += exp(masked_score(R, s[j], i, j, moff) - m);
     l = block_reduce(l, SumOp{}, T(0), shared);
     // Every key masked: zeros, and +inf so that backward's exp(s - lse) is 0
     // (the CPU's rule).
     const T row_lse = l == T(0) ? T(INFINITY) : m + log(l);
     for (int64_t j = threadIdx.x; j < R.S; j += blockDim.x) {
-      T p = l == T(0) ? T(0) : exp(masked_score(R, s, b, i, j, moff) - row_lse);
+      T p = l == T(0) ? T(0) : exp(masked_score(R, s[j], i, j, moff) - row_lse);
       if (R.drop.on) p = R.drop.keep(static_cast<uint64_t>(row * R.S + j)) ? p * static_cast<T>(R.drop.keep_mul) : T(0);
       s[j] = p;
     }
@@ -120,7 +60,7 @@ __global__ void probs_rows(Rows R, T* s_all, const T* lse, T* pd_all) {
     const int64_t moff = R.mask.base ? R.mask.row_offset(b, i) : 0;
     const T row_lse = lse[local];
     for (int64_t j = threadIdx.x; j < R.S; j += blockDim.x) {
-      const T p = row_lse == T(INFINITY) ? T(0) : exp(masked_score(R, s, b, i, j, moff) - row_lse);
+      const T p = row_lse == T(INFINITY) ? T(0) : exp(masked_score(R, s[j], i, j, moff) - row_lse);
       s[j] = p;
       if (R.drop.on)
         pd_all[local * R.S + j] =
@@ -149,58 +89,9 @@ __global__ void score_grad_rows(Rows R, const T* p_all, T* dp_all, const T* go, 
   }
 }
 
-// [B..., R, C] with unit last stride as [Bt, R, C]: a view when the batch dims
-// flatten to one stride (or a broadcast of one matrix), else a dense copy.
-Tensor batched(const Tensor& t, int64_t Bt) {
-  const int64_t nb = t.dim() - 2, R = t.size(-2), C = t.size(-1);
-  int64_t stride = -1;
-  bool flat = true;
-  for (int64_t d = nb - 1; d >= 0 && flat; --d) {
-    if (t.size(d) == 1) continue;
-    if (stride < 0) {
-      stride = t.stride(d);
-    } else {
-      int64_t inner = 1;  // the product of the non-trivial batch sizes inside d
-      for (int64_t e = d + 1; e < nb; ++e) inner *= t.size(e);
-      flat = t.stride(d) == stride * inner;
-    }
-  }
-  if (flat)
-    return make_view(t, {Bt, R, C}, {std::max<int64_t>(stride, 0), t.stride(-2), t.stride(-1)}, t.storage_offset());
-  return t.contiguous().view({Bt, R, C});
-}
-
-Rows make_rows(const AttentionAttrs& at, const Tensor& q, const Tensor& k, const Tensor* mask) {
-  Rows R;
-  R.L = q.size(-2), R.S = k.size(-2), R.scale = at.scale, R.causal = at.is_causal;
-  if (mask) {
-    const int nb = static_cast<int>(mask->dim() - 2);
-    R.mask.base = mask->data_ptr(), R.mask.is_bool = mask->dtype() == kBool, R.mask.nb = nb;
-    for (int d = 0; d < nb; ++d) R.mask.sizes[d] = mask->size(d), R.mask.strides[d] = mask->stride(d);
-    R.mask.rs = mask->stride(-2), R.mask.cs = mask->stride(-1);
-  }
-  if (at.dropout_p > 0) {
-    R.drop = {true, attention::keep_threshold(at.dropout_p), attention::keep_scale(at.dropout_p), at.seed, at.offset};
-  }
-  return R;
-}
-
-int64_t batch_numel(const Tensor& t) {
-  int64_t n = 1;
-  for (int64_t d = 0; d + 2 < t.dim(); ++d) n *= t.size(d);
-  return n;
-}
-
 // Blocks for a row kernel: one per row, up to 2^20 (then each block takes
 // several).
 unsigned row_grid(int64_t rows) { return static_cast<unsigned>(std::clamp<int64_t>(rows, 1, int64_t{1} << 20)); }
-
-// Batches per chunk: `buffers` score buffers of [chunk, L, S] within
-// kScoreBudget, at least one.
-int64_t chunk_batches(int64_t Bt, int64_t L, int64_t S, int buffers, size_t elem) {
-  const int64_t per = std::max<int64_t>(1, L * S * static_cast<int64_t>(elem) * buffers);
-  return std::clamp<int64_t>(kScoreBudget / per, 1, std::max<int64_t>(Bt, 1));
-}
 
 template <class T>
 void forward_t(KernelArgs& a) {
@@ -286,10 +177,12 @@ bool supports(const KernelArgs& a) {
 }
 
 void attention_forward(KernelArgs& a) {
+  if (use_fused(*static_cast<const AttentionAttrs*>(a.attrs), a.inputs)) return fused_attention_forward(a);
   if (a.inputs[0].dtype() == kFloat64) return forward_t<double>(a);
   forward_t<float>(a);
 }
 void attention_backward(KernelArgs& a) {
+  if (use_fused(*static_cast<const AttentionAttrs*>(a.attrs), a.inputs)) return fused_attention_backward(a);
   if (a.inputs[0].dtype() == kFloat64) return backward_t<double>(a);
   backward_t<float>(a);
 }

@@ -1,0 +1,159 @@
+// kiln::amp::GradScaler against torch.amp.GradScaler's semantics: scaling and unscaling, a step
+// skipped on inf/NaN with backoff, growth after growth_interval good steps, the per-optimizer
+// call order, its state in a state dict, and float16 training that overflows at first and
+// recovers to bfloat16's loss curve.
+#include <cmath>
+#include <limits>
+
+#include "kiln/kiln.h"
+#include "test_util.h"
+
+namespace kiln::test {
+namespace {
+
+using amp::GradScaler;
+
+// One parameter w (float32) and loss = sum(w * x): grad w = x.
+struct Toy {
+  Tensor w = tensor({1.0f, 2.0f, 3.0f}).requires_grad_();
+  optim::SGD opt{{w}, {.lr = 0.1}};
+  void backward(GradScaler& s, const Tensor& x) {
+    opt.zero_grad();
+    s.scale((w * x).sum()).backward();
+  }
+};
+
+TEST(GradScaler, ScalesUnscalesAndSteps) {
+  Toy t;
+  GradScaler s({.init_scale = 1024.0});
+  EXPECT_EQ(s.get_scale(), 1024.0);
+  t.backward(s, tensor({0.5f, -1.0f, 2.0f}));
+  expect_close(t.w.grad(), {512, -1024, 2048}, {3});  // scaled gradients
+  s.unscale_(t.opt);
+  expect_close(t.w.grad(), {0.5, -1, 2}, {3});  // the true ones, e.g. for clipping
+  EXPECT_TRUE(s.step(t.opt));
+  expect_close(t.w, {0.95, 2.1, 2.8}, {3}, 1e-6);
+  s.update();
+  EXPECT_EQ(s.get_scale(), 1024.0);
+  EXPECT_EQ(s.growth_tracker(), 1);
+}
+
+TEST(GradScaler, SkipsTheStepOnInfOrNanAndBacksOff) {
+  for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    Toy t;
+    GradScaler s({.init_scale = 8.0});
+    t.backward(s, tensor({1.0f, bad, 1.0f}));
+    EXPECT_FALSE(s.step(t.opt));  // unscale_ happens inside
+    expect_close(t.w, {1, 2, 3}, {3});  // untouched
+    s.update();
+    EXPECT_EQ(s.get_scale(), 4.0);
+    EXPECT_EQ(s.growth_tracker(), 0);
+    EXPECT_EQ(s.skipped_steps(), 1);
+  }
+}
+
+TEST(GradScaler, GrowsAfterGrowthIntervalGoodStepsInARow) {
+  Toy t;
+  GradScaler s({.init_scale = 2.0, .growth_interval = 3});
+  auto good = [&] {
+    t.backward(s, tensor({1.0f, 1.0f, 1.0f}));
+    EXPECT_TRUE(s.step(t.opt));
+    s.update();
+  };
+  good(), good();
+  EXPECT_EQ(s.get_scale(), 2.0);
+  t.backward(s, tensor({1.0f, std::numeric_limits<float>::infinity(), 1.0f}));  // resets the run
+  s.step(t.opt);
+  s.update();
+  EXPECT_EQ(s.get_scale(), 1.0);
+  good(), good();
+  EXPECT_EQ(s.get_scale(), 1.0);
+  good();
+  EXPECT_EQ(s.get_scale(), 2.0);
+  EXPECT_EQ(s.growth_tracker(), 0);
+  s.update(0.25);  // an explicit scale
+  EXPECT_EQ(s.get_scale(), 0.25);
+}
+
+TEST(GradScaler, CallOrderErrorsAndDisabledPassThrough) {
+  Toy t;
+  GradScaler s;
+  expect_error([&] { s.update(); }, "no inf checks were recorded prior to update()");
+  t.backward(s, tensor({1.0f, 1.0f, 1.0f}));
+  s.unscale_(t.opt);
+  expect_error([&] { s.unscale_(t.opt); }, "unscale_() has already been called on this optimizer");
+  s.step(t.opt);
+  expect_error([&] { s.step(t.opt); }, "step() has already been called since the last update()");
+  expect_error([&] { s.unscale_(t.opt); }, "unscale_() is being called after step()");
+  s.update();
+  expect_error([] { GradScaler({.backoff_factor = 1.5}); }, "backoff_factor must be in (0, 1)");
+
+  GradScaler off({.enabled = false});
+  Tensor loss = (t.w * 2.0).sum();
+  EXPECT_TRUE(off.scale(loss).is_same(loss));
+  EXPECT_EQ(off.get_scale(), 1.0);
+  EXPECT_TRUE(off.state_dict().empty());
+}
+
+TEST(GradScaler, StateDictRoundTrips) {
+  Toy t;
+  GradScaler s({.init_scale = 64.0, .growth_interval = 10});
+  for (int i = 0; i < 3; ++i) {
+    t.backward(s, tensor({1.0f, 1.0f, 1.0f}));
+    s.step(t.opt);
+    s.update();
+  }
+  GradScaler r;
+  r.load_state_dict(s.state_dict());
+  EXPECT_EQ(r.get_scale(), 64.0);
+  EXPECT_EQ(r.growth_tracker(), 3);
+  EXPECT_EQ(r.options().growth_interval, 10);
+  auto bad = s.state_dict();
+  bad.erase("scale");
+  expect_error([&] { r.load_state_dict(bad); }, "[GradScaler::load_state_dict] missing 'scale'");
+}
+
+// A small MLP trained with autocast: float16 from a scale so large that the first gradients
+// overflow (steps skipped, scale backed off), then the same loss curve as bfloat16.
+std::vector<double> train_mlp(ScalarType low, GradScaler* scaler, int steps) {
+  manual_seed(11);
+  nn::Sequential net(nn::Linear(16, 32), nn::ReLU(), nn::Linear(32, 4));
+  optim::SGD opt(net->parameters(), {.lr = 0.5});
+  Tensor x = randn({64, 16}), y = randint(0, 4, {64});
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      AutocastGuard ac(low);
+      loss = cross_entropy(net->forward(x), y);
+    }
+    losses.push_back(loss.item<double>());
+    if (scaler) {
+      scaler->scale(loss).backward();
+      scaler->step(opt);
+      scaler->update();
+    } else {
+      loss.backward();
+      opt.step();
+    }
+  }
+  return losses;
+}
+
+TEST(GradScaler, Float16TrainingRecoversFromOverflowAndFollowsBfloat16) {
+  GradScaler scaler({.init_scale = std::ldexp(1.0, 40), .growth_interval = 1000});
+  const std::vector<double> fp16 = train_mlp(kFloat16, &scaler, 60);
+  const std::vector<double> bf16 = train_mlp(kBFloat16, nullptr, 60);
+  EXPECT_GE(scaler.skipped_steps(), 10);  // 2^40 down to where float16 holds the gradients
+  EXPECT_LE(scaler.skipped_steps(), 30);
+  EXPECT_LT(scaler.get_scale(), std::ldexp(1.0, 30));
+  // Skipped steps leave the weights alone, so the curve is bfloat16's shifted by the skips.
+  const size_t k = static_cast<size_t>(scaler.skipped_steps());
+  for (size_t i = 0; i + k < fp16.size(); i += 5)
+    EXPECT_NEAR(fp16[i + k], bf16[i], 0.02 * bf16[i] + 0.01) << "step " << i + k << " vs bfloat16 step " << i;
+  EXPECT_LT(fp16.back(), fp16.front() * 0.9);  // it learns
+}
+
+}  // namespace
+}  // namespace kiln::test
