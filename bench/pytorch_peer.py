@@ -13,7 +13,8 @@ The workloads are the seed's, as Kiln runs them (tools/kiln/bench*.cpp, bench/be
     positions only, like Kiln's masked_lm_loss), backward, AdamW (lr 1e-4, weight decay 0.01);
     eval step = forward under no_grad in eval().
   bf16: torch.autocast(device, torch.bfloat16) around forward and loss, float32 master weights and
-    optimizer; fp16 (CUDA only): the same with float16 and a GradScaler for training.
+    optimizer; fp16 (CUDA only): the same with float16 and a GradScaler for training; tf32 (CUDA
+    only): float32 with torch.backends.cuda.matmul.allow_tf32 = True (fp32 keeps PyTorch's defaults).
 
 Timing: one untimed step under torch.utils.flop_counter.FlopCounterMode (it counts the FLOPs and
 is the first warm-up step), the remaining warm-up steps, then --steps timed steps; on CUDA the
@@ -101,7 +102,7 @@ def parse_args(argv):
                    help="resnet50, vgg16, any torchvision classification model, bert-tiny|mini|small|base")
     p.add_argument("--mode", default="train", choices=["train", "eval"])
     p.add_argument("--device", default="cpu", type=device_arg, help="cpu, cuda or cuda:N")
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "tf32", "bf16", "fp16"])
     p.add_argument("--batch", type=positive, help="default: the seed's (128 CNNs, 64 VGG and BERT)")
     p.add_argument("--steps", type=positive, default=5, help="timed steps")
     p.add_argument("--warmup", type=non_negative, default=2, help="untimed steps first (at least one is run)")
@@ -168,6 +169,8 @@ def check_supported(torch, a):
     else:
         if a.dtype == "fp16":
             die(3, "unsupported: fp16 on the CPU (autocast float16 training needs CUDA here)")
+        if a.dtype == "tf32":
+            die(3, "unsupported: tf32 on the CPU (a GPU format)")
         if a.dtype == "bf16" and not (torch.backends.mkldnn.is_available()
                                       and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
             die(3, "unsupported: bf16 on this CPU (oneDNN reports no bfloat16 support)")
@@ -233,7 +236,9 @@ def make_step(torch, a, device):
     torch.manual_seed(0)
     make = make_bert if a.is_bert else make_cnn
     model, opt, loss_fn, forward, extra = make(torch, a, device)
-    amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
+    amp_dtype = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
+    if a.dtype == "tf32":
+        torch.backends.cuda.matmul.allow_tf32 = True
     autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else None
     scaler = torch.amp.GradScaler(device.type) if a.dtype == "fp16" and a.mode == "train" else None
 

@@ -86,7 +86,7 @@ stage mlm_50_steps train.log 180 env KILN_FALLBACK=error "$kiln" train --model b
   --max-steps 50 --checkpoint-dir "$work/ckpt-mlm"
 # BERT-base at the seed's batch on the GPU; on the CPU (no oneDNN on these machines, so not the
 # CPU's best) a smaller batch and one step, for the order of magnitude.
-stage bench_cuda bench.log 240 env KILN_FALLBACK=error "$kiln" bench --models bert-base --devices cuda --dtypes fp32 \
+stage bench_cuda bench.log 240 env KILN_FALLBACK=error "$kiln" bench --models bert-base --devices cuda --dtypes fp32,tf32 \
   --warmup 1 --steps 3 --out "$work/bench"
 stage bench_cpu bench.log 150 "$kiln" bench --models bert-base --devices cpu --dtypes fp32 --batch 8 --warmup 0 --steps 1 \
   --out "$work/bench-cpu"

@@ -273,5 +273,27 @@ TEST_F(BenchSuite, QuickResnet18WritesResultsAndChart) {
   EXPECT_EQ(count(out.str(), "resnet18   "), 2u);
 }
 
+
+TEST(Bench, Tf32AndFp16OnTheCpuAreSkippedWithAReason) {
+  RunSpec s = tiny("resnet18", "eval");
+  s.dtype = "tf32";
+  EXPECT_NE(skip_reason(s).find("TF32 is a GPU format"), std::string::npos);
+  s.dtype = "fp16";
+  const bool native = build_info().cpu_features.find("avx512fp16") != std::string::npos;
+  EXPECT_EQ(skip_reason(s).empty(), native);
+  s.device = "cuda:0";  // the reason is the CPU's; a GPU runs every dtype
+  s.dtype = "tf32";
+  EXPECT_EQ(skip_reason(s), "");
+}
+
+TEST(Bench, EveryDtypeRunsAWorkloadStep) {
+  // fp16 training goes through a GradScaler; tf32 only changes GPU matmuls; each step completes.
+  for (const char* dtype : {"fp32", "tf32", "bf16", "fp16"}) {
+    Workload w = make_workload({"bert-tiny", "train", Device::cpu(), 2, 8, dtype});
+    EXPECT_NO_THROW(run_with_dtype(dtype, w.step)) << dtype;
+  }
+  EXPECT_FALSE(cuda::allow_tf32());  // restored after the tf32 run
+}
+
 }  // namespace
 }  // namespace kiln::cli::bench

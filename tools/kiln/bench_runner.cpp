@@ -63,17 +63,18 @@ double median(std::vector<double> v) {
 std::string skip_reason(const RunSpec& spec) {
   // Without bfloat16 instructions oneDNN emulates bf16, slower than fp32: not a measurement worth
   // making (PyTorch's peer reports such a run as unsupported too).
-  if (spec.dtype == "bf16" && Device(spec.device).is_cpu()) {
-    const std::string f = build_info().cpu_features;
-    if (f.find("avx512bf16") == std::string::npos && f.find("amx") == std::string::npos)
-      return "this CPU has no bfloat16 instructions";
-  }
+  if (!Device(spec.device).is_cpu()) return "";
+  const std::string f = build_info().cpu_features;
+  if (spec.dtype == "bf16" && f.find("avx512bf16") == std::string::npos && f.find("amx") == std::string::npos)
+    return "this CPU has no bfloat16 instructions";
+  if (spec.dtype == "fp16" && f.find("avx512fp16") == std::string::npos)
+    return "this CPU has no float16 instructions";
+  if (spec.dtype == "tf32") return "TF32 is a GPU format (the CPU's fp32 run is the same)";
   return "";
 }
 
 RunResult run(const RunSpec& spec, const Progress& progress) {
-  KILN_CHECK(spec.dtype == "fp32" || spec.dtype == "bf16", "kiln bench", "unknown dtype '", spec.dtype,
-             "' (fp32 or bf16)");
+  check_dtype(spec.dtype);
   KILN_CHECK(spec.steps >= 1 && spec.warmup >= 0, "kiln bench", "steps must be at least 1 and warm-up at least 0, got ",
              spec.steps, " and ", spec.warmup);
   const Device device = train::parse_device(spec.device, "kiln bench");
@@ -86,7 +87,7 @@ RunResult run(const RunSpec& spec, const Progress& progress) {
     r.device_name = build_info().cpu_model;
   }
   try {
-    Workload w = make_workload({spec.model, spec.mode, device, spec.batch, spec.seq});
+    Workload w = make_workload({spec.model, spec.mode, device, spec.batch, spec.seq, spec.dtype});
     r.optimizer = w.optimizer;
     auto step = [&] { run_with_dtype(spec.dtype, w.step); };
     for (int64_t i = 0; i < spec.warmup; ++i) step();

@@ -91,7 +91,7 @@ std::vector<RunSpec> plan(const SuiteOptions& o) {
   KILN_CHECK(!o.models.empty() && !o.modes.empty() && !o.dtypes.empty(), where, "--models, --modes and --dtypes must not be empty");
   for (const auto& m : o.models) check_model(m);
   for (const auto& m : o.modes) KILN_CHECK(m == "train" || m == "eval", where, "unknown mode '", m, "' (train or eval)");
-  for (const auto& d : o.dtypes) KILN_CHECK(d == "fp32" || d == "bf16", where, "unknown dtype '", d, "' (fp32 or bf16)");
+  for (const auto& d : o.dtypes) check_dtype(d);
   KILN_CHECK(o.batch >= 0, where, "--batch must be at least 1, got ", o.batch);
   std::vector<std::string> devices = o.devices;
   if (devices.empty()) {

@@ -16,6 +16,22 @@ namespace kiln::cli::bench {
 
 namespace {
 constexpr int64_t kImageSize = 224;
+
+// backward and the optimizer's step, through a GradScaler when there is one (fp16).
+void backward_and_step(const Tensor& loss, optim::Optimizer& opt, amp::GradScaler* scaler) {
+  if (!scaler) {
+    loss.backward();
+    opt.step();
+    return;
+  }
+  scaler->scale(loss).backward();
+  scaler->step(opt);
+  scaler->update();
+}
+
+std::shared_ptr<amp::GradScaler> scaler_for(const std::string& dtype) {
+  return dtype == "fp16" ? std::make_shared<amp::GradScaler>() : nullptr;
+}
 constexpr int64_t kNumClasses = 1000;
 
 bool is_cnn(const std::string& model) {
@@ -39,11 +55,10 @@ Workload cnn_workload(const WorkloadOptions& o) {
   }
   auto opt = std::make_shared<optim::SGD>((*model)->parameters(),
                                           optim::SGDOptions{.lr = 0.01, .momentum = 0.9, .weight_decay = 1e-4});
-  return {[model, opt, x, y] {
+  return {[model, opt, x, y, scaler = scaler_for(o.dtype)] {
             opt->zero_grad();
             Tensor loss = nn::functional::cross_entropy((*model)(x), y);
-            loss.backward();
-            opt->step();
+            backward_and_step(loss, *opt, scaler.get());
           },
           "sgd"};
 }
@@ -72,11 +87,10 @@ Workload bert_workload(const WorkloadOptions& o) {
   auto opt = std::make_shared<optim::AdamW>((*model)->parameters(), optim::AdamWOptions{.lr = 1e-4, .weight_decay = 0.01});
   // The loss over the full logits, as Hugging Face's BertForMaskedLM computes it (and so
   // bench/pytorch_peer.py), not the cheaper masked_lm_loss over the labelled positions only.
-  return {[model, opt, ids, mask, labels] {
+  return {[model, opt, ids, mask, labels, scaler = scaler_for(o.dtype)] {
             opt->zero_grad();
             Tensor loss = models::BertForMaskedLMImpl::loss((*model)(ids, mask), labels);
-            loss.backward();
-            opt->step();
+            backward_and_step(loss, *opt, scaler.get());
           },
           "adamw"};
 }
@@ -101,10 +115,23 @@ Workload make_workload(const WorkloadOptions& o) {
   return is_bert(o.model) ? bert_workload(o) : cnn_workload(o);
 }
 
+void check_dtype(const std::string& dtype) {
+  KILN_CHECK(dtype == "fp32" || dtype == "tf32" || dtype == "bf16" || dtype == "fp16", "kiln bench", "unknown dtype '",
+             dtype, "' (fp32, tf32, bf16 or fp16)");
+}
+
 void run_with_dtype(const std::string& dtype, const std::function<void()>& fn) {
+  check_dtype(dtype);
   if (dtype == "fp32") return fn();
-  KILN_CHECK(dtype == "bf16", "kiln bench", "unknown dtype '", dtype, "' (fp32 or bf16)");
-  AutocastGuard guard(kBFloat16, /*enabled=*/true);
+  if (dtype == "tf32") {
+    struct Tf32 {  // restored however fn ends
+      bool prev = cuda::allow_tf32();
+      Tf32() { cuda::set_allow_tf32(true); }
+      ~Tf32() { cuda::set_allow_tf32(prev); }
+    } tf32;
+    return fn();
+  }
+  AutocastGuard guard(dtype == "bf16" ? kBFloat16 : kFloat16, /*enabled=*/true);
   fn();
 }
 

@@ -22,6 +22,7 @@ struct WorkloadOptions {
   Device device;
   int64_t batch = 1;
   int64_t seq = 128;  // BERT only
+  std::string dtype = "fp32";  // fp16 training steps use a GradScaler (as PyTorch's peer does)
 };
 
 // One step of the workload, ready to run. Its inputs, model and optimizer live in the closure.
@@ -36,7 +37,10 @@ struct Workload {
 };
 Workload make_workload(const WorkloadOptions& options);
 
-// Runs fn in fp32, or under bf16 autocast.
+// The dtypes bench runs: fp32, tf32 (float32 with TF32 matmuls on a GPU), bf16 and fp16 (autocast).
+// An unknown one is a kiln::Error naming them.
+void check_dtype(const std::string& dtype);
+// Runs fn in fp32, with TF32 allowed, or under bf16/fp16 autocast.
 void run_with_dtype(const std::string& dtype, const std::function<void()>& fn);
 
 // The FLOPs of fn as kiln::profiler counts them (matmul, linear, conv and attention work).

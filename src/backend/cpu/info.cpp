@@ -71,6 +71,7 @@ BuildInfo build_info() {
       // AMX from CPUID leaf 7 (EDX bits 24 and 22): clang 14's __builtin_cpu_supports lacks it.
       {"amx-tile", cpuid7_edx_bit(24)},
       {"amx-bf16", cpuid7_edx_bit(22)},
+      {"avx512fp16", cpuid7_edx_bit(23)},  // float16 arithmetic (Sapphire Rapids and later)
   };
   for (auto [name, has] : features)
     if (has) b.cpu_features += (b.cpu_features.empty() ? "" : " ") + std::string(name);
