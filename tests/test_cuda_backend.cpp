@@ -1,11 +1,17 @@
 // The CUDA backend. Without a GPU (CI): every op that BERT pre-training dispatches has a CUDA
 // kernel in a CUDA build, and pinning memory is a clear error. With a GPU: every op family of
 // the transformer path gives the CPU's numbers with no fallback, the same seed gives the same
-// random numbers on both devices, pinned batches travel, and BERT-tiny trains as on the CPU.
+// random numbers on both devices, pinned batches travel, BERT-tiny trains as on the CPU, and
+// cuDNN's convolutions (forward and both gradients; NCHW and channels-last; groups, depthwise,
+// stride, padding, dilation, bias; float32 with and without TF32, float64, float16, bfloat16;
+// benchmark mode) match the CPU's float64 with no fallback.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "kiln/kiln.h"
 #include "op_families.h"
@@ -75,14 +81,27 @@ class Cuda : public ::testing::Test {
   }
 };
 
+// Restores kiln::cudnn's switches when a test ends.
+struct CudnnSettings {
+  bool tf32 = cudnn::allow_tf32(), bench = cudnn::benchmark();
+  ~CudnnSettings() {
+    cudnn::set_allow_tf32(tf32);
+    cudnn::set_benchmark(bench);
+  }
+};
+
 TEST_F(Cuda, EveryTransformerOpFamilyMatchesTheCpuWithoutFallback) {
   const Device gpu = Device::cuda(0);
+  // The families include convolutions, judged at float32 accuracy here: cuDNN without TF32.
+  CudnnSettings restore;
+  cudnn::set_allow_tf32(false);
   for (const Case& c : op_families()) {
     const Trace want = c.run(Device::cpu());
     const uint64_t before = total_fallbacks();
     const Trace got = c.run(gpu);
-    if (c.transformer_path)
+    if (c.transformer_path) {
       EXPECT_EQ(total_fallbacks(), before) << c.name << " ran an op through the CPU fallback";
+    }
     ASSERT_EQ(got.size(), want.size()) << c.name;
     double scale = 0;
     for (double v : want)
@@ -139,11 +158,190 @@ TEST_F(Cuda, BertTinyTrainsAsOnTheCpuWithoutFallback) {
     optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
     const uint64_t before = total_fallbacks();
     for (int64_t s = 0; s < 5; ++s) losses[k].push_back(bert_step(model, opt, d, s));
-    if (d.is_cuda()) EXPECT_EQ(total_fallbacks(), before) << "BERT training ran ops through the CPU fallback";
+    if (d.is_cuda()) {
+      EXPECT_EQ(total_fallbacks(), before) << "BERT training ran ops through the CPU fallback";
+    }
     ++k;
   }
   for (size_t s = 0; s < losses[0].size(); ++s)
     EXPECT_NEAR(losses[1][s], losses[0][s], 1e-3 * std::abs(losses[0][s])) << "step " << s;
+}
+
+// ---- convolutions through cuDNN
+
+struct ConvCase {
+  const char* name;
+  Shape x, w;  // input [N, C, H, W], weight [C_out, C_in / groups, kH, kW]
+  int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+};
+
+std::vector<ConvCase> conv_cases() {
+  return {{"3x3", {2, 4, 9, 9}, {6, 4, 3, 3}, 1, 1, 1, 1},
+          {"groups 2", {2, 4, 8, 8}, {6, 2, 3, 3}, 1, 1, 1, 2},
+          {"depthwise", {2, 8, 7, 7}, {8, 1, 3, 3}, 1, 1, 1, 8},
+          {"depthwise, two outputs per channel", {2, 4, 7, 7}, {8, 1, 3, 3}, 1, 0, 1, 4},
+          {"stride 2", {2, 6, 11, 11}, {8, 6, 3, 3}, 2, 1, 1, 1},
+          {"dilation 2", {2, 4, 12, 12}, {5, 4, 3, 3}, 1, 2, 2, 1},
+          {"1x1, stride 2", {3, 8, 6, 6}, {16, 8, 1, 1}, 2, 0, 1, 1},
+          {"5x5 on one input channel", {4, 1, 10, 10}, {4, 1, 5, 5}, 1, 2, 1, 1}};
+}
+
+// Where the operands live: everything NCHW; the input channels-last with the weight as
+// nn::Conv2d makes it (Kiln's usual case); both channels-last.
+enum class ConvLayout { Nchw, InputChannelsLast, AllChannelsLast };
+const char* layout_name(ConvLayout l) {
+  return l == ConvLayout::Nchw ? "NCHW" : l == ConvLayout::InputChannelsLast ? "channels-last input" : "all channels-last";
+}
+constexpr ConvLayout kConvLayouts[] = {ConvLayout::Nchw, ConvLayout::InputChannelsLast, ConvLayout::AllChannelsLast};
+
+struct ConvResult {
+  std::vector<double> y, gx, gw, gb;
+};
+
+// conv2d's output and the gradients of input, weight and bias after backward of sum(y * r), on
+// `device` in `dtype`. The inputs and r are drawn in float64 and rounded through `rounding`
+// first, so that a float64 run on the rounded inputs is the exact answer a lower precision run
+// aims at.
+ConvResult conv_run(const ConvCase& c, bool bias, ConvLayout layout, ScalarType rounding, ScalarType dtype,
+                    Device device) {
+  manual_seed(11);
+  const Tensor x64 = randn(c.x, kFloat64), w64 = randn(c.w, kFloat64), b64 = randn({c.w[0]}, kFloat64);
+  auto prepare = [&](const Tensor& t, bool channels_last) {
+    Tensor d = t.to(rounding).to(dtype).to(device);
+    if (channels_last) d = d.contiguous(MemoryFormat::ChannelsLast);
+    return d.detach().requires_grad_();
+  };
+  Tensor x = prepare(x64, layout != ConvLayout::Nchw), w = prepare(w64, layout == ConvLayout::AllChannelsLast),
+         b = bias ? prepare(b64, false) : Tensor();
+  Tensor y = conv2d(x, w, b, {c.stride, c.stride}, {c.padding, c.padding}, {c.dilation, c.dilation}, c.groups);
+  manual_seed(12);
+  const Tensor r = randn(y.shape(), kFloat64).to(rounding).to(dtype).to(device);
+  (y * r).sum().backward();
+  ConvResult out{values(y), values(x.grad()), values(w.grad()), {}};
+  if (bias) out.gb = values(b.grad());
+  return out;
+}
+
+// Every number of `got` within tol x the largest magnitude in `want`.
+void expect_scaled_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
+                         const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  if (want.empty()) return;
+  double scale = 0;
+  for (double v : want) scale = std::max(scale, std::abs(v));
+  size_t bad = 0, worst = 0;
+  double worst_err = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double err = std::abs(got[i] - want[i]);
+    if (!(err <= tol * scale)) ++bad;
+    if (!(err <= worst_err)) worst_err = err, worst = i;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << want.size() << " numbers beyond " << tol << " x " << scale
+                     << "; worst #" << worst << ": " << got[worst] << " vs " << want[worst];
+}
+
+void expect_conv_close(const ConvResult& got, const ConvResult& want, double tol, const std::string& what) {
+  expect_scaled_close(got.y, want.y, tol, what + ", output");
+  expect_scaled_close(got.gx, want.gx, tol, what + ", input gradient");
+  expect_scaled_close(got.gw, want.gw, tol, what + ", weight gradient");
+  expect_scaled_close(got.gb, want.gb, tol, what + ", bias gradient");
+}
+
+class CudaConv : public Cuda {
+ protected:
+  void SetUp() override {
+    Cuda::SetUp();
+    if (IsSkipped()) return;
+    if (cuda::cudnn_version().empty()) GTEST_SKIP() << "built without cuDNN: convolutions run on the CPU";
+  }
+  CudnnSettings restore_;
+};
+
+TEST_F(CudaConv, Float32WithAndWithoutTf32AndFloat64MatchTheCpuWithoutFallback) {
+  const Device cpu = Device::cpu(), gpu = Device::cuda(0);
+  cudnn::set_benchmark(false);
+  for (const ConvCase& c : conv_cases())
+    for (bool bias : {true, false})
+      for (ConvLayout layout : kConvLayouts) {
+        const std::string what = std::string(c.name) + (bias ? ", bias, " : ", no bias, ") + layout_name(layout);
+        const ConvResult want32 = conv_run(c, bias, layout, kFloat32, kFloat64, cpu);
+        for (bool tf32 : {true, false}) {
+          cudnn::set_allow_tf32(tf32);
+          const uint64_t before = total_fallbacks();
+          const ConvResult got = conv_run(c, bias, layout, kFloat32, kFloat32, gpu);
+          EXPECT_EQ(total_fallbacks(), before) << what << " ran an op through the CPU fallback";
+          // TF32 rounds each product's operands to 10 mantissa bits (PyTorch's default for convs).
+          expect_conv_close(got, want32, tf32 ? 1e-2 : 1e-4, what + (tf32 ? ", float32 (TF32)" : ", float32"));
+        }
+        const uint64_t before = total_fallbacks();
+        const ConvResult got64 = conv_run(c, bias, layout, kFloat64, kFloat64, gpu);
+        EXPECT_EQ(total_fallbacks(), before) << what << " (float64) ran an op through the CPU fallback";
+        expect_conv_close(got64, conv_run(c, bias, layout, kFloat64, kFloat64, cpu), 1e-10, what + ", float64");
+      }
+}
+
+TEST_F(CudaConv, HalfPrecisionMatchesTheCpuWithoutFallback) {
+  const std::vector<ConvCase> cases = {{"3x3", {2, 16, 8, 8}, {32, 16, 3, 3}, 1, 1, 1, 1},
+                                       {"groups 2, stride 2", {2, 16, 9, 9}, {16, 8, 3, 3}, 2, 1, 1, 2},
+                                       {"depthwise, dilation 2", {2, 16, 10, 10}, {16, 1, 3, 3}, 1, 2, 2, 16}};
+  for (ScalarType t : {kFloat16, kBFloat16})
+    for (const ConvCase& c : cases)
+      for (ConvLayout layout : {ConvLayout::InputChannelsLast, ConvLayout::Nchw}) {
+        std::ostringstream what;
+        what << c.name << ", " << layout_name(layout) << ", " << t;
+        const uint64_t before = total_fallbacks();
+        const ConvResult got = conv_run(c, true, layout, t, t, Device::cuda(0));
+        EXPECT_EQ(total_fallbacks(), before) << what.str() << " ran an op through the CPU fallback";
+        // float32 sums; results rounded to 11 (float16) or 8 (bfloat16) significant bits.
+        expect_conv_close(got, conv_run(c, true, layout, t, kFloat64, Device::cpu()), t == kBFloat16 ? 2e-2 : 1e-2,
+                          what.str());
+      }
+}
+
+TEST_F(CudaConv, BenchmarkModeMatchesTheCpu) {
+  cudnn::set_benchmark(true);
+  cudnn::set_allow_tf32(false);
+  const std::vector<ConvCase> cases = conv_cases();
+  for (int rep = 0; rep < 2; ++rep)  // the second time from the timed choice
+    for (size_t i : {size_t{0}, size_t{2}, size_t{4}}) {
+      const ConvCase& c = cases[i];
+      const uint64_t before = total_fallbacks();
+      const ConvResult got = conv_run(c, true, ConvLayout::InputChannelsLast, kFloat32, kFloat32, Device::cuda(0));
+      EXPECT_EQ(total_fallbacks(), before) << c.name << " ran an op through the CPU fallback";
+      expect_conv_close(got, conv_run(c, true, ConvLayout::InputChannelsLast, kFloat32, kFloat64, Device::cpu()),
+                        1e-4, std::string(c.name) + ", benchmark mode, rep " + std::to_string(rep));
+    }
+}
+
+// Two convolutions whose tensors have the same shapes and strides and whose attributes differ in
+// padding and dilation only, in turns: a plan cache keyed too loosely would mix them up.
+TEST_F(CudaConv, ConvolutionsDifferingOnlyInDilationKeepTheirOwnPlans) {
+  cudnn::set_allow_tf32(false);
+  const ConvCase a{"padding 1, dilation 1", {2, 8, 10, 10}, {8, 8, 3, 3}, 1, 1, 1, 1};
+  const ConvCase b{"padding 2, dilation 2", {2, 8, 10, 10}, {8, 8, 3, 3}, 1, 2, 2, 1};
+  const ConvLayout cl = ConvLayout::InputChannelsLast;
+  const ConvResult want_a = conv_run(a, false, cl, kFloat32, kFloat64, Device::cpu());
+  const ConvResult want_b = conv_run(b, false, cl, kFloat32, kFloat64, Device::cpu());
+  for (int rep = 0; rep < 2; ++rep) {
+    expect_conv_close(conv_run(a, false, cl, kFloat32, kFloat32, Device::cuda(0)), want_a, 1e-4, a.name);
+    expect_conv_close(conv_run(b, false, cl, kFloat32, kFloat32, Device::cuda(0)), want_b, 1e-4, b.name);
+  }
+}
+
+// An input that is neither NCHW nor channels-last (every other column) at an offset: operands
+// cuDNN cannot take as they are go through a dense copy.
+TEST_F(CudaConv, StridedInputsAtAnOffsetAreCopiedDense) {
+  cudnn::set_allow_tf32(false);
+  manual_seed(21);
+  const Tensor x64 = randn({3, 6, 12, 14}, kFloat64), w64 = randn({4, 6, 3, 3}, kFloat64), b64 = randn({4}, kFloat64);
+  auto view = [](const Tensor& t) { return t.narrow(0, 1, 2).slice(3, 1, 13, 2); };  // [2, 6, 12, 6]
+  auto rounded = [](const Tensor& t) { return t.to(kFloat32).to(kFloat64); };
+  const Tensor want = conv2d(view(rounded(x64)), rounded(w64), rounded(b64), {1, 1}, {1, 1});
+  const Device gpu = Device::cuda(0);
+  const uint64_t before = total_fallbacks();
+  const Tensor got = conv2d(view(x64.to(gpu, kFloat32)), w64.to(gpu, kFloat32), b64.to(gpu, kFloat32), {1, 1}, {1, 1});
+  EXPECT_EQ(total_fallbacks(), before);
+  expect_scaled_close(values(got), values(want), 1e-4, "strided input at an offset");
 }
 
 }  // namespace

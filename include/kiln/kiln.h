@@ -6,6 +6,7 @@
 #include "kiln/autocast.h"
 #include "kiln/autograd.h"
 #include "kiln/cuda.h"
+#include "kiln/cudnn.h"
 #include "kiln/data.h"
 #include "kiln/device.h"
 #include "kiln/dtype.h"

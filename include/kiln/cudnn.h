@@ -1,0 +1,20 @@
+// kiln::cudnn: cuDNN's switches, as torch.backends.cudnn — TF32 for float32 convolutions and the
+// benchmark mode. No cuDNN header is needed to use them; in a build without cuDNN they are kept
+// and change nothing.
+#pragma once
+
+namespace kiln::cudnn {
+
+// Whether float32 convolutions on a GPU may use TF32 tensor cores (10-bit mantissa products,
+// float32 sums): on by default, as torch.backends.cudnn.allow_tf32 — unlike matmuls, whose TF32
+// switch is kiln::cuda::set_allow_tf32 and off by default, as in PyTorch.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+// With benchmark on, the first convolution of each geometry times cuDNN's algorithms on the real
+// operands and keeps the fastest (torch.backends.cudnn.benchmark); off (the default), cuDNN's
+// heuristics choose without running anything. Either choice is made once per geometry.
+void set_benchmark(bool enabled);
+bool benchmark();
+
+}  // namespace kiln::cudnn

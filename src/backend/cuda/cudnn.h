@@ -1,0 +1,82 @@
+// cuDNN in the CUDA backend: KILN_CUDNN_CHECK, which names a failing call, handles leased per
+// call from a per-device pool and set to the call's stream, and move-only descriptors.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <utility>
+
+#include "kiln/error.h"
+
+namespace kiln::backend::cuda {
+
+// Throws "[cudnn] <call> failed: <status> (<cuDNN's message for this thread's last error>)".
+[[noreturn]] void cudnn_fail(const char* call, cudnnStatus_t status);
+
+// A status of the NOT_SUPPORTED family (cuDNN 9 adds sub-codes: shape, layout, data type...).
+inline bool cudnn_unsupported(cudnnStatus_t s) { return CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED; }
+
+}  // namespace kiln::backend::cuda
+
+#define KILN_CUDNN_CHECK(expr)                                                                    \
+  do {                                                                                            \
+    const cudnnStatus_t kiln_cudnn_status = (expr);                                               \
+    if (kiln_cudnn_status != CUDNN_STATUS_SUCCESS) [[unlikely]]                                   \
+      ::kiln::backend::cuda::cudnn_fail(#expr, kiln_cudnn_status);                               \
+  } while (0)
+
+namespace kiln::backend::cuda {
+
+// A cuDNN handle of `device`, set to `stream`, for the caller alone while alive. A handle must
+// not be used by two threads at once and cudnnSetStream changes it for every user, so each call
+// leases one from the device's pool (created on demand: as many as calls run at once) and gives
+// it back when done. Pooled handles live as long as the process.
+class CudnnHandle {
+ public:
+  CudnnHandle(int device, cudaStream_t stream);
+  ~CudnnHandle();
+  CudnnHandle(const CudnnHandle&) = delete;
+  CudnnHandle& operator=(const CudnnHandle&) = delete;
+
+  cudnnHandle_t get() const { return handle_; }
+
+ private:
+  int device_;
+  cudnnHandle_t handle_ = nullptr;
+};
+
+// A cuDNN descriptor, created with its owner and destroyed with it; movable, not copyable.
+#define KILN_CUDNN_DESCRIPTOR(Name, Handle, Create, Destroy)                                      \
+  class Name {                                                                                    \
+   public:                                                                                        \
+    Name() { KILN_CUDNN_CHECK(Create(&h_)); }                                                     \
+    ~Name() {                                                                                     \
+      if (h_) Destroy(h_);                                                                        \
+    }                                                                                             \
+    Name(Name&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}                                 \
+    Name& operator=(Name&& o) noexcept {                                                          \
+      if (this != &o) {                                                                           \
+        if (h_) Destroy(h_);                                                                      \
+        h_ = std::exchange(o.h_, nullptr);                                                        \
+      }                                                                                           \
+      return *this;                                                                               \
+    }                                                                                             \
+    Name(const Name&) = delete;                                                                   \
+    Name& operator=(const Name&) = delete;                                                        \
+    Handle get() const { return h_; }                                                             \
+                                                                                                  \
+   private:                                                                                       \
+    Handle h_ = nullptr;                                                                          \
+  }
+
+KILN_CUDNN_DESCRIPTOR(TensorDescriptor, cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor,
+                      cudnnDestroyTensorDescriptor);
+KILN_CUDNN_DESCRIPTOR(FilterDescriptor, cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor,
+                      cudnnDestroyFilterDescriptor);
+KILN_CUDNN_DESCRIPTOR(ConvolutionDescriptor, cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
+                      cudnnDestroyConvolutionDescriptor);
+
+#undef KILN_CUDNN_DESCRIPTOR
+
+}  // namespace kiln::backend::cuda

@@ -1,0 +1,18 @@
+// kiln::cudnn's switches (include/kiln/cudnn.h), in every build: without cuDNN they are kept and
+// change nothing, so code that sets them runs unchanged.
+#include <atomic>
+
+#include "kiln/cudnn.h"
+
+namespace kiln::cudnn {
+namespace {
+std::atomic<bool> g_allow_tf32{true};  // torch.backends.cudnn.allow_tf32's default
+std::atomic<bool> g_benchmark{false};
+}  // namespace
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
+bool allow_tf32() { return g_allow_tf32.load(); }
+void set_benchmark(bool enabled) { g_benchmark.store(enabled); }
+bool benchmark() { return g_benchmark.load(); }
+
+}  // namespace kiln::cudnn

@@ -1,0 +1,198 @@
+// The host-side decisions of the cuDNN convolutions (src/backend/cuda/conv_plan.h), without a GPU
+// or cuDNN: which layout a call runs in, which operands are copied dense first (checked against
+// Tensor::is_contiguous on real tensors), the math types, a plan key that tells apart any two
+// calls differing in one size or attribute, and the order in which ranked algorithms are tried.
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "backend/cuda/conv_plan.h"
+#include "kiln/kiln.h"
+
+namespace kiln::test {
+namespace {
+
+namespace cp = backend::cuda::conv_plan;
+using cp::Layout;
+using cp::Math;
+
+cp::Dims dims_of(const Tensor& t) { return {t.size(0), t.size(1), t.size(2), t.size(3)}; }
+cp::Dims strides_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)}; }
+
+TEST(CudnnHost, PackedStridesAreNchwAndNhwc) {
+  EXPECT_EQ(cp::packed_strides({2, 3, 4, 5}, Layout::NCHW), (cp::Dims{60, 20, 5, 1}));
+  EXPECT_EQ(cp::packed_strides({2, 3, 4, 5}, Layout::NHWC), (cp::Dims{60, 1, 15, 3}));
+  // What kiln makes for channels-last tensors.
+  const Shape s{2, 3, 4, 5};
+  const Shape cl = channels_last_strides(s);
+  EXPECT_EQ(cp::packed_strides({2, 3, 4, 5}, Layout::NHWC), (cp::Dims{cl[0], cl[1], cl[2], cl[3]}));
+  EXPECT_EQ(cp::other(Layout::NHWC), Layout::NCHW);
+  EXPECT_EQ(cp::other(Layout::NCHW), Layout::NHWC);
+}
+
+// is_packed agrees with Tensor::is_contiguous for both formats on every kind of view.
+TEST(CudnnHost, PackedMeansWhatIsContiguousMeans) {
+  std::vector<Tensor> ts;
+  for (const Shape& s : {Shape{2, 3, 4, 5}, Shape{2, 1, 4, 5}, Shape{2, 8, 1, 1}, Shape{1, 3, 4, 1}, Shape{6, 1, 3, 3},
+                         Shape{1, 1, 1, 1}}) {
+    Tensor t = zeros(s);
+    ts.push_back(t);
+    ts.push_back(t.contiguous(MemoryFormat::ChannelsLast));
+    ts.push_back(t.permute({0, 1, 3, 2}));  // H and W swapped: neither layout unless one of them is 1
+    ts.push_back(t.permute({1, 0, 2, 3}));
+  }
+  Tensor big = zeros({3, 6, 8, 10});
+  ts.push_back(big.narrow(0, 1, 2));           // an offset, still dense
+  ts.push_back(big.slice(3, 0, 10, 2));        // every other column
+  ts.push_back(big.narrow(1, 2, 3));           // a channel slice
+  ts.push_back(big.contiguous(MemoryFormat::ChannelsLast).narrow(1, 0, 4));  // channels-last channel slice
+  for (const Tensor& t : ts) {
+    EXPECT_EQ(cp::is_packed(dims_of(t), strides_of(t), Layout::NCHW), t.is_contiguous())
+        << t.shape() << " strides " << t.strides();
+    EXPECT_EQ(cp::is_packed(dims_of(t), strides_of(t), Layout::NHWC), t.is_contiguous(MemoryFormat::ChannelsLast))
+        << t.shape() << " strides " << t.strides();
+  }
+}
+
+TEST(CudnnHost, OperandsAreCopiedWhenNotDenseInTheLayoutOrMisaligned) {
+  const cp::Dims d{2, 4, 6, 6};
+  const cp::Dims nchw = cp::packed_strides(d, Layout::NCHW), nhwc = cp::packed_strides(d, Layout::NHWC);
+  EXPECT_FALSE(cp::needs_copy(d, nchw, 256, Layout::NCHW));
+  EXPECT_TRUE(cp::needs_copy(d, nchw, 256, Layout::NHWC));
+  EXPECT_FALSE(cp::needs_copy(d, nhwc, 256, Layout::NHWC));
+  EXPECT_TRUE(cp::needs_copy(d, nhwc, 256, Layout::NCHW));
+  EXPECT_TRUE(cp::needs_copy(d, nhwc, 256 + 4, Layout::NHWC));  // a float32 view one element in
+  EXPECT_FALSE(cp::needs_copy(d, nhwc, 256 + 16, Layout::NHWC));
+  // A depthwise weight [C, 1, kH, kW] and a 1x1 weight are both layouts at once: never copied.
+  const cp::Dims dw{8, 1, 3, 3}, pw{16, 8, 1, 1};
+  EXPECT_FALSE(cp::needs_copy(dw, cp::packed_strides(dw, Layout::NCHW), 0, Layout::NHWC));
+  EXPECT_FALSE(cp::needs_copy(pw, cp::packed_strides(pw, Layout::NCHW), 0, Layout::NHWC));
+}
+
+TEST(CudnnHost, LayoutAndMathTypePerDtype) {
+  for (ScalarType t : {kFloat32, kFloat16, kBFloat16}) EXPECT_EQ(cp::preferred_layout(t), Layout::NHWC) << t;
+  EXPECT_EQ(cp::preferred_layout(kFloat64), Layout::NCHW);
+
+  EXPECT_EQ(cp::base_math(kFloat32, true), Math::Default);  // TF32 allowed
+  EXPECT_EQ(cp::base_math(kFloat32, false), Math::Fma);     // TF32 forbidden
+  EXPECT_EQ(cp::base_math(kFloat16, false), Math::TensorOp);
+  EXPECT_EQ(cp::base_math(kBFloat16, true), Math::TensorOp);
+  EXPECT_EQ(cp::base_math(kFloat64, true), Math::Default);
+
+  // float32 without TF32 never runs with another math type, whatever cuDNN reports.
+  for (Math m : {Math::Default, Math::TensorOp, Math::TensorOpAllowConversion, Math::Fma})
+    EXPECT_EQ(cp::candidate_math(kFloat32, false, m), Math::Fma);
+  // float32 with TF32 is never converted down to half.
+  EXPECT_EQ(cp::candidate_math(kFloat32, true, Math::TensorOpAllowConversion), Math::Default);
+  EXPECT_EQ(cp::candidate_math(kFloat32, true, Math::TensorOp), Math::TensorOp);
+  EXPECT_EQ(cp::candidate_math(kFloat16, false, Math::Default), Math::Default);
+  EXPECT_EQ(cp::candidate_math(kBFloat16, true, Math::TensorOpAllowConversion), Math::TensorOpAllowConversion);
+
+  EXPECT_EQ(cp::math_from(3), Math::Fma);
+  EXPECT_EQ(cp::math_from(7), Math::Default);
+  EXPECT_EQ(cp::math_from(-1), Math::Default);
+}
+
+// Each size, attribute and setting changed alone gives a key of its own.
+TEST(CudnnHost, PlanKeysDifferInEveryField) {
+  struct Call {
+    cp::Kind kind = cp::Kind::Forward;
+    int device = 0;
+    ScalarType dtype = kFloat32;
+    Math math = Math::Default;
+    bool benchmark = false;
+    cp::Geometry g{2, 8, 10, 10, 16, 8, 3, 3, 10, 10};
+    backend::ConvAttrs a{};
+    cp::PlanKey key() const { return cp::plan_key(kind, device, dtype, math, benchmark, g, a); }
+  };
+  Call base;
+  base.a.padding[0] = base.a.padding[1] = 1;
+  std::vector<Call> calls(1, base);
+  auto vary = [&](auto&& change) {
+    Call c = base;
+    change(c);
+    calls.push_back(c);
+  };
+  vary([](Call& c) { c.kind = cp::Kind::BackwardData; });
+  vary([](Call& c) { c.kind = cp::Kind::BackwardFilter; });
+  vary([](Call& c) { c.device = 1; });
+  vary([](Call& c) { c.dtype = kFloat16; });
+  vary([](Call& c) { c.dtype = kBFloat16; });
+  vary([](Call& c) { c.dtype = kFloat64; });
+  vary([](Call& c) { c.math = Math::Fma; });
+  vary([](Call& c) { c.benchmark = true; });
+  for (int64_t cp::Geometry::*f : {&cp::Geometry::n, &cp::Geometry::c_in, &cp::Geometry::h, &cp::Geometry::w,
+                                    &cp::Geometry::c_out, &cp::Geometry::c_in_group, &cp::Geometry::kh,
+                                    &cp::Geometry::kw, &cp::Geometry::oh, &cp::Geometry::ow})
+    vary([f](Call& c) { c.g.*f += 1; });
+  for (int i = 0; i < 2; ++i) {
+    vary([i](Call& c) { c.a.stride[i] = 2; });
+    vary([i](Call& c) { c.a.padding[i] = 2; });
+    vary([i](Call& c) { c.a.dilation[i] = 2; });
+  }
+  vary([](Call& c) { c.a.groups = 2; });
+  // Two calls whose tensors match in every size and which differ in padding and dilation only.
+  vary([](Call& c) { c.a.padding[0] = c.a.padding[1] = 2, c.a.dilation[0] = c.a.dilation[1] = 2; });
+  std::set<cp::PlanKey> keys;
+  for (const Call& c : calls) keys.insert(c.key());
+  EXPECT_EQ(keys.size(), calls.size());
+  EXPECT_EQ(base.key(), Call(base).key());
+  // inference says nothing cuDNN sees: the same plan.
+  Call inference = base;
+  inference.a.inference = true;
+  EXPECT_EQ(inference.key(), base.key());
+}
+
+TEST(CudnnHost, CandidatesKeepCudnnsOrderDeterministicFirst) {
+  using R = cp::Ranked;
+  const std::vector<R> ranked = {
+      {7, true, false, Math::TensorOp},  // the fastest, but not deterministic: after the others
+      {1, true, true, Math::TensorOp},
+      {2, false, true, Math::TensorOp},  // refused by cuDNN
+      {1, true, true, Math::TensorOp},   // listed twice
+      {1, true, true, Math::Fma},        // the same algorithm with another math type is another choice
+      {3, true, true, Math::Default},    // its workspace is too large
+      {4, true, true, Math::Default},    // the workspace query refuses it
+      {5, true, true, Math::Default},
+  };
+  std::vector<std::pair<int, Math>> asked;
+  auto workspace = [&](int algo, Math m) -> std::optional<size_t> {
+    asked.push_back({algo, m});
+    if (algo == 4) return std::nullopt;
+    return algo == 3 ? size_t{2000} : size_t(algo) * 10;
+  };
+  const std::vector<cp::Candidate> got = cp::select_candidates(ranked, kFloat16, true, 1000, workspace);
+  const std::vector<cp::Candidate> want = {
+      {1, Math::TensorOp, 10}, {1, Math::Fma, 10}, {5, Math::Default, 50}, {7, Math::TensorOp, 70}};
+  EXPECT_EQ(got, want);
+  // Refused and repeated entries are not even asked about.
+  EXPECT_EQ(asked.size(), 6u);
+
+  // float32 without TF32: every candidate FMA-only, so the two math types of algorithm 1 are one.
+  const std::vector<cp::Candidate> fma = cp::select_candidates(ranked, kFloat32, false, 1000, workspace);
+  const std::vector<cp::Candidate> want_fma = {{1, Math::Fma, 10}, {5, Math::Fma, 50}, {7, Math::Fma, 70}};
+  EXPECT_EQ(fma, want_fma);
+
+  EXPECT_TRUE(cp::select_candidates({}, kFloat32, true, 1000, workspace).empty());
+  EXPECT_TRUE(cp::select_candidates({{0, false, true, Math::Default}}, kFloat32, true, 1000, workspace).empty());
+}
+
+TEST(CudnnHost, LegacyApiLimitsAreIntRange) {
+  EXPECT_TRUE(cp::fits_int(0));
+  EXPECT_TRUE(cp::fits_int(int64_t{1} << 30));
+  EXPECT_TRUE(cp::fits_int(INT_MAX));
+  EXPECT_FALSE(cp::fits_int(int64_t{INT_MAX} + 1));
+  EXPECT_FALSE(cp::fits_int(-1));
+  backend::ConvAttrs a;
+  EXPECT_TRUE(cp::attrs_fit(a));
+  a.dilation[1] = int64_t{1} << 40;
+  EXPECT_FALSE(cp::attrs_fit(a));
+  a = {};
+  a.groups = int64_t{1} << 33;
+  EXPECT_FALSE(cp::attrs_fit(a));
+}
+
+}  // namespace
+}  // namespace kiln::test
