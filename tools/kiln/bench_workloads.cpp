@@ -11,26 +11,16 @@
 
 #include "kiln/autocast.h"
 #include "kiln/profiler.h"
+#include "tools/kiln/mixed_precision.h"
 
 namespace kiln::cli::bench {
 
 namespace {
 constexpr int64_t kImageSize = 224;
 
-// backward and the optimizer's step, through a GradScaler when there is one (fp16).
-void backward_and_step(const Tensor& loss, optim::Optimizer& opt, amp::GradScaler* scaler) {
-  if (!scaler) {
-    loss.backward();
-    opt.step();
-    return;
-  }
-  scaler->scale(loss).backward();
-  scaler->step(opt);
-  scaler->update();
-}
-
-std::shared_ptr<amp::GradScaler> scaler_for(const std::string& dtype) {
-  return dtype == "fp16" ? std::make_shared<amp::GradScaler>() : nullptr;
+// backward and the optimizer's step as `kiln train --amp` takes them: fp16 through a GradScaler.
+std::shared_ptr<train::MixedPrecision> step_precision(const std::string& dtype) {
+  return std::make_shared<train::MixedPrecision>(dtype == "fp16" ? "fp16" : "off", "kiln bench");
 }
 constexpr int64_t kNumClasses = 1000;
 
@@ -55,10 +45,10 @@ Workload cnn_workload(const WorkloadOptions& o) {
   }
   auto opt = std::make_shared<optim::SGD>((*model)->parameters(),
                                           optim::SGDOptions{.lr = 0.01, .momentum = 0.9, .weight_decay = 1e-4});
-  return {[model, opt, x, y, scaler = scaler_for(o.dtype)] {
+  return {[model, opt, x, y, amp = step_precision(o.dtype)] {
             opt->zero_grad();
             Tensor loss = nn::functional::cross_entropy((*model)(x), y);
-            backward_and_step(loss, *opt, scaler.get());
+            amp->backward_and_step(loss, *opt);
           },
           "sgd"};
 }
@@ -87,10 +77,10 @@ Workload bert_workload(const WorkloadOptions& o) {
   auto opt = std::make_shared<optim::AdamW>((*model)->parameters(), optim::AdamWOptions{.lr = 1e-4, .weight_decay = 0.01});
   // The loss over the full logits, as Hugging Face's BertForMaskedLM computes it (and so
   // bench/pytorch_peer.py), not the cheaper masked_lm_loss over the labelled positions only.
-  return {[model, opt, ids, mask, labels, scaler = scaler_for(o.dtype)] {
+  return {[model, opt, ids, mask, labels, amp = step_precision(o.dtype)] {
             opt->zero_grad();
             Tensor loss = models::BertForMaskedLMImpl::loss((*model)(ids, mask), labels);
-            backward_and_step(loss, *opt, scaler.get());
+            amp->backward_and_step(loss, *opt);
           },
           "adamw"};
 }

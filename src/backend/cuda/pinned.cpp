@@ -68,11 +68,6 @@ class PinnedPool {
     return true;
   }
 
-  bool contains(const void* p) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return find(p) != nullptr;
-  }
-
  private:
   // The block holding address p, if any.
   Block* find(const void* p) {
@@ -136,6 +131,5 @@ PinnedPool& pool() {
 void* pinned_allocate(size_t nbytes) { return pool().allocate(nbytes); }
 void pinned_free(void* p) { pool().free(p); }
 bool pinned_record(const void* p, int device, cudaStream_t stream) { return pool().record(p, device, stream); }
-bool is_pinned(const void* p) { return pool().contains(p); }
 
 }  // namespace kiln::backend::cuda

@@ -14,6 +14,5 @@ void pinned_free(void* p);
 // Whether p lies in a pinned block; if so, the block is kept from reuse until the work queued
 // on `stream` (of `device`) so far is done.
 bool pinned_record(const void* p, int device, cudaStream_t stream);
-bool is_pinned(const void* p);
 
 }  // namespace kiln::backend::cuda
