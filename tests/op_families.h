@@ -24,7 +24,6 @@ inline void append(Trace& trace, const Tensor& t) {
 struct Case {
   std::string name;
   std::function<Trace(Device)> run;
-  bool transformer_path = true;  // every op it runs is one BERT training uses (no convolutions)
 };
 
 // Values and gradients of `inputs` after backward of sum(out * weight) for a fixed weight.
@@ -63,15 +62,13 @@ inline std::vector<Case> op_families() {
          Tensor x = input({8, 1, 28, 28}, 1, d, false), w = input({32, 1, 3, 3}, 2, d, false),
                 b = input({32}, 3, d, false);
          return value_and_grads(conv2d(x, w, b, {1, 1}, {1, 1}), {});
-       },
-       false},
+       }},
       {"conv2d forward and backward, channels-last, stride 2",
        [](Device d) {
          Tensor x = input({2, 32, 16, 16}, 4, d).detach().contiguous(MemoryFormat::ChannelsLast).requires_grad_();
          Tensor w = input({64, 32, 3, 3}, 5, d);
          return value_and_grads(conv2d(x, w, {}, {2, 2}, {1, 1}), {x, w});
-       },
-       false},
+       }},
       {"matmul and linear with gelu",
        [](Device d) {
          Tensor a = input({64, 96}, 6, d), b = input({96, 80}, 7, d), w = input({48, 80}, 8, d), bias = input({48}, 9, d);
@@ -81,16 +78,14 @@ inline std::vector<Case> op_families() {
        [](Device d) {
          Tensor x = input({4, 16, 8, 8}, 10, d), g = input({16}, 11, d), b = input({16}, 12, d);
          return value_and_grads(batch_norm(x, {}, {}, g, b, true), {x, g, b});
-       },
-       false},
+       }},
       {"max, average and adaptive pooling",
        [](Device d) {
          Tensor x = input({2, 8, 12, 12}, 13, d);
          Tensor y = max_pool2d(x, {3, 3}, {2, 2}, {1, 1}) + avg_pool2d(x, {2, 2}, {2, 2}, {0, 0}).narrow(2, 0, 6).narrow(3, 0, 6) +
                     adaptive_avg_pool2d(x, {6, 6});
          return value_and_grads(y, {x});
-       },
-       false},
+       }},
       {"layer_norm, softmax, log_softmax, masked_softmax",
        [](Device d) {
          Tensor x = input({6, 10, 32}, 14, d), w = input({32}, 15, d), b = input({32}, 16, d);

@@ -1,6 +1,6 @@
 // The CUDA backend. Without a GPU (CI): every op that BERT pre-training dispatches has a CUDA
-// kernel in a CUDA build, and pinning memory is a clear error. With a GPU: every op family of
-// the transformer path gives the CPU's numbers with no fallback, the same seed gives the same
+// kernel in a CUDA build, and pinning memory is a clear error. With a GPU: every op family
+// (CNN ops included) gives the CPU's numbers with no fallback, the same seed gives the same
 // random numbers on both devices, pinned batches travel, BERT-tiny trains as on the CPU, and
 // cuDNN's convolutions (forward and both gradients; NCHW and channels-last; groups, depthwise,
 // stride, padding, dilation, bias; float32 with and without TF32, float64, float16, bfloat16;
@@ -14,17 +14,12 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "cuda_test_util.h"
 #include "op_families.h"
 #include "test_util.h"
 
 namespace kiln::test {
 namespace {
-
-uint64_t total_fallbacks() {
-  uint64_t n = 0;
-  for (const auto& [op, count] : fallback_counts()) n += count;
-  return n;
-}
 
 // One masked-LM training step of BERT-tiny (padding, dropout on, AdamW, gradient clipping) on
 // `device`; returns the loss.
@@ -74,23 +69,7 @@ TEST(CudaPinned, WithoutAGpuPinningIsAClearErrorAndTheLoaderDoesNotPin) {
 
 // ---- with a GPU
 
-class Cuda : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  }
-};
-
-// Restores kiln::cudnn's switches when a test ends.
-struct CudnnSettings {
-  bool tf32 = cudnn::allow_tf32(), bench = cudnn::benchmark();
-  ~CudnnSettings() {
-    cudnn::set_allow_tf32(tf32);
-    cudnn::set_benchmark(bench);
-  }
-};
-
-TEST_F(Cuda, EveryTransformerOpFamilyMatchesTheCpuWithoutFallback) {
+TEST_F(Cuda, EveryOpFamilyMatchesTheCpuWithoutFallback) {
   const Device gpu = Device::cuda(0);
   // The families include convolutions, judged at float32 accuracy here: cuDNN without TF32.
   CudnnSettings restore;
@@ -99,9 +78,7 @@ TEST_F(Cuda, EveryTransformerOpFamilyMatchesTheCpuWithoutFallback) {
     const Trace want = c.run(Device::cpu());
     const uint64_t before = total_fallbacks();
     const Trace got = c.run(gpu);
-    if (c.transformer_path) {
-      EXPECT_EQ(total_fallbacks(), before) << c.name << " ran an op through the CPU fallback";
-    }
+    EXPECT_EQ(total_fallbacks(), before) << c.name << " ran an op through the CPU fallback";
     ASSERT_EQ(got.size(), want.size()) << c.name;
     double scale = 0;
     for (double v : want)
@@ -220,24 +197,6 @@ ConvResult conv_run(const ConvCase& c, bool bias, ConvLayout layout, ScalarType 
   ConvResult out{values(y), values(x.grad()), values(w.grad()), {}};
   if (bias) out.gb = values(b.grad());
   return out;
-}
-
-// Every number of `got` within tol x the largest magnitude in `want`.
-void expect_scaled_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
-                         const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  if (want.empty()) return;
-  double scale = 0;
-  for (double v : want) scale = std::max(scale, std::abs(v));
-  size_t bad = 0, worst = 0;
-  double worst_err = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double err = std::abs(got[i] - want[i]);
-    if (!(err <= tol * scale)) ++bad;
-    if (!(err <= worst_err)) worst_err = err, worst = i;
-  }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << want.size() << " numbers beyond " << tol << " x " << scale
-                     << "; worst #" << worst << ": " << got[worst] << " vs " << want[worst];
 }
 
 void expect_conv_close(const ConvResult& got, const ConvResult& want, double tol, const std::string& what) {

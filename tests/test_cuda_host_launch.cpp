@@ -555,7 +555,7 @@ TEST(CudaHostMath, LayerNormParamChunksCoverEveryRowOnce) {
                        int64_t{1000003}})
     for (int64_t n : {int64_t{1}, int64_t{31}, int64_t{32}, int64_t{33}, int64_t{1000}, int64_t{70000},
                       int64_t{1} << 20}) {
-      const kc::ParamChunks p = kc::param_chunks(rows, n);
+      const kc::ColumnChunks p = kc::column_chunks(rows, n);
       const std::string what = "rows " + std::to_string(rows) + " n " + std::to_string(n);
       EXPECT_EQ(p.tiles, (n + kc::kWarp - 1) / kc::kWarp) << what;
       ASSERT_GE(p.rows_per_chunk, 1) << what;
@@ -573,7 +573,7 @@ TEST(CudaHostMath, LayerNormParamChunksCoverEveryRowOnce) {
   // layer_norm_param_partial_kernel's mapping: (tile, chunk) blocks of 32 x 8 threads.
   for (int64_t rows : {1, 33, 250})
     for (int64_t n : {1, 40, 100}) {
-      const kc::ParamChunks p = kc::param_chunks(rows, n);
+      const kc::ColumnChunks p = kc::column_chunks(rows, n);
       std::vector<int> seen(static_cast<size_t>(rows * n), 0);
       for (int64_t tx = 0; tx < p.tiles; ++tx)
         for (int64_t cy = 0; cy < p.chunks; ++cy)

@@ -4,27 +4,15 @@
 #include <mutex>
 #include <vector>
 
+#include "backend/batch_norm_math.h"
 #include "backend/cpu/loops.h"
 #include "backend/dispatch.h"
 
 namespace kiln::backend::cpu {
 namespace {
 
-// x viewed as [outer, C, inner] with element (o, c, s) at (o * C + c) * inner + s. Channels-last
-// is outer = N * H * W, inner = 1.
-struct Geometry {
-  int64_t outer = 0, c = 0, inner = 1;
-};
-Geometry geometry(const Tensor& x) {
-  Geometry g;
-  g.c = x.size(1);
-  const bool channels_last = x.dim() == 4 && !x.is_contiguous();
-  int64_t rest = 1;
-  for (int64_t d = 2; d < x.dim(); ++d) rest *= x.size(d);
-  g.outer = channels_last ? x.size(0) * rest : x.size(0);
-  g.inner = channels_last ? 1 : rest;
-  return g;
-}
+using bn::Geometry;
+using bn::geometry;
 
 // Per-channel sums of f(o, c, s) -> (a, b) pairs into double accumulators: split over rows
 // when channels are innermost, over channels otherwise.
@@ -95,10 +83,10 @@ void batch_norm_stats(KernelArgs& a) {
       A* invstd = static_cast<A*>(a.outputs[1].data_ptr());
       A* var = static_cast<A*>(a.outputs[2].data_ptr());
       for (int64_t c = 0; c < g.c; ++c) {
-        const double m = sum[c] / count, v = std::max(0.0, sq[c] / count - m * m);
-        mean[c] = static_cast<A>(m);
-        var[c] = static_cast<A>(v);
-        invstd[c] = static_cast<A>(1.0 / std::sqrt(v + eps));
+        const bn::Stats st = bn::stats_from_sums(sum[c], sq[c], count, eps);
+        mean[c] = static_cast<A>(st.mean);
+        var[c] = static_cast<A>(st.var);
+        invstd[c] = static_cast<A>(st.invstd);
       }
     });
   });
@@ -151,20 +139,13 @@ void batch_norm_backward(KernelArgs& a) {
       // Per channel: grad_x = k * g + m * (x - mean) + d.
       std::vector<A> k(g.c), m(g.c), d(g.c), mu(g.c);
       for (int64_t c = 0; c < g.c; ++c) {
-        const double is = static_cast<double>(invstd[c]), wc = static_cast<double>(w[c]);
-        gw[c] = static_cast<S>(sgx[c] * is);
-        gb[c] = static_cast<S>(sg[c]);
-        const double kk = wc * is;
-        if (training && count > 0) {
-          const double mm = -kk * is * is * sgx[c] / count;
-          k[c] = static_cast<A>(kk);
-          m[c] = static_cast<A>(mm);
-          d[c] = static_cast<A>(-kk * sg[c] / count);
-        } else {
-          k[c] = static_cast<A>(kk);
-          m[c] = A(0);
-          d[c] = A(0);
-        }
+        const bn::Backward f = bn::backward_factors(
+            sg[c], sgx[c], static_cast<double>(invstd[c]), static_cast<double>(w[c]), count, training);
+        gw[c] = static_cast<S>(f.grad_weight);
+        gb[c] = static_cast<S>(f.grad_bias);
+        k[c] = static_cast<A>(f.k);
+        m[c] = static_cast<A>(f.m);
+        d[c] = static_cast<A>(f.d);
         mu[c] = static_cast<A>(mean[c]);
       }
       const A *kp = k.data(), *mp = m.data(), *dp = d.data(), *mup = mu.data();

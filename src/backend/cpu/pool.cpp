@@ -7,6 +7,7 @@
 
 #include "backend/cpu/loops.h"
 #include "backend/dispatch.h"
+#include "backend/pool_math.h"
 
 namespace kiln::backend::cpu {
 namespace {
@@ -18,21 +19,9 @@ Dims dims_of(const Tensor& x, const Tensor& y) {
   return {x.size(0), x.size(1), x.size(2), x.size(3), y.size(2), y.size(3)};
 }
 
-// The input rows (or columns) output position `o` averages over: [start, end) clipped to the
-// input, and the divisor's share before clipping (PyTorch's avg_pool2d and adaptive rules).
-struct Window {
-  int64_t start, end, padded;
-};
-Window avg_window(const PoolAttrs& a, int i, int64_t o, int64_t in, int64_t out) {
-  if (a.kind == PoolAttrs::AdaptiveAvg) {
-    const int64_t s = o * in / out, e = ((o + 1) * in + out - 1) / out;
-    return {s, e, e - s};
-  }
-  int64_t s = o * a.stride[i] - a.padding[i];
-  int64_t e = std::min(s + a.kernel[i], in + a.padding[i]);
-  const int64_t padded = e - s;
-  return {std::max<int64_t>(s, 0), std::min(e, in), padded};
-}
+using pool::avg_count;
+using pool::avg_window;
+using pool::Window;
 
 // Zeroes a dense tensor (all-zero bits are 0 in every float type).
 void zero_dense(const Tensor& t) { std::memset(t.data_ptr(), 0, t.nbytes()); }
@@ -136,9 +125,7 @@ void avg_pool_forward(KernelArgs& args) {
               const T* src = xp + n * xs[0] + ih * xs[2] + iw * xs[3];
               for (int64_t c = 0; c < d.c; ++c) acc[c] += static_cast<A>(src[c * xs[1]]);
             }
-          const int64_t count = a.kind == PoolAttrs::Avg && a.count_include_pad
-                                    ? wh.padded * ww.padded
-                                    : (wh.end - wh.start) * (ww.end - ww.start);
+          const int64_t count = avg_count(a, wh, ww);
           const A inv = count > 0 ? A(1) / static_cast<A>(count) : A(0);
           T* dst = yp + n * ys[0] + oh * ys[2] + ow * ys[3];
           for (int64_t c = 0; c < d.c; ++c) dst[c * ys[1]] = static_cast<T>(acc[c] * inv);
@@ -164,9 +151,7 @@ void avg_pool_backward(KernelArgs& args) {
           const Window wh = avg_window(a, 0, oh, d.h, d.oh);
           for (int64_t ow = 0; ow < d.ow; ++ow) {
             const Window ww = avg_window(a, 1, ow, d.w, d.ow);
-            const int64_t count = a.kind == PoolAttrs::Avg && a.count_include_pad
-                                      ? wh.padded * ww.padded
-                                      : (wh.end - wh.start) * (ww.end - ww.start);
+            const int64_t count = avg_count(a, wh, ww);
             if (count <= 0) continue;
             const A inv = A(1) / static_cast<A>(count);
             const T* src = gp + n * gs[0] + oh * gs[2] + ow * gs[3];

@@ -1,12 +1,10 @@
 // CUDA kernels for layer norm over the rows of a [rows, n] tensor (the contract of
 // backend/cpu/layer_norm.cpp): the forward pass (per-row mean and 1/std, then y), the backward's
-// input gradient per row, and the weight/bias gradients as column sums over rows: per-block
-// partial sums in double, then a fixed-order final sum (deterministic, no float atomics; the
-// tiling is layer_norm_plan.h's).
+// input gradient per row, and the weight/bias gradients as column sums over rows
+// (device/channel_sums.cuh: deterministic, no float atomics).
+#include "backend/cuda/device/channel_sums.cuh"
 #include "backend/cuda/device/row_group.cuh"
 #include "backend/cuda/float_math.h"
-#include "backend/cuda/layer_norm_plan.h"
-#include "core/tensor_util.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -78,61 +76,30 @@ __global__ void layer_norm_grad_input_kernel(const T* __restrict__ g, const T* _
   }
 }
 
-// Weight and bias gradients, pass 1: block (column tile blockIdx.x, row chunk blockIdx.y) sums
-// its chunk's rows of g * xhat (the product in A, as the CPU) and of g for 32 columns, in double;
-// threadIdx.y takes every kColRowLanes-th row and the lanes are added in a fixed order.
-constexpr int kColRowLanes = 8;
-
+// Weight and bias gradients: per column, sum over rows of g * xhat (the product in A, as the CPU)
+// and of g, in double (device/channel_sums.cuh), rounded once to T.
 template <class T>
-__global__ void layer_norm_param_partial_kernel(const T* __restrict__ g, const T* __restrict__ x,
-                                                const compute_t<T>* __restrict__ mean,
-                                                const compute_t<T>* __restrict__ rstd, double* __restrict__ part_w,
-                                                double* __restrict__ part_b, int64_t rows, int64_t n,
-                                                int64_t rows_per_chunk) {
+struct ParamTerms {
   using A = compute_t<T>;
-  __shared__ double sw[kColRowLanes][kWarp + 1], sb[kColRowLanes][kWarp + 1];
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * kWarp + threadIdx.x;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
-  const int64_t r1 = std::min(rows, r0 + rows_per_chunk);
-  double acc_w = 0, acc_b = 0;
-  if (col < n) {
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRowLanes) {
-      const T gv = g[r * n + col];
-      if (part_w) acc_w += static_cast<double>(static_cast<A>(gv) * ((static_cast<A>(x[r * n + col]) - mean[r]) * rstd[r]));
-      if (part_b) acc_b += static_cast<double>(gv);
-    }
+  const T* g;
+  const T* x;
+  const A* mean;
+  const A* rstd;
+  __device__ void operator()(int64_t i, int64_t r, int64_t, double& w, double& b) const {
+    const T gv = g[i];
+    w += static_cast<double>(static_cast<A>(gv) * ((static_cast<A>(x[i]) - mean[r]) * rstd[r]));
+    b += static_cast<double>(gv);
   }
-  sw[threadIdx.y][threadIdx.x] = acc_w;
-  sb[threadIdx.y][threadIdx.x] = acc_b;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < n) {
-    double tw = 0, tb = 0;
-    for (int k = 0; k < kColRowLanes; ++k) {
-      tw += sw[k][threadIdx.x];
-      tb += sb[k][threadIdx.x];
-    }
-    if (part_w) part_w[blockIdx.y * n + col] = tw;
-    if (part_b) part_b[blockIdx.y * n + col] = tb;
-  }
-}
-
-// Pass 2: each column's chunk partials summed in chunk order, rounded once to T.
+};
 template <class T>
-__global__ void layer_norm_param_final_kernel(const double* __restrict__ part_w, const double* __restrict__ part_b,
-                                              T* __restrict__ dw, T* __restrict__ db, int64_t chunks, int64_t n) {
-  KILN_GRID_STRIDE(col, n) {
-    if (dw) {
-      double s = 0;
-      for (int64_t c = 0; c < chunks; ++c) s += part_w[c * n + col];
-      dw[col] = static_cast<T>(s);
-    }
-    if (db) {
-      double s = 0;
-      for (int64_t c = 0; c < chunks; ++c) s += part_b[c * n + col];
-      db[col] = static_cast<T>(s);
-    }
+struct WriteParamGrads {
+  T* dw;
+  T* db;
+  __device__ void operator()(int64_t col, double w, double b) const {
+    if (dw) dw[col] = static_cast<T>(w);
+    if (db) db[col] = static_cast<T>(b);
   }
-}
+};
 
 template <class T>
 const T* optional_ptr(std::span<const Tensor> ts, bool present, size_t i) {
@@ -181,25 +148,11 @@ void layer_norm_backward(KernelArgs& a) {
       KILN_CUDA_LAUNCHED("layer_norm_backward");
     }
     if (!at.grad_weight && !at.grad_bias) return;
-    // The same split on every device and every run (it depends on rows and n only).
-    const ParamChunks pc = param_chunks(rows, n);
-    const int64_t tiles = pc.tiles, rows_per_chunk = pc.rows_per_chunk, chunks = pc.chunks;
-    KILN_CHECK(tiles <= INT32_MAX, "layer_norm_backward", "rows of ", n, " elements are too long");
-    const Device dev = x.device();
-    Tensor part_w = at.grad_weight ? make_empty({chunks, n}, kFloat64, dev) : Tensor();
-    Tensor part_b = at.grad_bias ? make_empty({chunks, n}, kFloat64, dev) : Tensor();
-    double* pw = at.grad_weight ? part_w.data_ptr<double>() : nullptr;
-    double* pb = at.grad_bias ? part_b.data_ptr<double>() : nullptr;
-    layer_norm_param_partial_kernel<T><<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)),
-                                         dim3(kWarp, kColRowLanes), 0, stream>>>(g.data_ptr<T>(), x.data_ptr<T>(),
-                                                                                 mean, rstd, pw, pb, rows, n,
-                                                                                 rows_per_chunk);
-    KILN_CUDA_LAUNCHED("layer_norm_backward (weight and bias partial sums)");
     size_t k = 1;
     T* dw = at.grad_weight ? a.outputs[k++].data_ptr<T>() : nullptr;
     T* db = at.grad_bias ? a.outputs[k++].data_ptr<T>() : nullptr;
-    layer_norm_param_final_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(pw, pb, dw, db, chunks, n);
-    KILN_CUDA_LAUNCHED("layer_norm_backward (weight and bias sums)");
+    channel_sums(rows, n, 1, ParamTerms<T>{g.data_ptr<T>(), x.data_ptr<T>(), mean, rstd}, WriteParamGrads<T>{dw, db},
+                 x.device(), stream, "layer_norm_backward (weight and bias sums)");
   });
 }
 

@@ -1,0 +1,62 @@
+// Batch norm's per-channel arithmetic as host-and-device functions, shared by the CPU kernels
+// (backend/cpu/batch_norm.cpp) and the CUDA kernels (backend/cuda/batch_norm.cu): the layout
+// both walk, the statistics from a channel's sums, and the backward pass's per-channel factors.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kiln/tensor.h"
+
+namespace kiln::bn {
+
+// x viewed as [outer, C, inner] with element (o, c, s) at (o * C + c) * inner + s: row-major
+// [N, C, S...] is outer = N, inner = S; channels-last [N, C, H, W] is outer = N * H * W, inner 1.
+struct Geometry {
+  int64_t outer = 0, c = 0, inner = 1;
+  int64_t per_channel() const { return outer * inner; }
+};
+inline Geometry geometry(const Tensor& x) {
+  Geometry g;
+  g.c = x.size(1);
+  const bool channels_last = x.dim() == 4 && !x.is_contiguous();
+  int64_t rest = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) rest *= x.size(d);
+  g.outer = channels_last ? x.size(0) * rest : x.size(0);
+  g.inner = channels_last ? 1 : rest;
+  return g;
+}
+
+// The channel of element i of a dense tensor with that geometry.
+KILN_HOST_DEVICE inline int64_t channel_of(int64_t i, int64_t channels, int64_t inner) {
+  return inner == 1 ? i % channels : (i / inner) % channels;
+}
+
+// A channel's mean, biased variance and 1 / sqrt(var + eps) from the sums of x and x^2 over its
+// `count` values (in double: the sums' cancellation stays far below float32's precision).
+struct Stats {
+  double mean, var, invstd;
+};
+KILN_HOST_DEVICE inline Stats stats_from_sums(double sum, double sum_sq, double count, double eps) {
+  const double m = sum / count, d = sum_sq / count - m * m, v = d > 0.0 ? d : 0.0;
+  return {m, v, 1.0 / sqrt(v + eps)};
+}
+
+// The backward pass of one channel from sum(g) and sum(g * (x - mean)):
+// grad_weight = sum(g * xhat), grad_bias = sum(g), and grad_x = k * g + m * (x - mean) + d, which
+// is w * invstd * (g - [training] (mean(g) + xhat * mean(g * xhat))), xhat = (x - mean) * invstd.
+struct Backward {
+  double k, m, d, grad_weight, grad_bias;
+};
+KILN_HOST_DEVICE inline Backward backward_factors(double sum_g, double sum_gx, double invstd, double w, double count,
+                                                  bool training) {
+  const double k = w * invstd;
+  Backward b{k, 0.0, 0.0, sum_gx * invstd, sum_g};
+  if (training && count > 0) {
+    b.m = -k * invstd * invstd * sum_gx / count;
+    b.d = -k * sum_g / count;
+  }
+  return b;
+}
+
+}  // namespace kiln::bn

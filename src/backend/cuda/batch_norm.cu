@@ -1,0 +1,174 @@
+// CUDA kernels for batch norm over row-major [N, C, S...] or channels-last [N, C, H, W] (the
+// contract of backend/cpu/batch_norm.cpp): per-channel statistics and the backward pass's
+// per-channel sums in double, deterministic (device/channel_sums.cuh), with the CPU's per-channel
+// arithmetic (batch_norm_math.h); the normalising pass and grad_x as one multiply-add per
+// element. Statistics are float32 (float64 for float64 input), as the op layer makes them.
+#include "backend/batch_norm_math.h"
+#include "backend/cuda/device/channel_sums.cuh"
+
+namespace kiln::backend::cuda {
+namespace {
+
+using bn::Geometry;
+
+// Element i's channel.
+struct ChannelOf {
+  int64_t c, inner;
+  __device__ __forceinline__ int64_t operator()(int64_t i) const { return bn::channel_of(i, c, inner); }
+};
+
+template <class T>
+struct StatTerms {
+  const T* x;
+  __device__ void operator()(int64_t i, int64_t, int64_t, double& s, double& q) const {
+    const double v = static_cast<double>(static_cast<compute_t<T>>(x[i]));
+    s += v;
+    q += v * v;
+  }
+};
+template <class S>
+struct WriteStats {
+  S *mean, *invstd, *var;
+  double count, eps;
+  __device__ void operator()(int64_t c, double sum, double sum_sq) const {
+    const bn::Stats st = bn::stats_from_sums(sum, sum_sq, count, eps);
+    mean[c] = static_cast<S>(st.mean);
+    var[c] = static_cast<S>(st.var);
+    invstd[c] = static_cast<S>(st.invstd);
+  }
+};
+
+// y = x * scale + shift with the CPU's per-channel scale = invstd * w and shift = b - mean * scale
+// (both in S, then A).
+template <class T, class S>
+__global__ void batch_norm_apply_kernel(const T* __restrict__ x, T* __restrict__ y, const S* __restrict__ mean,
+                                        const S* __restrict__ invstd, const S* __restrict__ w, const S* __restrict__ b,
+                                        int64_t numel, ChannelOf channel_of) {
+  using A = compute_t<T>;
+  KILN_GRID_STRIDE(i, numel) {
+    const int64_t c = channel_of(i);
+    const S sw = invstd[c] * w[c];
+    const A scale = static_cast<A>(sw), shift = static_cast<A>(b[c] - mean[c] * invstd[c] * w[c]);
+    y[i] = static_cast<T>(static_cast<A>(x[i]) * scale + shift);
+  }
+}
+
+template <class T, class S>
+struct BackwardTerms {
+  const T* g;
+  const T* x;
+  const S* mean;
+  __device__ void operator()(int64_t i, int64_t, int64_t c, double& sg, double& sgx) const {
+    using A = compute_t<T>;
+    const double gv = static_cast<double>(static_cast<A>(g[i]));
+    sg += gv;
+    sgx += gv * (static_cast<double>(static_cast<A>(x[i])) - static_cast<double>(mean[c]));
+  }
+};
+// Writes grad_weight, grad_bias and the factors of grad_x = k g + m (x - mean) + d per channel
+// into factors[4][C] (k, m, d, mean).
+template <class S, class A>
+struct WriteBackward {
+  const S *mean, *invstd, *w;
+  S *grad_weight, *grad_bias;
+  A* factors;
+  int64_t channels;
+  double count;
+  bool training;
+  __device__ void operator()(int64_t c, double sum_g, double sum_gx) const {
+    const bn::Backward f = bn::backward_factors(
+        sum_g, sum_gx, static_cast<double>(invstd[c]), static_cast<double>(w[c]), count, training);
+    grad_weight[c] = static_cast<S>(f.grad_weight);
+    grad_bias[c] = static_cast<S>(f.grad_bias);
+    factors[c] = static_cast<A>(f.k);
+    factors[channels + c] = static_cast<A>(f.m);
+    factors[2 * channels + c] = static_cast<A>(f.d);
+    factors[3 * channels + c] = static_cast<A>(mean[c]);
+  }
+};
+
+template <class T>
+__global__ void batch_norm_grad_input_kernel(const T* __restrict__ g, const T* __restrict__ x, T* __restrict__ gx,
+                                             const compute_t<T>* __restrict__ factors, int64_t numel,
+                                             ChannelOf channel_of) {
+  using A = compute_t<T>;
+  const int64_t C = channel_of.c;
+  KILN_GRID_STRIDE(i, numel) {
+    const int64_t c = channel_of(i);
+    gx[i] = static_cast<T>(factors[c] * static_cast<A>(g[i]) + factors[C + c] * (static_cast<A>(x[i]) - factors[3 * C + c]) +
+                           factors[2 * C + c]);
+  }
+}
+
+// The per-channel tensors' dtype is x's compute type (the op layer's rule); others go to the CPU.
+bool compute_typed(ScalarType x, std::initializer_list<const Tensor*> per_channel) {
+  for (const Tensor* t : per_channel)
+    if (t->dtype() != (x == kFloat64 ? kFloat64 : kFloat32)) return false;
+  return true;
+}
+bool supports_stats(const KernelArgs& a) {
+  return compute_typed(a.inputs[0].dtype(), {&a.outputs[0], &a.outputs[1], &a.outputs[2]});
+}
+bool supports_apply(const KernelArgs& a) {
+  return compute_typed(a.inputs[0].dtype(), {&a.inputs[1], &a.inputs[2], &a.inputs[3], &a.inputs[4]});
+}
+bool supports_backward(const KernelArgs& a) {
+  return compute_typed(a.inputs[1].dtype(), {&a.inputs[2], &a.inputs[3], &a.inputs[4], &a.outputs[1], &a.outputs[2]});
+}
+
+void batch_norm_stats(KernelArgs& a) {
+  const Tensor& x = a.inputs[0];
+  const double eps = static_cast<const BatchNormAttrs*>(a.attrs)->eps;
+  const Geometry geo = bn::geometry(x);
+  visit_float_dtype(x.dtype(), "batch_norm", [&]<class T>() {
+    using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    channel_sums(geo.outer, geo.c, geo.inner, StatTerms<T>{x.data_ptr<T>()},
+                 WriteStats<S>{a.outputs[0].data_ptr<S>(), a.outputs[1].data_ptr<S>(), a.outputs[2].data_ptr<S>(),
+                               static_cast<double>(geo.per_channel()), eps},
+                 x.device(), stream_of(a), "batch_norm (statistics)");
+  });
+}
+
+void batch_norm_apply(KernelArgs& a) {
+  const Tensor& x = a.inputs[0];
+  const Geometry geo = bn::geometry(x);
+  if (x.numel() == 0) return;
+  visit_float_dtype(x.dtype(), "batch_norm", [&]<class T>() {
+    using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    batch_norm_apply_kernel<T, S><<<blocks_for(x.numel()), kThreads, 0, stream_of(a)>>>(
+        x.data_ptr<T>(), a.outputs[0].data_ptr<T>(), a.inputs[1].data_ptr<S>(), a.inputs[2].data_ptr<S>(),
+        a.inputs[3].data_ptr<S>(), a.inputs[4].data_ptr<S>(), x.numel(), ChannelOf{geo.c, geo.inner});
+  });
+  KILN_CUDA_LAUNCHED("batch_norm");
+}
+
+void batch_norm_backward(KernelArgs& a) {
+  const Tensor &gy = a.inputs[0], &x = a.inputs[1];
+  const bool training = static_cast<const BatchNormAttrs*>(a.attrs)->training;
+  const Geometry geo = bn::geometry(x);
+  if (geo.c == 0) return;
+  visit_float_dtype(x.dtype(), "batch_norm_backward", [&]<class T>() {
+    using A = compute_t<T>;
+    using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const S *mean = a.inputs[2].data_ptr<S>(), *invstd = a.inputs[3].data_ptr<S>(), *w = a.inputs[4].data_ptr<S>();
+    Tensor factors = make_empty({4, geo.c}, std::is_same_v<A, double> ? kFloat64 : kFloat32, x.device());
+    cudaStream_t stream = stream_of(a);
+    channel_sums(geo.outer, geo.c, geo.inner, BackwardTerms<T, S>{gy.data_ptr<T>(), x.data_ptr<T>(), mean},
+                 WriteBackward<S, A>{mean, invstd, w, a.outputs[1].data_ptr<S>(), a.outputs[2].data_ptr<S>(),
+                                     factors.data_ptr<A>(), geo.c, static_cast<double>(geo.per_channel()), training},
+                 x.device(), stream, "batch_norm_backward (channel sums)");
+    if (x.numel() == 0) return;
+    batch_norm_grad_input_kernel<T><<<blocks_for(x.numel()), kThreads, 0, stream>>>(
+        gy.data_ptr<T>(), x.data_ptr<T>(), a.outputs[0].data_ptr<T>(), factors.data_ptr<A>(), x.numel(),
+        ChannelOf{geo.c, geo.inner});
+    KILN_CUDA_LAUNCHED("batch_norm_backward");
+  });
+}
+
+constexpr DeviceType kCuda = DeviceType::CUDA;
+KILN_REGISTER_KERNEL_IF(Op::BatchNormStats, kCuda, batch_norm_stats, supports_stats);
+KILN_REGISTER_KERNEL_IF(Op::BatchNormApply, kCuda, batch_norm_apply, supports_apply);
+KILN_REGISTER_KERNEL_IF(Op::BatchNormBackward, kCuda, batch_norm_backward, supports_backward);
+
+}  // namespace
+}  // namespace kiln::backend::cuda
