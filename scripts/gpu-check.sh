@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The checks that need an NVIDIA GPU, in one run of about 8 minutes on an H200 with 16 cores:
 # build with CUDA (no oneDNN needed), the CUDA tests (every device-parameterised suite against the
-# CPU), one shadowed BERT-tiny training step (KILN_SHADOW=cpu), the MLM job for 50 steps on the GPU
-# with KILN_FALLBACK=error, and kiln bench for BERT-base on cuda and cpu. summary.md, the logs and
-# results.jsonl (at most 8 files) go into OUTDIR; scratch files into a temporary directory.
-# Without a GPU it says so in summary.md and exits 0 having run nothing.
+# CPU, the CNN and transformer op families, ResNet-18 and BERT-tiny trained on both devices,
+# autocast), one shadowed training step (KILN_SHADOW=cpu) of ResNet-18, VGG-11-BN and BERT-tiny,
+# the main job (the small CNN on Fashion-MNIST) for one epoch and the MLM job for 50 steps on the
+# GPU with KILN_FALLBACK=error, and kiln bench for the seed's three models on cuda in fp32 and
+# bf16 beside PyTorch on the same GPU (--vs-pytorch), and BERT-base on the CPU for scale.
+# summary.md, the logs, results.jsonl and chart.svg (at most 9 files) go into OUTDIR; scratch
+# files into a temporary directory. Without a GPU it says so in summary.md and exits 0 having run
+# nothing.
 # Usage: scripts/gpu-check.sh OUTDIR [--sanitize]   (--sanitize: the CUDA tests under
 # compute-sanitizer's memcheck and racecheck too). On the lent GPU machines (no Debian packages):
 # run scripts/gpu-carry.sh here first and carry .gpu-carry.
@@ -78,19 +82,37 @@ if ((sanitize)); then
   stage racecheck sanitizer.log 300 compute-sanitizer --tool racecheck --error-exitcode 1 build-gpu/tests/kiln_tests --gtest_filter='Cuda*'
 fi
 
-# A corpus for the MLM job (the GPU machines have no Debian packages, so no fortunes): our own docs.
+# Fashion-MNIST: Debian's, or the copy scripts/gpu-carry.sh carries (the GPU machines have no
+# Debian packages). A corpus for the MLM job (nor fortunes): our own docs.
+images=/usr/share/datasets/fashion-mnist
+[[ -d $images ]] || images=$PWD/.gpu-carry/fashion-mnist
 cat README.md docs/*.md >"$work/corpus.txt"
-stage shadow_step train.log 120 env KILN_SHADOW=cpu "$kiln" train --model bert-tiny --device cuda --data "$work/corpus.txt" \
-  --max-steps 1 --checkpoint-dir "$work/ckpt-shadow"
+for model in resnet18 vgg11_bn; do
+  stage "shadow_step_$model" train.log 120 env KILN_SHADOW=cpu "$kiln" train --model "$model" --device cuda --data "$images" \
+    --batch-size 32 --max-steps 1 --checkpoint-dir "$work/ckpt-shadow-$model"
+done
+stage shadow_step_bert_tiny train.log 120 env KILN_SHADOW=cpu "$kiln" train --model bert-tiny --device cuda \
+  --data "$work/corpus.txt" --max-steps 1 --checkpoint-dir "$work/ckpt-shadow"
+stage main_job_1_epoch train.log 180 env KILN_FALLBACK=error "$kiln" train --device cuda --epochs 1 --data "$images" \
+  --checkpoint-dir "$work/ckpt-cnn"
 stage mlm_50_steps train.log 180 env KILN_FALLBACK=error "$kiln" train --model bert-mini --device cuda --data "$work/corpus.txt" \
   --max-steps 50 --checkpoint-dir "$work/ckpt-mlm"
-# BERT-base at the seed's batch on the GPU; on the CPU (no oneDNN on these machines, so not the
-# CPU's best) a smaller batch and one step, for the order of magnitude.
-stage bench_cuda bench.log 240 env KILN_FALLBACK=error "$kiln" bench --models bert-base --devices cuda --dtypes fp32,tf32 \
-  --warmup 1 --steps 3 --out "$work/bench"
+# The seed's models at the seed's batches on the GPU beside PyTorch eager on the same GPU; on the
+# CPU (no oneDNN on these machines, so not the CPU's best) BERT-base at a small batch, one step,
+# for the order of magnitude.
+stage bench_cuda bench.log 300 env KILN_FALLBACK=error "$kiln" bench --models resnet50,bert-base,vgg16 --devices cuda \
+  --dtypes fp32,bf16 --warmup 1 --steps 3 --vs-pytorch --out "$work/bench"
 stage bench_cpu bench.log 150 "$kiln" bench --models bert-base --devices cpu --dtypes fp32 --batch 8 --warmup 0 --steps 1 \
   --out "$work/bench-cpu"
 cat "$work"/bench/results.jsonl "$work"/bench-cpu/results.jsonl >"$out/results.jsonl" 2>/dev/null
+cp "$work/bench/chart.svg" "$out/chart.svg" 2>/dev/null
+{
+  echo
+  echo '```'
+  grep -h "test accuracy" "$out/train.log" 2>/dev/null
+  grep -h "^model \|^resnet50 \|^bert-base \|^vgg16 " "$out/bench.log" 2>/dev/null
+  echo '```'
+} >>"$summary"
 
 {
   echo

@@ -6,6 +6,7 @@
 // trains 5 SGD steps as on the CPU.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -180,6 +181,51 @@ TEST_F(Cuda, ResNet18TrainsAsOnTheCpuWithoutFallback) {
   }
   for (size_t s = 0; s < losses[0].size(); ++s)
     EXPECT_NEAR(losses[1][s], losses[0][s], (s < 2 ? 1e-4 : 1e-2) * std::abs(losses[0][s])) << "step " << s;
+}
+
+// Mixed precision on the GPU as torch.autocast: convolutions and linear layers in the low type,
+// batch norm and the loss in float32, float32 master weights; float16 through a GradScaler. A
+// ResNet-18 trains 4 steps in each with no fallback, following its float32 losses.
+TEST_F(Cuda, ResNet18TrainsUnderAutocastInBFloat16AndFloat16WithoutFallback) {
+  const Device gpu = Device::cuda(0);
+  auto run = [&](std::optional<ScalarType> low) {
+    manual_seed(21);
+    nn::AnyModule m = models::create("resnet18", 10);
+    m->to(gpu);
+    optim::SGD opt(m->parameters(), {.lr = 0.01, .momentum = 0.9});
+    amp::GradScaler scaler({.enabled = low == kFloat16});
+    std::vector<double> losses;
+    for (int64_t s = 0; s < 4; ++s) {
+      manual_seed(200 + s);
+      Tensor x = randn({8, 3, 32, 32}).contiguous(MemoryFormat::ChannelsLast).to(gpu);
+      Tensor y = arange(8, kInt64).to(gpu);
+      opt.zero_grad();
+      Tensor loss;
+      {
+        AutocastGuard ac(low.value_or(kBFloat16), low.has_value());
+        Tensor logits = m(x);
+        if (low) {
+          EXPECT_EQ(logits.dtype(), *low) << "the classifier's linear layer runs in the autocast type";
+        }
+        loss = F::cross_entropy(logits, y);
+        EXPECT_EQ(loss.dtype(), kFloat32);
+      }
+      scaler.scale(loss).backward();
+      for (const Tensor& p : m->parameters()) EXPECT_EQ(p.grad().dtype(), kFloat32);
+      scaler.step(opt);
+      scaler.update();
+      losses.push_back(loss.item<double>());
+    }
+    return losses;
+  };
+  const std::vector<double> full = run(std::nullopt);
+  for (ScalarType low : {kBFloat16, kFloat16}) {
+    const uint64_t before = total_fallbacks();
+    const std::vector<double> got = run(low);
+    EXPECT_EQ(total_fallbacks(), before) << dtype_name(low) << " autocast ran ops through the CPU fallback";
+    for (size_t s = 0; s < full.size(); ++s)
+      EXPECT_NEAR(got[s], full[s], 0.05 * std::abs(full[s])) << dtype_name(low) << " step " << s;
+  }
 }
 
 }  // namespace
