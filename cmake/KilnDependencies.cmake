@@ -1,4 +1,5 @@
-# Finds OpenMP, oneDNN and the CUDA toolkit, honouring KILN_WITH_ONEDNN and KILN_WITH_CUDA.
+# Finds OpenMP, oneDNN, the CUDA toolkit and MPI, honouring KILN_WITH_ONEDNN, KILN_WITH_CUDA and
+# KILN_WITH_MPI.
 find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 # zlib reads gzip-compressed IDX files (the MNIST format).
@@ -80,3 +81,17 @@ if(KILN_HAVE_CUDA)
   endif()
 endif()
 message(STATUS "Kiln: CUDA ${KILN_HAVE_CUDA} (cuDNN ${KILN_HAVE_CUDNN})")
+
+# MPI (Debian's OpenMPI: libopenmpi-dev, openmpi-bin) carries kiln::distributed between processes.
+set(KILN_HAVE_MPI OFF)
+if(NOT KILN_WITH_MPI STREQUAL "OFF")
+  # The C API from C++ (no MPI C++ bindings).
+  set(MPI_CXX_SKIP_MPICXX ON)
+  find_package(MPI QUIET COMPONENTS CXX)
+  if(MPI_CXX_FOUND)
+    set(KILN_HAVE_MPI ON)
+  elseif(KILN_WITH_MPI STREQUAL "ON")
+    message(FATAL_ERROR "KILN_WITH_MPI=ON but MPI was not found (apt-get install libopenmpi-dev openmpi-bin)")
+  endif()
+endif()
+message(STATUS "Kiln: MPI ${KILN_HAVE_MPI}")

@@ -37,6 +37,11 @@ class Node {
 bool is_grad_enabled();
 void set_grad_enabled(bool enabled);
 
+// Runs `callback` once the backward pass now running on this thread has finished its graph
+// (PyTorch's Variable._execution_engine.queue_callback), in the order queued; a callback may
+// throw, and then backward() throws it. Only from inside a backward pass (a hook).
+void queue_callback(std::function<void()> callback);
+
 // Gradients of outputs with respect to inputs (which may be leaves or intermediate tensors),
 // without touching any .grad(). grad_outputs default to ones for one-element outputs.
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,

@@ -5,4 +5,5 @@
 #include "kiln/data/dataset.h"
 #include "kiln/data/idx.h"
 #include "kiln/data/mnist.h"
+#include "kiln/data/sampler.h"
 #include "kiln/data/transforms.h"

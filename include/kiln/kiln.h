@@ -9,6 +9,7 @@
 #include "kiln/cudnn.h"
 #include "kiln/data.h"
 #include "kiln/device.h"
+#include "kiln/distributed.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 #include "kiln/io.h"

@@ -13,6 +13,7 @@
 #include "kiln/nn/linear.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/normalization.h"
+#include "kiln/nn/parallel.h"
 #include "kiln/nn/pimpl.h"
 #include "kiln/nn/pooling.h"
 #include "kiln/nn/transformer.h"

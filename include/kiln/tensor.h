@@ -3,10 +3,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/device.h"
@@ -154,6 +156,10 @@ class Tensor {
   void retain_grad();             // keep .grad() for a non-leaf tensor too
   std::shared_ptr<autograd::Node> grad_fn() const;
   bool is_leaf() const;
+  // A leaf's hook run by backward right after this tensor's .grad() was accumulated, with the
+  // tensor (torch.Tensor.register_post_accumulate_grad_hook). Returns an id for removal.
+  uint64_t register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook);
+  void remove_post_accumulate_grad_hook(uint64_t id);
   // Gradient of this tensor with respect to the leaves; grad defaults to ones for a scalar.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
 
@@ -324,6 +330,7 @@ struct AutogradMeta {
   std::shared_ptr<autograd::Node> grad_fn;
   uint32_t output_nr = 0;
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves only
+  std::vector<std::pair<uint64_t, std::function<void(Tensor&)>>> post_accumulate_grad_hooks;  // leaves only
 };
 
 struct TensorImpl {

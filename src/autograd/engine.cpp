@@ -1,5 +1,6 @@
 // The backward engine: runs nodes in reverse creation order, accumulates gradients, and the
 // autograd parts of Tensor (requires_grad_, grad, backward, retain_grad).
+#include <atomic>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -13,6 +14,9 @@ namespace kiln::autograd {
 namespace {
 
 thread_local bool g_grad_enabled = true;
+// Callbacks queued during the outermost backward pass running on this thread, and its depth.
+thread_local std::vector<std::function<void()>> g_callbacks;
+thread_local int g_backward_depth = 0;
 
 struct ReadyOrder {
   bool operator()(Node* a, Node* b) const { return a->sequence_nr < b->sequence_nr; }
@@ -20,8 +24,31 @@ struct ReadyOrder {
 
 // Runs the graph below root_edges. With capture set, gradients reaching those edges are
 // returned (in order) instead of being accumulated into leaves.
+std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::vector<Tensor>& root_grads,
+                              bool retain_graph, const std::vector<Edge>* capture);
+
+// run_graph, then (for the outermost pass) the callbacks queued while it ran.
 std::vector<Tensor> execute(const std::vector<Edge>& root_edges, const std::vector<Tensor>& root_grads,
                             bool retain_graph, const std::vector<Edge>* capture) {
+  struct Depth {
+    Depth() {
+      if (g_backward_depth++ == 0) g_callbacks.clear();
+    }
+    ~Depth() {
+      if (--g_backward_depth == 0) g_callbacks.clear();
+    }
+  } depth;
+  std::vector<Tensor> result = run_graph(root_edges, root_grads, retain_graph, capture);
+  if (g_backward_depth == 1)
+    for (size_t i = 0; i < g_callbacks.size(); ++i) {
+      std::function<void()> cb = std::move(g_callbacks[i]);  // a callback may queue more
+      cb();
+    }
+  return result;
+}
+
+std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::vector<Tensor>& root_grads,
+                              bool retain_graph, const std::vector<Edge>* capture) {
   std::unordered_map<Node*, int> deps;
   std::unordered_map<Node*, std::shared_ptr<Node>> keep;  // nodes stay alive while we run
   std::vector<Node*> stack;
@@ -132,10 +159,20 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   } else {
     meta.grad = meta.grad + g;
   }
+  if (!meta.post_accumulate_grad_hooks.empty()) {
+    Tensor leaf(leaf_);
+    const auto hooks = meta.post_accumulate_grad_hooks;  // a hook may remove itself
+    for (const auto& [id, hook] : hooks) hook(leaf);
+  }
   return {};
 }
 
 bool is_grad_enabled() { return g_grad_enabled; }
+
+void queue_callback(std::function<void()> callback) {
+  KILN_CHECK(g_backward_depth > 0, "autograd::queue_callback", "called outside a backward pass");
+  g_callbacks.push_back(std::move(callback));
+}
 void set_grad_enabled(bool enabled) { g_grad_enabled = enabled; }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
@@ -190,6 +227,21 @@ std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
 }
 
 bool Tensor::is_leaf() const { return !impl_->autograd || !impl_->autograd->grad_fn; }
+
+uint64_t Tensor::register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook) {
+  KILN_CHECK(defined() && requires_grad() && is_leaf(), "register_post_accumulate_grad_hook",
+             "needs a leaf tensor that requires grad");
+  static std::atomic<uint64_t> next_id{1};
+  const uint64_t id = next_id++;
+  impl_->autograd_meta().post_accumulate_grad_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(uint64_t id) {
+  if (!defined() || !impl_->autograd) return;
+  auto& hooks = impl_->autograd->post_accumulate_grad_hooks;
+  std::erase_if(hooks, [id](const auto& h) { return h.first == id; });
+}
 
 void Tensor::retain_grad() {
   KILN_CHECK(requires_grad(), "retain_grad", "the tensor does not require grad");

@@ -201,6 +201,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   KILN_CHECK(options_.num_workers >= 0, "DataLoader", "num_workers must be >= 0, got ", options_.num_workers);
   KILN_CHECK(options_.prefetch >= 1, "DataLoader", "prefetch must be at least 1, got ", options_.prefetch);
   KILN_CHECK(dataset_->size() >= 0, "DataLoader", "the dataset reports size ", dataset_->size());
+  KILN_CHECK(!(options_.sampler && options_.shuffle), "DataLoader",
+             "shuffle must be false with a sampler (the sampler decides the order)");
   if (options_.pin_memory && !cuda::is_available()) {  // as PyTorch: pinning needs a GPU
     static std::atomic<bool> warned{false};
     if (!warned.exchange(true))
@@ -210,7 +212,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
 }
 
 int64_t DataLoader::size() const {
-  int64_t n = dataset_->size(), bs = options_.batch_size;
+  int64_t n = options_.sampler ? options_.sampler->size() : dataset_->size(), bs = options_.batch_size;
   return options_.drop_last ? n / bs : n / bs + (n % bs != 0);
 }
 
@@ -222,18 +224,16 @@ void DataLoader::set_epoch(uint64_t epoch, int64_t start_batch) {
 }
 
 std::vector<int64_t> DataLoader::sample_order(uint64_t epoch) const {
-  int64_t n = dataset_->size();
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
-  if (!options_.shuffle) return order;
-  // Fisher-Yates; step i takes the 64-bit number i of the Philox stream keyed by (seed, epoch).
-  uint64_t key = detail::epoch_keys(options_.seed, epoch).shuffle;
-  for (int64_t i = n - 1; i > 0; --i) {
-    philox::U32x4 r = philox::philox(key, static_cast<uint64_t>(i) / 2);
-    uint64_t word = i % 2 ? (uint64_t{r.v[0]} << 32) | r.v[1] : (uint64_t{r.v[2]} << 32) | r.v[3];
-    auto j = static_cast<int64_t>((static_cast<unsigned __int128>(word) * static_cast<uint64_t>(i + 1)) >> 64);
-    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+  if (options_.sampler) {
+    std::vector<int64_t> order = options_.sampler->indices(epoch);
+    const int64_t n = dataset_->size();
+    for (int64_t i : order)
+      KILN_CHECK(i >= 0 && i < n, "DataLoader", "the sampler gave index ", i, " for a dataset of ", n);
+    return order;
   }
+  if (options_.shuffle) return shuffled_indices(dataset_->size(), options_.seed, epoch);
+  std::vector<int64_t> order(static_cast<size_t>(dataset_->size()));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   return order;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/data/dataset.h"
+#include "kiln/data/sampler.h"
 
 namespace kiln::data {
 
@@ -34,6 +35,9 @@ struct DataLoaderOptions {
   // Batches in page-locked memory, so that batch.data.to(kiln::Device::cuda()) is asynchronous
   // (done by the worker that makes the batch). Without a CUDA device: a warning, and not pinned.
   bool pin_memory = false;
+  // Which indices each epoch visits (e.g. a DistributedSampler); shuffle must then be false, as
+  // in PyTorch. The loader passes its epoch to the sampler.
+  std::shared_ptr<const Sampler> sampler = nullptr;
 };
 
 namespace detail {

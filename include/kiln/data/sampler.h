@@ -1,0 +1,57 @@
+// Samplers: which dataset indices an epoch visits and in what order (torch.utils.data.Sampler),
+// and DistributedSampler, each process's share of a data set (torch.utils.data.DistributedSampler).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kiln::data {
+
+// 0 .. n - 1 in the order a seeded Fisher-Yates shuffle gives for (seed, epoch): the same on
+// every machine and every process (the DataLoader's own shuffle).
+std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed, uint64_t epoch);
+
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+  // The indices epoch `epoch` visits, in order.
+  virtual std::vector<int64_t> indices(uint64_t epoch) const = 0;
+  // How many indices an epoch has.
+  virtual int64_t size() const = 0;
+};
+
+// Fields in torch.utils.data.DistributedSampler's order. num_replicas and rank default (-1) to
+// kiln::distributed's world size and rank.
+struct DistributedSamplerOptions {
+  int64_t num_replicas = -1;
+  int64_t rank = -1;
+  bool shuffle = true;
+  uint64_t seed = 0;       // the same on every process: they shuffle alike and take disjoint shares
+  bool drop_last = false;  // drop the tail that does not divide evenly instead of padding
+  // Without drop_last: pad with indices from the start so every process gets as many (PyTorch's
+  // behaviour, for training); false gives each index to exactly one process and shares that
+  // differ by at most one (for evaluation, where counting a sample twice would skew the result).
+  bool pad = true;
+};
+
+// Process `rank` of `num_replicas` takes every num_replicas-th index of the epoch's order,
+// starting at `rank`: the shares are disjoint and together cover the data set (padded or
+// trimmed as the options say). The DataLoader passes its epoch, so each epoch reshuffles;
+// set_epoch() and indices() serve a loop without a DataLoader, as in PyTorch.
+class DistributedSampler : public Sampler {
+ public:
+  DistributedSampler(int64_t dataset_size, DistributedSamplerOptions options = {});
+  std::vector<int64_t> indices(uint64_t epoch) const override;
+  int64_t size() const override;
+  void set_epoch(uint64_t epoch) { epoch_ = epoch; }
+  uint64_t epoch() const { return epoch_; }
+  std::vector<int64_t> indices() const { return indices(epoch_); }
+  const DistributedSamplerOptions& options() const { return options_; }
+
+ private:
+  int64_t n_;
+  DistributedSamplerOptions options_;
+  uint64_t epoch_ = 0;
+};
+
+}  // namespace kiln::data

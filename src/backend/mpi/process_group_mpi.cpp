@@ -1,0 +1,135 @@
+// kiln::distributed's MPI transport: MPI_COMM_WORLD, collectives with MPI's own algorithms
+// (shared memory on one machine, TCP or a fabric between machines), every call checked.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "distributed/process_group.h"
+#include "kiln/error.h"
+
+namespace kiln::distributed::detail {
+namespace {
+
+// Errors come back as return codes (MPI_ERRORS_RETURN) and become a kiln::Error naming the call.
+#define KILN_MPI_CHECK(expr)                                                    \
+  do {                                                                          \
+    const int kiln_mpi_rc = (expr);                                             \
+    if (kiln_mpi_rc != MPI_SUCCESS) [[unlikely]] fail_mpi(#expr, kiln_mpi_rc);  \
+  } while (0)
+
+[[noreturn]] void fail_mpi(const char* call, int rc) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  KILN_FAIL("distributed", call, " failed: ", std::string(text, static_cast<size_t>(len)));
+}
+
+MPI_Datatype mpi_type(Elem e) {
+  switch (e) {
+    case Elem::Bool: return MPI_C_BOOL;
+    case Elem::UInt8: return MPI_UINT8_T;
+    case Elem::Int32: return MPI_INT32_T;
+    case Elem::Int64: return MPI_INT64_T;
+    case Elem::Float32: return MPI_FLOAT;
+    case Elem::Float64: return MPI_DOUBLE;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpi_op(Elem e, ReduceOp op) {
+  if (e == Elem::Bool) return op == ReduceOp::Min ? MPI_LAND : MPI_LOR;
+  switch (op) {
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+    default: return MPI_SUM;  // Average: a sum, divided by the caller
+  }
+}
+
+// MPI counts are int: larger buffers go in pieces of at most 2^30 elements.
+constexpr int64_t kMaxCount = int64_t{1} << 30;
+
+class MpiGroup final : public ProcessGroup {
+ public:
+  MpiGroup() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    KILN_CHECK(!initialized, "distributed", "MPI was initialised outside Kiln; call kiln::distributed::init() instead");
+    int provided = 0;
+    // FUNNELED: this thread (kiln::distributed's communication thread) makes every call.
+    KILN_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+    KILN_CHECK(provided >= MPI_THREAD_FUNNELED, "distributed", "this MPI library does not support threads");
+    KILN_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    KILN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    KILN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+    MPI_Comm local;
+    KILN_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+    KILN_MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
+    KILN_MPI_CHECK(MPI_Comm_free(&local));
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  std::string name() const override { return "mpi"; }
+
+  void all_reduce(void* data, int64_t count, Elem elem, ReduceOp op) override {
+    const size_t esize = elem_size(elem);
+    for (int64_t i = 0; i < count; i += kMaxCount) {
+      const int n = static_cast<int>(std::min(kMaxCount, count - i));
+      KILN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(data) + i * esize, n, mpi_type(elem),
+                                   mpi_op(elem, op), MPI_COMM_WORLD));
+    }
+  }
+
+  void broadcast(void* data, int64_t bytes, int root) override {
+    for (int64_t i = 0; i < bytes; i += kMaxCount) {
+      const int n = static_cast<int>(std::min(kMaxCount, bytes - i));
+      KILN_MPI_CHECK(MPI_Bcast(static_cast<char*>(data) + i, n, MPI_BYTE, root, MPI_COMM_WORLD));
+    }
+  }
+
+  void all_gather(const void* in, void* out, int64_t bytes) override {
+    KILN_CHECK(bytes <= kMaxCount, "all_gather", "tensors of ", bytes, " bytes are too large (at most 2^30)");
+    KILN_MPI_CHECK(MPI_Allgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE,
+                                 MPI_COMM_WORLD));
+  }
+
+  void reduce_scatter(const void* in, void* out, int64_t count, Elem elem, ReduceOp op) override {
+    KILN_CHECK(count <= kMaxCount, "reduce_scatter", "shares of ", count, " elements are too large (at most 2^30)");
+    KILN_MPI_CHECK(MPI_Reduce_scatter_block(in, out, static_cast<int>(count), mpi_type(elem), mpi_op(elem, op),
+                                            MPI_COMM_WORLD));
+  }
+
+  void barrier() override { KILN_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+
+  [[noreturn]] void abort(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);  // MPI_Abort does not return; this is for the compiler
+  }
+
+  void finalize() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+
+ private:
+  static size_t elem_size(Elem e) {
+    switch (e) {
+      case Elem::Bool:
+      case Elem::UInt8: return 1;
+      case Elem::Int32:
+      case Elem::Float32: return 4;
+      default: return 8;
+    }
+  }
+  int rank_ = 0, size_ = 1, local_rank_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ProcessGroup> make_mpi_group() { return std::make_unique<MpiGroup>(); }
+
+}  // namespace kiln::distributed::detail

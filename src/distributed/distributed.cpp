@@ -1,0 +1,447 @@
+// kiln::distributed: the process group's communication thread, the checks every collective makes
+// before it runs (the same collective, dtype, shape and root on every process), staging of
+// tensors the transport cannot take as they are, and ending the whole job on a failure.
+#include "kiln/distributed.h"
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "distributed/process_group.h"
+#include "kiln/autograd.h"
+#include "kiln/ops.h"
+
+namespace kiln::distributed {
+
+struct Work::State {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  std::function<void()> finish;  // on the waiting thread, once the transport is done
+  bool finished = false;
+};
+
+namespace detail {
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::Elem;
+using detail::ProcessGroup;
+
+enum class Kind : int32_t { AllReduce, Broadcast, AllGather, ReduceScatter, Barrier };
+const char* kind_name(Kind k) {
+  static const char* names[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"};
+  return names[static_cast<int>(k)];
+}
+
+// What each process says it is about to run; all must agree before any data moves.
+struct Header {
+  int32_t kind = 0, dtype = -1, op = -1, root = -1, ndim = 0, pad = 0;
+  int64_t numel = 0;
+  int64_t dims[8] = {};
+  bool operator==(const Header& o) const {
+    if (kind != o.kind || dtype != o.dtype || op != o.op || root != o.root || ndim != o.ndim || numel != o.numel)
+      return false;
+    for (int i = 0; i < 8; ++i)
+      if (dims[i] != o.dims[i]) return false;
+    return true;
+  }
+  std::string describe() const {
+    std::ostringstream os;
+    os << kind_name(static_cast<Kind>(kind));
+    if (static_cast<Kind>(kind) == Kind::Barrier) return os.str();
+    os << " of " << dtype_name(static_cast<ScalarType>(dtype)) << " [";
+    for (int i = 0; i < ndim && i < 8; ++i) os << (i ? ", " : "") << dims[i];
+    if (ndim > 8) os << ", ...";
+    os << "]";
+    if (root >= 0) os << " from rank " << root;
+    if (op >= 0) os << " (" << (op == 0 ? "sum" : op == 1 ? "average" : op == 2 ? "max" : "min") << ")";
+    return os.str();
+  }
+};
+
+Header header_of(Kind kind, const Tensor* t, int op = -1, int root = -1) {
+  Header h;
+  h.kind = static_cast<int32_t>(kind);
+  h.op = op;
+  h.root = root;
+  if (t) {
+    h.dtype = static_cast<int32_t>(t->dtype());
+    h.ndim = static_cast<int32_t>(t->dim());
+    h.numel = t->numel();
+    for (int64_t i = 0; i < t->dim() && i < 8; ++i) h.dims[i] = t->size(i);
+  }
+  return h;
+}
+
+// The process group, its communication thread (which makes every transport call, in the order
+// the collectives were called) and the queue feeding it.
+class Comm {
+ public:
+  static Comm& get() {
+    static Comm comm;
+    return comm;
+  }
+
+  void init() {
+    std::unique_lock lock(m_);
+    KILN_CHECK(!initialized_, "distributed::init", "already initialised");
+    if (detail::launched_by_mpi()) {
+      std::exception_ptr error;
+      bool ready = false;
+      // MPI is initialised on the communication thread, which then makes every MPI call.
+      thread_ = std::thread([this, &error, &ready] {
+        std::exception_ptr failed;
+        try {
+          auto group = detail::make_mpi_group();
+          std::lock_guard l(m_);
+          group_ = std::move(group);
+        } catch (...) {
+          failed = std::current_exception();
+        }
+        {
+          std::lock_guard l(m_);
+          error = failed;  // init() waits for `ready`, so these locals are still alive here
+          ready = true;
+        }
+        cv_.notify_all();
+        if (!failed) loop();
+      });
+      cv_.wait(lock, [&] { return ready; });
+      if (error) {
+        lock.unlock();
+        thread_.join();
+        std::rethrow_exception(error);
+      }
+      rank_ = group_->rank();
+      world_ = group_->world_size();
+      local_rank_ = group_->local_rank();
+      backend_ = group_->name();
+    }
+    initialized_ = true;
+    lock.unlock();
+    std::set_terminate(on_terminate);
+    static bool registered = false;
+    if (!registered) std::atexit([] { Comm::get().finalize(); });
+    registered = true;
+  }
+
+  void finalize() {
+    {
+      std::lock_guard lock(m_);
+      if (!initialized_) return;
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    std::lock_guard lock(m_);
+    group_.reset();
+    initialized_ = false;
+    stopping_ = false;
+    rank_ = 0, world_ = 1, local_rank_ = 0;
+    backend_ = "none";
+  }
+
+  bool initialized() const {
+    std::lock_guard lock(m_);
+    return initialized_;
+  }
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  int local_rank() const { return local_rank_; }
+  std::string backend() const {
+    std::lock_guard lock(m_);
+    return backend_;
+  }
+
+  // Queues: check that every process runs `h`, then `run` on the transport.
+  Work submit(const Header& h, std::function<void(ProcessGroup&)> run, std::function<void()> finish) {
+    auto state = std::make_shared<Work::State>();
+    state->finish = std::move(finish);
+    {
+      std::lock_guard lock(m_);
+      KILN_CHECK(group_ != nullptr && !stopping_, kind_name(static_cast<Kind>(h.kind)), "the process group has ended");
+      queue_.push_back({h, std::move(run), state});
+    }
+    cv_.notify_all();
+    return Work(state);
+  }
+
+  [[noreturn]] void abort_job(const std::string& message) {
+    static std::once_flag printed;
+    std::call_once(printed, [&] {
+      std::fprintf(stderr, "[distributed] rank %d failed: %s\n", rank_, message.c_str());
+      std::fflush(stderr);
+    });
+    ProcessGroup* group = nullptr;
+    {
+      std::lock_guard lock(m_);
+      group = group_.get();
+    }
+    if (group != nullptr && world_ > 1) group->abort(1);
+    std::_Exit(1);
+  }
+
+ private:
+  struct Task {
+    Header header;
+    std::function<void(ProcessGroup&)> run;
+    std::shared_ptr<Work::State> state;
+  };
+
+  static void on_terminate() {
+    std::string what = "terminate called without an exception";
+    if (std::exception_ptr e = std::current_exception()) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        what = ex.what();
+      } catch (...) {
+        what = "an exception that is not a std::exception";
+      }
+    }
+    Comm::get().abort_job(what);
+  }
+
+  void loop() {
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock lock(m_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) break;  // stopping, and everything queued has run
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr error;
+      try {
+        check_agreement(task.header);
+        task.run(*group_);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      {
+        std::lock_guard lock(task.state->m);
+        task.state->error = error;
+        task.state->done = true;
+      }
+      task.state->cv.notify_all();
+    }
+    group_->finalize();
+  }
+
+  // Every process gathers every header; all compare the same table, so all raise the same error.
+  void check_agreement(const Header& mine) {
+    std::vector<Header> all(static_cast<size_t>(world_));
+    group_->all_gather(&mine, all.data(), sizeof(Header));
+    bool same = true;
+    for (const Header& h : all) same = same && h == all[0];
+    if (same) return;
+    std::ostringstream os;
+    os << "the processes disagree on this collective:";
+    int shown = 0;
+    for (int r = 0; r < world_ && shown < 8; ++r)
+      if (r == 0 || !(all[static_cast<size_t>(r)] == all[0])) {
+        os << (shown ? ";" : "") << " rank " << r << " called " << all[static_cast<size_t>(r)].describe();
+        ++shown;
+      }
+    KILN_FAIL(kind_name(static_cast<Kind>(mine.kind)), os.str());
+  }
+
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  std::thread thread_;
+  std::unique_ptr<ProcessGroup> group_;
+  bool initialized_ = false, stopping_ = false;
+  int rank_ = 0, world_ = 1, local_rank_ = 0;
+  std::string backend_ = "none";
+};
+
+Work completed(std::function<void()> finish = nullptr) {
+  auto state = std::make_shared<Work::State>();
+  state->done = true;
+  state->finish = std::move(finish);
+  return Work(state);
+}
+
+Elem elem_of(ScalarType t) {
+  switch (t) {
+    case kBool: return Elem::Bool;
+    case kUInt8: return Elem::UInt8;
+    case kInt32: return Elem::Int32;
+    case kInt64: return Elem::Int64;
+    case kFloat64: return Elem::Float64;
+    default: return Elem::Float32;  // float32, and float16/bfloat16 staged as float32
+  }
+}
+
+// The dtype a reduction runs in: float16 and bfloat16 in float32.
+ScalarType reduce_dtype(ScalarType t) { return t == kFloat16 || t == kBFloat16 ? kFloat32 : t; }
+
+// t itself when the transport can use its memory as it is (a dense CPU tensor of `dtype`),
+// else a dense CPU copy in `dtype`.
+Tensor host_buffer(const Tensor& t, ScalarType dtype) {
+  if (t.device().is_cpu() && t.dtype() == dtype && t.is_contiguous()) return t;
+  return t.to(Device::cpu()).to(dtype).contiguous();
+}
+
+void check_tensor(const Tensor& t, const char* op) {
+  KILN_CHECK(t.defined(), op, "the tensor is undefined");
+}
+
+}  // namespace
+
+Work& Work::operator=(Work&& o) noexcept {
+  if (this != &o) {
+    if (state_) {
+      try {
+        wait();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "[distributed] a collective nobody waited for failed: %s\n", e.what());
+      }
+    }
+    state_ = std::move(o.state_);
+  }
+  return *this;
+}
+
+Work::~Work() {
+  if (!state_) return;
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[distributed] a collective nobody waited for failed: %s\n", e.what());
+  }
+}
+
+void Work::wait() {
+  if (!state_) return;
+  std::unique_lock lock(state_->m);
+  state_->cv.wait(lock, [&] { return state_->done; });
+  if (state_->finished) return;
+  state_->finished = true;
+  std::function<void()> finish = std::move(state_->finish);
+  std::exception_ptr error = state_->error;
+  lock.unlock();
+  if (error) std::rethrow_exception(error);
+  if (finish) finish();
+}
+
+bool Work::is_completed() const {
+  if (!state_) return true;
+  std::lock_guard lock(state_->m);
+  return state_->done;
+}
+
+void init() { Comm::get().init(); }
+bool is_initialized() { return Comm::get().initialized(); }
+void finalize() { Comm::get().finalize(); }
+int rank() { return Comm::get().rank(); }
+int world_size() { return Comm::get().world(); }
+int local_rank() { return Comm::get().local_rank(); }
+std::string backend_name() { return Comm::get().backend(); }
+
+void abort(const std::string& message) { Comm::get().abort_job(message); }
+
+Work all_reduce_async(Tensor& t, ReduceOp op) {
+  check_tensor(t, "all_reduce");
+  KILN_CHECK(op != ReduceOp::Average || t.is_floating_point(), "all_reduce",
+             "average needs a floating-point tensor, got ", t.dtype());
+  Comm& c = Comm::get();
+  if (c.world() == 1) return completed();
+  const ScalarType rd = reduce_dtype(t.dtype());
+  Tensor buf = host_buffer(t, rd);
+  const int world = c.world();
+  Tensor target = t;
+  return c.submit(
+      header_of(Kind::AllReduce, &t, static_cast<int>(op)),
+      [buf, op](ProcessGroup& g) { g.all_reduce(buf.data_ptr(), buf.numel(), elem_of(buf.dtype()), op); },
+      [buf, target, op, world]() mutable {
+        NoGradGuard ng;
+        if (op == ReduceOp::Average) buf.div_(static_cast<double>(world));
+        if (!buf.is_same(target)) target.copy_(buf);
+      });
+}
+
+void all_reduce(Tensor& t, ReduceOp op) { all_reduce_async(t, op).wait(); }
+
+Work broadcast_async(Tensor& t, int root) {
+  check_tensor(t, "broadcast");
+  Comm& c = Comm::get();
+  KILN_CHECK(root >= 0 && root < c.world(), "broadcast", "root ", root, " is not a rank of this world of ", c.world());
+  if (c.world() == 1) return completed();
+  Tensor buf = host_buffer(t, t.dtype());
+  Tensor target = t;
+  return c.submit(
+      header_of(Kind::Broadcast, &t, -1, root),
+      [buf, root](ProcessGroup& g) { g.broadcast(buf.data_ptr(), static_cast<int64_t>(buf.nbytes()), root); },
+      [buf, target]() mutable {
+        NoGradGuard ng;
+        if (!buf.is_same(target)) target.copy_(buf);
+      });
+}
+
+void broadcast(Tensor& t, int root) { broadcast_async(t, root).wait(); }
+
+std::vector<Tensor> all_gather(const Tensor& t) {
+  check_tensor(t, "all_gather");
+  Comm& c = Comm::get();
+  NoGradGuard ng;
+  if (c.world() == 1) return {t.clone()};
+  Tensor buf = host_buffer(t, t.dtype());
+  Tensor out = empty({c.world() * t.numel()}, t.dtype());
+  c.submit(header_of(Kind::AllGather, &t),
+           [buf, out](ProcessGroup& g) { g.all_gather(buf.data_ptr(), out.data_ptr(), static_cast<int64_t>(buf.nbytes())); },
+           nullptr)
+      .wait();
+  std::vector<Tensor> parts;
+  for (int r = 0; r < c.world(); ++r) parts.push_back(out.narrow(0, r * t.numel(), t.numel()).reshape(t.shape()).to(t.device()));
+  return parts;
+}
+
+Tensor reduce_scatter(const Tensor& input, ReduceOp op) {
+  check_tensor(input, "reduce_scatter");
+  Comm& c = Comm::get();
+  KILN_CHECK(input.dim() >= 1 && input.size(0) % c.world() == 0, "reduce_scatter", "the first dim of ", input.shape(),
+             " must split into ", c.world(), " equal parts (one per process)");
+  KILN_CHECK(op != ReduceOp::Average || input.is_floating_point(), "reduce_scatter",
+             "average needs a floating-point tensor, got ", input.dtype());
+  NoGradGuard ng;
+  Shape share = input.shape();
+  share[0] /= c.world();
+  if (c.world() == 1) return input.clone();
+  const ScalarType rd = reduce_dtype(input.dtype());
+  Tensor buf = host_buffer(input, rd);
+  Tensor out = empty(share, rd);
+  c.submit(header_of(Kind::ReduceScatter, &input, static_cast<int>(op)),
+           [buf, out, op](ProcessGroup& g) { g.reduce_scatter(buf.data_ptr(), out.data_ptr(), out.numel(), elem_of(buf.dtype()), op); },
+           nullptr)
+      .wait();
+  if (op == ReduceOp::Average) out.div_(static_cast<double>(c.world()));
+  return out.to(input.dtype()).to(input.device());
+}
+
+void barrier() {
+  Comm& c = Comm::get();
+  if (c.world() == 1) return;
+  c.submit(header_of(Kind::Barrier, nullptr), [](ProcessGroup& g) { g.barrier(); }, nullptr).wait();
+}
+
+}  // namespace kiln::distributed

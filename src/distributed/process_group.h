@@ -1,0 +1,46 @@
+// The transport under kiln::distributed: a process group runs blocking collectives on dense host
+// buffers. distributed.cpp calls it from one background thread only, in call order, after it has
+// checked that every process called the same collective on the same kind of tensor.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kiln/distributed.h"
+
+namespace kiln::distributed::detail {
+
+// What a reduction runs on: the MPI-native element types (float16/bfloat16 are reduced as
+// float32 by the caller).
+enum class Elem : int8_t { Bool, UInt8, Int32, Int64, Float32, Float64 };
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual int local_rank() const = 0;
+  virtual std::string name() const = 0;
+  // data (count elements) = the elementwise reduction over processes. Average is done by the
+  // caller (a Sum, then a division).
+  virtual void all_reduce(void* data, int64_t count, Elem elem, ReduceOp op) = 0;
+  virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  // out (world_size * bytes) = every process's `in` (bytes each), in rank order.
+  virtual void all_gather(const void* in, void* out, int64_t bytes) = 0;
+  // out (count elements) = this process's share of the reduction of in (world_size * count).
+  virtual void reduce_scatter(const void* in, void* out, int64_t count, Elem elem, ReduceOp op) = 0;
+  virtual void barrier() = 0;
+  // Ends every process of the job with `code`; may be called from any thread.
+  [[noreturn]] virtual void abort(int code) = 0;
+  // Called on the communication thread before the group is destroyed.
+  virtual void finalize() = 0;
+};
+
+// Whether an MPI launcher (mpirun, srun, ...) started this process, from its environment.
+bool launched_by_mpi();
+// The MPI process group (MPI_Init_thread on the calling thread, which must then make every
+// call), or an error when Kiln was built without MPI.
+std::unique_ptr<ProcessGroup> make_mpi_group();
+
+}  // namespace kiln::distributed::detail

@@ -1,0 +1,212 @@
+// DistributedDataParallel: gradient buckets averaged over the processes while backward runs, fed
+// by a hook on every parameter's gradient accumulation, finished by a callback at the end of
+// backward.
+#include "kiln/nn/parallel.h"
+
+#include <algorithm>
+
+#include "kiln/autograd.h"
+#include "kiln/distributed.h"
+#include "kiln/ops.h"
+
+namespace kiln::nn::parallel {
+
+namespace dist = kiln::distributed;
+
+struct DistributedDataParallel::State {
+  struct Param {
+    std::string name;
+    Tensor tensor;
+    int64_t bucket = 0, offset = 0;  // where its gradient sits in its bucket's buffer
+    uint64_t hook = 0;
+  };
+  struct Bucket {
+    std::vector<size_t> params;  // indices into `params`
+    Tensor buffer;               // flat, the params' dtype and device
+    int64_t pending = 0;         // gradients still to come in this backward
+    dist::Work work;
+  };
+  std::vector<Param> params;
+  std::vector<Bucket> buckets;
+  std::vector<uint8_t> ready;  // per param, in this backward
+  bool sync = true;            // false under no_sync()
+  bool in_backward = false;    // the finishing callback is queued
+  size_t next_launch = 0;      // buckets are launched in order, so every process queues them alike
+  bool find_unused = false;
+
+  void reset_backward() {
+    std::fill(ready.begin(), ready.end(), 0);
+    for (Bucket& b : buckets) b.pending = static_cast<int64_t>(b.params.size());
+    next_launch = 0;
+    in_backward = false;
+  }
+
+  // Copies the bucket's gradients into its buffer (zeros for a parameter without one) and starts
+  // averaging it.
+  void launch(Bucket& b) {
+    NoGradGuard ng;
+    for (size_t i : b.params) {
+      const Param& p = params[i];
+      Tensor slot = b.buffer.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.shape());
+      const Tensor g = p.tensor.grad();
+      if (g.defined()) slot.copy_(g);
+      else slot.zero_();
+    }
+    b.work = dist::all_reduce_async(b.buffer, dist::ReduceOp::Average);
+  }
+
+  void launch_ready() {
+    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) launch(buckets[next_launch++]);
+  }
+
+  void on_gradient(size_t index) {
+    if (!sync) return;
+    if (!in_backward) {
+      in_backward = true;
+      std::weak_ptr<State> self = weak_self;
+      autograd::queue_callback([self] {
+        if (auto s = self.lock()) s->finish_backward();
+      });
+    }
+    if (ready[index]) return;
+    ready[index] = 1;
+    --buckets[static_cast<size_t>(params[index].bucket)].pending;
+    launch_ready();
+  }
+
+  // End of backward: every bucket reduced, the averages written back into the gradients.
+  void finish_backward() {
+    std::vector<std::string> unused;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!ready[i]) unused.push_back(params[i].name);
+    if (!unused.empty() && !find_unused) {
+      // Every process runs the same model, so each finds the same parameters and stops here
+      // alike; buckets already started finish first.
+      for (size_t b = 0; b < next_launch; ++b) buckets[b].work.wait();
+      reset_backward();
+      std::string names;
+      for (size_t i = 0; i < unused.size() && i < 20; ++i) names += (i ? ", " : "") + unused[i];
+      if (unused.size() > 20) names += ", ...";
+      KILN_FAIL("DistributedDataParallel", unused.size(), " parameter(s) received no gradient in this backward pass: ",
+                names, " (construct it with find_unused_parameters = true if some parameters are not used in every "
+                "forward)");
+    }
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!ready[i]) {
+        ready[i] = 1;
+        --buckets[static_cast<size_t>(params[i].bucket)].pending;
+      }
+    launch_ready();
+    NoGradGuard ng;
+    for (Bucket& b : buckets) {
+      b.work.wait();
+      for (size_t i : b.params) {
+        Param& p = params[i];
+        Tensor avg = b.buffer.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.shape());
+        Tensor g = p.tensor.grad();
+        if (g.defined()) g.copy_(avg);
+        else p.tensor.set_grad(avg.clone());
+      }
+    }
+    reset_backward();
+  }
+
+  std::weak_ptr<State> weak_self;
+};
+
+void DistributedDataParallel::setup() {
+  KILN_CHECK(module_ != nullptr, "DistributedDataParallel", "the module is empty");
+  KILN_CHECK(options_.bucket_cap_mb > 0, "DistributedDataParallel", "bucket_cap_mb must be positive, got ",
+             options_.bucket_cap_mb);
+  state_ = std::make_shared<State>();
+  state_->weak_self = state_;
+  state_->find_unused = options_.find_unused_parameters;
+  {
+    // Every process starts from rank 0's parameters and buffers (this also checks that every
+    // process holds the same architecture: a shape or dtype that differs is an error naming it).
+    NoGradGuard ng;
+    for (auto& [name, t] : module_->named_parameters()) dist::broadcast(t, 0);
+    for (auto& [name, t] : module_->named_buffers()) dist::broadcast(t, 0);
+  }
+  // Buckets in reverse registration order (backward produces the last layers' gradients first),
+  // a new one when the cap is reached or the dtype or device changes.
+  const double cap = options_.bucket_cap_mb * 1024 * 1024;
+  NamedTensors named = module_->named_parameters();
+  std::vector<std::vector<size_t>> groups;
+  double bytes = 0;
+  for (auto it = named.rbegin(); it != named.rend(); ++it) {
+    if (!it->second.requires_grad()) continue;
+    const size_t index = state_->params.size();
+    state_->params.push_back({it->first, it->second});
+    const Tensor& t = it->second;
+    const bool fits = !groups.empty() && bytes + static_cast<double>(t.nbytes()) <= cap;
+    const Tensor* last = groups.empty() ? nullptr : &state_->params[groups.back().back()].tensor;
+    if (!fits || last->dtype() != t.dtype() || last->device() != t.device()) {
+      groups.emplace_back();
+      bytes = 0;
+    }
+    groups.back().push_back(index);
+    bytes += static_cast<double>(t.nbytes());
+  }
+  for (const std::vector<size_t>& g : groups) {
+    State::Bucket b;
+    b.params = g;
+    int64_t numel = 0;
+    for (size_t i : g) {
+      state_->params[i].bucket = static_cast<int64_t>(state_->buckets.size());
+      state_->params[i].offset = numel;
+      numel += state_->params[i].tensor.numel();
+    }
+    const Tensor& first = state_->params[g.front()].tensor;
+    b.buffer = zeros({numel}, TensorOptions(first.dtype()).device(first.device()));
+    state_->buckets.push_back(std::move(b));
+  }
+  state_->ready.assign(state_->params.size(), 0);
+  state_->reset_backward();
+  if (dist::world_size() == 1) return;  // a world of one: the module itself, no hooks
+  std::weak_ptr<State> weak = state_;
+  for (size_t i = 0; i < state_->params.size(); ++i)
+    state_->params[i].hook = state_->params[i].tensor.register_post_accumulate_grad_hook([weak, i](Tensor&) {
+      if (auto s = weak.lock()) s->on_gradient(i);
+    });
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  if (!state_) return;
+  for (State::Param& p : state_->params) p.tensor.remove_post_accumulate_grad_hook(p.hook);
+}
+
+void DistributedDataParallel::before_forward() {
+  if (state_->in_backward) {  // the last backward stopped on an error before it finished
+    for (size_t b = 0; b < state_->next_launch; ++b) state_->buckets[b].work.wait();
+    state_->reset_backward();
+  }
+  if (options_.broadcast_buffers && dist::world_size() > 1) {
+    NoGradGuard ng;
+    for (auto& [name, t] : module_->named_buffers()) dist::broadcast(t, 0);
+  }
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& x) {
+  KILN_CHECK(!any_.is_empty(), "DistributedDataParallel",
+             "this module has no one-tensor forward; call it through forward_with()");
+  before_forward();
+  return any_(x);
+}
+
+DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.state_->sync) {
+  ddp_.state_->sync = false;
+}
+
+DistributedDataParallel::NoSync::~NoSync() { ddp_.state_->sync = previous_; }
+
+std::vector<std::vector<std::string>> DistributedDataParallel::bucket_names() const {
+  std::vector<std::vector<std::string>> out;
+  for (const State::Bucket& b : state_->buckets) {
+    out.emplace_back();
+    for (size_t i : b.params) out.back().push_back(state_->params[i].name);
+  }
+  return out;
+}
+
+}  // namespace kiln::nn::parallel
