@@ -6,9 +6,9 @@
 #include "kiln/models.h"
 #include "kiln/nn/functional.h"
 #include "kiln/optim.h"
+#include "kiln/train/device_choice.h"
 #include "stand_in_device.h"
 #include "test_util.h"
-#include "tools/kiln/device_choice.h"
 
 using namespace kiln;
 

@@ -1,12 +1,12 @@
-// The MLM trainer behind `kiln train --model bert-*`: it learns a small corpus, a resumed run gives
-// exactly the losses of an uninterrupted one, and bad settings are clear errors.
+// The trainer with the masked-LM task (`kiln train --model bert-*`): it learns a small corpus, a
+// resumed run gives exactly the losses of an uninterrupted one, and bad settings are clear errors.
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "test_util.h"
-#include "tools/kiln/mlm_trainer.h"
+#include "kiln/train/masked_lm.h"
 
 namespace {
 
@@ -32,8 +32,8 @@ fs::path make_corpus(const std::string& name, int64_t docs) {
   return dir;
 }
 
-train::MlmTrainOptions options(const fs::path& dir) {
-  train::MlmTrainOptions o;
+train::MaskedLMOptions options(const fs::path& dir) {
+  train::MaskedLMOptions o;
   o.model = "bert-tiny";
   o.data = (dir / "corpus").string();
   o.checkpoint_dir = (dir / "ck").string();
@@ -49,12 +49,19 @@ train::MlmTrainOptions options(const fs::path& dir) {
   return o;
 }
 
+// Sets up a run (and throws what setting up throws).
+void set_up(const train::MaskedLMOptions& o) {
+  train::MaskedLM task(o);
+  train::Trainer t(task);
+}
+
 TEST(MlmTrainer, HeldOutLossFallsWellBelowTheUntrainedModels) {
   fs::path dir = make_corpus("learn", 300);
-  train::MlmTrainer t(options(dir));
-  EXPECT_FALSE(t.data().held_out.empty());
+  train::MaskedLM task(options(dir));
+  train::Trainer t(task);
+  EXPECT_FALSE(task.data().held_out.empty());
   std::vector<double> held_out;
-  t.fit({.on_step = nullptr, .on_eval = [&](int64_t, const train::MlmEvalResult& r) { held_out.push_back(r.loss); }});
+  t.fit({.on_step = nullptr, .on_eval = [&](int64_t, const train::EvalResult& r) { held_out.push_back(r.loss); }});
   ASSERT_EQ(held_out.size(), 9u);  // untrained, then one per epoch
   // Untrained: about ln(vocabulary); trained: the grammar leaves few choices per masked word.
   EXPECT_GT(held_out.front(), 3.5);
@@ -62,7 +69,7 @@ TEST(MlmTrainer, HeldOutLossFallsWellBelowTheUntrainedModels) {
   EXPECT_TRUE(fs::exists(dir / "ck" / "last.safetensors"));
   EXPECT_TRUE(fs::exists(dir / "ck" / "vocab.txt"));
   // The checkpoint evaluates to the same held-out loss.
-  train::MlmEvalResult r = train::evaluate_mlm_checkpoint((dir / "ck" / "last.safetensors").string(), "", "cpu");
+  train::EvalResult r = train::evaluate_mlm_checkpoint((dir / "ck" / "last.safetensors").string(), "", "cpu");
   EXPECT_NEAR(r.loss, held_out.back(), 1e-5);
   EXPECT_TRUE(train::is_mlm_checkpoint((dir / "ck" / "last.safetensors").string()));
   fs::remove_all(dir);
@@ -71,12 +78,12 @@ TEST(MlmTrainer, HeldOutLossFallsWellBelowTheUntrainedModels) {
 TEST(MlmTrainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
   fs::path dir = make_corpus("resume", 120);
   auto run = [&](int64_t max_steps, bool resume) {
-    train::MlmTrainOptions o = options(dir);
+    train::MaskedLMOptions o = options(dir);
     o.eval_every = 3;  // a checkpoint every 3 steps
     o.max_steps = max_steps;
     o.resume = resume;
     if (resume) o = [&] {
-      train::MlmTrainOptions r;  // everything else comes from the checkpoint
+      train::MaskedLMOptions r;  // everything else comes from the checkpoint
       r.data = o.data;
       r.checkpoint_dir = o.checkpoint_dir;
       r.device = "cpu";
@@ -84,10 +91,11 @@ TEST(MlmTrainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
       r.resume = true;
       return r;
     }();
-    train::MlmTrainer t(o);
+    train::MaskedLM task(o);
+    train::Trainer t(task);
     std::vector<double> losses;
-    t.fit({.on_step = [&](const train::MlmStepInfo& s) { losses.push_back(s.loss); }, .on_eval = nullptr});
-    return std::make_pair(losses, t.model()->state_dict());
+    t.fit({.on_step = [&](const train::StepInfo& s) { losses.push_back(s.loss); }, .on_eval = nullptr});
+    return std::make_pair(losses, task.model()->state_dict());
   };
   auto [straight, w_straight] = run(7, false);
   ASSERT_EQ(straight.size(), 7u);
@@ -105,20 +113,20 @@ TEST(MlmTrainer, BadSettingsAreClearErrors) {
   fs::path dir = make_corpus("errors", 20);
   auto o = options(dir);
   o.seq_len = 513;
-  expect_error([&] { train::MlmTrainer t(o); }, "max_position_embeddings");
+  expect_error([&] { set_up(o); }, "max_position_embeddings");
   o = options(dir);
   o.model = "bert-large";
-  expect_error([&] { train::MlmTrainer t(o); }, "unknown BERT preset 'bert-large'");
+  expect_error([&] { set_up(o); }, "unknown BERT preset 'bert-large'");
   o = options(dir);
   o.vocab = (dir / "missing-vocab.txt").string();
-  expect_error([&] { train::MlmTrainer t(o); }, "missing-vocab.txt");
+  expect_error([&] { set_up(o); }, "missing-vocab.txt");
   o = options(dir);
   o.resume = true;
-  expect_error([&] { train::MlmTrainer t(o); }, "last.safetensors");
+  expect_error([&] { set_up(o); }, "last.safetensors");
   { std::ofstream(dir / "empty"); }
   o = options(dir);
   o.data = (dir / "empty").string();
-  expect_error([&] { train::MlmTrainer t(o); }, "empty");
+  expect_error([&] { set_up(o); }, "empty");
   fs::remove_all(dir);
 }
 

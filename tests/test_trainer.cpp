@@ -1,12 +1,12 @@
-// The trainer behind `kiln train`: a resumed run gives exactly the losses of an uninterrupted
-// one; bad checkpoints and settings are clear errors.
+// The trainer with the image-classification task (`kiln train`): a resumed run gives exactly the
+// losses of an uninterrupted one; bad checkpoints and settings are clear errors.
 #include <filesystem>
 #include <unistd.h>
 
 #include <fstream>
 
 #include "test_util.h"
-#include "tools/kiln/trainer.h"
+#include "kiln/train/image_classification.h"
 
 namespace {
 
@@ -48,8 +48,8 @@ fs::path make_dataset(const std::string& name, int64_t n_train, int64_t n_test) 
   return dir;
 }
 
-train::TrainOptions options(const fs::path& data, const fs::path& ckpt) {
-  train::TrainOptions o;
+train::ImageClassificationOptions options(const fs::path& data, const fs::path& ckpt) {
+  train::ImageClassificationOptions o;
   o.data = data.string();
   o.checkpoint_dir = ckpt.string();
   o.epochs = 2;
@@ -69,10 +69,17 @@ std::vector<double> run(train::Trainer& t) {
   return losses;
 }
 
+// Sets up a run (and throws what setting up throws).
+void set_up(const train::ImageClassificationOptions& o) {
+  train::ImageClassification task(o);
+  train::Trainer t(task);
+}
+
 TEST(Trainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
   fs::path data = make_dataset("resume", 96, 30);
   fs::path a = data / "ckpt_a", b = data / "ckpt_b";
-  train::Trainer full(options(data, a));
+  train::ImageClassification full_task(options(data, a));
+  train::Trainer full(full_task);
   std::vector<double> expected = run(full);
   ASSERT_EQ(expected.size(), 12u);  // 2 epochs of 6 batches
   EXPECT_LT(expected.back(), expected.front());
@@ -81,7 +88,8 @@ TEST(Trainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
   auto o = options(data, b);
   o.checkpoint_every = 4;
   o.max_steps = 9;
-  train::Trainer first(o);
+  train::ImageClassification first_task(o);
+  train::Trainer first(first_task);
   std::vector<double> part = run(first);
   ASSERT_EQ(part.size(), 9u);
   for (size_t i = 0; i < part.size(); ++i) EXPECT_EQ(part[i], expected[i]) << "step " << i;
@@ -89,7 +97,8 @@ TEST(Trainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
   auto r = options(data, b);
   r.resume = true;
   r.lr = 99;  // ignored: the checkpoint's settings win
-  train::Trainer resumed(r);
+  train::ImageClassification resumed_task(r);
+  train::Trainer resumed(resumed_task);
   EXPECT_EQ(resumed.step(), 9);  // stopping at --max-steps saved there (after the one at step 8)
   std::vector<double> rest = run(resumed);
   ASSERT_EQ(rest.size(), 3u);
@@ -107,15 +116,15 @@ TEST(Trainer, BadInputIsAClearError) {
   fs::path ck = data / "ckpt";
   auto o = options(data, ck);
   o.model = "resnet7";
-  expect_error([&] { train::Trainer t(o); }, "resnet7");
+  expect_error([&] { set_up(o); }, "resnet7");
   o = options(data, ck);
   o.data = (data / "missing").string();
-  expect_error([&] { train::Trainer t(o); }, "missing");
+  expect_error([&] { set_up(o); }, "missing");
   o = options(data, ck);
   o.resume = true;
-  expect_error([&] { train::Trainer t(o); }, "last.safetensors");
+  expect_error([&] { set_up(o); }, "last.safetensors");
   o.device = "cuda:7";
-  expect_error([&] { train::Trainer t(o); }, "cuda:7");
+  expect_error([&] { set_up(o); }, "cuda:7");
 
   // A truncated checkpoint and a file that is not one.
   o = options(data, ck);
@@ -123,16 +132,17 @@ TEST(Trainer, BadInputIsAClearError) {
   o.checkpoint_every = 1;
   o.epochs = 1;
   {
-    train::Trainer t(o);
+    train::ImageClassification task(o);
+    train::Trainer t(task);
     run(t);
   }
   o.max_steps = -1;
   o.resume = true;
   fs::path file = ck / "last.safetensors";
   fs::resize_file(file, fs::file_size(file) / 2);
-  expect_error([&] { train::Trainer t(o); }, "last.safetensors");
+  expect_error([&] { set_up(o); }, "last.safetensors");
   std::ofstream(file, std::ios::trunc) << "not a checkpoint at all";
-  expect_error([&] { train::Trainer t(o); }, "last.safetensors");
+  expect_error([&] { set_up(o); }, "last.safetensors");
   fs::remove_all(data);
 }
 

@@ -1,5 +1,5 @@
 // Everything a Kiln user includes, as <torch/torch.h> is for libtorch: tensors, ops, autograd,
-// random numbers, the runtime, autocast, the profiler, nn, optim, models, data, io and text.
+// random numbers, the runtime, autocast, the profiler, nn, optim, models, data, io, text and train.
 #pragma once
 
 #include "kiln/amp.h"
@@ -24,3 +24,4 @@
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
 #include "kiln/text.h"
+#include "kiln/train.h"

@@ -1,6 +1,5 @@
 // kiln bench's runner: warm-up, timed steps, one profiled step, the environment, the JSON line.
 #include "tools/kiln/bench_runner.h"
-#include "tools/kiln/device_choice.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +9,7 @@
 #include <new>
 
 #include "kiln/kiln.h"
+#include "kiln/train/device_choice.h"
 #include "src/core/device_runtime.h"
 #include "src/io/json.h"
 #include "tools/kiln/bench_workloads.h"

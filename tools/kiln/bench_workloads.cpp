@@ -11,7 +11,7 @@
 
 #include "kiln/autocast.h"
 #include "kiln/profiler.h"
-#include "tools/kiln/mixed_precision.h"
+#include "kiln/train/mixed_precision.h"
 
 namespace kiln::cli::bench {
 

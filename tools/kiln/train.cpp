@@ -11,8 +11,6 @@
 #include "kiln/kiln.h"
 #include "tools/kiln/args.h"
 #include "tools/kiln/commands.h"
-#include "tools/kiln/mlm_trainer.h"
-#include "tools/kiln/trainer.h"
 
 namespace kiln::cli {
 namespace {
@@ -20,14 +18,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The trainer's notes (settings it changed), one line each.
-template <class TrainerT>
-void print_notes(const TrainerT& t) {
+void print_notes(const train::Trainer& t) {
   for (const std::string& n : t.notes()) std::cout << "note: " << n << "\n";
 }
 
 // "cpu", or "cpu (cuda:0 present but lacks kernels for ...)" when a GPU was passed over.
-template <class TrainerT>
-std::string device_line(const TrainerT& t) {
+std::string device_line(const train::Trainer& t) {
   return t.device().str() + (t.device_note().empty() ? "" : " (" + t.device_note() + ")");
 }
 
@@ -90,7 +86,7 @@ constexpr int64_t kMaxWorkers = 64;
 int train_bert(const Args& args) {
   for (const char* f : kImageFlags)
     KILN_CHECK(!args.has(f), "kiln train", "--", f, " is not a flag of the BERT trainer");
-  train::MlmTrainOptions o;
+  train::MaskedLMOptions o;
   o.model = args.get("model", o.model);
   o.data = args.get("data", "");
   o.vocab = args.get("vocab", "");
@@ -116,12 +112,13 @@ int train_bert(const Args& args) {
       KILN_CHECK(!args.has(f), "kiln train", "--", f, " cannot be combined with --resume (the checkpoint sets it)");
 
   const auto t0 = Clock::now();
-  train::MlmTrainer trainer(o);
-  const auto& opt = trainer.options();
-  const auto& d = trainer.data();
+  train::MaskedLM task(o);
+  train::Trainer trainer(task);
+  const auto& opt = task.options();
+  const auto& d = task.data();
   std::cout << "kiln train: " << opt.model << " (masked LM) on " << opt.data << ": " << d.documents << " documents, "
             << d.train.size() << " training sequences (" << d.train_tokens << " tokens), " << d.held_out.size()
-            << " held out; vocabulary " << trainer.tokenizer().vocab_size() << "; device " << device_line(trainer)
+            << " held out; vocabulary " << task.tokenizer().vocab_size() << "; device " << device_line(trainer)
             << ", " << opt.epochs << " epoch(s), batch " << opt.batch_size << ", seq " << opt.seq_len << ", AdamW lr "
             << opt.lr << ", " << get_num_threads() << " thread(s) (prepared in "
             << static_cast<int>(std::chrono::duration<double>(Clock::now() - t0).count()) << " s)";
@@ -131,18 +128,18 @@ int train_bert(const Args& args) {
   ProgressBar bar("tokens");
   int64_t current = -1;
   const auto t1 = Clock::now();
-  train::MlmCallbacks cb;
-  cb.on_step = [&](const train::MlmStepInfo& s) {
+  train::Callbacks cb;
+  cb.on_step = [&](const train::StepInfo& s) {
     if (s.epoch != current) {
       current = s.epoch;
       bar.start(s.epoch, opt.epochs);
     }
-    bar.update(s.batch, s.batches, s.loss, s.tokens);
+    bar.update(s.batch, s.batches, s.loss, s.samples);  // tokens
   };
-  cb.on_eval = [&](int64_t step, const train::MlmEvalResult& r) {
+  cb.on_eval = [&](int64_t step, const train::EvalResult& r) {
     std::printf("%sstep %lld: held-out loss %.4f, perplexity %.1f (%lld masked tokens), %.0fs elapsed%s\n",
                 current >= 0 && isatty(2) ? "\n" : "", static_cast<long long>(step), r.loss, r.perplexity,
-                static_cast<long long>(r.predicted), std::chrono::duration<double>(Clock::now() - t1).count(),
+                static_cast<long long>(r.samples), std::chrono::duration<double>(Clock::now() - t1).count(),
                 step == 0 ? " (untrained)" : "");
     std::fflush(stdout);
   };
@@ -155,7 +152,7 @@ int train_bert(const Args& args) {
 int train_image(const Args& args) {
   for (const char* f : kBertFlags)
     KILN_CHECK(!args.has(f), "kiln train", "--", f, " is a flag of the BERT trainer (--model bert-mini)");
-  train::TrainOptions o;
+  train::ImageClassificationOptions o;
   o.model = args.get("model", o.model);
   o.epochs = args.get_int("epochs", o.epochs, 1);
   o.batch_size = args.get_int("batch-size", o.batch_size, 1);
@@ -176,8 +173,9 @@ int train_image(const Args& args) {
     for (const char* f : {"model", "epochs", "batch-size", "lr", "momentum", "weight-decay", "seed", "amp"})
       KILN_CHECK(!args.has(f), "kiln train", "--", f, " cannot be combined with --resume (the checkpoint sets it)");
 
-  train::Trainer trainer(o);
-  const auto& opt = trainer.options();
+  train::ImageClassification task(o);
+  train::Trainer trainer(task);
+  const auto& opt = task.options();
   std::cout << "kiln train: " << opt.model << " on " << opt.data << ", device " << device_line(trainer) << ", "
             << opt.epochs << " epoch(s), batch " << opt.batch_size << ", lr " << opt.lr << ", "
             << get_num_threads() << " thread(s)";
@@ -226,10 +224,10 @@ int eval(int argc, char** argv) {
   apply_runtime_flags(args);
   const std::string path = args.get("checkpoint", "");
   if (std::filesystem::is_regular_file(path) && train::is_mlm_checkpoint(path)) {
-    train::MlmEvalResult r =
+    train::EvalResult r =
         train::evaluate_mlm_checkpoint(path, args.get("data", ""), args.get("device", ""), !args.has("no-verify"));
     std::printf("held-out loss %.4f, perplexity %.2f (%lld masked tokens)\n", r.loss, r.perplexity,
-                static_cast<long long>(r.predicted));
+                static_cast<long long>(r.samples));
     return 0;
   }
   train::EvalResult r = train::evaluate_checkpoint(args.get("checkpoint", ""),

@@ -1,9 +1,10 @@
-// Helpers shared by the trainers' checkpoints.
-#include "tools/kiln/checkpoint_util.h"
+// kiln::train's checkpoint helpers: see checkpoint.h.
+#include "kiln/train/checkpoint.h"
 
 #include <unistd.h>
 
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <system_error>
 #include <type_traits>

@@ -1,4 +1,4 @@
-// --amp for both trainers: autocast around the forward pass (bf16 or fp16), and for fp16 a
+// --amp for every task: autocast around the forward pass (bf16 or fp16), and for fp16 a
 // GradScaler around backward and the optimizer step, whose state goes into checkpoints.
 #pragma once
 

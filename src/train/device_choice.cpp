@@ -1,5 +1,5 @@
-// Choosing the trainers' device: the one asked for, or a GPU only when it runs the job natively.
-#include "tools/kiln/device_choice.h"
+// Choosing a training job's device: the one asked for, or a GPU only when it runs the job natively.
+#include "kiln/train/device_choice.h"
 
 #include "kiln/error.h"
 #include "kiln/profiler.h"

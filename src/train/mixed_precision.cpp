@@ -1,7 +1,7 @@
 // --amp: see mixed_precision.h.
-#include "tools/kiln/mixed_precision.h"
+#include "kiln/train/mixed_precision.h"
 
-#include "tools/kiln/checkpoint_util.h"
+#include "kiln/train/checkpoint.h"
 
 namespace kiln::train {
 

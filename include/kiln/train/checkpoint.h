@@ -1,14 +1,13 @@
-// Helpers shared by the trainers' checkpoints: prefixed tensor maps, checked metadata entries,
-// exact numbers, and the checkpoint directory's check before training.
+// kiln::train's checkpoint helpers: prefixed tensor maps, checked metadata entries, exact
+// numbers, and the checkpoint directory's check before training.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 
-#include <filesystem>
-
-#include "kiln/error.h"
 #include "kiln/io.h"
+#include "kiln/tensor.h"
 
 namespace kiln::train {
 
@@ -26,8 +25,10 @@ class CheckpointMeta {
   const std::string& text(const std::string& key) const;
   int64_t integer(const std::string& key) const;  // the whole string must parse
   double number(const std::string& key) const;
+  bool has(const std::string& key) const { return file_.metadata.count(key) > 0; }
   // The "format" entry must equal `format`.
   void check_format(const std::string& format) const;
+  const std::string& path() const { return path_; }
 
  private:
   const io::SafetensorsFile& file_;
@@ -40,20 +41,5 @@ std::string exact_number(double v);
 // Creates `dir` if needed and makes sure a file can be written there, before any training time
 // is spent: else a kiln::Error "[where] cannot write checkpoints to DIR: ...".
 void check_checkpoint_dir(const std::string& dir, const char* where);
-
-// The evaluation of a trainer (Trainer or MlmTrainer) restored from the checkpoint `path`, on
-// `data` and `device` (empty: the checkpoint's data, the best device); errors name kiln eval.
-template <class TrainerT, class OptionsT = typename std::remove_cvref_t<decltype(std::declval<TrainerT>().options())>>
-auto evaluate_restored(const std::string& path, const std::string& data, const std::string& device, bool verify) {
-  KILN_CHECK(std::filesystem::is_regular_file(path), "kiln eval", "no checkpoint file at '", path, "'");
-  OptionsT o;
-  o.command = "kiln eval";
-  o.resume = true;
-  o.resume_from = path;
-  o.verify_checkpoint = verify;
-  o.data = data;
-  o.device = device;
-  return TrainerT(o).evaluate();
-}
 
 }  // namespace kiln::train

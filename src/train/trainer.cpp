@@ -1,0 +1,176 @@
+// The training loop every task shares: setting up (a checkpoint's settings, the device, the
+// seed), steps under mixed precision, evaluation, atomic checkpoints and their exact resume.
+#include "kiln/train/trainer.h"
+
+#include <filesystem>
+#include <optional>
+
+#include "kiln/autograd.h"
+#include "kiln/error.h"
+#include "kiln/io.h"
+#include "kiln/random.h"
+#include "kiln/train/device_choice.h"
+
+namespace kiln::train {
+namespace {
+
+// end_epoch() on every way out of an epoch: a data loader's workers stop even when a step throws.
+class EpochScope {
+ public:
+  EpochScope(Task& task, int64_t epoch, int64_t first_batch) : task_(task) { task_.begin_epoch(epoch, first_batch); }
+  ~EpochScope() { task_.end_epoch(); }
+  EpochScope(const EpochScope&) = delete;
+  EpochScope& operator=(const EpochScope&) = delete;
+
+ private:
+  Task& task_;
+};
+
+}  // namespace
+
+Trainer::Trainer(Task& task) : task_(task) {
+  TrainerOptions& o = task_.options();
+  if (!o.device.empty()) parse_device(o.device, where());  // a bad --device before anything else
+  task_.check_options();
+  const std::string ckpt_path = o.resume_from.empty() ? checkpoint_path() : o.resume_from;
+  std::optional<io::SafetensorsFile> ckpt;
+  if (o.resume) {
+    // The checkpoint decides the run's settings, so the schedule and data order continue exactly.
+    ckpt = io::load_checkpoint(ckpt_path, o.verify_checkpoint);
+    const CheckpointMeta m(*ckpt, ckpt_path, o.command);
+    m.check_format(task_.checkpoint_format());
+    task_.load_settings(m);
+    o.amp = m.has("amp") ? m.text("amp") : "off";  // older checkpoints: float32
+  }
+  amp_ = std::make_unique<MixedPrecision>(o.amp, where());
+  task_.prepare(notes_);
+  const DeviceChoice choice = choose_device(o.device, [&] { task_.probe_step(); });
+  device_ = choice.device;
+  device_note_ = choice.note;
+  manual_seed(o.seed);
+  task_.build(device_);
+  if (ckpt) resume(*ckpt, ckpt_path);
+}
+
+Trainer::~Trainer() = default;
+
+std::string Trainer::checkpoint_path() const {
+  return (std::filesystem::path(options().checkpoint_dir) / "last.safetensors").string();
+}
+
+void Trainer::save_checkpoint() {
+  check_checkpoint_dir(options().checkpoint_dir, where());
+  std::map<std::string, Tensor> t = prefixed(task_.module().state_dict(), "model.");
+  for (auto& [k, v] : prefixed(task_.optimizer().state_dict(), "optimizer.")) t[k] = v;
+  for (auto& [k, v] : prefixed(task_.scheduler().state_dict(), "scheduler.")) t[k] = v;
+  for (auto& [k, v] : amp_->state_dict()) t[k] = v;
+  std::map<std::string, std::string> m;
+  task_.save_metadata(m);
+  const GeneratorState rng = get_rng_state();
+  m["format"] = task_.checkpoint_format();
+  m["amp"] = amp_->mode();
+  m["epoch"] = std::to_string(epoch_);
+  m["batch"] = std::to_string(batch_in_epoch_);
+  m["step"] = std::to_string(step_);
+  m["rng_seed"] = std::to_string(rng.seed);
+  m["rng_offset"] = std::to_string(rng.offset);
+  io::save_checkpoint(checkpoint_path(), t, m);
+  saved_step_ = step_;
+  task_.checkpoint_saved(options().checkpoint_dir);
+}
+
+void Trainer::resume(const io::SafetensorsFile& f, const std::string& path) {
+  const CheckpointMeta m(f, path, options().command);
+  task_.module().load_state_dict(with_prefix(f.tensors, "model."));
+  task_.optimizer().load_state_dict(with_prefix(f.tensors, "optimizer."));
+  task_.scheduler().load_state_dict(with_prefix(f.tensors, "scheduler."));
+  amp_->load_state_dict(f.tensors);
+  epoch_ = m.integer("epoch");
+  batch_in_epoch_ = m.integer("batch");
+  step_ = m.integer("step");
+  saved_step_ = step_;
+  const int64_t batches = task_.batches_per_epoch();
+  KILN_CHECK(epoch_ >= 0 && epoch_ <= options().epochs && batch_in_epoch_ >= 0 && batch_in_epoch_ < batches &&
+                 step_ == epoch_ * batches + batch_in_epoch_,
+             where(), "checkpoint ", path, " has an inconsistent position (epoch ", epoch_, ", batch ",
+             batch_in_epoch_, ", step ", step_, ") for ", batches, " batches per epoch");
+  task_.load_state(m);
+  set_rng_state({static_cast<uint64_t>(m.integer("rng_seed")), static_cast<uint64_t>(m.integer("rng_offset"))});
+}
+
+void Trainer::train_step(const Callbacks& cb) {
+  TrainingBatch batch = task_.next_batch();
+  optim::Optimizer& optimizer = task_.optimizer();
+  Tensor loss;
+  if (batch.loss) {
+    loss = amp_->forward(batch.loss);
+    optimizer.zero_grad();
+    amp_->backward_and_step(loss, optimizer, [&] { task_.before_optimizer_step(); });
+  }
+  const double lr = optimizer.param_groups()[0].get("lr");
+  task_.scheduler().step();
+  ++step_;
+  const int64_t index = batch_in_epoch_++;
+  if (cb.on_step)
+    cb.on_step({epoch_, index, task_.batches_per_epoch(), step_, loss.defined() ? loss.item<double>() : 0.0, lr,
+                batch.samples});
+}
+
+void Trainer::fit(const Callbacks& cb) {
+  const TrainerOptions& o = options();
+  check_checkpoint_dir(o.checkpoint_dir, where());  // before any training time is spent
+  const int64_t batches = task_.batches_per_epoch();
+  const int64_t start_step = step_;
+  const auto limit_hit = [&] { return o.max_steps >= 0 && step_ >= o.max_steps; };
+  if (step_ == 0 && cb.on_eval) cb.on_eval(0, evaluate());
+  while (epoch_ < o.epochs && !limit_hit()) {
+    task_.module().train();
+    {
+      EpochScope scope(task_, epoch_, batch_in_epoch_);
+      while (batch_in_epoch_ < batches && !limit_hit()) {
+        train_step(cb);
+        const bool mid_epoch = batch_in_epoch_ < batches;  // else the epoch's own evaluation follows
+        if (mid_epoch && o.eval_every > 0 && step_ % o.eval_every == 0) {
+          EvalResult r = evaluate();
+          if (cb.on_eval) cb.on_eval(step_, r);
+          save_checkpoint();
+        } else if (mid_epoch && o.checkpoint_every > 0 && step_ % o.checkpoint_every == 0) {
+          save_checkpoint();
+        }
+      }
+    }
+    if (batch_in_epoch_ < batches) break;  // stopped by max_steps
+    ++epoch_;
+    batch_in_epoch_ = 0;
+    EvalResult r = evaluate();
+    save_checkpoint();
+    if (cb.on_eval) cb.on_eval(step_, r);
+    if (cb.on_epoch) cb.on_epoch(epoch_, r);
+  }
+  // Stopped by max_steps between saves: save there, so the checkpoint named exists and resumes.
+  const bool stepped = step_ != start_step || task_.checkpoints_untrained_model();
+  if (limit_hit() && stepped && saved_step_ != step_) save_checkpoint();
+}
+
+EvalResult Trainer::evaluate() {
+  NoGradGuard ng;
+  nn::Module& model = task_.module();
+  const bool was_training = model.is_training();
+  model.eval();
+  EvalResult r = task_.evaluate();
+  model.train(was_training);
+  return r;
+}
+
+EvalResult evaluate_checkpoint(Task& task, const std::string& path, const std::string& device, bool verify) {
+  KILN_CHECK(std::filesystem::is_regular_file(path), "kiln eval", "no checkpoint file at '", path, "'");
+  TrainerOptions& o = task.options();
+  o.command = "kiln eval";
+  o.resume = true;
+  o.resume_from = path;
+  o.verify_checkpoint = verify;
+  o.device = device;
+  return Trainer(task).evaluate();
+}
+
+}  // namespace kiln::train
