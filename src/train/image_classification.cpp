@@ -7,6 +7,8 @@
 
 #include "kiln/autograd.h"
 #include "kiln/data/mnist.h"
+#include "kiln/data/sampler.h"
+#include "kiln/distributed.h"
 #include "kiln/data/transforms.h"
 #include "kiln/error.h"
 #include "kiln/models/registry.h"
@@ -23,6 +25,8 @@ constexpr double kMean = 0.2860, kStd = 0.3530;
 constexpr int64_t kClasses = 10;
 
 // Batches for a GPU are pinned (by the worker that makes them), so their copies are asynchronous.
+// With several processes each loads its share: training shares padded to equal length (every
+// process steps alike), test shares with each image once.
 std::shared_ptr<data::DataLoader> make_loader(std::shared_ptr<const data::Dataset> base, bool train, int64_t batch,
                                               int64_t workers, uint64_t seed, Device device) {
   std::vector<data::Transform> tf{[](const Tensor& x, data::SampleGenerator& g) {
@@ -33,9 +37,14 @@ std::shared_ptr<data::DataLoader> make_loader(std::shared_ptr<const data::Datase
       return data::transforms::RandomHorizontalFlip(0.5)(x, g);
     });
   auto ds = std::make_shared<const data::TransformDataset>(base, std::move(tf));
+  std::shared_ptr<const data::Sampler> sampler;
+  if (distributed::world_size() > 1)
+    sampler = std::make_shared<data::DistributedSampler>(
+        ds->size(), data::DistributedSamplerOptions{.shuffle = train, .seed = seed, .pad = train});
   return std::make_shared<data::DataLoader>(
-      ds, data::DataLoaderOptions{.batch_size = batch, .shuffle = train, .drop_last = false,
-                                  .num_workers = workers, .prefetch = 2, .seed = seed, .pin_memory = device.is_cuda()});
+      ds, data::DataLoaderOptions{.batch_size = batch, .shuffle = train && !sampler, .drop_last = false,
+                                  .num_workers = workers, .prefetch = 2, .seed = seed, .pin_memory = device.is_cuda(),
+                                  .sampler = sampler});
 }
 
 // Torchvision's ImageNet models take 3-channel images of at least 32x32: grey 28x28 images are

@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "kiln/autograd.h"
+#include "kiln/data/sampler.h"
+#include "kiln/distributed.h"
 #include "kiln/error.h"
 #include "kiln/io.h"
 #include "kiln/nn/utils.h"
@@ -156,14 +158,25 @@ void MaskedLM::build(Device device) {
   optimizer_ = std::make_unique<optim::AdamW>(std::move(groups),
                                               optim::AdamWOptions{.lr = o.lr, .eps = 1e-6, .weight_decay = o.weight_decay});
   const int64_t n = static_cast<int64_t>(data_.train.size());
-  batches_per_epoch_ = (n + o.batch_size - 1) / o.batch_size;
+  const int64_t share = distributed::world_size() > 1 ? data::DistributedSampler(n).size() : n;
+  batches_per_epoch_ = (share + o.batch_size - 1) / o.batch_size;
   const int64_t total = o.epochs * batches_per_epoch_;
   scheduler_ = optim::linear_schedule_with_warmup(*optimizer_, static_cast<int64_t>(o.warmup * static_cast<double>(total)), total);
 }
 
 void MaskedLM::begin_epoch(int64_t epoch, int64_t first_batch) {
-  epoch_batches_ = text::epoch_batches(static_cast<int64_t>(data_.train.size()), options_.batch_size, true,
-                                       options_.seed, static_cast<uint64_t>(epoch));
+  const int64_t n = static_cast<int64_t>(data_.train.size());
+  if (distributed::world_size() > 1) {
+    // This process's share of the epoch (padded so every process has as many batches), in batches.
+    const std::vector<int64_t> mine =
+        data::DistributedSampler(n, {.seed = options_.seed}).indices(static_cast<uint64_t>(epoch));
+    epoch_batches_.clear();
+    for (size_t i = 0; i < mine.size(); i += static_cast<size_t>(options_.batch_size))
+      epoch_batches_.emplace_back(mine.begin() + static_cast<std::ptrdiff_t>(i),
+                                  mine.begin() + static_cast<std::ptrdiff_t>(std::min(mine.size(), i + static_cast<size_t>(options_.batch_size))));
+  } else {
+    epoch_batches_ = text::epoch_batches(n, options_.batch_size, true, options_.seed, static_cast<uint64_t>(epoch));
+  }
   next_batch_ = first_batch;
 }
 
@@ -189,8 +202,11 @@ EvalResult MaskedLM::evaluate() {
   EvalResult r;
   double sum = 0;
   const int64_t n = static_cast<int64_t>(data_.held_out.size());
-  for (const auto& idx : text::epoch_batches(n, kEvalBatch, false, 0, 0)) {
-    text::MlmBatch b = batcher.collate(data_.held_out, idx);
+  const auto batches = text::epoch_batches(n, kEvalBatch, false, 0, 0);
+  // With several processes each scores every world_size-th batch (the Trainer adds the sums up).
+  for (size_t i = static_cast<size_t>(distributed::rank()); i < batches.size();
+       i += static_cast<size_t>(distributed::world_size())) {
+    text::MlmBatch b = batcher.collate(data_.held_out, batches[i]);
     if (b.num_predicted == 0) continue;
     sum += mlm_loss(b).item<double>() * static_cast<double>(b.num_predicted);
     r.samples += b.num_predicted;

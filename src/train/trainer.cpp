@@ -2,10 +2,13 @@
 // seed), steps under mixed precision, evaluation, atomic checkpoints and their exact resume.
 #include "kiln/train/trainer.h"
 
+#include <cmath>
 #include <filesystem>
 #include <optional>
 
 #include "kiln/autograd.h"
+#include "kiln/cuda.h"
+#include "kiln/distributed.h"
 #include "kiln/error.h"
 #include "kiln/io.h"
 #include "kiln/random.h"
@@ -47,9 +50,13 @@ Trainer::Trainer(Task& task) : task_(task) {
   const DeviceChoice choice = choose_device(o.device, [&] { task_.probe_step(); });
   device_ = choice.device;
   device_note_ = choice.note;
+  const int world = distributed::world_size();
+  if (world > 1 && device_.is_cuda() && cuda::device_count() > 0)  // each process its own GPU
+    device_ = Device::cuda(distributed::local_rank() % cuda::device_count());
   manual_seed(o.seed);
   task_.build(device_);
   if (ckpt) resume(*ckpt, ckpt_path);
+  if (world > 1) ddp_ = std::make_unique<nn::parallel::DistributedDataParallel>(task_.module().shared_from_this());
 }
 
 Trainer::~Trainer() = default;
@@ -59,6 +66,8 @@ std::string Trainer::checkpoint_path() const {
 }
 
 void Trainer::save_checkpoint() {
+  saved_step_ = step_;
+  if (distributed::rank() != 0) return;  // every process holds the same model: rank 0 writes it
   check_checkpoint_dir(options().checkpoint_dir, where());
   std::map<std::string, Tensor> t = prefixed(task_.module().state_dict(), "model.");
   for (auto& [k, v] : prefixed(task_.optimizer().state_dict(), "optimizer.")) t[k] = v;
@@ -74,13 +83,18 @@ void Trainer::save_checkpoint() {
   m["step"] = std::to_string(step_);
   m["rng_seed"] = std::to_string(rng.seed);
   m["rng_offset"] = std::to_string(rng.offset);
+  m["world_size"] = std::to_string(distributed::world_size());
   io::save_checkpoint(checkpoint_path(), t, m);
-  saved_step_ = step_;
   task_.checkpoint_saved(options().checkpoint_dir);
 }
 
 void Trainer::resume(const io::SafetensorsFile& f, const std::string& path) {
   const CheckpointMeta m(f, path, options().command);
+  // The data each process saw depends on the number of processes: continuing exactly needs the same.
+  const int64_t written_by = m.has("world_size") ? m.integer("world_size") : 1;
+  KILN_CHECK(written_by == distributed::world_size() || options().command == "kiln eval", where(), "checkpoint ", path,
+             " was written by a job of ", written_by, " process(es); resume it with as many (this job has ",
+             distributed::world_size(), ")");
   task_.module().load_state_dict(with_prefix(f.tensors, "model."));
   task_.optimizer().load_state_dict(with_prefix(f.tensors, "optimizer."));
   task_.scheduler().load_state_dict(with_prefix(f.tensors, "scheduler."));
@@ -101,9 +115,18 @@ void Trainer::resume(const io::SafetensorsFile& f, const std::string& path) {
 void Trainer::train_step(const Callbacks& cb) {
   TrainingBatch batch = task_.next_batch();
   optim::Optimizer& optimizer = task_.optimizer();
+  if (ddp_ && !batch.loss)
+    // Every process must take part in every gradient average: a batch with nothing to learn
+    // from contributes zero gradients (its process still steps, with the others' average).
+    batch.loss = [this] {
+      Tensor zero = zeros({}, TensorOptions().device(device_));
+      for (const Tensor& p : task_.module().parameters())
+        if (p.requires_grad()) zero = zero + p.sum() * 0.0;
+      return zero;
+    };
   Tensor loss;
   if (batch.loss) {
-    loss = amp_->forward(batch.loss);
+    loss = amp_->forward(ddp_ ? std::function<Tensor()>([&] { return ddp_->forward_with(batch.loss); }) : batch.loss);
     optimizer.zero_grad();
     amp_->backward_and_step(loss, optimizer, [&] { task_.before_optimizer_step(); });
   }
@@ -118,7 +141,7 @@ void Trainer::train_step(const Callbacks& cb) {
 
 void Trainer::fit(const Callbacks& cb) {
   const TrainerOptions& o = options();
-  check_checkpoint_dir(o.checkpoint_dir, where());  // before any training time is spent
+  if (distributed::rank() == 0) check_checkpoint_dir(o.checkpoint_dir, where());  // before any training time is spent
   const int64_t batches = task_.batches_per_epoch();
   const int64_t start_step = step_;
   const auto limit_hit = [&] { return o.max_steps >= 0 && step_ >= o.max_steps; };
@@ -159,6 +182,18 @@ EvalResult Trainer::evaluate() {
   model.eval();
   EvalResult r = task_.evaluate();
   model.train(was_training);
+  if (distributed::world_size() > 1) {
+    // Each process measured its share: sums over all of them, then the means again.
+    Tensor sums = tensor({r.loss * static_cast<double>(r.samples), r.accuracy * static_cast<double>(r.samples),
+                          static_cast<double>(r.samples), r.perplexity > 0 ? 1.0 : 0.0},
+                         kFloat64);
+    distributed::all_reduce(sums);
+    const std::vector<double> v = sums.to_vector<double>();
+    r.samples = static_cast<int64_t>(std::llround(v[2]));
+    r.loss = r.samples > 0 ? v[0] / v[2] : 0;
+    r.accuracy = r.samples > 0 ? std::round(v[1]) / v[2] : 0;  // correct counts are whole
+    r.perplexity = v[3] > 0 && r.samples > 0 ? std::exp(r.loss) : 0;  // a task that has perplexity
+  }
   return r;
 }
 

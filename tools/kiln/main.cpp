@@ -4,6 +4,7 @@
 #include <iostream>
 #include <string>
 
+#include "kiln/distributed.h"
 #include "kiln/error.h"
 #include "tools/kiln/args.h"
 #include "tools/kiln/commands.h"
@@ -28,10 +29,9 @@ int main(int argc, char** argv) {
   } catch (const kiln::cli::HelpRequested& h) {
     std::cout << kiln::cli::usage(h.command);
     return 0;
-  } catch (const kiln::Error& e) {
-    std::cerr << "kiln: error: " << e.what() << "\n";
-    return 1;
   } catch (const std::exception& e) {
+    // In a job of several processes the others would wait on this one: end them all.
+    if (kiln::distributed::world_size() > 1) kiln::distributed::abort(e.what());
     std::cerr << "kiln: error: " << e.what() << "\n";
     return 1;
   }

@@ -22,6 +22,12 @@ void print_notes(const train::Trainer& t) {
   for (const std::string& n : t.notes()) std::cout << "note: " << n << "\n";
 }
 
+// ", 2 processes (batch per process)" in a distributed job.
+std::string processes_note() {
+  const int w = distributed::world_size();
+  return w > 1 ? ", " + std::to_string(w) + " processes (batch per process)" : "";
+}
+
 // "cpu", or "cpu (cuda:0 present but lacks kernels for ...)" when a GPU was passed over.
 std::string device_line(const train::Trainer& t) {
   return t.device().str() + (t.device_note().empty() ? "" : " (" + t.device_note() + ")");
@@ -42,6 +48,8 @@ class ProgressBar {
   }
   // After batch `batch` (0-based) of `batches`, which held `count` samples or tokens.
   void update(int64_t batch, int64_t batches, double loss, int64_t count) {
+    if (quiet_) return;
+    count *= distributed::world_size();  // the job's rate: every process steps alike
     loss_avg_ = loss_avg_ < 0 ? loss : 0.9 * loss_avg_ + 0.1 * loss;
     // Rates are timed from the end of the epoch's first batch (a resumed epoch starts mid-way).
     if (first_ < 0) {
@@ -72,6 +80,7 @@ class ProgressBar {
  private:
   const char* unit_;
   bool tty_ = isatty(2) != 0;
+  bool quiet_ = distributed::rank() != 0;  // with several processes, rank 0 reports
   int64_t epoch_ = 0, epochs_ = 0, first_ = -1, last_decile_ = -1;
   double samples_ = 0, loss_avg_ = -1;
   Clock::time_point t0_;
@@ -120,7 +129,7 @@ int train_bert(const Args& args) {
             << d.train.size() << " training sequences (" << d.train_tokens << " tokens), " << d.held_out.size()
             << " held out; vocabulary " << task.tokenizer().vocab_size() << "; device " << device_line(trainer)
             << ", " << opt.epochs << " epoch(s), batch " << opt.batch_size << ", seq " << opt.seq_len << ", AdamW lr "
-            << opt.lr << ", " << get_num_threads() << " thread(s) (prepared in "
+            << opt.lr << ", " << get_num_threads() << " thread(s)" << processes_note() << " (prepared in "
             << static_cast<int>(std::chrono::duration<double>(Clock::now() - t0).count()) << " s)";
   if (o.resume) std::cout << ", resumed at epoch " << trainer.epoch() + 1 << " step " << trainer.step();
   std::cout << std::endl;
@@ -178,7 +187,7 @@ int train_image(const Args& args) {
   const auto& opt = task.options();
   std::cout << "kiln train: " << opt.model << " on " << opt.data << ", device " << device_line(trainer) << ", "
             << opt.epochs << " epoch(s), batch " << opt.batch_size << ", lr " << opt.lr << ", "
-            << get_num_threads() << " thread(s)";
+            << get_num_threads() << " thread(s)" << processes_note();
   if (o.resume) std::cout << ", resumed at epoch " << trainer.epoch() + 1 << " step " << trainer.step();
   std::cout << std::endl;
   print_notes(trainer);
@@ -215,6 +224,9 @@ int train(int argc, char** argv) {
              "vocab-size", "seq-len", "warmup", "clip", "eval-every", "amp"},
             {"resume", "no-verify"});
   apply_runtime_flags(args);
+  // Under mpirun (or another MPI launcher): one process of a data-parallel job; rank 0 prints.
+  if (!distributed::is_initialized()) distributed::init();
+  if (distributed::rank() != 0) (void)std::freopen("/dev/null", "w", stdout);
   return train::is_bert_model(args.get("model", "")) ? train_bert(args) : train_image(args);
 }
 

@@ -1,6 +1,12 @@
 // kiln::train's one training loop: the Trainer runs a Task (image classification, masked LM, or
 // a user's own) over epochs and steps, with progress callbacks, evaluation, mixed precision,
-// atomic checkpoints and exact resume.
+// atomic checkpoints and exact resume, in one process or in several (kiln::distributed).
+//
+// Several processes (after kiln::distributed::init(), e.g. under mpirun): the module is wrapped
+// in DistributedDataParallel, each process trains on its share of every epoch (the tasks shard
+// their data with DistributedSampler; the batch size is per process, as in PyTorch), evaluation
+// is sharded and its sums reduced, a CUDA device means the GPU of the process's local rank, only
+// rank 0 writes checkpoints, and a checkpoint resumes at the world size that wrote it.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +18,7 @@
 
 #include "kiln/device.h"
 #include "kiln/nn/module.h"
+#include "kiln/nn/parallel.h"
 #include "kiln/optim/lr_scheduler.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/tensor.h"
@@ -37,7 +44,7 @@ struct TrainerOptions {
   std::string command = "kiln train";  // names the command in errors
 };
 
-// After each training step.
+// After each training step (on every process; samples are this process's).
 struct StepInfo {
   int64_t epoch, batch, batches, step;  // 0-based epoch and batch in it; step: steps completed
   double loss;                          // 0 when the batch had nothing to learn from
@@ -45,7 +52,8 @@ struct StepInfo {
   int64_t samples;                      // the batch's size: images, or (masked LM) tokens that are not padding
 };
 
-// An evaluation on held-out data. Each task fills the measures it has.
+// An evaluation on held-out data. Each task fills the measures it has. With several processes,
+// each task measures its share and the Trainer combines them (loss and accuracy weighted by samples).
 struct EvalResult {
   double loss = 0;        // the mean loss
   double accuracy = 0;    // image classification: the share classified right
@@ -156,6 +164,7 @@ class Trainer {
   std::string device_note_;
   std::vector<std::string> notes_;
   std::unique_ptr<MixedPrecision> amp_;
+  std::unique_ptr<nn::parallel::DistributedDataParallel> ddp_;  // with more than one process
   int64_t epoch_ = 0, step_ = 0, batch_in_epoch_ = 0;
   int64_t saved_step_ = -1;  // the step of the last checkpoint written (or resumed from)
 };

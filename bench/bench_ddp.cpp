@@ -1,0 +1,151 @@
+// The cost of data parallelism, measured under mpirun (docs/perf.md has the commands and results):
+//   bench_ddp step MODEL BATCH [--no-comm]  training steps of MODEL (resnet50, bert-base, ...) at
+//        BATCH per process through DistributedDataParallel, or (--no-comm) the same steps with no
+//        communication at all; prints the median step time and the samples/s of the whole job.
+//   bench_ddp reduce MIB    the all-reduce inside DDP: backward of a graph that gives every
+//        parameter of MIB MiB of float32 gradients at once, so the time is DDP's bucketing,
+//        copies and all-reduce; prints the bandwidth (gradient bytes / time).
+//   bench_ddp mpi MIB       a plain MPI_Allreduce of the same bytes in one call (no Kiln), the
+//        reference for `reduce`.
+// Each prints one JSON line from rank 0.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+using namespace kiln;
+namespace dist = kiln::distributed;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Rank 0's median of the slowest rank's times (a step is as slow as its slowest process).
+double job_median(const std::vector<double>& times) {
+  Tensor t = tensor(times, kFloat64);
+  dist::all_reduce(t, dist::ReduceOp::Max);
+  return median(t.to_vector<double>());
+}
+
+int step(const std::string& model, int64_t batch, bool comm, int steps) {
+  dist::init();
+  const bool bert = model.rfind("bert", 0) == 0;
+  manual_seed(1);
+  std::shared_ptr<nn::Module> module;
+  nn::AnyModule cnn;
+  models::BertForMaskedLM mlm{nullptr};
+  if (bert) {
+    mlm = models::bert_for_masked_lm(models::BertConfig::preset(model.substr(5)));
+    module = mlm.ptr();
+  } else {
+    cnn = models::create(model, 1000);
+    module = cnn.ptr();
+  }
+  std::unique_ptr<nn::parallel::DistributedDataParallel> ddp;
+  if (comm) ddp = bert ? std::make_unique<nn::parallel::DistributedDataParallel>(module)
+                       : std::make_unique<nn::parallel::DistributedDataParallel>(cnn);
+  optim::SGD opt(module->parameters(), {.lr = 1e-3, .momentum = 0.9});
+  manual_seed(2 + dist::rank());
+  const int64_t seq = 128;
+  Tensor x = bert ? randint(0, 30522, {batch, seq}, kInt64) : randn({batch, 3, 224, 224}).contiguous(MemoryFormat::ChannelsLast);
+  Tensor y = bert ? randint(0, 30522, {batch, seq}, kInt64) : randint(0, 1000, {batch}, kInt64);
+  std::vector<double> times;
+  for (int s = 0; s < steps + 1; ++s) {  // the first is a warm-up
+    const auto t0 = Clock::now();
+    opt.zero_grad();
+    Tensor loss;
+    if (bert) {
+      auto f = [&] { return mlm->masked_lm_loss(x, y); };
+      loss = ddp ? ddp->forward_with(f) : f();
+    } else {
+      loss = nn::functional::cross_entropy(ddp ? (*ddp)(x) : cnn(x), y);
+    }
+    loss.backward();
+    opt.step();
+    if (s > 0) times.push_back(seconds_since(t0));
+  }
+  const double m = job_median(times);
+  if (dist::rank() == 0)
+    std::printf("{\"bench\": \"ddp_step\", \"model\": \"%s\", \"batch_per_process\": %lld, \"processes\": %d, "
+                "\"threads\": %d, \"communication\": %s, \"median_s\": %.4f, \"samples_per_s\": %.2f}\n",
+                model.c_str(), static_cast<long long>(batch), dist::world_size(), get_num_threads(),
+                comm ? "true" : "false", m, static_cast<double>(batch) * dist::world_size() / m);
+  return 0;
+}
+
+int reduce(double mib, int reps) {
+  dist::init();
+  // Many parameters (as a model has) of 1 MiB each: DDP buckets them as it would a model's.
+  const int64_t per = 262144, count = std::max<int64_t>(1, static_cast<int64_t>(mib));
+  auto holder = std::make_shared<nn::Module>("Params");
+  std::vector<Tensor> ps;
+  for (int64_t i = 0; i < count; ++i) ps.push_back(holder->register_parameter("p" + std::to_string(i), zeros({per})));
+  nn::parallel::DistributedDataParallel ddp(holder);
+  std::vector<double> times;
+  for (int r = 0; r < reps + 1; ++r) {
+    Tensor loss = zeros({1});
+    for (const Tensor& p : ps) loss = loss + p.sum();  // every gradient is ones, made at once
+    dist::barrier();
+    const auto t0 = Clock::now();
+    ddp.forward_with([&] { return loss; }).backward();
+    if (r > 0) times.push_back(seconds_since(t0));
+    holder->zero_grad();
+  }
+  const double m = job_median(times), bytes = static_cast<double>(count * per * 4);
+  if (dist::rank() == 0)
+    std::printf("{\"bench\": \"ddp_reduce\", \"mib\": %.0f, \"processes\": %d, \"median_s\": %.5f, \"gb_per_s\": %.3f}\n",
+                bytes / 1048576, dist::world_size(), m, bytes / m / 1e9);
+  return 0;
+}
+
+int mpi(double mib, int reps) {
+  MPI_Init(nullptr, nullptr);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int64_t n = static_cast<int64_t>(mib * 262144);
+  std::vector<float> buf(static_cast<size_t>(n), 1.0f);
+  std::vector<double> times;
+  for (int r = 0; r < reps + 1; ++r) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto t0 = Clock::now();
+    MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    double t = seconds_since(t0);
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (r > 0) times.push_back(t);
+  }
+  const double m = median(times), bytes = static_cast<double>(n * 4);
+  if (rank == 0)
+    std::printf("{\"bench\": \"mpi_allreduce\", \"mib\": %.0f, \"processes\": %d, \"median_s\": %.5f, \"gb_per_s\": %.3f}\n",
+                bytes / 1048576, size, m, bytes / m / 1e9);
+  MPI_Finalize();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  try {
+    if (mode == "step" && argc >= 4)
+      return step(argv[2], std::stoll(argv[3]), !(argc > 4 && std::strcmp(argv[4], "--no-comm") == 0), 3);
+    if (mode == "reduce" && argc == 3) return reduce(std::stod(argv[2]), 5);
+    if (mode == "mpi" && argc == 3) return mpi(std::stod(argv[2]), 5);
+  } catch (const std::exception& e) {
+    dist::abort(e.what());
+  }
+  std::fprintf(stderr, "usage: bench_ddp step MODEL BATCH [--no-comm] | reduce MIB | mpi MIB   (under mpirun)\n");
+  return 2;
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# mpirun -np 2 kiln train: the CNN job on two processes (per-process batch 64, so the same global
+# batch and steps as one process at 128) reaches one process's test accuracy within a point; a
+# run stopped by --max-steps and resumed ends exactly where the uninterrupted run does; resuming
+# at another world size is refused; the BERT trainer runs on two processes; a failing rank ends
+# the job with its error. Usage: tests/distributed_train.sh KILN MPIEXEC
+set -uo pipefail
+kiln=${1:?usage: distributed_train.sh KILN MPIEXEC}
+mpiexec=${2:?usage: distributed_train.sh KILN MPIEXEC}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+two=("$mpiexec" --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 -x ASAN_OPTIONS)
+fail=0
+accuracy() { sed -n 's/^epoch 1: test accuracy \([0-9.]*\)%.*/\1/p' "$1" | tail -1; }
+
+"$kiln" train --epochs 1 --checkpoint-dir "$tmp/one" >"$tmp/one.log" 2>&1 || { echo "FAIL: one process"; cat "$tmp/one.log"; exit 1; }
+"${two[@]}" "$kiln" train --epochs 1 --batch-size 64 --checkpoint-dir "$tmp/two" >"$tmp/two.log" 2>&1 ||
+  { echo "FAIL: two processes"; cat "$tmp/two.log"; exit 1; }
+a1=$(accuracy "$tmp/one.log")
+a2=$(accuracy "$tmp/two.log")
+echo "one process: $a1%, two processes: $a2%"
+if ! awk -v a="$a1" -v b="$a2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 80 && d <= 1.0) }'; then
+  echo "FAIL: two processes reached $a2%, one process $a1%"
+  fail=1
+fi
+grep -q "2 processes (batch per process)" "$tmp/two.log" || { echo "FAIL: the first line does not name the processes"; fail=1; }
+[[ $(grep -c "^kiln train:" "$tmp/two.log") == 1 ]] || { echo "FAIL: more than rank 0 printed"; fail=1; }
+
+# Stopped mid-epoch and resumed: the same test accuracy as the uninterrupted run, to the digit.
+"${two[@]}" "$kiln" train --epochs 1 --batch-size 64 --max-steps 150 --checkpoint-dir "$tmp/res" >"$tmp/res1.log" 2>&1 ||
+  { echo "FAIL: the run to resume"; cat "$tmp/res1.log"; fail=1; }
+"${two[@]}" "$kiln" train --resume --checkpoint-dir "$tmp/res" >"$tmp/res2.log" 2>&1 ||
+  { echo "FAIL: the resumed run"; cat "$tmp/res2.log"; fail=1; }
+a3=$(accuracy "$tmp/res2.log")
+echo "stopped at step 150 and resumed: $a3%"
+[[ -n $a3 && $a3 == "$a2" ]] || { echo "FAIL: resumed to $a3%, the uninterrupted run $a2%"; fail=1; }
+grep -q "resumed at epoch 1 step 150" "$tmp/res2.log" || { echo "FAIL: no resume banner"; cat "$tmp/res2.log"; fail=1; }
+
+# Another world size cannot continue the same data order.
+err=$("$kiln" train --resume --checkpoint-dir "$tmp/res" 2>&1 >/dev/null)
+if [[ $? != 1 || $err != *"was written by a job of 2 process(es); resume it with as many (this job has 1)"* ]]; then
+  echo "FAIL: resuming at world size 1: $err"
+  fail=1
+fi
+
+# The BERT trainer on two processes.
+for i in $(seq 1 300); do echo "document $i: the quick brown fox $i jumps over the lazy dog number $((i * 7))"; done >"$tmp/corpus.txt"
+"${two[@]}" "$kiln" train --model bert-tiny --data "$tmp/corpus.txt" --max-steps 6 --eval-every 3 --checkpoint-dir "$tmp/bert" \
+  >"$tmp/bert.log" 2>&1 || { echo "FAIL: BERT on two processes"; cat "$tmp/bert.log"; fail=1; }
+[[ $(grep -c "^step 3: held-out loss" "$tmp/bert.log") == 1 && -f $tmp/bert/last.safetensors ]] ||
+  { echo "FAIL: BERT's evaluation or checkpoint"; cat "$tmp/bert.log"; fail=1; }
+
+# A rank that fails (rank 1 cannot read its data: a directory only it is given) ends the job, with its
+# error once and a non-zero status, well within 30 seconds.
+start=$SECONDS
+"$mpiexec" --oversubscribe --bind-to none -x ASAN_OPTIONS -np 1 "$kiln" train --checkpoint-dir "$tmp/f" --max-steps 5 : \
+  -np 1 "$kiln" train --checkpoint-dir "$tmp/f" --max-steps 5 --data "$tmp/nothing-here" >"$tmp/fail.log" 2>&1
+rc=$?
+if [[ $rc == 0 || $((SECONDS - start)) -gt 30 || $(grep -c "^\[distributed\] rank 1 failed: " "$tmp/fail.log") != 1 ]]; then
+  echo "FAIL: a failing rank (exit $rc after $((SECONDS - start)) s):"
+  cat "$tmp/fail.log"
+  fail=1
+fi
+
+[[ $fail == 0 ]] && echo "distributed training: all checks passed"
+exit $fail
