@@ -2,9 +2,9 @@
 //   bench_ddp step MODEL BATCH [--no-comm]  training steps of MODEL (resnet50, bert-base, ...) at
 //        BATCH per process through DistributedDataParallel, or (--no-comm) the same steps with no
 //        communication at all; prints the median step time and the samples/s of the whole job.
-//   bench_ddp reduce MIB    the all-reduce inside DDP: backward of a graph that gives every
-//        parameter of MIB MiB of float32 gradients at once, so the time is DDP's bucketing,
-//        copies and all-reduce; prints the bandwidth (gradient bytes / time).
+//   bench_ddp reduce MIB    the all-reduce inside DDP: backward of a graph that gives MIB MiB of
+//        float32 gradients (1 MiB parameters) at once, with DDP and without; the difference is
+//        DDP's bucketing, copies and all-reduce; prints the bandwidth (gradient bytes / that time).
 //   bench_ddp mpi MIB       a plain MPI_Allreduce of the same bytes in one call (no Kiln), the
 //        reference for `reduce`.
 // Each prints one JSON line from rank 0.
@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -54,8 +55,11 @@ int step(const std::string& model, int64_t batch, bool comm, int steps) {
     module = cnn.ptr();
   }
   std::unique_ptr<nn::parallel::DistributedDataParallel> ddp;
-  if (comm) ddp = bert ? std::make_unique<nn::parallel::DistributedDataParallel>(module)
-                       : std::make_unique<nn::parallel::DistributedDataParallel>(cnn);
+  // KILN_BENCH_BUCKET_MB: another bucket size, to see what overlap buys.
+  nn::parallel::DistributedDataParallelOptions ddp_options;
+  if (const char* mb = std::getenv("KILN_BENCH_BUCKET_MB")) ddp_options.bucket_cap_mb = std::stod(mb);
+  if (comm) ddp = bert ? std::make_unique<nn::parallel::DistributedDataParallel>(module, ddp_options)
+                       : std::make_unique<nn::parallel::DistributedDataParallel>(cnn, ddp_options);
   optim::SGD opt(module->parameters(), {.lr = 1e-3, .momentum = 0.9});
   manual_seed(2 + dist::rank());
   const int64_t seq = 128;
@@ -92,21 +96,28 @@ int reduce(double mib, int reps) {
   auto holder = std::make_shared<nn::Module>("Params");
   std::vector<Tensor> ps;
   for (int64_t i = 0; i < count; ++i) ps.push_back(holder->register_parameter("p" + std::to_string(i), zeros({per})));
+  // The same backward without DDP first: what DDP adds to it is the reduction's time.
+  auto time_backward = [&](nn::parallel::DistributedDataParallel* ddp) {
+    std::vector<double> times;
+    for (int r = 0; r < reps + 1; ++r) {
+      Tensor loss = zeros({1});
+      for (const Tensor& p : ps) loss = loss + p.sum();  // every gradient is ones, made at once
+      dist::barrier();
+      const auto t0 = Clock::now();
+      (ddp ? ddp->forward_with([&] { return loss; }) : loss).backward();
+      if (r > 0) times.push_back(seconds_since(t0));
+      holder->zero_grad();
+    }
+    return job_median(times);
+  };
+  const double plain = time_backward(nullptr);
   nn::parallel::DistributedDataParallel ddp(holder);
-  std::vector<double> times;
-  for (int r = 0; r < reps + 1; ++r) {
-    Tensor loss = zeros({1});
-    for (const Tensor& p : ps) loss = loss + p.sum();  // every gradient is ones, made at once
-    dist::barrier();
-    const auto t0 = Clock::now();
-    ddp.forward_with([&] { return loss; }).backward();
-    if (r > 0) times.push_back(seconds_since(t0));
-    holder->zero_grad();
-  }
-  const double m = job_median(times), bytes = static_cast<double>(count * per * 4);
+  const double with_ddp = time_backward(&ddp);
+  const double bytes = static_cast<double>(count * per * 4), m = with_ddp - plain;
   if (dist::rank() == 0)
-    std::printf("{\"bench\": \"ddp_reduce\", \"mib\": %.0f, \"processes\": %d, \"median_s\": %.5f, \"gb_per_s\": %.3f}\n",
-                bytes / 1048576, dist::world_size(), m, bytes / m / 1e9);
+    std::printf("{\"bench\": \"ddp_reduce\", \"mib\": %.0f, \"processes\": %d, \"backward_s\": %.5f, "
+                "\"backward_with_ddp_s\": %.5f, \"reduction_s\": %.5f, \"gb_per_s\": %.3f}\n",
+                bytes / 1048576, dist::world_size(), plain, with_ddp, m, bytes / m / 1e9);
   return 0;
 }
 

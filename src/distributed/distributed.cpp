@@ -249,7 +249,7 @@ class Comm {
   // Every process gathers every header; all compare the same table, so all raise the same error.
   void check_agreement(const Header& mine) {
     std::vector<Header> all(static_cast<size_t>(world_));
-    group_->all_gather(&mine, all.data(), sizeof(Header));
+    group_->rendezvous(&mine, all.data(), sizeof(Header));
     bool same = true;
     for (const Header& h : all) same = same && h == all[0];
     if (same) return;
@@ -300,6 +300,12 @@ ScalarType reduce_dtype(ScalarType t) { return t == kFloat16 || t == kBFloat16 ?
 Tensor host_buffer(const Tensor& t, ScalarType dtype) {
   if (t.device().is_cpu() && t.dtype() == dtype && t.is_contiguous()) return t;
   return t.to(Device::cpu()).to(dtype).contiguous();
+}
+
+template <class T>
+void divide(T* p, int64_t n, int world) {
+  const T w = static_cast<T>(world);
+  for (int64_t i = 0; i < n; ++i) p[i] /= w;
 }
 
 void check_tensor(const Tensor& t, const char* op) {
@@ -370,12 +376,19 @@ Work all_reduce_async(Tensor& t, ReduceOp op) {
   Tensor buf = host_buffer(t, rd);
   const int world = c.world();
   Tensor target = t;
+  // Average divides on the communication thread, right after the sum, while the buffer is warm
+  // in cache (and, in DDP, while backward goes on); the buffer is float32 or float64 then.
   return c.submit(
       header_of(Kind::AllReduce, &t, static_cast<int>(op)),
-      [buf, op](ProcessGroup& g) { g.all_reduce(buf.data_ptr(), buf.numel(), elem_of(buf.dtype()), op); },
-      [buf, target, op, world]() mutable {
+      [buf, op, world](ProcessGroup& g) {
+        g.all_reduce(buf.data_ptr(), buf.numel(), elem_of(buf.dtype()), op);
+        if (op == ReduceOp::Average) {
+          if (buf.dtype() == kFloat64) divide(buf.data_ptr<double>(), buf.numel(), world);
+          else divide(buf.data_ptr<float>(), buf.numel(), world);
+        }
+      },
+      [buf, target]() mutable {
         NoGradGuard ng;
-        if (op == ReduceOp::Average) buf.div_(static_cast<double>(world));
         if (!buf.is_same(target)) target.copy_(buf);
       });
 }

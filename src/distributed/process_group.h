@@ -28,6 +28,10 @@ class ProcessGroup {
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   // out (world_size * bytes) = every process's `in` (bytes each), in rank order.
   virtual void all_gather(const void* in, void* out, int64_t bytes) = 0;
+  // all_gather of a few bytes that waits for the slowest process without spinning: every
+  // collective starts with one (its description), so a process that is ahead sleeps there
+  // instead of burning a core the others compute on.
+  virtual void rendezvous(const void* in, void* out, int64_t bytes) { all_gather(in, out, bytes); }
   // out (count elements) = this process's share of the reduction of in (world_size * count).
   virtual void reduce_scatter(const void* in, void* out, int64_t count, Elem elem, ReduceOp op) = 0;
   virtual void barrier() = 0;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/tensor_util.h"
 #include "kiln/autograd.h"
 #include "kiln/distributed.h"
 #include "kiln/ops.h"
@@ -18,6 +19,7 @@ struct DistributedDataParallel::State {
     std::string name;
     Tensor tensor;
     int64_t bucket = 0, offset = 0;  // where its gradient sits in its bucket's buffer
+    Tensor slot;                     // that part of the buffer, laid out like the parameter
     uint64_t hook = 0;
   };
   struct Bucket {
@@ -46,11 +48,11 @@ struct DistributedDataParallel::State {
   void launch(Bucket& b) {
     NoGradGuard ng;
     for (size_t i : b.params) {
-      const Param& p = params[i];
-      Tensor slot = b.buffer.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.shape());
+      Param& p = params[i];
       const Tensor g = p.tensor.grad();
-      if (g.defined()) slot.copy_(g);
-      else slot.zero_();
+      if (g.defined() && g.is_same(p.slot)) continue;  // already there (no new gradient since)
+      if (g.defined()) p.slot.copy_(g);
+      else p.slot.zero_();
     }
     b.work = dist::all_reduce_async(b.buffer, dist::ReduceOp::Average);
   }
@@ -74,7 +76,8 @@ struct DistributedDataParallel::State {
     launch_ready();
   }
 
-  // End of backward: every bucket reduced, the averages written back into the gradients.
+  // End of backward: every bucket reduced; each gradient becomes its slot of the bucket (the
+  // average, no copy back), valid until the next synchronised backward reuses the bucket.
   void finish_backward() {
     std::vector<std::string> unused;
     for (size_t i = 0; i < params.size(); ++i)
@@ -100,13 +103,7 @@ struct DistributedDataParallel::State {
     NoGradGuard ng;
     for (Bucket& b : buckets) {
       b.work.wait();
-      for (size_t i : b.params) {
-        Param& p = params[i];
-        Tensor avg = b.buffer.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.shape());
-        Tensor g = p.tensor.grad();
-        if (g.defined()) g.copy_(avg);
-        else p.tensor.set_grad(avg.clone());
-      }
+      for (size_t i : b.params) params[i].tensor.set_grad(params[i].slot);
     }
     reset_backward();
   }
@@ -159,6 +156,10 @@ void DistributedDataParallel::setup() {
     }
     const Tensor& first = state_->params[g.front()].tensor;
     b.buffer = zeros({numel}, TensorOptions(first.dtype()).device(first.device()));
+    for (size_t i : g) {
+      State::Param& p = state_->params[i];
+      p.slot = make_view(b.buffer, p.tensor.shape(), strides_like(p.tensor, p.tensor.shape()), p.offset);
+    }
     state_->buckets.push_back(std::move(b));
   }
   state_->ready.assign(state_->params.size(), 0);

@@ -3,8 +3,10 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "distributed/process_group.h"
 #include "kiln/error.h"
@@ -94,6 +96,19 @@ class MpiGroup final : public ProcessGroup {
     KILN_CHECK(bytes <= kMaxCount, "all_gather", "tensors of ", bytes, " bytes are too large (at most 2^30)");
     KILN_MPI_CHECK(MPI_Allgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE,
                                  MPI_COMM_WORLD));
+  }
+
+  void rendezvous(const void* in, void* out, int64_t bytes) override {
+    MPI_Request request;
+    KILN_MPI_CHECK(MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE,
+                                  MPI_COMM_WORLD, &request));
+    // MPI_Test drives the exchange; between tries this thread sleeps (tens of microseconds)
+    // rather than spin as a blocking MPI call would.
+    for (int flag = 0, tries = 0;; ++tries) {
+      KILN_MPI_CHECK(MPI_Test(&request, &flag, MPI_STATUS_IGNORE));
+      if (flag) break;
+      if (tries > 16) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
   }
 
   void reduce_scatter(const void* in, void* out, int64_t count, Elem elem, ReduceOp op) override {
