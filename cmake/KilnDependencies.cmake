@@ -95,3 +95,18 @@ if(NOT KILN_WITH_MPI STREQUAL "OFF")
   endif()
 endif()
 message(STATUS "Kiln: MPI ${KILN_HAVE_MPI}")
+
+# NCCL carries kiln::distributed's CUDA tensors GPU to GPU (its unique id goes over MPI): the
+# toolkit's copy or the one in PyTorch's nvidia-nccl wheel. Without it they go through host memory.
+set(KILN_HAVE_NCCL OFF)
+if(KILN_HAVE_CUDA AND KILN_HAVE_MPI)
+  execute_process(COMMAND python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))"
+                  OUTPUT_VARIABLE KILN_WHEEL_NCCL OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  find_path(KILN_NCCL_INCLUDE nccl.h HINTS $ENV{NCCL_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS} ${KILN_WHEEL_NCCL}/include)
+  find_library(KILN_NCCL_LIB NAMES nccl libnccl.so.2 HINTS $ENV{NCCL_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR}
+               ${KILN_WHEEL_NCCL}/lib)
+  if(KILN_NCCL_INCLUDE AND KILN_NCCL_LIB)
+    set(KILN_HAVE_NCCL ON)
+  endif()
+endif()
+message(STATUS "Kiln: NCCL ${KILN_HAVE_NCCL}")

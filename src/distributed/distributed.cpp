@@ -9,6 +9,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <iostream>
 #include <mutex>
 #include <sstream>
@@ -16,6 +17,7 @@
 
 #include "distributed/process_group.h"
 #include "kiln/autograd.h"
+#include "kiln/cuda.h"
 #include "kiln/ops.h"
 
 namespace kiln::distributed {
@@ -52,11 +54,12 @@ const char* kind_name(Kind k) {
 
 // What each process says it is about to run; all must agree before any data moves.
 struct Header {
-  int32_t kind = 0, dtype = -1, op = -1, root = -1, ndim = 0, pad = 0;
+  int32_t kind = 0, dtype = -1, op = -1, root = -1, ndim = 0, cuda = 0;
   int64_t numel = 0;
   int64_t dims[8] = {};
   bool operator==(const Header& o) const {
-    if (kind != o.kind || dtype != o.dtype || op != o.op || root != o.root || ndim != o.ndim || numel != o.numel)
+    if (kind != o.kind || dtype != o.dtype || op != o.op || root != o.root || ndim != o.ndim || numel != o.numel ||
+        cuda != o.cuda)
       return false;
     for (int i = 0; i < 8; ++i)
       if (dims[i] != o.dims[i]) return false;
@@ -69,7 +72,7 @@ struct Header {
     os << " of " << dtype_name(static_cast<ScalarType>(dtype)) << " [";
     for (int i = 0; i < ndim && i < 8; ++i) os << (i ? ", " : "") << dims[i];
     if (ndim > 8) os << ", ...";
-    os << "]";
+    os << "]" << (cuda ? " on a GPU" : "");
     if (root >= 0) os << " from rank " << root;
     if (op >= 0) os << " (" << (op == 0 ? "sum" : op == 1 ? "average" : op == 2 ? "max" : "min") << ")";
     return os.str();
@@ -85,6 +88,7 @@ Header header_of(Kind kind, const Tensor* t, int op = -1, int root = -1) {
     h.dtype = static_cast<int32_t>(t->dtype());
     h.ndim = static_cast<int32_t>(t->dim());
     h.numel = t->numel();
+    h.cuda = t->device().is_cuda() ? 1 : 0;
     for (int64_t i = 0; i < t->dim() && i < 8; ++i) h.dims[i] = t->size(i);
   }
   return h;
@@ -183,6 +187,30 @@ class Comm {
     return Work(state);
   }
 
+  // CUDA tensors with NCCL: `run` queues the collective on the communication stream of the
+  // tensors' GPU after the work the caller's stream has queued; wait() makes the caller's stream
+  // wait for it (the host does not block). `keep` are the tensors NCCL reads or writes: their
+  // memory is not reused before the communication stream is done with it.
+  Work submit_device(const Header& h, int device, const std::vector<Tensor>& keep,
+                     std::function<void(detail::DeviceGroup&, const cuda::Stream&)> run, std::function<void()> finish) {
+    cuda::Stream stream = comm_stream(device);
+    auto ready = std::make_shared<cuda::Event>(device), done = std::make_shared<cuda::Event>(device);
+    ready->record(cuda::current_stream(device));
+    for (const Tensor& t : keep) cuda::record_stream(t, stream);
+    return submit(
+        h,
+        [this, device, stream, ready, done, run = std::move(run)](ProcessGroup&) {
+          detail::DeviceGroup& g = device_group(device);
+          ready->wait(stream);
+          run(g, stream);
+          done->record(stream);
+        },
+        [device, done, finish = std::move(finish)] {
+          done->wait(cuda::current_stream(device));
+          if (finish) finish();
+        });
+  }
+
   [[noreturn]] void abort_job(const std::string& message) {
     static std::once_flag printed;
     std::call_once(printed, [&] {
@@ -219,6 +247,20 @@ class Comm {
     Comm::get().abort_job(what);
   }
 
+  // Created by the first collective on that GPU (on this thread; every process reaches it at
+  // the same collective, since all run the same sequence).
+  detail::DeviceGroup& device_group(int device) {
+    auto it = device_groups_.find(device);
+    if (it == device_groups_.end()) it = device_groups_.emplace(device, detail::make_nccl_group(*group_, device)).first;
+    return *it->second;
+  }
+  cuda::Stream comm_stream(int device) {
+    std::lock_guard lock(m_);
+    auto it = streams_.find(device);
+    if (it == streams_.end()) it = streams_.emplace(device, cuda::Stream::create(device)).first;
+    return it->second;
+  }
+
   void loop() {
     for (;;) {
       Task task;
@@ -243,6 +285,7 @@ class Comm {
       }
       task.state->cv.notify_all();
     }
+    device_groups_.clear();
     group_->finalize();
   }
 
@@ -269,6 +312,8 @@ class Comm {
   std::deque<Task> queue_;
   std::thread thread_;
   std::unique_ptr<ProcessGroup> group_;
+  std::map<int, std::unique_ptr<detail::DeviceGroup>> device_groups_;  // the communication thread's
+  std::map<int, cuda::Stream> streams_;
   bool initialized_ = false, stopping_ = false;
   int rank_ = 0, world_ = 1, local_rank_ = 0;
   std::string backend_ = "none";
@@ -301,6 +346,9 @@ Tensor host_buffer(const Tensor& t, ScalarType dtype) {
   if (t.device().is_cpu() && t.dtype() == dtype && t.is_contiguous()) return t;
   return t.to(Device::cpu()).to(dtype).contiguous();
 }
+
+// Whether t's collective runs GPU to GPU (NCCL), or through host memory.
+bool on_nccl(const Tensor& t) { return t.device().is_cuda() && detail::nccl_built(); }
 
 template <class T>
 void divide(T* p, int64_t n, int world) {
@@ -372,6 +420,16 @@ Work all_reduce_async(Tensor& t, ReduceOp op) {
              "average needs a floating-point tensor, got ", t.dtype());
   Comm& c = Comm::get();
   if (c.world() == 1) return completed();
+  if (on_nccl(t)) {
+    Tensor buf = t.is_contiguous() ? t : t.contiguous(), target = t;
+    return c.submit_device(
+        header_of(Kind::AllReduce, &t, static_cast<int>(op)), t.device().index, {buf},
+        [buf, op](detail::DeviceGroup& g, const cuda::Stream& s) { g.all_reduce(buf.data_ptr(), buf.numel(), buf.dtype(), op, s); },
+        [buf, target]() mutable {
+          NoGradGuard ng;
+          if (!buf.is_same(target)) target.copy_(buf);
+        });
+  }
   const ScalarType rd = reduce_dtype(t.dtype());
   Tensor buf = host_buffer(t, rd);
   const int world = c.world();
@@ -400,6 +458,18 @@ Work broadcast_async(Tensor& t, int root) {
   Comm& c = Comm::get();
   KILN_CHECK(root >= 0 && root < c.world(), "broadcast", "root ", root, " is not a rank of this world of ", c.world());
   if (c.world() == 1) return completed();
+  if (on_nccl(t)) {
+    Tensor buf = t.is_contiguous() ? t : t.contiguous(), target = t;
+    return c.submit_device(
+        header_of(Kind::Broadcast, &t, -1, root), t.device().index, {buf},
+        [buf, root](detail::DeviceGroup& g, const cuda::Stream& s) {
+          g.broadcast(buf.data_ptr(), static_cast<int64_t>(buf.nbytes()), root, s);
+        },
+        [buf, target]() mutable {
+          NoGradGuard ng;
+          if (!buf.is_same(target)) target.copy_(buf);
+        });
+  }
   Tensor buf = host_buffer(t, t.dtype());
   Tensor target = t;
   return c.submit(
@@ -418,12 +488,21 @@ std::vector<Tensor> all_gather(const Tensor& t) {
   Comm& c = Comm::get();
   NoGradGuard ng;
   if (c.world() == 1) return {t.clone()};
-  Tensor buf = host_buffer(t, t.dtype());
-  Tensor out = empty({c.world() * t.numel()}, t.dtype());
-  c.submit(header_of(Kind::AllGather, &t),
-           [buf, out](ProcessGroup& g) { g.all_gather(buf.data_ptr(), out.data_ptr(), static_cast<int64_t>(buf.nbytes())); },
-           nullptr)
-      .wait();
+  const bool gpu = on_nccl(t);
+  Tensor buf = gpu ? t.contiguous() : host_buffer(t, t.dtype());
+  Tensor out = empty({c.world() * t.numel()}, TensorOptions(t.dtype()).device(gpu ? t.device() : Device::cpu()));
+  if (gpu)
+    c.submit_device(header_of(Kind::AllGather, &t), t.device().index, {buf, out},
+                    [buf, out](detail::DeviceGroup& g, const cuda::Stream& s) {
+                      g.all_gather(buf.data_ptr(), out.data_ptr(), static_cast<int64_t>(buf.nbytes()), s);
+                    },
+                    nullptr)
+        .wait();
+  else
+    c.submit(header_of(Kind::AllGather, &t),
+             [buf, out](ProcessGroup& g) { g.all_gather(buf.data_ptr(), out.data_ptr(), static_cast<int64_t>(buf.nbytes())); },
+             nullptr)
+        .wait();
   std::vector<Tensor> parts;
   for (int r = 0; r < c.world(); ++r) parts.push_back(out.narrow(0, r * t.numel(), t.numel()).reshape(t.shape()).to(t.device()));
   return parts;
@@ -440,6 +519,17 @@ Tensor reduce_scatter(const Tensor& input, ReduceOp op) {
   Shape share = input.shape();
   share[0] /= c.world();
   if (c.world() == 1) return input.clone();
+  if (on_nccl(input)) {
+    Tensor buf = input.contiguous();
+    Tensor out = empty(share, TensorOptions(input.dtype()).device(input.device()));
+    c.submit_device(header_of(Kind::ReduceScatter, &input, static_cast<int>(op)), input.device().index, {buf, out},
+                    [buf, out, op](detail::DeviceGroup& g, const cuda::Stream& s) {
+                      g.reduce_scatter(buf.data_ptr(), out.data_ptr(), out.numel(), buf.dtype(), op, s);
+                    },
+                    nullptr)
+        .wait();
+    return out;
+  }
   const ScalarType rd = reduce_dtype(input.dtype());
   Tensor buf = host_buffer(input, rd);
   Tensor out = empty(share, rd);

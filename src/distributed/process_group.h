@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "kiln/cuda.h"
 #include "kiln/distributed.h"
 
 namespace kiln::distributed::detail {
@@ -40,6 +41,27 @@ class ProcessGroup {
   // Called on the communication thread before the group is destroyed.
   virtual void finalize() = 0;
 };
+
+// Collectives on one GPU's memory (NCCL), queued on `stream` (the process's communication stream
+// for that GPU) and returning once queued; called on the communication thread after the
+// agreement check, so every process queues the same sequence.
+class DeviceGroup {
+ public:
+  virtual ~DeviceGroup() = default;
+  virtual void all_reduce(void* data, int64_t count, ScalarType dtype, ReduceOp op, const cuda::Stream& stream) = 0;
+  virtual void broadcast(void* data, int64_t bytes, int root, const cuda::Stream& stream) = 0;
+  // out (world_size * bytes) = every process's `in`, in rank order.
+  virtual void all_gather(const void* in, void* out, int64_t bytes, const cuda::Stream& stream) = 0;
+  // out (count elements) = this process's share of the reduction of in (world_size * count).
+  virtual void reduce_scatter(const void* in, void* out, int64_t count, ScalarType dtype, ReduceOp op,
+                              const cuda::Stream& stream) = 0;
+};
+
+// Whether Kiln was built with NCCL (then CUDA tensors travel GPU to GPU; else through host memory).
+bool nccl_built();
+// The NCCL communicator of every process's GPU `device` (one per process), its unique id sent
+// from rank 0 over `host`; a collective call on every process, on the communication thread.
+std::unique_ptr<DeviceGroup> make_nccl_group(ProcessGroup& host, int device);
 
 // Whether an MPI launcher (mpirun, srun, ...) started this process, from its environment.
 bool launched_by_mpi();

@@ -1,0 +1,95 @@
+// kiln::distributed's GPU transport: one NCCL communicator per GPU, its unique id sent from rank 0
+// over the MPI group, collectives queued on the communication stream, every call checked.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <string>
+
+#include "backend/cuda/check.h"
+#include "distributed/process_group.h"
+#include "kiln/error.h"
+
+namespace kiln::distributed::detail {
+namespace {
+
+#define KILN_NCCL_CHECK(expr)                                                                        \
+  do {                                                                                               \
+    const ncclResult_t kiln_nccl_rc = (expr);                                                        \
+    if (kiln_nccl_rc != ncclSuccess) [[unlikely]]                                                    \
+      KILN_FAIL("distributed", #expr, " failed: ", ncclGetErrorString(kiln_nccl_rc), " (", \
+                ncclGetLastError(nullptr) ? ncclGetLastError(nullptr) : "", ")");                    \
+  } while (0)
+
+ncclDataType_t nccl_type(ScalarType t) {
+  switch (t) {
+    case kBool:
+    case kUInt8: return ncclUint8;
+    case kInt32: return ncclInt32;
+    case kInt64: return ncclInt64;
+    case kFloat16: return ncclFloat16;
+    case kBFloat16: return ncclBfloat16;
+    case kFloat64: return ncclFloat64;
+    default: return ncclFloat32;
+  }
+}
+
+// Bool tensors reduce as logical or (Sum, Max: the maximum of 0/1 bytes) and and (Min).
+ncclRedOp_t nccl_op(ScalarType t, ReduceOp op) {
+  if (t == kBool) return op == ReduceOp::Min ? ncclMin : ncclMax;
+  switch (op) {
+    case ReduceOp::Average: return ncclAvg;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+    default: return ncclSum;
+  }
+}
+
+cudaStream_t native(const cuda::Stream& s) { return static_cast<cudaStream_t>(s.native()); }
+
+class NcclGroup final : public DeviceGroup {
+ public:
+  NcclGroup(ProcessGroup& host, int device) : device_(device) {
+    ncclUniqueId id{};
+    if (host.rank() == 0) KILN_NCCL_CHECK(ncclGetUniqueId(&id));
+    host.broadcast(&id, sizeof id, 0);
+    KILN_CUDA_CHECK(cudaSetDevice(device_));
+    KILN_NCCL_CHECK(ncclCommInitRank(&comm_, host.world_size(), id, host.rank()));
+  }
+  ~NcclGroup() override {
+    if (comm_) ncclCommDestroy(comm_);
+  }
+
+  void all_reduce(void* data, int64_t count, ScalarType dtype, ReduceOp op, const cuda::Stream& stream) override {
+    KILN_CUDA_CHECK(cudaSetDevice(device_));
+    KILN_NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(count), nccl_type(dtype), nccl_op(dtype, op), comm_,
+                                  native(stream)));
+  }
+  void broadcast(void* data, int64_t bytes, int root, const cuda::Stream& stream) override {
+    KILN_CUDA_CHECK(cudaSetDevice(device_));
+    KILN_NCCL_CHECK(ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclUint8, root, comm_, native(stream)));
+  }
+  void all_gather(const void* in, void* out, int64_t bytes, const cuda::Stream& stream) override {
+    KILN_CUDA_CHECK(cudaSetDevice(device_));
+    KILN_NCCL_CHECK(ncclAllGather(in, out, static_cast<size_t>(bytes), ncclUint8, comm_, native(stream)));
+  }
+  void reduce_scatter(const void* in, void* out, int64_t count, ScalarType dtype, ReduceOp op,
+                      const cuda::Stream& stream) override {
+    KILN_CUDA_CHECK(cudaSetDevice(device_));
+    KILN_NCCL_CHECK(ncclReduceScatter(in, out, static_cast<size_t>(count), nccl_type(dtype), nccl_op(dtype, op), comm_,
+                                      native(stream)));
+  }
+
+ private:
+  int device_;
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace
+
+bool nccl_built() { return true; }
+
+std::unique_ptr<DeviceGroup> make_nccl_group(ProcessGroup& host, int device) {
+  return std::make_unique<NcclGroup>(host, device);
+}
+
+}  // namespace kiln::distributed::detail
