@@ -1,0 +1,61 @@
+// What each process says it is about to run before a collective moves any data: every process
+// gathers every header and compares them (distributed.cpp), so a mismatch is an error on each.
+#pragma once
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "kiln/tensor.h"
+
+namespace kiln::distributed::detail {
+
+enum class Kind : int32_t { AllReduce, Broadcast, AllGather, ReduceScatter, Barrier };
+inline const char* kind_name(Kind k) {
+  static const char* names[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"};
+  return names[static_cast<int>(k)];
+}
+
+// What each process says it is about to run; all must agree before any data moves.
+struct Header {
+  int32_t kind = 0, dtype = -1, op = -1, root = -1, ndim = 0, cuda = 0;
+  int64_t numel = 0;
+  int64_t dims[8] = {};
+  bool operator==(const Header& o) const {
+    if (kind != o.kind || dtype != o.dtype || op != o.op || root != o.root || ndim != o.ndim || numel != o.numel ||
+        cuda != o.cuda)
+      return false;
+    for (int i = 0; i < 8; ++i)
+      if (dims[i] != o.dims[i]) return false;
+    return true;
+  }
+  std::string describe() const {
+    std::ostringstream os;
+    os << kind_name(static_cast<Kind>(kind));
+    if (static_cast<Kind>(kind) == Kind::Barrier) return os.str();
+    os << " of " << dtype_name(static_cast<ScalarType>(dtype)) << " [";
+    for (int i = 0; i < ndim && i < 8; ++i) os << (i ? ", " : "") << dims[i];
+    if (ndim > 8) os << ", ...";
+    os << "]" << (cuda ? " on a GPU" : "");
+    if (root >= 0) os << " from rank " << root;
+    if (op >= 0) os << " (" << (op == 0 ? "sum" : op == 1 ? "average" : op == 2 ? "max" : "min") << ")";
+    return os.str();
+  }
+};
+
+inline Header header_of(Kind kind, const Tensor* t, int op = -1, int root = -1) {
+  Header h;
+  h.kind = static_cast<int32_t>(kind);
+  h.op = op;
+  h.root = root;
+  if (t) {
+    h.dtype = static_cast<int32_t>(t->dtype());
+    h.ndim = static_cast<int32_t>(t->dim());
+    h.numel = t->numel();
+    h.cuda = t->device().is_cuda() ? 1 : 0;
+    for (int64_t i = 0; i < t->dim() && i < 8; ++i) h.dims[i] = t->size(i);
+  }
+  return h;
+}
+
+}  // namespace kiln::distributed::detail
