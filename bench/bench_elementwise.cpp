@@ -1,4 +1,5 @@
-// Memory bandwidth of a large elementwise add, against a STREAM-style add loop on the same machine.
+// Memory bandwidth of a large elementwise add, against a STREAM-style add loop on the same machine;
+// batch norm with and without its fused ReLU.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -99,4 +100,22 @@ BENCHMARK(BM_KilnAdd)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KilnAddInplace)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KilnAddBroadcastRow)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KilnSum)->UseRealTime()->Unit(benchmark::kMillisecond);
+// Batch norm then ReLU, forward and backward, at ResNet-50's first bottleneck (batch 16,
+// channels-last, training): the two ops one after the other (range(0) = 0) against
+// batch_norm_relu (1).
+void BM_BatchNormRelu(benchmark::State& state) {
+  kiln::manual_seed(0);
+  const kiln::Tensor x0 = kiln::randn({16, 64, 56, 56}).contiguous(kiln::MemoryFormat::ChannelsLast);
+  const kiln::Tensor gy = kiln::randn({16, 64, 56, 56}).contiguous(kiln::MemoryFormat::ChannelsLast);
+  kiln::Tensor w = kiln::ones({64}).requires_grad_(), b = kiln::zeros({64}).requires_grad_();
+  for (auto _ : state) {
+    kiln::Tensor x = x0.detach().requires_grad_();
+    kiln::Tensor y = state.range(0) ? kiln::batch_norm_relu(x, {}, {}, w, b, true)
+                                    : kiln::relu(kiln::batch_norm(x, {}, {}, w, b, true));
+    y.backward(gy);
+    benchmark::DoNotOptimize(x.grad().data_ptr());
+  }
+}
+
+BENCHMARK(BM_BatchNormRelu)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

@@ -79,6 +79,14 @@ inline std::vector<Case> op_families() {
          Tensor x = input({4, 16, 8, 8}, 10, d), g = input({16}, 11, d), b = input({16}, 12, d);
          return value_and_grads(batch_norm(x, {}, {}, g, b, true), {x, g, b});
        }},
+      {"batch_norm_relu, training and evaluation, channels-last",
+       [](Device d) {
+         Tensor x = input({4, 16, 8, 8}, 10, d).detach().contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+         Tensor g = input({16}, 11, d), b = input({16}, 12, d);
+         Tensor rm = input({16}, 13, d, false), rv = input({16}, 14, d, false).abs() + 0.5;
+         return value_and_grads(batch_norm_relu(x, {}, {}, g, b, true) + batch_norm_relu(x, rm, rv, g, b, false),
+                                {x, g, b});
+       }},
       {"max, average and adaptive pooling",
        [](Device d) {
          Tensor x = input({2, 8, 12, 12}, 13, d);

@@ -304,6 +304,66 @@ TEST(BatchNorm, Errors) {
   expect_error([&] { batch_norm(x, zeros({3}, kFloat64), {}, {}, {}, true); }, "both given or both omitted");
 }
 
+// Equal element for element, NaNs where the other has NaNs.
+void expect_same(const Tensor& a, const Tensor& b, const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  const auto av = values(a), bv = values(b);
+  for (size_t i = 0; i < av.size(); ++i)
+    if (!(std::isnan(av[i]) && std::isnan(bv[i]))) ASSERT_EQ(av[i], bv[i]) << what << " at " << i;
+}
+
+// batch_norm_relu against relu(batch_norm(...)): the same values, gradients and running
+// statistics, bit for bit, in every float dtype and layout, training and evaluation; channel 1 is
+// constant with bias 0 (its outputs are exactly 0 in training, where the ReLU's gradient is cut),
+// and one of its elements is NaN in evaluation.
+TEST(BatchNormRelu, EqualsReluOfBatchNormBitForBit) {
+  for (ScalarType dt : {kFloat64, kFloat32, kBFloat16, kFloat16})
+    for (bool cl : {false, true})
+      for (bool training : {true, false}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + (cl ? " channels-last" : "") + (training ? " training" : " eval"));
+        std::vector<double> xv = values(rnd({4, 3, 5, 2}, kFloat64, -2, 3));
+        for (size_t i = 0; i < xv.size(); ++i)
+          if ((i / 10) % 3 == 1) xv[i] = 0.75;
+        if (!training) xv[2 * 30 + 1 * 10 + 3] = std::nan("");  // an element of channel 1, in eval
+        Tensor x = tensor(xv, {4, 3, 5, 2}, kFloat64);
+        Tensor xin = cl ? x.to(dt).contiguous(MemoryFormat::ChannelsLast) : x.to(dt);
+        std::vector<double> bv = values(rnd({3}));
+        bv[1] = 0.0;
+        Tensor w = rnd({3}).to(dt), b = tensor(bv, {3}, kFloat64).to(dt);
+        Tensor gy = rnd({4, 3, 5, 2}).to(dt);
+        const Tensor rm0 = rnd({3}).to(dt), rv0 = rnd({3}, kFloat64, 0.5, 2).to(dt);
+        Tensor rm[2], rv[2], y[2], grads[2][3];
+        for (int fused = 0; fused < 2; ++fused) {
+          rm[fused] = rm0.clone(), rv[fused] = rv0.clone();
+          Tensor xs = xin.detach().requires_grad_(), ws = w.detach().requires_grad_(),
+                 bs = b.detach().requires_grad_();
+          y[fused] = fused ? batch_norm_relu(xs, rm[fused], rv[fused], ws, bs, training)
+                           : relu(batch_norm(xs, rm[fused], rv[fused], ws, bs, training));
+          (y[fused] * gy).sum().backward();
+          grads[fused][0] = xs.grad(), grads[fused][1] = ws.grad(), grads[fused][2] = bs.grad();
+        }
+        EXPECT_EQ(y[1].strides(), y[0].strides());
+        expect_same(y[1], y[0], "output");
+        if (training) EXPECT_GE((y[1] == 0).sum().item<int64_t>(), 40);  // all of channel 1
+        for (int i = 0; i < 3; ++i) expect_same(grads[1][i], grads[0][i], "gradient " + std::to_string(i));
+        expect_same(rm[1], rm[0], "running_mean");
+        expect_same(rv[1], rv[0], "running_var");
+      }
+}
+
+TEST(BatchNormRelu, GradcheckAndErrors) {
+  using V = const std::vector<Tensor>&;
+  for (bool cl : {false, true}) {
+    Tensor x = rnd({3, 2, 3, 2});
+    if (cl) x = x.contiguous(MemoryFormat::ChannelsLast);
+    x.requires_grad_();
+    Tensor w = rnd({2}).requires_grad_(), b = rnd({2}).requires_grad_();
+    EXPECT_TRUE(autograd::gradcheck([](V t) { return batch_norm_relu(t[0], {}, {}, t[1], t[2], true); }, {x, w, b}));
+  }
+  expect_error([&] { batch_norm_relu(rnd({2, 3, 2, 2}), {}, {}, rnd({4}), {}, true); },
+               "[batch_norm_relu] expected weight of shape [3]");
+}
+
 }  // namespace
 
 namespace {

@@ -264,70 +264,79 @@ TEST(CudaHostCnn, ChannelChunksCoverEveryElementOnce) {
 }
 
 // The per-channel arithmetic the CUDA kernels finish with, from sums taken in another order (a
-// chunked split, as the GPU's), against the CPU kernels' statistics and gradients in float64.
+// chunked split, as the GPU's), against the CPU kernels' statistics and gradients in float64,
+// with and without the fused ReLU's gradient mask (bn::relu_masked, as the CUDA kernels apply it).
 TEST(CudaHostCnn, BatchNormFactorsFromChunkedSumsMatchTheCpuKernel) {
   for (bool training : {true, false})
-    for (bool channels_last : {false, true}) {
-      const Shape s{4, 5, 6, 7};
-      Tensor x = random_input(s, channels_last, 7, false).to(kFloat64);
-      if (channels_last) x = x.contiguous(MemoryFormat::ChannelsLast);
-      Tensor g = random_input(s, false, 8, false).to(kFloat64);
-      g = channels_last ? g.contiguous(MemoryFormat::ChannelsLast) : g.contiguous();
-      const bn::Geometry geo = bn::geometry(x);
-      const double eps = 1e-5, count = static_cast<double>(geo.per_channel());
-      backend::BatchNormAttrs attrs{eps, training};
-      std::vector<Tensor> st{empty({5}, kFloat64), empty({5}, kFloat64), empty({5}, kFloat64)};
-      backend::run(backend::Op::BatchNormStats, Device::cpu(), std::vector<Tensor>{x}, std::span<Tensor>(st), &attrs);
-      Tensor w = arange(5, kFloat64).mul(0.3).add(0.5);
-      std::vector<Tensor> bw{make_empty_strided(x.shape(), x.strides(), kFloat64, Device::cpu()), empty({5}, kFloat64),
-                             empty({5}, kFloat64)};
-      backend::run(backend::Op::BatchNormBackward, Device::cpu(), std::vector<Tensor>{g, x, st[0], st[1], w},
-                   std::span<Tensor>(bw), &attrs);
-      // Sums per channel in chunks of 17 elements, in memory order.
-      const double *xp = x.data_ptr<double>(), *gp = g.data_ptr<double>();
-      std::vector<double> sum(5), sq(5), sg(5), sgx(5);
-      for (int64_t i0 = 0; i0 < x.numel(); i0 += 17) {
-        std::vector<double> a(5, 0), b(5, 0);
-        for (int64_t i = i0; i < std::min(x.numel(), i0 + 17); ++i) {
-          const int64_t c = bn::channel_of(i, geo.c, geo.inner);
-          a[c] += xp[i];
-          b[c] += xp[i] * xp[i];
+    for (bool relu : {false, true})
+      for (bool channels_last : {false, true}) {
+        const Shape s{4, 5, 6, 7};
+        Tensor x = random_input(s, channels_last, 7, false).to(kFloat64);
+        if (channels_last) x = x.contiguous(MemoryFormat::ChannelsLast);
+        Tensor g = random_input(s, false, 8, false).to(kFloat64);
+        g = channels_last ? g.contiguous(MemoryFormat::ChannelsLast) : g.contiguous();
+        const bn::Geometry geo = bn::geometry(x);
+        const double eps = 1e-5, count = static_cast<double>(geo.per_channel());
+        backend::BatchNormAttrs attrs{eps, training, relu};
+        std::vector<Tensor> st{empty({5}, kFloat64), empty({5}, kFloat64), empty({5}, kFloat64)};
+        backend::run(backend::Op::BatchNormStats, Device::cpu(), std::vector<Tensor>{x}, std::span<Tensor>(st), &attrs);
+        Tensor w = arange(5, kFloat64).mul(0.3).add(0.5), b = arange(5, kFloat64).mul(-0.4).add(0.6);
+        std::vector<Tensor> bw{make_empty_strided(x.shape(), x.strides(), kFloat64, Device::cpu()),
+                               empty({5}, kFloat64), empty({5}, kFloat64)};
+        backend::run(backend::Op::BatchNormBackward, Device::cpu(), std::vector<Tensor>{g, x, st[0], st[1], w, b},
+                     std::span<Tensor>(bw), &attrs);
+        // Sums per channel in chunks of 17 elements, in memory order.
+        const double *xp = x.data_ptr<double>(), *gp = g.data_ptr<double>();
+        std::vector<double> sum(5), sq(5), sg(5), sgx(5);
+        for (int64_t i0 = 0; i0 < x.numel(); i0 += 17) {
+          std::vector<double> a(5, 0), b(5, 0);
+          for (int64_t i = i0; i < std::min(x.numel(), i0 + 17); ++i) {
+            const int64_t c = bn::channel_of(i, geo.c, geo.inner);
+            a[c] += xp[i];
+            b[c] += xp[i] * xp[i];
+          }
+          for (int c = 0; c < 5; ++c) sum[c] += a[c], sq[c] += b[c];
         }
-        for (int c = 0; c < 5; ++c) sum[c] += a[c], sq[c] += b[c];
-      }
-      for (int c = 0; c < 5; ++c) {
-        const bn::Stats stats = bn::stats_from_sums(sum[c], sq[c], count, eps);
-        EXPECT_NEAR(stats.mean, st[0].data_ptr<double>()[c], 1e-13);
-        EXPECT_NEAR(stats.invstd, st[1].data_ptr<double>()[c], 1e-12);
-        EXPECT_NEAR(stats.var, st[2].data_ptr<double>()[c], 1e-12);
-      }
-      const double* mean = st[0].data_ptr<double>();
-      for (int64_t i = 0; i < x.numel(); ++i) {
-        const int64_t c = bn::channel_of(i, geo.c, geo.inner);
-        sg[c] += gp[i];
-        sgx[c] += gp[i] * (xp[i] - mean[c]);
-      }
-      std::vector<bn::Backward> f;
-      for (int c = 0; c < 5; ++c) {
-        f.push_back(bn::backward_factors(sg[c], sgx[c], st[1].data_ptr<double>()[c], w.data_ptr<double>()[c],
-                                                 count, training));
-        EXPECT_NEAR(f[c].grad_weight, bw[1].data_ptr<double>()[c], 1e-11);
-        EXPECT_NEAR(f[c].grad_bias, bw[2].data_ptr<double>()[c], 1e-11);
-      }
-      const double* gx = bw[0].data_ptr<double>();
-      for (int64_t i = 0; i < x.numel(); ++i) {
-        const int64_t c = bn::channel_of(i, geo.c, geo.inner);
-        ASSERT_NEAR(f[c].k * gp[i] + f[c].m * (xp[i] - mean[c]) + f[c].d, gx[i], 1e-11) << i;
-      }
-      // And against autograd's definition in float64 for training: grad_x sums to ~0 per channel.
-      if (training)
         for (int c = 0; c < 5; ++c) {
-          double s = 0;
-          for (int64_t i = 0; i < x.numel(); ++i)
-            if (bn::channel_of(i, geo.c, geo.inner) == c) s += gx[i];
-          EXPECT_NEAR(s, 0.0, 1e-10) << "channel " << c;
+          const bn::Stats stats = bn::stats_from_sums(sum[c], sq[c], count, eps);
+          EXPECT_NEAR(stats.mean, st[0].data_ptr<double>()[c], 1e-13);
+          EXPECT_NEAR(stats.invstd, st[1].data_ptr<double>()[c], 1e-12);
+          EXPECT_NEAR(stats.var, st[2].data_ptr<double>()[c], 1e-12);
         }
-    }
+        const double* mean = st[0].data_ptr<double>();
+        std::vector<double> gm(x.numel());  // g under the ReLU's mask
+        int64_t cut = 0;
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          const int64_t c = bn::channel_of(i, geo.c, geo.inner);
+          const auto f = bn::affine<double>(mean[c], st[1].data_ptr<double>()[c], w.data_ptr<double>()[c],
+                                            b.data_ptr<double>()[c]);
+          gm[i] = bn::relu_masked(gp[i], xp[i], f, relu);
+          cut += gm[i] != gp[i];
+          sg[c] += gm[i];
+          sgx[c] += gm[i] * (xp[i] - mean[c]);
+        }
+        EXPECT_EQ(cut > x.numel() / 10, relu);
+        std::vector<bn::Backward> f;
+        for (int c = 0; c < 5; ++c) {
+          f.push_back(bn::backward_factors(sg[c], sgx[c], st[1].data_ptr<double>()[c], w.data_ptr<double>()[c], count,
+                                           training));
+          EXPECT_NEAR(f[c].grad_weight, bw[1].data_ptr<double>()[c], 1e-11);
+          EXPECT_NEAR(f[c].grad_bias, bw[2].data_ptr<double>()[c], 1e-11);
+        }
+        const double* gx = bw[0].data_ptr<double>();
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          const int64_t c = bn::channel_of(i, geo.c, geo.inner);
+          ASSERT_NEAR(f[c].k * gm[i] + f[c].m * (xp[i] - mean[c]) + f[c].d, gx[i], 1e-11) << i;
+        }
+        // And against autograd's definition in float64 for training: grad_x sums to ~0 per channel.
+        if (training)
+          for (int c = 0; c < 5; ++c) {
+            double s = 0;
+            for (int64_t i = 0; i < x.numel(); ++i)
+              if (bn::channel_of(i, geo.c, geo.inner) == c) s += gx[i];
+            EXPECT_NEAR(s, 0.0, 1e-10) << "channel " << c;
+          }
+      }
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "backend/dispatch.h"
+#include "core/tensor_util.h"
 #include "fixture_weights.h"
 #include "kiln/kiln.h"
 #include "test_util.h"
@@ -58,7 +59,9 @@ std::map<std::string, Reference> references(const std::string& model) {
   return out;
 }
 
-// While alive, wraps the CPU kernels of ReLU (forward and backward) and max pooling: Record
+// While alive, wraps the CPU kernels of ReLU (forward and backward), of batch norm with its fused
+// ReLU (batch_norm_relu: the ReLU's choice inside BatchNormApply and BatchNormBackward) and of
+// max pooling: Record
 // keeps each call's choice (ReLU: out > 0; max pool: the indices), in call order; Replay makes
 // the same calls, in the same order, take those choices instead of their own. The two runs of a
 // model make the same op calls in the same order, so the i-th call of one is the i-th of the other.
@@ -74,6 +77,8 @@ class KinkReplay {
     install(backend::Op::Relu, relu);
     install(backend::Op::ReluBackward, relu_backward);
     install(backend::Op::MaxPool2d, max_pool);
+    install(backend::Op::BatchNormApply, bn_apply);
+    install(backend::Op::BatchNormBackward, bn_backward);
   }
   ~KinkReplay() {
     for (auto& [op, k] : saved_) backend::register_kernel(op, DeviceType::CPU, k);
@@ -98,8 +103,10 @@ class KinkReplay {
     std::vector<Tensor> relu, pool;  // masks (bool) and indices (int64), in call order
     size_t next_relu = 0, next_pool = 0;
     std::map<const void*, Tensor> by_output;  // a replayed ReLU's output -> its mask
+    std::map<const void*, Tensor> by_bn_input;  // a replayed batch_norm_relu's input -> its mask
     int64_t crossed = 0;
-    backend::Kernel relu_k = nullptr, relu_backward_k = nullptr, pool_k = nullptr;
+    backend::Kernel relu_k = nullptr, relu_backward_k = nullptr, pool_k = nullptr, bn_apply_k = nullptr,
+                    bn_backward_k = nullptr;
   };
   static State& state() {
     static State s;
@@ -111,6 +118,8 @@ class KinkReplay {
     if (op == backend::Op::Relu) state().relu_k = orig;
     if (op == backend::Op::ReluBackward) state().relu_backward_k = orig;
     if (op == backend::Op::MaxPool2d) state().pool_k = orig;
+    if (op == backend::Op::BatchNormApply) state().bn_apply_k = orig;
+    if (op == backend::Op::BatchNormBackward) state().bn_backward_k = orig;
     backend::register_kernel(op, DeviceType::CPU, k);
   }
   static void relu(backend::KernelArgs& args) {
@@ -136,6 +145,47 @@ class KinkReplay {
       return;
     }
     args.outputs[0].copy_(where(it->second, args.inputs[0], 0.0));
+  }
+  // batch_norm_relu's ReLU: recorded as the fused output's sign; replayed as the plain batch
+  // norm, then the recorded mask (forward), and the recorded mask on the gradient, then the plain
+  // backward (backward, found by the saved input x).
+  static void bn_apply(backend::KernelArgs& args) {  // {x, mean, invstd, w, b} -> {y}
+    State& s = state();
+    auto attrs = *static_cast<const backend::BatchNormAttrs*>(args.attrs);
+    if (!attrs.relu) return s.bn_apply_k(args);
+    if (s.mode == Record) {
+      s.bn_apply_k(args);
+      s.relu.push_back(args.outputs[0].gt(0).contiguous());
+      return;
+    }
+    EXPECT_LT(s.next_relu, s.relu.size()) << "more ReLU calls than recorded";
+    const Tensor mask = s.relu.at(s.next_relu++);
+    attrs.relu = false;
+    backend::KernelArgs plain = args;
+    plain.attrs = &attrs;
+    s.bn_apply_k(plain);
+    Tensor y = args.outputs[0];
+    s.crossed += y.gt(0).ne(mask).sum().item<int64_t>();
+    y.copy_(where(mask, y, 0.0));
+    s.by_bn_input[args.inputs[0].data_ptr()] = mask;
+  }
+  static void bn_backward(backend::KernelArgs& args) {  // {g, x, mean, invstd, w, b} -> {gx, gw, gb}
+    State& s = state();
+    auto attrs = *static_cast<const backend::BatchNormAttrs*>(args.attrs);
+    auto it = s.by_bn_input.find(args.inputs[1].data_ptr());
+    if (!attrs.relu || s.mode == Record || it == s.by_bn_input.end()) {
+      EXPECT_TRUE(!attrs.relu || s.mode == Record) << "a batch_norm_relu backward whose forward was not replayed";
+      return s.bn_backward_k(args);
+    }
+    attrs.relu = false;
+    std::vector<Tensor> inputs(args.inputs.begin(), args.inputs.end());
+    const Tensor g = inputs[0];
+    inputs[0] = make_empty_strided(g.shape(), g.strides(), g.dtype(), g.device());  // g's layout, as the kernel wants
+    inputs[0].copy_(where(it->second, g, 0.0));
+    backend::KernelArgs plain = args;
+    plain.inputs = inputs;
+    plain.attrs = &attrs;
+    s.bn_backward_k(plain);
   }
   static void max_pool(backend::KernelArgs& args) {  // {x} -> {y, indices (h * W + w)}
     State& s = state();

@@ -54,6 +54,32 @@ TEST(NnLayers, FlattenReluDropoutIdentity) {
   expect_error([] { nn::Dropout(1.5); }, "[Dropout] probability must be in [0, 1], got 1.5");
 }
 
+// Sequential runs a BatchNorm2d and the ReLU after it as one batch_norm_relu (its autograd node
+// says so), with the values and gradients of the two modules one after the other.
+TEST(NnLayers, SequentialFusesBatchNormAndRelu) {
+  manual_seed(3);
+  nn::Conv2d conv(3, 4, 3, {.padding = 1});
+  nn::BatchNorm2d bn(4);
+  nn::Sequential seq(conv, bn, nn::ReLU(true));
+  Tensor x = randn({2, 3, 6, 6});
+  Tensor y = seq(x);
+  ASSERT_NE(y.grad_fn(), nullptr);
+  EXPECT_EQ(y.grad_fn()->name(), "NativeBatchNormReluBackward");
+  y.sum().backward();
+  const Tensor fused_grad = conv->weight.grad().clone(), fused_mean = bn->running_mean.clone();
+  conv->weight.set_grad(Tensor());
+  bn->reset_running_stats();
+  Tensor y2 = relu(bn(conv(x)));
+  EXPECT_EQ(y2.grad_fn()->name(), "ReluBackward");
+  y2.sum().backward();
+  EXPECT_EQ(values(y), values(y2));
+  EXPECT_EQ(values(conv->weight.grad()), values(fused_grad));
+  EXPECT_EQ(values(bn->running_mean), values(fused_mean));
+  // A ReLU not after a batch norm, or a batch norm last, runs as it is.
+  nn::Sequential tail(nn::ReLU(), bn);
+  EXPECT_EQ(tail(randn({2, 4, 6, 6})).grad_fn()->name(), "NativeBatchNormBackward");
+}
+
 TEST(NnLayers, SequentialRunsInOrder) {
   manual_seed(2);
   nn::Linear a(4, 8), b(8, 3);

@@ -3,9 +3,12 @@
 // both walk, the statistics from a channel's sums, and the backward pass's per-channel factors.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "backend/math.h"
 #include "kiln/tensor.h"
 
 namespace kiln::bn {
@@ -40,6 +43,40 @@ struct Stats {
 KILN_HOST_DEVICE inline Stats stats_from_sums(double sum, double sum_sq, double count, double eps) {
   const double m = sum / count, d = sum_sq / count - m * m, v = d > 0.0 ? d : 0.0;
   return {m, v, 1.0 / sqrt(v + eps)};
+}
+
+// The normalising pass y = x * scale + shift of one channel: scale = invstd * w and
+// shift = b - mean * scale computed in the statistics' type S, then used in x's compute type A.
+template <class A>
+struct Affine {
+  A scale, shift;
+};
+template <class A, class S>
+KILN_HOST_DEVICE inline Affine<A> affine(S mean, S invstd, S w, S b) {
+  return {static_cast<A>(invstd * w), static_cast<A>(b - mean * invstd * w)};
+}
+
+// One output element, rounded to T, with the ReLU that batch_norm_relu fuses into the pass.
+template <class T, class A>
+KILN_HOST_DEVICE inline T apply(T x, Affine<A> f, bool relu) {
+  const T y = static_cast<T>(static_cast<A>(x) * f.scale + f.shift);
+  return relu ? static_cast<T>(math::Relu{}(static_cast<A>(y))) : y;
+}
+
+// The gradient reaching batch norm's output under the fused ReLU: g where the output was
+// positive, else 0 (ReluBackward's rule), the output recomputed from x exactly as apply() did.
+template <class T, class A>
+KILN_HOST_DEVICE inline A relu_masked(A g, T x, Affine<A> f, bool relu) {
+  if (!relu) return g;
+  const A y = static_cast<A>(apply(x, f, false));
+#if defined(__CUDA_ARCH__)
+  return math::ReluBackward{}(g, y);
+#else
+  // The same choice as ReluBackward, as a bit mask rather than the branch the compiler makes of
+  // it: half of a ReLU's outputs are cut, at random, so a branch mispredicts half the time.
+  using Bits = std::conditional_t<sizeof(A) == 4, uint32_t, uint64_t>;
+  return std::bit_cast<A>(std::bit_cast<Bits>(g) & (Bits{0} - static_cast<Bits>(y > A(0))));
+#endif
 }
 
 // The backward pass of one channel from sum(g) and sum(g * (x - mean)):

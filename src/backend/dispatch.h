@@ -112,6 +112,7 @@ struct PoolAttrs {
 struct BatchNormAttrs {
   double eps = 1e-5;
   bool training = true;
+  bool relu = false;  // batch_norm_relu: Apply clamps at 0, Backward masks the gradient by it
 };
 // Fused optimizer steps over a whole param group: n parameters, each with its state tensors laid
 // out like it (dense, same strides; src/optim/fused_step.cpp checks), all updated in place.

@@ -27,7 +27,7 @@ BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride,
 }
 
 Tensor BasicBlockImpl::forward(const Tensor& x) {
-  Tensor out = relu(bn1(conv1(x)));
+  Tensor out = bn1->forward_relu(conv1(x));
   out = bn2(conv2(out));
   Tensor identity = downsample ? downsample(x) : x;
   return relu(out + identity);
@@ -47,8 +47,8 @@ BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride,
 }
 
 Tensor BottleneckImpl::forward(const Tensor& x) {
-  Tensor out = relu(bn1(conv1(x)));
-  out = relu(bn2(conv2(out)));
+  Tensor out = bn1->forward_relu(conv1(x));
+  out = bn2->forward_relu(conv2(out));
   out = bn3(conv3(out));
   Tensor identity = downsample ? downsample(x) : x;
   return relu(out + identity);
@@ -108,7 +108,7 @@ nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int64_t st
 }
 
 Tensor ResNetImpl::forward(const Tensor& x) {
-  Tensor y = maxpool(relu(bn1(conv1(x))));
+  Tensor y = maxpool(bn1->forward_relu(conv1(x)));
   y = layer4(layer3(layer2(layer1(y))));
   return fc(flatten(avgpool(y), 1));
 }

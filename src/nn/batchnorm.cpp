@@ -37,7 +37,11 @@ void BatchNorm2dImpl::reset_parameters() {
   }
 }
 
-Tensor BatchNorm2dImpl::forward(const Tensor& x) {
+Tensor BatchNorm2dImpl::forward(const Tensor& x) { return run(x, false); }
+
+Tensor BatchNorm2dImpl::forward_relu(const Tensor& x) { return run(x, true); }
+
+Tensor BatchNorm2dImpl::run(const Tensor& x, bool relu) {
   KILN_CHECK(x.defined() && x.dim() == 4, "BatchNorm2d", "expected 4D input, got ", x.defined() ? x.dim() : 0,
              "D input");
   double momentum = options.momentum.value_or(0.0);
@@ -51,7 +55,8 @@ Tensor BatchNorm2dImpl::forward(const Tensor& x) {
   }
   // Without running statistics (undefined buffers) even eval mode uses batch statistics.
   bool use_batch_stats = is_training() || !running_mean.defined();
-  return kiln::batch_norm(x, running_mean, running_var, weight, bias, use_batch_stats, momentum, options.eps);
+  return (relu ? kiln::batch_norm_relu : kiln::batch_norm)(x, running_mean, running_var, weight, bias, use_batch_stats,
+                                                           momentum, options.eps);
 }
 
 void BatchNorm2dImpl::pretty_print(std::ostream& os) const {
@@ -62,7 +67,8 @@ void BatchNorm2dImpl::pretty_print(std::ostream& os) const {
     os << "None";
   }
   os << ", affine=" << (options.affine ? "True" : "False")
-     << ", bias=" << (options.affine && options.bias ? "True" : "False") << ", track_running_stats=" << (options.track_running_stats ? "True" : "False") << ")";
+     << ", bias=" << (options.affine && options.bias ? "True" : "False")
+     << ", track_running_stats=" << (options.track_running_stats ? "True" : "False") << ")";
 }
 
 }  // namespace kiln::nn

@@ -1,4 +1,5 @@
-// batch_norm: batch or running statistics, the running-statistics update, and autograd.
+// batch_norm (and batch_norm_relu, its ReLU fused into the kernels): batch or running
+// statistics, the running-statistics update, and autograd.
 #include "ops/op_util.h"
 
 namespace kiln {
@@ -7,11 +8,11 @@ namespace {
 using autograd::SavedTensor;
 using ops::Op;
 
-void check_channel_param(const Tensor& t, int64_t c, const char* what, const Tensor& x) {
+void check_channel_param(const Tensor& t, int64_t c, const char* what, const Tensor& x, const char* op) {
   if (!t.defined()) return;
-  KILN_CHECK(t.dim() == 1 && t.size(0) == c, "batch_norm", "expected ", what, " of shape [", c,
-             "] for input ", x.shape(), ", got ", t.shape());
-  KILN_CHECK(t.is_floating_point(), "batch_norm", what, " must be floating-point, got ", t.dtype());
+  KILN_CHECK(t.dim() == 1 && t.size(0) == c, op, "expected ", what, " of shape [", c, "] for input ", x.shape(),
+             ", got ", t.shape());
+  KILN_CHECK(t.is_floating_point(), op, what, " must be floating-point, got ", t.dtype());
 }
 
 // The kernels take x row-major or channels-last (dense either way).
@@ -27,39 +28,35 @@ Tensor same_layout(const Tensor& t, const Tensor& like) {
   return t.contiguous();
 }
 
-}  // namespace
-
-Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps) {
-  ops::check_defined(x_in, "batch_norm");
-  KILN_CHECK(x_in.dim() >= 2, "batch_norm", "expected an input of rank 2 or more [N, C, ...], got shape ",
-             x_in.shape());
-  KILN_CHECK(x_in.is_floating_point(), "batch_norm", "expected a floating-point input, got ", x_in.dtype());
-  KILN_CHECK(eps > 0, "batch_norm", "eps must be positive, got ", eps);
+Tensor batch_norm_impl(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum, double eps, bool relu) {
+  const char* op = relu ? "batch_norm_relu" : "batch_norm";
+  ops::check_defined(x_in, op);
+  KILN_CHECK(x_in.dim() >= 2, op, "expected an input of rank 2 or more [N, C, ...], got shape ", x_in.shape());
+  KILN_CHECK(x_in.is_floating_point(), op, "expected a floating-point input, got ", x_in.dtype());
+  KILN_CHECK(eps > 0, op, "eps must be positive, got ", eps);
   const int64_t c = x_in.size(1);
-  check_channel_param(running_mean, c, "running_mean", x_in);
-  check_channel_param(running_var, c, "running_var", x_in);
-  check_channel_param(weight, c, "weight", x_in);
-  check_channel_param(bias, c, "bias", x_in);
-  KILN_CHECK(running_mean.defined() == running_var.defined(), "batch_norm",
+  check_channel_param(running_mean, c, "running_mean", x_in, op);
+  check_channel_param(running_var, c, "running_var", x_in, op);
+  check_channel_param(weight, c, "weight", x_in, op);
+  check_channel_param(bias, c, "bias", x_in, op);
+  KILN_CHECK(running_mean.defined() == running_var.defined(), op,
              "running_mean and running_var must be both given or both omitted");
-  KILN_CHECK(training || running_mean.defined(), "batch_norm",
-             "evaluation (training=false) needs running_mean and running_var");
-  const Device dev = ops::common_device({&x_in, running_mean.defined() ? &running_mean : &x_in,
-                                         running_var.defined() ? &running_var : &x_in,
-                                         weight.defined() ? &weight : &x_in, bias.defined() ? &bias : &x_in},
-                                        "batch_norm");
+  KILN_CHECK(training || running_mean.defined(), op, "evaluation (training=false) needs running_mean and running_var");
+  const Device dev = ops::common_device(
+      {&x_in, running_mean.defined() ? &running_mean : &x_in, running_var.defined() ? &running_var : &x_in,
+       weight.defined() ? &weight : &x_in, bias.defined() ? &bias : &x_in},
+      op);
   const int64_t per_channel = c == 0 ? 0 : x_in.numel() / c;
   if (training)
-    KILN_CHECK(per_channel > 1, "batch_norm", "expected more than 1 value per channel when training, got input ",
-               x_in.shape());
+    KILN_CHECK(per_channel > 1, op, "expected more than 1 value per channel when training, got input ", x_in.shape());
 
   const ScalarType acc = x_in.dtype() == kFloat64 ? kFloat64 : kFloat32;
   Tensor x = dense_for_kernel(x_in);
   Tensor mean, invstd;
   {
     NoGradGuard ng;
-    backend::BatchNormAttrs a{eps, training};
+    backend::BatchNormAttrs a{eps, training, relu};
     if (training) {
       mean = make_empty({c}, acc, dev);
       invstd = make_empty({c}, acc, dev);
@@ -81,26 +78,40 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
   Tensor w = weight.defined() ? ops::cast(weight, acc) : ones({c}, TensorOptions(acc).device(dev));
   Tensor b = bias.defined() ? ops::cast(bias, acc) : zeros({c}, TensorOptions(acc).device(dev));
   Tensor out = make_empty_strided(x.shape(), x.strides(), x.dtype(), dev);
-  backend::BatchNormAttrs a{eps, training};
+  backend::BatchNormAttrs a{eps, training, relu};
   if (out.numel() > 0) ops::run1(Op::BatchNormApply, dev, {x, mean, invstd, w.detach(), b.detach()}, out, &a);
 
   if (autograd::needs_grad({&x_in, &weight, &bias}))
-    autograd::record("NativeBatchNormBackward", {&x_in, &weight, &bias}, out,
-                     [sx = SavedTensor(x), mean, invstd, w = w.detach(), a, mw = weight.defined() ? weight.dtype() : acc,
-                      need_x = x_in.requires_grad(), need_w = weight.defined() && weight.requires_grad(),
+    autograd::record(relu ? "NativeBatchNormReluBackward" : "NativeBatchNormBackward", {&x_in, &weight, &bias}, out,
+                     [sx = SavedTensor(x), mean, invstd, w = w.detach(), b = b.detach(), a,
+                      mw = weight.defined() ? weight.dtype() : acc, need_x = x_in.requires_grad(),
+                      need_w = weight.defined() && weight.requires_grad(),
                       need_b = bias.defined() && bias.requires_grad()](const Tensor& g_in) -> TensorList {
-                       Tensor xs = sx.get("NativeBatchNormBackward");
+                       Tensor xs = sx.get(a.relu ? "NativeBatchNormReluBackward" : "NativeBatchNormBackward");
                        Tensor g = same_layout(ops::cast(g_in, xs.dtype()), xs);
                        const int64_t ch = mean.size(0);
                        std::vector<Tensor> outs{make_empty_strided(xs.shape(), xs.strides(), xs.dtype(), xs.device()),
                                                 make_empty({ch}, mean.dtype(), xs.device()),
                                                 make_empty({ch}, mean.dtype(), xs.device())};
                        backend::run(Op::BatchNormBackward, xs.device(),
-                                    std::initializer_list<Tensor>{g, xs, mean, invstd, w}, std::span<Tensor>(outs), &a);
+                                    std::initializer_list<Tensor>{g, xs, mean, invstd, w, b}, std::span<Tensor>(outs),
+                                    &a);
                        return {need_x ? outs[0] : Tensor(), need_w ? ops::cast(outs[1], mw) : Tensor(),
                                need_b ? ops::cast(outs[2], mw) : Tensor()};
                      });
   return out;
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
+  return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps, false);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum, double eps) {
+  return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps, true);
 }
 
 }  // namespace kiln

@@ -92,33 +92,51 @@ void batch_norm_stats(KernelArgs& a) {
   });
 }
 
-// y = (x - mean) * invstd * weight + bias, as one multiply-add per element.
+// y = (x - mean) * invstd * weight + bias, as one multiply-add per element (then the fused ReLU).
+// Every channel's bn::affine, as two arrays (scale, shift) that the loops read vectorised.
+template <class A>
+struct Affines {
+  std::vector<A> scale, shift;
+};
+template <class A, class S>
+Affines<A> affines(const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b) {
+  Affines<A> f{std::vector<A>(mean.numel()), std::vector<A>(mean.numel())};
+  const S *mp = mean.data_ptr<S>(), *ip = invstd.data_ptr<S>(), *wp = w.data_ptr<S>(), *bp = b.data_ptr<S>();
+  for (int64_t c = 0; c < mean.numel(); ++c) {
+    const bn::Affine<A> a = bn::affine<A>(mp[c], ip[c], wp[c], bp[c]);
+    f.scale[c] = a.scale, f.shift[c] = a.shift;
+  }
+  return f;
+}
+
 void batch_norm_apply(KernelArgs& a) {
   const Tensor& x = a.inputs[0];
+  const bool relu = static_cast<const BatchNormAttrs*>(a.attrs)->relu;
   Geometry g = geometry(x);
   visit_float_dtype(x.dtype(), "batch_norm", [&]<class T>() {
     using A = compute_t<T>;
     const T* xp = static_cast<const T*>(x.data_ptr());
     T* yp = static_cast<T*>(a.outputs[0].data_ptr());
-    std::vector<A> scale(g.c), shift(g.c);
-    visit_float_dtype(a.inputs[1].dtype(), "batch_norm", [&]<class S>() {
-      const S *mean = a.inputs[1].data_ptr<S>(), *invstd = a.inputs[2].data_ptr<S>();
-      const S *w = a.inputs[3].data_ptr<S>(), *b = a.inputs[4].data_ptr<S>();
-      for (int64_t c = 0; c < g.c; ++c) {
-        scale[c] = static_cast<A>(invstd[c] * w[c]);
-        shift[c] = static_cast<A>(b[c] - mean[c] * invstd[c] * w[c]);
-      }
-    });
-    const A *sc = scale.data(), *sh = shift.data();
-    channel_map(g, [&](int64_t i, int64_t c) { yp[i] = static_cast<T>(static_cast<A>(xp[i]) * sc[c] + sh[c]); });
+    Affines<A> f;
+    visit_float_dtype(a.inputs[1].dtype(), "batch_norm",
+                      [&]<class S>() { f = affines<A, S>(a.inputs[1], a.inputs[2], a.inputs[3], a.inputs[4]); });
+    const A *sc = f.scale.data(), *sh = f.shift.data();
+    auto pass = [&]<bool relu>() {
+      channel_map(g, [&](int64_t i, int64_t c) { yp[i] = bn::apply(xp[i], bn::Affine<A>{sc[c], sh[c]}, relu); });
+    };
+    if (relu)
+      pass.template operator()<true>();
+    else
+      pass.template operator()<false>();
   });
 }
 
 // grad_weight = sum(g * xhat), grad_bias = sum(g); grad_x = w * invstd * (g - [training]
-// (mean(g) + xhat * mean(g * xhat))), xhat = (x - mean) * invstd.
+// (mean(g) + xhat * mean(g * xhat))), xhat = (x - mean) * invstd; g masked first by the fused
+// ReLU's output (recomputed from x) when there is one. Inputs: g, x, mean, invstd, w, b.
 void batch_norm_backward(KernelArgs& a) {
   const Tensor &gy = a.inputs[0], &x = a.inputs[1];
-  const bool training = static_cast<const BatchNormAttrs*>(a.attrs)->training;
+  const auto& attrs = *static_cast<const BatchNormAttrs*>(a.attrs);
   Geometry g = geometry(x);
   const double count = static_cast<double>(g.outer * g.inner);
   visit_float_dtype(x.dtype(), "batch_norm", [&]<class T>() {
@@ -128,30 +146,40 @@ void batch_norm_backward(KernelArgs& a) {
     T* gxp = static_cast<T*>(a.outputs[0].data_ptr());
     visit_float_dtype(a.inputs[2].dtype(), "batch_norm", [&]<class S>() {
       const S *mean = a.inputs[2].data_ptr<S>(), *invstd = a.inputs[3].data_ptr<S>(), *w = a.inputs[4].data_ptr<S>();
-      std::vector<double> sg, sgx;
-      channel_sums(g, sg, sgx, [&](int64_t i, int64_t c, double& s1, double& s2) {
-        const double gv = static_cast<double>(static_cast<A>(gp[i]));
-        s1 += gv;
-        s2 += gv * (static_cast<double>(static_cast<A>(xp[i])) - static_cast<double>(mean[c]));
-      });
-      S* gw = a.outputs[1].data_ptr<S>();
-      S* gb = a.outputs[2].data_ptr<S>();
-      // Per channel: grad_x = k * g + m * (x - mean) + d.
-      std::vector<A> k(g.c), m(g.c), d(g.c), mu(g.c);
-      for (int64_t c = 0; c < g.c; ++c) {
-        const bn::Backward f = bn::backward_factors(
-            sg[c], sgx[c], static_cast<double>(invstd[c]), static_cast<double>(w[c]), count, training);
-        gw[c] = static_cast<S>(f.grad_weight);
-        gb[c] = static_cast<S>(f.grad_bias);
-        k[c] = static_cast<A>(f.k);
-        m[c] = static_cast<A>(f.m);
-        d[c] = static_cast<A>(f.d);
-        mu[c] = static_cast<A>(mean[c]);
-      }
-      const A *kp = k.data(), *mp = m.data(), *dp = d.data(), *mup = mu.data();
-      channel_map(g, [&](int64_t i, int64_t c) {
-        gxp[i] = static_cast<T>(kp[c] * static_cast<A>(gp[i]) + mp[c] * (static_cast<A>(xp[i]) - mup[c]) + dp[c]);
-      });
+      const Affines<A> f = affines<A, S>(a.inputs[2], a.inputs[3], a.inputs[4], a.inputs[5]);
+      const A *sc = f.scale.data(), *sh = f.shift.data();
+      // The two passes, compiled once with the ReLU mask and once without.
+      auto passes = [&]<bool relu>() {
+        std::vector<double> sg, sgx;
+        channel_sums(g, sg, sgx, [&](int64_t i, int64_t c, double& s1, double& s2) {
+          const double gv = static_cast<double>(bn::relu_masked(static_cast<A>(gp[i]), xp[i], bn::Affine<A>{sc[c], sh[c]}, relu));
+          s1 += gv;
+          s2 += gv * (static_cast<double>(static_cast<A>(xp[i])) - static_cast<double>(mean[c]));
+        });
+        S* gw = a.outputs[1].data_ptr<S>();
+        S* gb = a.outputs[2].data_ptr<S>();
+        // Per channel: grad_x = k * g + m * (x - mean) + d.
+        std::vector<A> k(g.c), m(g.c), d(g.c), mu(g.c);
+        for (int64_t c = 0; c < g.c; ++c) {
+          const bn::Backward b = bn::backward_factors(sg[c], sgx[c], static_cast<double>(invstd[c]),
+                                                      static_cast<double>(w[c]), count, attrs.training);
+          gw[c] = static_cast<S>(b.grad_weight);
+          gb[c] = static_cast<S>(b.grad_bias);
+          k[c] = static_cast<A>(b.k);
+          m[c] = static_cast<A>(b.m);
+          d[c] = static_cast<A>(b.d);
+          mu[c] = static_cast<A>(mean[c]);
+        }
+        const A *kp = k.data(), *mp = m.data(), *dp = d.data(), *mup = mu.data();
+        channel_map(g, [&](int64_t i, int64_t c) {
+          const A gv = bn::relu_masked(static_cast<A>(gp[i]), xp[i], bn::Affine<A>{sc[c], sh[c]}, relu);
+          gxp[i] = static_cast<T>(kp[c] * gv + mp[c] * (static_cast<A>(xp[i]) - mup[c]) + dp[c]);
+        });
+      };
+      if (attrs.relu)
+        passes.template operator()<true>();
+      else
+        passes.template operator()<false>();
     });
   });
 }

@@ -2,7 +2,8 @@
 // contract of backend/cpu/batch_norm.cpp): per-channel statistics and the backward pass's
 // per-channel sums in double, deterministic (device/channel_sums.cuh), with the CPU's per-channel
 // arithmetic (batch_norm_math.h); the normalising pass and grad_x as one multiply-add per
-// element. Statistics are float32 (float64 for float64 input), as the op layer makes them.
+// element, with batch_norm_relu's ReLU (and its gradient mask) fused in. Statistics are float32
+// (float64 for float64 input), as the op layer makes them.
 #include "backend/batch_norm_math.h"
 #include "backend/cuda/device/channel_sums.cuh"
 
@@ -38,29 +39,34 @@ struct WriteStats {
   }
 };
 
-// y = x * scale + shift with the CPU's per-channel scale = invstd * w and shift = b - mean * scale
-// (both in S, then A).
-template <class T, class S>
-__global__ void batch_norm_apply_kernel(const T* __restrict__ x, T* __restrict__ y, const S* __restrict__ mean,
-                                        const S* __restrict__ invstd, const S* __restrict__ w, const S* __restrict__ b,
+// A channel's y = x * scale + shift (the CPU's bn::affine), read from the per-channel tensors.
+template <class S>
+struct ChannelAffine {
+  const S *mean, *invstd, *w, *b;
+  template <class A>
+  __device__ __forceinline__ bn::Affine<A> at(int64_t c) const {
+    return bn::affine<A>(mean[c], invstd[c], w[c], b[c]);
+  }
+};
+
+// y = x * scale + shift, then the fused ReLU when Relu.
+template <class T, class S, bool Relu>
+__global__ void batch_norm_apply_kernel(const T* __restrict__ x, T* __restrict__ y, ChannelAffine<S> affine,
                                         int64_t numel, ChannelOf channel_of) {
   using A = compute_t<T>;
-  KILN_GRID_STRIDE(i, numel) {
-    const int64_t c = channel_of(i);
-    const S sw = invstd[c] * w[c];
-    const A scale = static_cast<A>(sw), shift = static_cast<A>(b[c] - mean[c] * invstd[c] * w[c]);
-    y[i] = static_cast<T>(static_cast<A>(x[i]) * scale + shift);
-  }
+  KILN_GRID_STRIDE(i, numel) { y[i] = bn::apply(x[i], affine.template at<A>(channel_of(i)), Relu); }
 }
 
-template <class T, class S>
+// The sums of g and g * (x - mean), g masked by the fused ReLU's output when Relu.
+template <class T, class S, bool Relu>
 struct BackwardTerms {
   const T* g;
   const T* x;
   const S* mean;
+  ChannelAffine<S> affine;
   __device__ void operator()(int64_t i, int64_t, int64_t c, double& sg, double& sgx) const {
     using A = compute_t<T>;
-    const double gv = static_cast<double>(static_cast<A>(g[i]));
+    const double gv = static_cast<double>(bn::relu_masked(static_cast<A>(g[i]), x[i], affine.template at<A>(c), Relu));
     sg += gv;
     sgx += gv * (static_cast<double>(static_cast<A>(x[i])) - static_cast<double>(mean[c]));
   }
@@ -76,8 +82,8 @@ struct WriteBackward {
   double count;
   bool training;
   __device__ void operator()(int64_t c, double sum_g, double sum_gx) const {
-    const bn::Backward f = bn::backward_factors(
-        sum_g, sum_gx, static_cast<double>(invstd[c]), static_cast<double>(w[c]), count, training);
+    const bn::Backward f =
+        bn::backward_factors(sum_g, sum_gx, static_cast<double>(invstd[c]), static_cast<double>(w[c]), count, training);
     grad_weight[c] = static_cast<S>(f.grad_weight);
     grad_bias[c] = static_cast<S>(f.grad_bias);
     factors[c] = static_cast<A>(f.k);
@@ -87,15 +93,16 @@ struct WriteBackward {
   }
 };
 
-template <class T>
+template <class T, class S, bool Relu>
 __global__ void batch_norm_grad_input_kernel(const T* __restrict__ g, const T* __restrict__ x, T* __restrict__ gx,
-                                             const compute_t<T>* __restrict__ factors, int64_t numel,
-                                             ChannelOf channel_of) {
+                                             const compute_t<T>* __restrict__ factors, ChannelAffine<S> affine,
+                                             int64_t numel, ChannelOf channel_of) {
   using A = compute_t<T>;
   const int64_t C = channel_of.c;
   KILN_GRID_STRIDE(i, numel) {
     const int64_t c = channel_of(i);
-    gx[i] = static_cast<T>(factors[c] * static_cast<A>(g[i]) + factors[C + c] * (static_cast<A>(x[i]) - factors[3 * C + c]) +
+    const A gv = bn::relu_masked(static_cast<A>(g[i]), x[i], affine.template at<A>(c), Relu);
+    gx[i] = static_cast<T>(factors[c] * gv + factors[C + c] * (static_cast<A>(x[i]) - factors[3 * C + c]) +
                            factors[2 * C + c]);
   }
 }
@@ -113,7 +120,17 @@ bool supports_apply(const KernelArgs& a) {
   return compute_typed(a.inputs[0].dtype(), {&a.inputs[1], &a.inputs[2], &a.inputs[3], &a.inputs[4]});
 }
 bool supports_backward(const KernelArgs& a) {
-  return compute_typed(a.inputs[1].dtype(), {&a.inputs[2], &a.inputs[3], &a.inputs[4], &a.outputs[1], &a.outputs[2]});
+  return compute_typed(a.inputs[1].dtype(),
+                       {&a.inputs[2], &a.inputs[3], &a.inputs[4], &a.inputs[5], &a.outputs[1], &a.outputs[2]});
+}
+
+// f.template operator()<relu>() with relu a compile-time constant.
+template <class F>
+void with_relu(bool relu, const F& f) {
+  if (relu)
+    f.template operator()<true>();
+  else
+    f.template operator()<false>();
 }
 
 void batch_norm_stats(KernelArgs& a) {
@@ -135,33 +152,40 @@ void batch_norm_apply(KernelArgs& a) {
   if (x.numel() == 0) return;
   visit_float_dtype(x.dtype(), "batch_norm", [&]<class T>() {
     using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    batch_norm_apply_kernel<T, S><<<blocks_for(x.numel()), kThreads, 0, stream_of(a)>>>(
-        x.data_ptr<T>(), a.outputs[0].data_ptr<T>(), a.inputs[1].data_ptr<S>(), a.inputs[2].data_ptr<S>(),
-        a.inputs[3].data_ptr<S>(), a.inputs[4].data_ptr<S>(), x.numel(), ChannelOf{geo.c, geo.inner});
+    const ChannelAffine<S> affine{a.inputs[1].data_ptr<S>(), a.inputs[2].data_ptr<S>(), a.inputs[3].data_ptr<S>(),
+                                  a.inputs[4].data_ptr<S>()};
+    with_relu(static_cast<const BatchNormAttrs*>(a.attrs)->relu, [&]<bool relu>() {
+      batch_norm_apply_kernel<T, S, relu><<<blocks_for(x.numel()), kThreads, 0, stream_of(a)>>>(
+          x.data_ptr<T>(), a.outputs[0].data_ptr<T>(), affine, x.numel(), ChannelOf{geo.c, geo.inner});
+    });
   });
   KILN_CUDA_LAUNCHED("batch_norm");
 }
 
 void batch_norm_backward(KernelArgs& a) {
   const Tensor &gy = a.inputs[0], &x = a.inputs[1];
-  const bool training = static_cast<const BatchNormAttrs*>(a.attrs)->training;
+  const auto& attrs = *static_cast<const BatchNormAttrs*>(a.attrs);
   const Geometry geo = bn::geometry(x);
   if (geo.c == 0) return;
   visit_float_dtype(x.dtype(), "batch_norm_backward", [&]<class T>() {
     using A = compute_t<T>;
     using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
     const S *mean = a.inputs[2].data_ptr<S>(), *invstd = a.inputs[3].data_ptr<S>(), *w = a.inputs[4].data_ptr<S>();
+    const ChannelAffine<S> affine{mean, invstd, w, a.inputs[5].data_ptr<S>()};
     Tensor factors = make_empty({4, geo.c}, std::is_same_v<A, double> ? kFloat64 : kFloat32, x.device());
     cudaStream_t stream = stream_of(a);
-    channel_sums(geo.outer, geo.c, geo.inner, BackwardTerms<T, S>{gy.data_ptr<T>(), x.data_ptr<T>(), mean},
-                 WriteBackward<S, A>{mean, invstd, w, a.outputs[1].data_ptr<S>(), a.outputs[2].data_ptr<S>(),
-                                     factors.data_ptr<A>(), geo.c, static_cast<double>(geo.per_channel()), training},
-                 x.device(), stream, "batch_norm_backward (channel sums)");
-    if (x.numel() == 0) return;
-    batch_norm_grad_input_kernel<T><<<blocks_for(x.numel()), kThreads, 0, stream>>>(
-        gy.data_ptr<T>(), x.data_ptr<T>(), a.outputs[0].data_ptr<T>(), factors.data_ptr<A>(), x.numel(),
-        ChannelOf{geo.c, geo.inner});
-    KILN_CUDA_LAUNCHED("batch_norm_backward");
+    with_relu(attrs.relu, [&]<bool relu>() {
+      channel_sums(
+          geo.outer, geo.c, geo.inner, BackwardTerms<T, S, relu>{gy.data_ptr<T>(), x.data_ptr<T>(), mean, affine},
+          WriteBackward<S, A>{mean, invstd, w, a.outputs[1].data_ptr<S>(), a.outputs[2].data_ptr<S>(),
+                              factors.data_ptr<A>(), geo.c, static_cast<double>(geo.per_channel()), attrs.training},
+          x.device(), stream, "batch_norm_backward (channel sums)");
+      if (x.numel() == 0) return;
+      batch_norm_grad_input_kernel<T, S, relu><<<blocks_for(x.numel()), kThreads, 0, stream>>>(
+          gy.data_ptr<T>(), x.data_ptr<T>(), a.outputs[0].data_ptr<T>(), factors.data_ptr<A>(), affine, x.numel(),
+          ChannelOf{geo.c, geo.inner});
+      KILN_CUDA_LAUNCHED("batch_norm_backward");
+    });
   });
 }
 
