@@ -31,13 +31,16 @@ class StandInCuda {
     for (int op = 0; op < backend::kNumOps; ++op) {
       const auto o = static_cast<backend::Op>(op);
       kernels_[static_cast<size_t>(op)] = {backend::kernel_for(o, DeviceType::CUDA), backend::supports_for(o, DeviceType::CUDA)};
+      takes_numbers_[static_cast<size_t>(op)] = backend::takes_host_numbers(o, DeviceType::CUDA);
       backend::register_kernel(o, DeviceType::CUDA, nullptr);
+      backend::take_host_numbers(o, DeviceType::CUDA, false);
     }
   }
   ~StandInCuda() {
     for (int op = 0; op < backend::kNumOps; ++op) {
       const auto& [kernel, supports] = kernels_[static_cast<size_t>(op)];
       backend::register_kernel(static_cast<backend::Op>(op), DeviceType::CUDA, kernel, supports);
+      backend::take_host_numbers(static_cast<backend::Op>(op), DeviceType::CUDA, takes_numbers_[static_cast<size_t>(op)]);
     }
     register_runtime(DeviceType::CUDA, saved_);
   }
@@ -49,6 +52,7 @@ class StandInCuda {
   DeviceRuntime* saved_;
   HostBackedRuntime runtime_;
   std::array<std::pair<backend::Kernel, backend::Supports>, backend::kNumOps> kernels_{};
+  std::array<bool, backend::kNumOps> takes_numbers_{};
 };
 
 }  // namespace kiln::test

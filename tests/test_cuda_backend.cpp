@@ -110,6 +110,32 @@ TEST_F(Cuda, TheSameSeedGivesTheSameRandomNumbersOnBothDevices) {
   }
 }
 
+// C++ numbers (and 0-d CPU tensors) reach the binary kernels as kernel arguments, on either
+// side, in place or not, with the CPU's results in every dtype.
+TEST_F(Cuda, NumbersGoToBinaryKernelsByValueWithTheCpusResults) {
+  const uint64_t before = total_fallbacks();
+  manual_seed(5);
+  const Tensor base = randn({37, 5}).mul(4);
+  for (ScalarType dt : {kFloat32, kFloat64, kBFloat16, kFloat16, kInt64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    auto results = [&](Device d) {
+      Tensor a = base.to(dt).to(d).t();  // non-contiguous
+      Tensor inplace = a.clone();
+      inplace.mul_(3).sub_(1);
+      if (dt != kInt64) inplace.div_(2);
+      std::vector<Tensor> r{a * 3, 2 - a, a + 1, a / 4, 7 / (a.abs() + 1), a > 1, a <= 0, a + full({}, 2.0),
+                            a.maximum(zeros({}, dt)), inplace};
+      std::vector<std::vector<double>> v;
+      for (const Tensor& t : r) v.push_back(values(t.cpu()));
+      return v;
+    };
+    const auto cpu = results(Device::cpu()), gpu = results(Device::cuda(0));
+    ASSERT_EQ(cpu.size(), gpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i) EXPECT_EQ(gpu[i], cpu[i]) << "expression " << i;
+  }
+  EXPECT_EQ(total_fallbacks(), before);
+}
+
 TEST_F(Cuda, PinnedTensorsAndBatchesTravelToTheGpu) {
   Tensor x = arange(24, kFloat32).reshape({4, 6}).t();
   Tensor p = x.pin_memory();

@@ -198,18 +198,20 @@ TEST_F(Fallback, ShadowModeNamesTheKernelThatDiffersFromTheCpu) {
 
 // A device kernel reads device memory only: an operand given as a C++ number (a 0-d CPU tensor,
 // which may join a device op) reaches it on the device, also after the op reshaped or expanded
-// it (index_select's 0-d index becomes a [1] view; masked_softmax expands its mask).
+// it (index_select's 0-d index becomes a [1] view; masked_softmax expands its mask) — unless the
+// kernel takes numbers on the host (backend::take_host_numbers): then it gets the 0-d CPU tensor.
 namespace {
 int g_host_operands = 0;
+double g_host_number = 0;
 template <backend::Op kOp>
 void device_only(backend::KernelArgs& a) {
   for (const Tensor& t : a.inputs)
-    if (t.defined() && t.device().is_cpu()) ++g_host_operands;
+    if (t.defined() && t.device().is_cpu()) ++g_host_operands, g_host_number = t.item<double>();
   backend::kernel_for(kOp, DeviceType::CPU)(a);  // host memory: the CPU kernel works
 }
 }  // namespace
 
-TEST_F(Fallback, DeviceKernelsGetOnlyDeviceOperands) {
+TEST_F(Fallback, DeviceKernelsGetDeviceOperandsUnlessTheyTakeNumbers) {
   using backend::Op;
   backend::register_kernel(Op::Mul, DeviceType::CUDA, device_only<Op::Mul>);
   backend::register_kernel(Op::IndexSelect, DeviceType::CUDA, device_only<Op::IndexSelect>);
@@ -221,4 +223,12 @@ TEST_F(Fallback, DeviceKernelsGetOnlyDeviceOperands) {
   Tensor keep = full({}, true, kBool);
   test::expect_close(masked_softmax(x, keep, -1).cpu().sum(std::vector<int64_t>{1}), {1, 1}, {2}, 1e-6);
   EXPECT_EQ(g_host_operands, 0);
+  // Marked as taking numbers (the stand-in restores the mark): the number stays on the host.
+  backend::take_host_numbers(Op::Mul, DeviceType::CUDA);
+  test::expect_close((x * 2.5).cpu(), {0, 2.5, 5, 7.5, 10, 12.5}, {2, 3});
+  test::expect_close((x * full({}, 3.0)).cpu(), {0, 3, 6, 9, 12, 15}, {2, 3});
+  EXPECT_EQ(g_host_operands, 2);
+  EXPECT_EQ(g_host_number, 3.0);
+  test::expect_close((x * x).cpu(), {0, 1, 4, 9, 16, 25}, {2, 3});
+  EXPECT_EQ(g_host_operands, 2);
 }

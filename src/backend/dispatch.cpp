@@ -22,6 +22,7 @@ namespace {
 struct Table {
   std::array<std::array<Kernel, kNumDeviceTypes>, kNumOps> kernels{};
   std::array<std::array<Supports, kNumDeviceTypes>, kNumOps> supports{};
+  std::array<std::array<bool, kNumDeviceTypes>, kNumOps> host_numbers{};
   std::array<std::atomic<uint64_t>, kNumOps> fallbacks{};
   std::array<std::atomic<bool>, kNumOps> warned{};
 };
@@ -98,9 +99,9 @@ class DeviceScope {
 
 [[gnu::noinline]] void run_on_device(Op op, Device device, Kernel k, Supports supports, std::span<const Tensor> inputs,
                                      std::span<Tensor> outputs, const void* attrs) {
-  // Device kernels read device memory only: CPU operands go over first, queued on the stream
-  // like the kernel.
-  if (std::any_of(inputs.begin(), inputs.end(), on_host)) [[unlikely]] {
+  // Device kernels read device memory only, unless they take numbers on the host themselves: CPU
+  // operands go over first, queued on the stream like the kernel.
+  if (!takes_host_numbers(op, device.type) && std::any_of(inputs.begin(), inputs.end(), on_host)) [[unlikely]] {
     std::vector<Tensor> moved(inputs.begin(), inputs.end());
     for (Tensor& t : moved)
       if (on_host(t)) t = to_device_mirror(t, device);
@@ -203,6 +204,13 @@ const char* op_name(Op op) { return kOpNames[static_cast<int>(op)]; }
 void register_kernel(Op op, DeviceType device, Kernel kernel, Supports supports) {
   table().kernels[static_cast<int>(op)][static_cast<int>(device)] = kernel;
   table().supports[static_cast<int>(op)][static_cast<int>(device)] = supports;
+}
+
+void take_host_numbers(Op op, DeviceType device, bool takes) {
+  table().host_numbers[static_cast<int>(op)][static_cast<int>(device)] = takes;
+}
+bool takes_host_numbers(Op op, DeviceType device) {
+  return table().host_numbers[static_cast<int>(op)][static_cast<int>(device)];
 }
 
 bool has_kernel(Op op, DeviceType device) { return kernel_for(op, device) != nullptr; }

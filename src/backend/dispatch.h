@@ -59,6 +59,11 @@ bool has_kernel(Op op, DeviceType device);
 // The registered kernel, or nullptr (tests wrap kernels with it).
 Kernel kernel_for(Op op, DeviceType device);
 Supports supports_for(Op op, DeviceType device);
+// A device kernel that reads CPU operands itself: numbers (0-d CPU tensors, perhaps expanded:
+// one element whatever their shape), which it passes to the device by value. Without this mark
+// the dispatcher copies each one to the device first (an allocation and a host-to-device copy).
+void take_host_numbers(Op op, DeviceType device, bool takes = true);
+bool takes_host_numbers(Op op, DeviceType device);
 
 // KILN_SHADOW=cpu (or set_shadow_mode) runs every op on a device tensor a second time, on the
 // CPU with copies of its inputs, and compares: the first op kind that differs beyond its dtype's
@@ -188,6 +193,11 @@ struct CrossEntropyAttrs {
 #define KILN_REGISTER_KERNEL(op, device, fn)                                  \
   static const bool KILN_CONCAT(kiln_registered_, __LINE__) =                 \
       (::kiln::backend::register_kernel(::kiln::backend::op, (device), (fn)), true)
+// The same, for a kernel that takes numbers on the host (take_host_numbers).
+#define KILN_REGISTER_KERNEL_TAKING_NUMBERS(op, device, fn)                                           \
+  static const bool KILN_CONCAT(kiln_registered_, __LINE__) =                                          \
+      (::kiln::backend::register_kernel(::kiln::backend::op, (device), (fn)),                          \
+       ::kiln::backend::take_host_numbers(::kiln::backend::op, (device)), true)
 // The same, with a predicate for the cases the kernel takes (the rest run on the CPU).
 #define KILN_REGISTER_KERNEL_IF(op, device, fn, supports)                     \
   static const bool KILN_CONCAT(kiln_registered_, __LINE__) =                 \

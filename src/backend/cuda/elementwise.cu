@@ -6,7 +6,8 @@
 namespace kiln::backend::cuda {
 namespace {
 
-// Inputs already have the compute dtype (the op layer casts); the output has it too.
+// Inputs already have the compute dtype (the op layer casts); the output has it too. The binary
+// kernels take C++ numbers (0-d CPU tensors) by value, with no copy to the device.
 template <class F>
 void arith(KernelArgs& a) {
   visit_dtype(a.inputs[0].dtype(), "elementwise", [&]<class T>() { binary_kernel<T, T, T>(a, F{}, "arith"); });
@@ -38,27 +39,27 @@ void logical_not(KernelArgs& a) {
 }
 
 constexpr DeviceType kCuda = DeviceType::CUDA;
-KILN_REGISTER_KERNEL(Op::Add, kCuda, arith<math::Add>);
-KILN_REGISTER_KERNEL(Op::Sub, kCuda, arith<math::Sub>);
-KILN_REGISTER_KERNEL(Op::Mul, kCuda, arith<math::Mul>);
-KILN_REGISTER_KERNEL(Op::Div, kCuda, arith<math::Div>);
-KILN_REGISTER_KERNEL(Op::Pow, kCuda, arith<math::Pow>);
-KILN_REGISTER_KERNEL(Op::Maximum, kCuda, arith<math::Maximum>);
-KILN_REGISTER_KERNEL(Op::Minimum, kCuda, arith<math::Minimum>);
-KILN_REGISTER_KERNEL(Op::Eq, kCuda, predicate<math::Eq>);
-KILN_REGISTER_KERNEL(Op::Ne, kCuda, predicate<math::Ne>);
-KILN_REGISTER_KERNEL(Op::Lt, kCuda, predicate<math::Lt>);
-KILN_REGISTER_KERNEL(Op::Le, kCuda, predicate<math::Le>);
-KILN_REGISTER_KERNEL(Op::Gt, kCuda, predicate<math::Gt>);
-KILN_REGISTER_KERNEL(Op::Ge, kCuda, predicate<math::Ge>);
-KILN_REGISTER_KERNEL(Op::LogicalAnd, kCuda, predicate<math::LogicalAnd>);
-KILN_REGISTER_KERNEL(Op::LogicalOr, kCuda, predicate<math::LogicalOr>);
-KILN_REGISTER_KERNEL(Op::ReluBackward, kCuda, arith_float<math::ReluBackward>);
-KILN_REGISTER_KERNEL(Op::SigmoidBackward, kCuda, arith_float<math::SigmoidBackward>);
-KILN_REGISTER_KERNEL(Op::TanhBackward, kCuda, arith_float<math::TanhBackward>);
-KILN_REGISTER_KERNEL(Op::GeluErfBackward, kCuda, arith_float<math::GeluErfBackward>);
-KILN_REGISTER_KERNEL(Op::GeluTanhBackward, kCuda, arith_float<math::GeluTanhBackward>);
-KILN_REGISTER_KERNEL(Op::SiluBackward, kCuda, arith_float<math::SiluBackward>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Add, kCuda, arith<math::Add>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Sub, kCuda, arith<math::Sub>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Mul, kCuda, arith<math::Mul>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Div, kCuda, arith<math::Div>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Pow, kCuda, arith<math::Pow>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Maximum, kCuda, arith<math::Maximum>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Minimum, kCuda, arith<math::Minimum>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Eq, kCuda, predicate<math::Eq>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Ne, kCuda, predicate<math::Ne>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Lt, kCuda, predicate<math::Lt>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Le, kCuda, predicate<math::Le>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Gt, kCuda, predicate<math::Gt>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Ge, kCuda, predicate<math::Ge>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::LogicalAnd, kCuda, predicate<math::LogicalAnd>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::LogicalOr, kCuda, predicate<math::LogicalOr>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::ReluBackward, kCuda, arith_float<math::ReluBackward>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::SigmoidBackward, kCuda, arith_float<math::SigmoidBackward>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::TanhBackward, kCuda, arith_float<math::TanhBackward>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::GeluErfBackward, kCuda, arith_float<math::GeluErfBackward>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::GeluTanhBackward, kCuda, arith_float<math::GeluTanhBackward>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::SiluBackward, kCuda, arith_float<math::SiluBackward>);
 KILN_REGISTER_KERNEL(Op::Neg, kCuda, unary<math::Neg>);
 KILN_REGISTER_KERNEL(Op::Abs, kCuda, unary<math::Abs>);
 KILN_REGISTER_KERNEL(Op::Sign, kCuda, unary<math::Sign>);

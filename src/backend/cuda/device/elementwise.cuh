@@ -81,9 +81,52 @@ template <class To, class Ta, class F>
 void unary_kernel(const KernelArgs& a, F f, const char* name) {
   launch_plan(make_plan<2>({&a.outputs[0], &a.inputs[0]}), UnaryFn<To, Ta, F>{f}, stream_of(a), name);
 }
+// out = f(a, number) and out = f(number, a): the number is a kernel argument.
+template <class To, class Ta, class Tb, class F>
+struct BinaryNumberB {
+  F f;
+  compute_t<Tb> b;
+  __device__ __forceinline__ void operator()(char** p) const {
+    *reinterpret_cast<To*>(p[0]) = static_cast<To>(f(static_cast<compute_t<Ta>>(*reinterpret_cast<const Ta*>(p[1])), b));
+  }
+};
+template <class To, class Ta, class Tb, class F>
+struct BinaryNumberA {
+  F f;
+  compute_t<Ta> a;
+  __device__ __forceinline__ void operator()(char** p) const {
+    *reinterpret_cast<To*>(p[0]) = static_cast<To>(f(a, static_cast<compute_t<Tb>>(*reinterpret_cast<const Tb*>(p[1]))));
+  }
+};
+template <class To>
+struct Constant {
+  To v;
+  __device__ __forceinline__ void operator()(char** p) const { *reinterpret_cast<To*>(p[0]) = v; }
+};
+
+// A number's value: a CPU operand is a 0-d tensor (perhaps expanded), one element at data_ptr().
+template <class T>
+compute_t<T> host_number(const Tensor& t) {
+  return static_cast<compute_t<T>>(*static_cast<const T*>(t.data_ptr()));
+}
+
+// out = f(a, b); an operand on the CPU is a number (the kernel is registered with
+// KILN_REGISTER_KERNEL_TAKING_NUMBERS) and goes by value, with the same conversions.
 template <class To, class Ta, class Tb, class F>
 void binary_kernel(const KernelArgs& a, F f, const char* name) {
-  launch_plan(make_plan<3>({&a.outputs[0], &a.inputs[0], &a.inputs[1]}), BinaryFn<To, Ta, Tb, F>{f}, stream_of(a), name);
+  const Tensor &out = a.outputs[0], &x = a.inputs[0], &y = a.inputs[1];
+  const bool host_x = x.device().is_cpu(), host_y = y.device().is_cpu();
+  if (out.numel() == 0) return;
+  cudaStream_t stream = stream_of(a);
+  if (host_x && host_y)
+    launch_plan(make_plan<1>({&out}), Constant<To>{static_cast<To>(f(host_number<Ta>(x), host_number<Tb>(y)))}, stream,
+                name);
+  else if (host_y)
+    launch_plan(make_plan<2>({&out, &x}), BinaryNumberB<To, Ta, Tb, F>{f, host_number<Tb>(y)}, stream, name);
+  else if (host_x)
+    launch_plan(make_plan<2>({&out, &y}), BinaryNumberA<To, Ta, Tb, F>{f, host_number<Ta>(x)}, stream, name);
+  else
+    launch_plan(make_plan<3>({&out, &x, &y}), BinaryFn<To, Ta, Tb, F>{f}, stream, name);
 }
 
 }  // namespace kiln::backend::cuda
