@@ -22,6 +22,7 @@
 #include "backend/cuda/reduce_ops.h"
 #include "backend/cuda/reduce_plan.h"
 #include "backend/cuda/softmax_plan.h"
+#include "backend/cuda/vector_plan.h"
 #include "core/tensor_util.h"
 #include "test_util.h"
 

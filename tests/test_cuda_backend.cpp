@@ -111,7 +111,8 @@ TEST_F(Cuda, TheSameSeedGivesTheSameRandomNumbersOnBothDevices) {
 }
 
 // C++ numbers (and 0-d CPU tensors) reach the binary kernels as kernel arguments, on either
-// side, in place or not, with the CPU's results in every dtype.
+// side, in place or not, with the CPU's results in every dtype; dense operands (the vectorised
+// kernels, 185 elements: a tail of 1), misaligned and strided ones alike.
 TEST_F(Cuda, NumbersGoToBinaryKernelsByValueWithTheCpusResults) {
   const uint64_t before = total_fallbacks();
   manual_seed(5);
@@ -123,8 +124,10 @@ TEST_F(Cuda, NumbersGoToBinaryKernelsByValueWithTheCpusResults) {
       Tensor inplace = a.clone();
       inplace.mul_(3).sub_(1);
       if (dt != kInt64) inplace.div_(2);
+      Tensor c = base.to(dt).to(d), odd = c.flatten().narrow(0, 1, 183);  // dense (vectorised) and misaligned
       std::vector<Tensor> r{a * 3, 2 - a, a + 1, a / 4, 7 / (a.abs() + 1), a > 1, a <= 0, a + full({}, 2.0),
-                            a.maximum(zeros({}, dt)), inplace};
+                            a.maximum(zeros({}, dt)), inplace, c * 3, c + c, c > 0, -c, odd * odd, odd + 1,
+                            c.to(kFloat32), c.to(kFloat16)};
       std::vector<std::vector<double>> v;
       for (const Tensor& t : r) v.push_back(values(t.cpu()));
       return v;

@@ -1,7 +1,8 @@
 // The thread mappings of the CUDA kernels, run on the CPU: reduce.cu's, simulated on the host over
 // its real geometry, launch shape and offsets (reduce_plan.h), folds every element exactly once and
 // matches the CPU ops; softmax's rows and mask offsets, the optimizer's chunks, layer norm's column
-// tiles and the row kernels' blocks cover every element exactly once.
+// tiles, the row kernels' blocks and the vectorised elementwise kernel cover every element exactly
+// once.
 #include "cuda_host_test_util.h"
 
 using namespace kiln::test::cuda_host;
@@ -600,6 +601,59 @@ TEST(CudaHostMath, RowBlocksCoverEveryRowOnce) {
         for (int64_t r = first; r < rows; r += static_cast<int64_t>(grid) * per_block) ++seen[static_cast<size_t>(r)];
       for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(seen[static_cast<size_t>(r)], 1) << "rows " << rows << " row " << r;
     }
+}
+
+// ---- the vectorised elementwise kernel (device/elementwise.cuh, vector_plan.h)
+
+// Dense aligned operands take the vectorised kernel; a broadcast operand, a strided or
+// misaligned one (a view at an odd offset), several dims or a tiny tensor do not.
+TEST(CudaHostMath, VectorWidthOnlyForDenseAlignedOperands) {
+  Tensor a = empty({1000}), b = empty({1000}), h = empty({1000}, kFloat16), d = empty({1000}, kFloat64);
+  Tensor m = empty({1000}, kBool), row = empty({1}), big = empty({20, 50});
+  auto width = [](const std::vector<const Tensor*>& ops) {
+    if (ops.size() == 2) {
+      const auto p = kiln::backend::make_plan<2>({ops[0], ops[1]});
+      return kc::vector_width(p, std::array<int, 2>{static_cast<int>(ops[0]->element_size()),
+                                                    static_cast<int>(ops[1]->element_size())});
+    }
+    const auto p = kiln::backend::make_plan<3>({ops[0], ops[1], ops[2]});
+    return kc::vector_width(p, std::array<int, 3>{static_cast<int>(ops[0]->element_size()),
+                                                  static_cast<int>(ops[1]->element_size()),
+                                                  static_cast<int>(ops[2]->element_size())});
+  };
+  EXPECT_EQ(width({&a, &b}), kc::kVector);
+  EXPECT_EQ(width({&m, &a, &b}), kc::kVector);  // a comparison: bool output, float inputs
+  EXPECT_EQ(width({&a, &h}), kc::kVector);      // a cast
+  EXPECT_EQ(width({&d, &d, &d}), kc::kVector);
+  const Tensor bt = big.t();
+  EXPECT_EQ(width({&a, &row}), 1);  // broadcast: stride 0
+  const Tensor odd = a.narrow(0, 1, 999), odd_out = b.narrow(0, 0, 999);
+  EXPECT_EQ(width({&odd_out, &odd}), 1);  // misaligned by one element
+  const Tensor four = a.narrow(0, 4, 996), four_out = b.narrow(0, 0, 996);
+  EXPECT_EQ(width({&four_out, &four}), kc::kVector);  // a vector's worth further on: aligned again
+  const Tensor strided = a.slice(0, 0, 1000, 2), strided_out = b.narrow(0, 0, 500);
+  EXPECT_EQ(width({&strided_out, &strided}), 1);
+  const Tensor big_out = empty({50, 20});
+  EXPECT_EQ(width({&big_out, &bt}), 1);  // a transpose: two dims
+  const Tensor tiny = empty({3}), tiny_out = empty({3});
+  EXPECT_EQ(width({&tiny_out, &tiny}), 1);
+}
+
+// The kernel's split: vectors over a grid-stride loop, then the tail one per thread of the first
+// threads of the grid; every element exactly once, whatever numel and grid.
+TEST(CudaHostMath, VectorSplitCoversEveryElementOnce) {
+  for (int64_t numel : {int64_t{4}, int64_t{5}, int64_t{7}, int64_t{8}, int64_t{1023}, int64_t{4096}, int64_t{100003}}) {
+    const kc::VectorSplit split = kc::vector_split(numel, kc::kVector);
+    EXPECT_LT(split.tail, kc::kVector);
+    const int64_t threads = static_cast<int64_t>(kc::blocks_for(split.vectors)) * kc::kThreads;
+    std::vector<int> seen(static_cast<size_t>(numel), 0);
+    for (int64_t g = 0; g < threads; ++g) {
+      for (int64_t v = g; v < split.vectors; v += threads)
+        for (int j = 0; j < kc::kVector; ++j) ++seen[static_cast<size_t>(v * kc::kVector + j)];
+      if (g < split.tail) ++seen[static_cast<size_t>(split.tail_begin + g)];
+    }
+    for (int64_t i = 0; i < numel; ++i) ASSERT_EQ(seen[static_cast<size_t>(i)], 1) << "numel " << numel << " element " << i;
+  }
 }
 
 // ---- small shared pieces

@@ -1,9 +1,14 @@
 // The elementwise engine of the CUDA kernels: the host builds the same LoopPlan as the CPU loops
 // (broadcast inputs, merged dims, byte strides); each thread maps flat indices to the operands'
-// addresses and applies a functor to their pointers.
+// addresses and applies a functor to their pointers. Dense, aligned operands go through a
+// vectorised kernel instead (vector_plan.h): kVector elements per load and store.
 #pragma once
 
+#include <array>
+#include <concepts>
+
 #include "backend/cuda/device/common.cuh"
+#include "backend/cuda/vector_plan.h"
 #include "backend/loop_plan.h"
 
 namespace kiln::backend::cuda {
@@ -42,10 +47,52 @@ __global__ void elementwise_nd(LoopPlan<N> p, F f) {
   }
 }
 
+// kVector elements of each operand in one load or store.
+template <class T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+template <class T, int V>
+__device__ __forceinline__ Vec<T, V> load_vec(const char* base, int64_t i) {
+  return *reinterpret_cast<const Vec<T, V>*>(base + i * static_cast<int64_t>(sizeof(T)));
+}
+template <class T, int V>
+__device__ __forceinline__ void store_vec(char* base, int64_t i, const Vec<T, V>& v) {
+  *reinterpret_cast<Vec<T, V>*>(base + i * static_cast<int64_t>(sizeof(T))) = v;
+}
+
+// A functor with a vectorised form: its operands' element sizes (kSizes, in plan order) and
+// vec<V>(base, i), which does elements i .. i + V - 1 of dense operands.
+template <class F, int N>
+concept Vectorised = requires(const F& f, char* const* base) {
+  { F::kSizes } -> std::convertible_to<std::array<int, static_cast<size_t>(N)>>;
+  f.template vec<kVector>(base, int64_t{0});
+};
+
+template <int N, class F>
+__global__ void elementwise_vec(LoopPlan<N> p, F f, VectorSplit split) {
+  KILN_GRID_STRIDE(v, split.vectors) f.template vec<kVector>(p.base, v * kVector);
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g < split.tail) {
+    char* ptrs[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) ptrs[k] = p.base[k] + (split.tail_begin + g) * p.strides[0][k];
+    f(ptrs);
+  }
+}
+
 // Runs f(ptrs) for every element of the plan's operands on `stream`.
 template <int N, class F>
 void launch_plan(const LoopPlan<N>& p, F f, cudaStream_t stream, const char* name) {
   if (p.numel == 0) return;
+  if constexpr (Vectorised<F, N>) {
+    if (vector_width(p, F::kSizes) == kVector) {
+      const VectorSplit split = vector_split(p.numel, kVector);
+      elementwise_vec<N><<<blocks_for(split.vectors), kThreads, 0, stream>>>(p, f, split);
+      KILN_CUDA_LAUNCHED(name);
+      return;
+    }
+  }
   if (p.ndim <= 1) {
     LoopPlan<N> q = p;
     if (q.ndim == 0) {  // one element: a 1-d plan of size 1
@@ -64,16 +111,36 @@ void launch_plan(const LoopPlan<N>& p, F f, cudaStream_t stream, const char* nam
 template <class To, class Ta, class F>
 struct UnaryFn {
   F f;
+  static constexpr std::array<int, 2> kSizes{sizeof(To), sizeof(Ta)};
   __device__ __forceinline__ void operator()(char** p) const {
     *reinterpret_cast<To*>(p[0]) = static_cast<To>(f(static_cast<compute_t<Ta>>(*reinterpret_cast<const Ta*>(p[1]))));
+  }
+  template <int V>
+  __device__ __forceinline__ void vec(char* const* base, int64_t i) const {
+    const Vec<Ta, V> a = load_vec<Ta, V>(base[1], i);
+    Vec<To, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = static_cast<To>(f(static_cast<compute_t<Ta>>(a.v[j])));
+    store_vec<To, V>(base[0], i, o);
   }
 };
 template <class To, class Ta, class Tb, class F>
 struct BinaryFn {
   F f;
+  static constexpr std::array<int, 3> kSizes{sizeof(To), sizeof(Ta), sizeof(Tb)};
   __device__ __forceinline__ void operator()(char** p) const {
     *reinterpret_cast<To*>(p[0]) = static_cast<To>(f(static_cast<compute_t<Ta>>(*reinterpret_cast<const Ta*>(p[1])),
                                                      static_cast<compute_t<Tb>>(*reinterpret_cast<const Tb*>(p[2]))));
+  }
+  template <int V>
+  __device__ __forceinline__ void vec(char* const* base, int64_t i) const {
+    const Vec<Ta, V> a = load_vec<Ta, V>(base[1], i);
+    const Vec<Tb, V> b = load_vec<Tb, V>(base[2], i);
+    Vec<To, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      o.v[j] = static_cast<To>(f(static_cast<compute_t<Ta>>(a.v[j]), static_cast<compute_t<Tb>>(b.v[j])));
+    store_vec<To, V>(base[0], i, o);
   }
 };
 
@@ -86,22 +153,48 @@ template <class To, class Ta, class Tb, class F>
 struct BinaryNumberB {
   F f;
   compute_t<Tb> b;
+  static constexpr std::array<int, 2> kSizes{sizeof(To), sizeof(Ta)};
   __device__ __forceinline__ void operator()(char** p) const {
     *reinterpret_cast<To*>(p[0]) = static_cast<To>(f(static_cast<compute_t<Ta>>(*reinterpret_cast<const Ta*>(p[1])), b));
+  }
+  template <int V>
+  __device__ __forceinline__ void vec(char* const* base, int64_t i) const {
+    const Vec<Ta, V> a = load_vec<Ta, V>(base[1], i);
+    Vec<To, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = static_cast<To>(f(static_cast<compute_t<Ta>>(a.v[j]), b));
+    store_vec<To, V>(base[0], i, o);
   }
 };
 template <class To, class Ta, class Tb, class F>
 struct BinaryNumberA {
   F f;
   compute_t<Ta> a;
+  static constexpr std::array<int, 2> kSizes{sizeof(To), sizeof(Tb)};
   __device__ __forceinline__ void operator()(char** p) const {
     *reinterpret_cast<To*>(p[0]) = static_cast<To>(f(a, static_cast<compute_t<Tb>>(*reinterpret_cast<const Tb*>(p[1]))));
+  }
+  template <int V>
+  __device__ __forceinline__ void vec(char* const* base, int64_t i) const {
+    const Vec<Tb, V> b = load_vec<Tb, V>(base[1], i);
+    Vec<To, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = static_cast<To>(f(a, static_cast<compute_t<Tb>>(b.v[j])));
+    store_vec<To, V>(base[0], i, o);
   }
 };
 template <class To>
 struct Constant {
   To v;
+  static constexpr std::array<int, 1> kSizes{sizeof(To)};
   __device__ __forceinline__ void operator()(char** p) const { *reinterpret_cast<To*>(p[0]) = v; }
+  template <int V>
+  __device__ __forceinline__ void vec(char* const* base, int64_t i) const {
+    Vec<To, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = v;
+    store_vec<To, V>(base[0], i, o);
+  }
 };
 
 // A number's value: a CPU operand is a 0-d tensor (perhaps expanded), one element at data_ptr().
