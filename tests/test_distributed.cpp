@@ -70,6 +70,17 @@ std::vector<std::vector<int64_t>> shares(int64_t n, int64_t world, data::Distrib
   return out;
 }
 
+// The transports built in, named with their versions, before any init().
+TEST(DistributedWorldOfOne, TransportsNameTheBuiltLibraries) {
+  const std::string t = distributed::transports();
+#if defined(KILN_MPIEXEC)
+  EXPECT_EQ(t.rfind("MPI (", 0), 0u) << t;
+  EXPECT_EQ(t.find("MPI ()"), std::string::npos) << t;
+#endif
+  if (t.find("MPI") == std::string::npos && t.find("NCCL") == std::string::npos) EXPECT_EQ(t, "none (a world of one only)");
+  EXPECT_FALSE(distributed::is_initialized());
+}
+
 TEST(DistributedSampler, SharesAreDisjointCoverTheDataAndFollowTheEpoch) {
   for (int64_t n : {0, 1, 7, 10, 23, 100})
     for (int64_t world : {1, 2, 3, 4})

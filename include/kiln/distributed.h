@@ -40,6 +40,9 @@ int world_size();  // 1 without init()
 int local_rank();  // the rank among the processes on this machine: a GPU job uses cuda:local_rank
 // "mpi", or "none" for a world of one without a launcher.
 std::string backend_name();
+// The transports this build of Kiln has, with their versions: "MPI (Open MPI v4.1.4), NCCL
+// 2.27.7", or "none (a world of one only)". Needs no init().
+std::string transports();
 
 enum class ReduceOp { Sum, Average, Max, Min };
 

@@ -369,6 +369,13 @@ int world_size() { return Comm::get().world(); }
 int local_rank() { return Comm::get().local_rank(); }
 std::string backend_name() { return Comm::get().backend(); }
 
+std::string transports() {
+  std::string out;
+  if (const std::string m = detail::mpi_version(); !m.empty()) out = "MPI (" + m + ")";
+  if (const std::string n = detail::nccl_version(); !n.empty()) out += (out.empty() ? "" : ", ") + ("NCCL " + n);
+  return out.empty() ? "none (a world of one only)" : out;
+}
+
 void abort(const std::string& message) { Comm::get().abort_job(message); }
 
 Work all_reduce_async(Tensor& t, ReduceOp op) {

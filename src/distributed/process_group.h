@@ -59,6 +59,10 @@ class DeviceGroup {
 
 // Whether Kiln was built with NCCL (then CUDA tensors travel GPU to GPU; else through host memory).
 bool nccl_built();
+// The library versions built in ("" when not built): MPI's own description of itself (the first
+// line of MPI_Get_library_version, callable before init) and NCCL's "major.minor.patch".
+std::string mpi_version();
+std::string nccl_version();
 // The NCCL communicator of every process's GPU `device` (one per process), its unique id sent
 // from rank 0 over `host`; a collective call on every process, on the communication thread.
 std::unique_ptr<DeviceGroup> make_nccl_group(ProcessGroup& host, int device);

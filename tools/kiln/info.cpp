@@ -1,4 +1,5 @@
-// kiln info: version, devices, CPU features, thread count, and which backends are built.
+// kiln info: version, devices, CPU features, thread count, and which backends (compute and
+// distributed) are built.
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -32,6 +33,7 @@ int info(int argc, char** argv) {
     std::cout << "cuda:" << i << ":   " << p.name << ", " << (p.total_memory >> 20) << " MiB, compute capability "
               << p.major << "." << p.minor << ", " << p.multiprocessors << " SMs\n";
   }
+  std::cout << "distributed: " << distributed::transports() << "\n";
   MemoryStats m = memory_stats(Device::cpu());
   std::cout << "memory:   " << total_memory() / (1 << 20) << " MiB, limit "
             << (m.limit ? std::to_string(m.limit >> 20) + " MiB" : std::string("none")) << "\n";

@@ -145,6 +145,15 @@ class MpiGroup final : public ProcessGroup {
 
 }  // namespace
 
+std::string mpi_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) return "unknown version";
+  std::string v(text, static_cast<size_t>(std::max(len, 0)));
+  v = v.substr(0, v.find_first_of("\n,"));  // "Open MPI v4.1.4, package: ..." -> "Open MPI v4.1.4"
+  return v;
+}
+
 std::unique_ptr<ProcessGroup> make_mpi_group() { return std::make_unique<MpiGroup>(); }
 
 }  // namespace kiln::distributed::detail

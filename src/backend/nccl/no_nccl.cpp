@@ -5,6 +5,7 @@
 namespace kiln::distributed::detail {
 
 bool nccl_built() { return false; }
+std::string nccl_version() { return ""; }
 
 std::unique_ptr<DeviceGroup> make_nccl_group(ProcessGroup&, int) {
   KILN_FAIL("distributed", "Kiln was built without NCCL");

@@ -88,6 +88,13 @@ class NcclGroup final : public DeviceGroup {
 
 bool nccl_built() { return true; }
 
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown version";
+  // NCCL >= 2.9 encodes major * 10000 + minor * 100 + patch.
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
 std::unique_ptr<DeviceGroup> make_nccl_group(ProcessGroup& host, int device) {
   return std::make_unique<NcclGroup>(host, device);
 }
