@@ -283,8 +283,9 @@ TEST(CudaHostCnn, BatchNormFactorsFromChunkedSumsMatchTheCpuKernel) {
         Tensor w = arange(5, kFloat64).mul(0.3).add(0.5), b = arange(5, kFloat64).mul(-0.4).add(0.6);
         std::vector<Tensor> bw{make_empty_strided(x.shape(), x.strides(), kFloat64, Device::cpu()),
                                empty({5}, kFloat64), empty({5}, kFloat64)};
-        backend::run(backend::Op::BatchNormBackward, Device::cpu(), std::vector<Tensor>{g, x, st[0], st[1], w, b},
-                     std::span<Tensor>(bw), &attrs);
+        // The kernel takes invstd when training, the (running) variance when not.
+        const std::vector<Tensor> in{g, x, st[0], training ? st[1] : st[2], w, b};
+        backend::run(backend::Op::BatchNormBackward, Device::cpu(), in, std::span<Tensor>(bw), &attrs);
         // Sums per channel in chunks of 17 elements, in memory order.
         const double *xp = x.data_ptr<double>(), *gp = g.data_ptr<double>();
         std::vector<double> sum(5), sq(5), sg(5), sgx(5);

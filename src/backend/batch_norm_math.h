@@ -45,6 +45,14 @@ KILN_HOST_DEVICE inline Stats stats_from_sums(double sum, double sum_sq, double 
   return {m, v, 1.0 / sqrt(v + eps)};
 }
 
+// A channel's 1 / sqrt(var + eps). The kernels' per-channel statistics are the batch's mean and
+// invstd in training, and the running mean and variance in evaluation, whose invstd the kernels
+// compute themselves (one launch per layer instead of three at batch 1).
+template <class S>
+KILN_HOST_DEVICE inline S invstd_of(S stat, bool training, double eps) {
+  return training ? stat : static_cast<S>(S(1) / std::sqrt(stat + static_cast<S>(eps)));
+}
+
 // The normalising pass y = x * scale + shift of one channel: scale = invstd * w and
 // shift = b - mean * scale computed in the statistics' type S, then used in x's compute type A.
 template <class A>

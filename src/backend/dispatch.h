@@ -114,6 +114,8 @@ struct PoolAttrs {
 // stats {x} -> {mean[C], invstd[C], biased var[C]}; apply {x, mean, invstd, weight, bias} -> {y};
 // backward {grad_y, x, mean, invstd, weight} -> {grad_x, grad_weight, grad_bias}, where
 // `training` says mean/invstd came from this batch (so grad_x includes their derivative).
+// Apply and Backward take per-channel statistics: the batch's mean and invstd when training, the
+// running mean and variance when not (the kernels compute invstd, bn::invstd_of).
 struct BatchNormAttrs {
   double eps = 1e-5;
   bool training = true;

@@ -53,15 +53,15 @@ Tensor batch_norm_impl(const Tensor& x_in, const Tensor& running_mean, const Ten
 
   const ScalarType acc = x_in.dtype() == kFloat64 ? kFloat64 : kFloat32;
   Tensor x = dense_for_kernel(x_in);
-  Tensor mean, invstd;
+  Tensor mean, stat;  // per channel: the batch mean and invstd, or the running mean and variance
   {
     NoGradGuard ng;
     backend::BatchNormAttrs a{eps, training, relu};
     if (training) {
       mean = make_empty({c}, acc, dev);
-      invstd = make_empty({c}, acc, dev);
+      stat = make_empty({c}, acc, dev);
       Tensor var = make_empty({c}, acc, dev);
-      std::vector<Tensor> outs{mean, invstd, var};
+      std::vector<Tensor> outs{mean, stat, var};
       backend::run(Op::BatchNormStats, dev, std::initializer_list<Tensor>{x}, std::span<Tensor>(outs), &a);
       if (running_mean.defined()) {
         // PyTorch's update: the running variance takes the unbiased batch variance.
@@ -71,19 +71,20 @@ Tensor batch_norm_impl(const Tensor& x_in, const Tensor& running_mean, const Ten
         rv.mul_(1 - momentum).add_(ops::cast(var, rv.dtype()).mul(momentum * unbias));
       }
     } else {
+      // The kernels compute invstd from the running variance themselves (bn::invstd_of).
       mean = ops::cast(running_mean, acc);
-      invstd = ops::cast(running_var, acc).add(eps).rsqrt();
+      stat = ops::cast(running_var, acc);
     }
   }
   Tensor w = weight.defined() ? ops::cast(weight, acc) : ones({c}, TensorOptions(acc).device(dev));
   Tensor b = bias.defined() ? ops::cast(bias, acc) : zeros({c}, TensorOptions(acc).device(dev));
   Tensor out = make_empty_strided(x.shape(), x.strides(), x.dtype(), dev);
   backend::BatchNormAttrs a{eps, training, relu};
-  if (out.numel() > 0) ops::run1(Op::BatchNormApply, dev, {x, mean, invstd, w.detach(), b.detach()}, out, &a);
+  if (out.numel() > 0) ops::run1(Op::BatchNormApply, dev, {x, mean, stat, w.detach(), b.detach()}, out, &a);
 
   if (autograd::needs_grad({&x_in, &weight, &bias}))
     autograd::record(relu ? "NativeBatchNormReluBackward" : "NativeBatchNormBackward", {&x_in, &weight, &bias}, out,
-                     [sx = SavedTensor(x), mean, invstd, w = w.detach(), b = b.detach(), a,
+                     [sx = SavedTensor(x), mean, stat, w = w.detach(), b = b.detach(), a,
                       mw = weight.defined() ? weight.dtype() : acc, need_x = x_in.requires_grad(),
                       need_w = weight.defined() && weight.requires_grad(),
                       need_b = bias.defined() && bias.requires_grad()](const Tensor& g_in) -> TensorList {
@@ -94,7 +95,7 @@ Tensor batch_norm_impl(const Tensor& x_in, const Tensor& running_mean, const Ten
                                                 make_empty({ch}, mean.dtype(), xs.device()),
                                                 make_empty({ch}, mean.dtype(), xs.device())};
                        backend::run(Op::BatchNormBackward, xs.device(),
-                                    std::initializer_list<Tensor>{g, xs, mean, invstd, w, b}, std::span<Tensor>(outs),
+                                    std::initializer_list<Tensor>{g, xs, mean, stat, w, b}, std::span<Tensor>(outs),
                                     &a);
                        return {need_x ? outs[0] : Tensor(), need_w ? ops::cast(outs[1], mw) : Tensor(),
                                need_b ? ops::cast(outs[2], mw) : Tensor()};

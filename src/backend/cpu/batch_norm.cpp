@@ -99,19 +99,23 @@ struct Affines {
   std::vector<A> scale, shift;
 };
 template <class A, class S>
-Affines<A> affines(const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b) {
+Affines<A> affines(const Tensor& mean, const Tensor& stat, const Tensor& w, const Tensor& b,
+                   const BatchNormAttrs& attrs) {
   Affines<A> f{std::vector<A>(mean.numel()), std::vector<A>(mean.numel())};
-  const S *mp = mean.data_ptr<S>(), *ip = invstd.data_ptr<S>(), *wp = w.data_ptr<S>(), *bp = b.data_ptr<S>();
+  const S *mp = mean.data_ptr<S>(), *sp = stat.data_ptr<S>(), *wp = w.data_ptr<S>(), *bp = b.data_ptr<S>();
   for (int64_t c = 0; c < mean.numel(); ++c) {
-    const bn::Affine<A> a = bn::affine<A>(mp[c], ip[c], wp[c], bp[c]);
+    const S invstd = bn::invstd_of(sp[c], attrs.training, attrs.eps);
+    const bn::Affine<A> a = bn::affine<A>(mp[c], invstd, wp[c], bp[c]);
     f.scale[c] = a.scale, f.shift[c] = a.shift;
   }
   return f;
 }
 
+// Inputs: x, mean, invstd (training) or variance (evaluation), w, b.
 void batch_norm_apply(KernelArgs& a) {
   const Tensor& x = a.inputs[0];
-  const bool relu = static_cast<const BatchNormAttrs*>(a.attrs)->relu;
+  const auto& attrs = *static_cast<const BatchNormAttrs*>(a.attrs);
+  const bool relu = attrs.relu;
   Geometry g = geometry(x);
   visit_float_dtype(x.dtype(), "batch_norm", [&]<class T>() {
     using A = compute_t<T>;
@@ -119,7 +123,7 @@ void batch_norm_apply(KernelArgs& a) {
     T* yp = static_cast<T*>(a.outputs[0].data_ptr());
     Affines<A> f;
     visit_float_dtype(a.inputs[1].dtype(), "batch_norm",
-                      [&]<class S>() { f = affines<A, S>(a.inputs[1], a.inputs[2], a.inputs[3], a.inputs[4]); });
+                      [&]<class S>() { f = affines<A, S>(a.inputs[1], a.inputs[2], a.inputs[3], a.inputs[4], attrs); });
     const A *sc = f.scale.data(), *sh = f.shift.data();
     auto pass = [&]<bool relu>() {
       channel_map(g, [&](int64_t i, int64_t c) { yp[i] = bn::apply(xp[i], bn::Affine<A>{sc[c], sh[c]}, relu); });
@@ -133,7 +137,8 @@ void batch_norm_apply(KernelArgs& a) {
 
 // grad_weight = sum(g * xhat), grad_bias = sum(g); grad_x = w * invstd * (g - [training]
 // (mean(g) + xhat * mean(g * xhat))), xhat = (x - mean) * invstd; g masked first by the fused
-// ReLU's output (recomputed from x) when there is one. Inputs: g, x, mean, invstd, w, b.
+// ReLU's output (recomputed from x) when there is one. Inputs: g, x, mean, invstd or variance
+// (as for Apply), w, b.
 void batch_norm_backward(KernelArgs& a) {
   const Tensor &gy = a.inputs[0], &x = a.inputs[1];
   const auto& attrs = *static_cast<const BatchNormAttrs*>(a.attrs);
@@ -146,7 +151,7 @@ void batch_norm_backward(KernelArgs& a) {
     T* gxp = static_cast<T*>(a.outputs[0].data_ptr());
     visit_float_dtype(a.inputs[2].dtype(), "batch_norm", [&]<class S>() {
       const S *mean = a.inputs[2].data_ptr<S>(), *invstd = a.inputs[3].data_ptr<S>(), *w = a.inputs[4].data_ptr<S>();
-      const Affines<A> f = affines<A, S>(a.inputs[2], a.inputs[3], a.inputs[4], a.inputs[5]);
+      const Affines<A> f = affines<A, S>(a.inputs[2], a.inputs[3], a.inputs[4], a.inputs[5], attrs);
       const A *sc = f.scale.data(), *sh = f.shift.data();
       // The two passes, compiled once with the ReLU mask and once without.
       auto passes = [&]<bool relu>() {
@@ -161,7 +166,8 @@ void batch_norm_backward(KernelArgs& a) {
         // Per channel: grad_x = k * g + m * (x - mean) + d.
         std::vector<A> k(g.c), m(g.c), d(g.c), mu(g.c);
         for (int64_t c = 0; c < g.c; ++c) {
-          const bn::Backward b = bn::backward_factors(sg[c], sgx[c], static_cast<double>(invstd[c]),
+          const S inv = bn::invstd_of(invstd[c], attrs.training, attrs.eps);
+          const bn::Backward b = bn::backward_factors(sg[c], sgx[c], static_cast<double>(inv),
                                                       static_cast<double>(w[c]), count, attrs.training);
           gw[c] = static_cast<S>(b.grad_weight);
           gb[c] = static_cast<S>(b.grad_bias);

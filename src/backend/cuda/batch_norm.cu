@@ -3,7 +3,8 @@
 // per-channel sums in double, deterministic (device/channel_sums.cuh), with the CPU's per-channel
 // arithmetic (batch_norm_math.h); the normalising pass and grad_x as one multiply-add per
 // element, with batch_norm_relu's ReLU (and its gradient mask) fused in. Statistics are float32
-// (float64 for float64 input), as the op layer makes them.
+// (float64 for float64 input), as the op layer makes them; in evaluation the kernels take the
+// running variance and compute invstd themselves (bn::invstd_of).
 #include "backend/batch_norm_math.h"
 #include "backend/cuda/device/channel_sums.cuh"
 
@@ -40,12 +41,15 @@ struct WriteStats {
 };
 
 // A channel's y = x * scale + shift (the CPU's bn::affine), read from the per-channel tensors.
+// stat is invstd when training, the running variance when not (bn::invstd_of).
 template <class S>
 struct ChannelAffine {
-  const S *mean, *invstd, *w, *b;
+  const S *mean, *stat, *w, *b;
+  bool training;
+  double eps;
   template <class A>
   __device__ __forceinline__ bn::Affine<A> at(int64_t c) const {
-    return bn::affine<A>(mean[c], invstd[c], w[c], b[c]);
+    return bn::affine<A>(mean[c], bn::invstd_of(stat[c], training, eps), w[c], b[c]);
   }
 };
 
@@ -75,15 +79,17 @@ struct BackwardTerms {
 // into factors[4][C] (k, m, d, mean).
 template <class S, class A>
 struct WriteBackward {
-  const S *mean, *invstd, *w;
+  const S *mean, *stat, *w;
   S *grad_weight, *grad_bias;
   A* factors;
   int64_t channels;
   double count;
   bool training;
+  double eps;
   __device__ void operator()(int64_t c, double sum_g, double sum_gx) const {
+    const S invstd = bn::invstd_of(stat[c], training, eps);
     const bn::Backward f =
-        bn::backward_factors(sum_g, sum_gx, static_cast<double>(invstd[c]), static_cast<double>(w[c]), count, training);
+        bn::backward_factors(sum_g, sum_gx, static_cast<double>(invstd), static_cast<double>(w[c]), count, training);
     grad_weight[c] = static_cast<S>(f.grad_weight);
     grad_bias[c] = static_cast<S>(f.grad_bias);
     factors[c] = static_cast<A>(f.k);
@@ -152,9 +158,10 @@ void batch_norm_apply(KernelArgs& a) {
   if (x.numel() == 0) return;
   visit_float_dtype(x.dtype(), "batch_norm", [&]<class T>() {
     using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const auto& attrs = *static_cast<const BatchNormAttrs*>(a.attrs);
     const ChannelAffine<S> affine{a.inputs[1].data_ptr<S>(), a.inputs[2].data_ptr<S>(), a.inputs[3].data_ptr<S>(),
-                                  a.inputs[4].data_ptr<S>()};
-    with_relu(static_cast<const BatchNormAttrs*>(a.attrs)->relu, [&]<bool relu>() {
+                                  a.inputs[4].data_ptr<S>(), attrs.training, attrs.eps};
+    with_relu(attrs.relu, [&]<bool relu>() {
       batch_norm_apply_kernel<T, S, relu><<<blocks_for(x.numel()), kThreads, 0, stream_of(a)>>>(
           x.data_ptr<T>(), a.outputs[0].data_ptr<T>(), affine, x.numel(), ChannelOf{geo.c, geo.inner});
     });
@@ -171,14 +178,15 @@ void batch_norm_backward(KernelArgs& a) {
     using A = compute_t<T>;
     using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
     const S *mean = a.inputs[2].data_ptr<S>(), *invstd = a.inputs[3].data_ptr<S>(), *w = a.inputs[4].data_ptr<S>();
-    const ChannelAffine<S> affine{mean, invstd, w, a.inputs[5].data_ptr<S>()};
+    const ChannelAffine<S> affine{mean, invstd, w, a.inputs[5].data_ptr<S>(), attrs.training, attrs.eps};
     Tensor factors = make_empty({4, geo.c}, std::is_same_v<A, double> ? kFloat64 : kFloat32, x.device());
     cudaStream_t stream = stream_of(a);
     with_relu(attrs.relu, [&]<bool relu>() {
       channel_sums(
           geo.outer, geo.c, geo.inner, BackwardTerms<T, S, relu>{gy.data_ptr<T>(), x.data_ptr<T>(), mean, affine},
           WriteBackward<S, A>{mean, invstd, w, a.outputs[1].data_ptr<S>(), a.outputs[2].data_ptr<S>(),
-                              factors.data_ptr<A>(), geo.c, static_cast<double>(geo.per_channel()), attrs.training},
+                              factors.data_ptr<A>(), geo.c, static_cast<double>(geo.per_channel()), attrs.training,
+                              attrs.eps},
           x.device(), stream, "batch_norm_backward (channel sums)");
       if (x.numel() == 0) return;
       batch_norm_grad_input_kernel<T, S, relu><<<blocks_for(x.numel()), kThreads, 0, stream>>>(
