@@ -148,39 +148,24 @@ template <class To, class Ta, class F>
 void unary_kernel(const KernelArgs& a, F f, const char* name) {
   launch_plan(make_plan<2>({&a.outputs[0], &a.inputs[0]}), UnaryFn<To, Ta, F>{f}, stream_of(a), name);
 }
-// out = f(a, number) and out = f(number, a): the number is a kernel argument.
-template <class To, class Ta, class Tb, class F>
-struct BinaryNumberB {
+// f with its second (BindB) or first (BindA) operand fixed: a number passed as a kernel argument,
+// so that out = f(a, number) and out = f(number, a) are unary kernels over a.
+template <class F, class B>
+struct BindB {
   F f;
-  compute_t<Tb> b;
-  static constexpr std::array<int, 2> kSizes{sizeof(To), sizeof(Ta)};
-  __device__ __forceinline__ void operator()(char** p) const {
-    *reinterpret_cast<To*>(p[0]) = static_cast<To>(f(static_cast<compute_t<Ta>>(*reinterpret_cast<const Ta*>(p[1])), b));
-  }
-  template <int V>
-  __device__ __forceinline__ void vec(char* const* base, int64_t i) const {
-    const Vec<Ta, V> a = load_vec<Ta, V>(base[1], i);
-    Vec<To, V> o;
-#pragma unroll
-    for (int j = 0; j < V; ++j) o.v[j] = static_cast<To>(f(static_cast<compute_t<Ta>>(a.v[j]), b));
-    store_vec<To, V>(base[0], i, o);
+  B b;
+  template <class T>
+  __device__ __forceinline__ auto operator()(T x) const {
+    return f(x, b);
   }
 };
-template <class To, class Ta, class Tb, class F>
-struct BinaryNumberA {
+template <class F, class A>
+struct BindA {
   F f;
-  compute_t<Ta> a;
-  static constexpr std::array<int, 2> kSizes{sizeof(To), sizeof(Tb)};
-  __device__ __forceinline__ void operator()(char** p) const {
-    *reinterpret_cast<To*>(p[0]) = static_cast<To>(f(a, static_cast<compute_t<Tb>>(*reinterpret_cast<const Tb*>(p[1]))));
-  }
-  template <int V>
-  __device__ __forceinline__ void vec(char* const* base, int64_t i) const {
-    const Vec<Tb, V> b = load_vec<Tb, V>(base[1], i);
-    Vec<To, V> o;
-#pragma unroll
-    for (int j = 0; j < V; ++j) o.v[j] = static_cast<To>(f(a, static_cast<compute_t<Tb>>(b.v[j])));
-    store_vec<To, V>(base[0], i, o);
+  A a;
+  template <class T>
+  __device__ __forceinline__ auto operator()(T y) const {
+    return f(a, y);
   }
 };
 template <class To>
@@ -215,9 +200,11 @@ void binary_kernel(const KernelArgs& a, F f, const char* name) {
     launch_plan(make_plan<1>({&out}), Constant<To>{static_cast<To>(f(host_number<Ta>(x), host_number<Tb>(y)))}, stream,
                 name);
   else if (host_y)
-    launch_plan(make_plan<2>({&out, &x}), BinaryNumberB<To, Ta, Tb, F>{f, host_number<Tb>(y)}, stream, name);
+    launch_plan(make_plan<2>({&out, &x}), UnaryFn<To, Ta, BindB<F, compute_t<Tb>>>{{f, host_number<Tb>(y)}}, stream,
+                name);
   else if (host_x)
-    launch_plan(make_plan<2>({&out, &y}), BinaryNumberA<To, Ta, Tb, F>{f, host_number<Ta>(x)}, stream, name);
+    launch_plan(make_plan<2>({&out, &y}), UnaryFn<To, Tb, BindA<F, compute_t<Ta>>>{{f, host_number<Ta>(x)}}, stream,
+                name);
   else
     launch_plan(make_plan<3>({&out, &x, &y}), BinaryFn<To, Ta, Tb, F>{f}, stream, name);
 }
