@@ -87,6 +87,16 @@ KILN_HOST_DEVICE inline A relu_masked(A g, T x, Affine<A> f, bool relu) {
 #endif
 }
 
+// f.template operator()<relu>() with relu a compile-time constant: the kernels' passes, compiled
+// once with the fused ReLU and once without (host code, CPU and CUDA alike).
+template <class F>
+void with_relu(bool relu, const F& f) {
+  if (relu)
+    f.template operator()<true>();
+  else
+    f.template operator()<false>();
+}
+
 // The backward pass of one channel from sum(g) and sum(g * (x - mean)):
 // grad_weight = sum(g * xhat), grad_bias = sum(g), and grad_x = k * g + m * (x - mean) + d, which
 // is w * invstd * (g - [training] (mean(g) + xhat * mean(g * xhat))), xhat = (x - mean) * invstd.

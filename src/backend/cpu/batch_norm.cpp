@@ -115,7 +115,6 @@ Affines<A> affines(const Tensor& mean, const Tensor& stat, const Tensor& w, cons
 void batch_norm_apply(KernelArgs& a) {
   const Tensor& x = a.inputs[0];
   const auto& attrs = *static_cast<const BatchNormAttrs*>(a.attrs);
-  const bool relu = attrs.relu;
   Geometry g = geometry(x);
   visit_float_dtype(x.dtype(), "batch_norm", [&]<class T>() {
     using A = compute_t<T>;
@@ -125,13 +124,9 @@ void batch_norm_apply(KernelArgs& a) {
     visit_float_dtype(a.inputs[1].dtype(), "batch_norm",
                       [&]<class S>() { f = affines<A, S>(a.inputs[1], a.inputs[2], a.inputs[3], a.inputs[4], attrs); });
     const A *sc = f.scale.data(), *sh = f.shift.data();
-    auto pass = [&]<bool relu>() {
+    bn::with_relu(attrs.relu, [&]<bool relu>() {
       channel_map(g, [&](int64_t i, int64_t c) { yp[i] = bn::apply(xp[i], bn::Affine<A>{sc[c], sh[c]}, relu); });
-    };
-    if (relu)
-      pass.template operator()<true>();
-    else
-      pass.template operator()<false>();
+    });
   });
 }
 
@@ -153,11 +148,11 @@ void batch_norm_backward(KernelArgs& a) {
       const S *mean = a.inputs[2].data_ptr<S>(), *invstd = a.inputs[3].data_ptr<S>(), *w = a.inputs[4].data_ptr<S>();
       const Affines<A> f = affines<A, S>(a.inputs[2], a.inputs[3], a.inputs[4], a.inputs[5], attrs);
       const A *sc = f.scale.data(), *sh = f.shift.data();
-      // The two passes, compiled once with the ReLU mask and once without.
-      auto passes = [&]<bool relu>() {
+      bn::with_relu(attrs.relu, [&]<bool relu>() {
         std::vector<double> sg, sgx;
         channel_sums(g, sg, sgx, [&](int64_t i, int64_t c, double& s1, double& s2) {
-          const double gv = static_cast<double>(bn::relu_masked(static_cast<A>(gp[i]), xp[i], bn::Affine<A>{sc[c], sh[c]}, relu));
+          const double gv =
+              static_cast<double>(bn::relu_masked(static_cast<A>(gp[i]), xp[i], bn::Affine<A>{sc[c], sh[c]}, relu));
           s1 += gv;
           s2 += gv * (static_cast<double>(static_cast<A>(xp[i])) - static_cast<double>(mean[c]));
         });
@@ -181,11 +176,7 @@ void batch_norm_backward(KernelArgs& a) {
           const A gv = bn::relu_masked(static_cast<A>(gp[i]), xp[i], bn::Affine<A>{sc[c], sh[c]}, relu);
           gxp[i] = static_cast<T>(kp[c] * gv + mp[c] * (static_cast<A>(xp[i]) - mup[c]) + dp[c]);
         });
-      };
-      if (attrs.relu)
-        passes.template operator()<true>();
-      else
-        passes.template operator()<false>();
+      });
     });
   });
 }

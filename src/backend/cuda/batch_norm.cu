@@ -130,15 +130,6 @@ bool supports_backward(const KernelArgs& a) {
                        {&a.inputs[2], &a.inputs[3], &a.inputs[4], &a.inputs[5], &a.outputs[1], &a.outputs[2]});
 }
 
-// f.template operator()<relu>() with relu a compile-time constant.
-template <class F>
-void with_relu(bool relu, const F& f) {
-  if (relu)
-    f.template operator()<true>();
-  else
-    f.template operator()<false>();
-}
-
 void batch_norm_stats(KernelArgs& a) {
   const Tensor& x = a.inputs[0];
   const double eps = static_cast<const BatchNormAttrs*>(a.attrs)->eps;
@@ -161,7 +152,7 @@ void batch_norm_apply(KernelArgs& a) {
     const auto& attrs = *static_cast<const BatchNormAttrs*>(a.attrs);
     const ChannelAffine<S> affine{a.inputs[1].data_ptr<S>(), a.inputs[2].data_ptr<S>(), a.inputs[3].data_ptr<S>(),
                                   a.inputs[4].data_ptr<S>(), attrs.training, attrs.eps};
-    with_relu(attrs.relu, [&]<bool relu>() {
+    bn::with_relu(attrs.relu, [&]<bool relu>() {
       batch_norm_apply_kernel<T, S, relu><<<blocks_for(x.numel()), kThreads, 0, stream_of(a)>>>(
           x.data_ptr<T>(), a.outputs[0].data_ptr<T>(), affine, x.numel(), ChannelOf{geo.c, geo.inner});
     });
@@ -181,7 +172,7 @@ void batch_norm_backward(KernelArgs& a) {
     const ChannelAffine<S> affine{mean, invstd, w, a.inputs[5].data_ptr<S>(), attrs.training, attrs.eps};
     Tensor factors = make_empty({4, geo.c}, std::is_same_v<A, double> ? kFloat64 : kFloat32, x.device());
     cudaStream_t stream = stream_of(a);
-    with_relu(attrs.relu, [&]<bool relu>() {
+    bn::with_relu(attrs.relu, [&]<bool relu>() {
       channel_sums(
           geo.outer, geo.c, geo.inner, BackwardTerms<T, S, relu>{gy.data_ptr<T>(), x.data_ptr<T>(), mean, affine},
           WriteBackward<S, A>{mean, invstd, w, a.outputs[1].data_ptr<S>(), a.outputs[2].data_ptr<S>(),

@@ -168,20 +168,6 @@ struct BindA {
     return f(a, y);
   }
 };
-template <class To>
-struct Constant {
-  To v;
-  static constexpr std::array<int, 1> kSizes{sizeof(To)};
-  __device__ __forceinline__ void operator()(char** p) const { *reinterpret_cast<To*>(p[0]) = v; }
-  template <int V>
-  __device__ __forceinline__ void vec(char* const* base, int64_t i) const {
-    Vec<To, V> o;
-#pragma unroll
-    for (int j = 0; j < V; ++j) o.v[j] = v;
-    store_vec<To, V>(base[0], i, o);
-  }
-};
-
 // A number's value: a CPU operand is a 0-d tensor (perhaps expanded), one element at data_ptr().
 template <class T>
 compute_t<T> host_number(const Tensor& t) {
@@ -194,12 +180,11 @@ template <class To, class Ta, class Tb, class F>
 void binary_kernel(const KernelArgs& a, F f, const char* name) {
   const Tensor &out = a.outputs[0], &x = a.inputs[0], &y = a.inputs[1];
   const bool host_x = x.device().is_cpu(), host_y = y.device().is_cpu();
+  // Two numbers make a CPU op (common_device), and an in-place op's self is on the device.
+  KILN_CHECK(!(host_x && host_y), name, "both operands of a device kernel are on the host");
   if (out.numel() == 0) return;
   cudaStream_t stream = stream_of(a);
-  if (host_x && host_y)
-    launch_plan(make_plan<1>({&out}), Constant<To>{static_cast<To>(f(host_number<Ta>(x), host_number<Tb>(y)))}, stream,
-                name);
-  else if (host_y)
+  if (host_y)
     launch_plan(make_plan<2>({&out, &x}), UnaryFn<To, Ta, BindB<F, compute_t<Tb>>>{{f, host_number<Tb>(y)}}, stream,
                 name);
   else if (host_x)
