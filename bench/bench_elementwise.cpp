@@ -1,5 +1,5 @@
 // Memory bandwidth of a large elementwise add, against a STREAM-style add loop on the same machine;
-// batch norm with and without its fused ReLU.
+// batch norm with and without its fused ReLU; max pooling at ResNet's stem.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -118,4 +118,20 @@ void BM_BatchNormRelu(benchmark::State& state) {
 }
 
 BENCHMARK(BM_BatchNormRelu)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+// ResNet-50's stem pooling at batch 16 (3x3, stride 2, padding 1 over [16, 64, 112, 112]) in
+// the layout range(0) says (0 row-major, 1 channels-last); range(1) = 1 adds the backward pass.
+void BM_MaxPool2d(benchmark::State& state) {
+  kiln::manual_seed(0);
+  const kiln::MemoryFormat f = state.range(0) ? kiln::MemoryFormat::ChannelsLast : kiln::MemoryFormat::Contiguous;
+  const kiln::Tensor x0 = kiln::randn({16, 64, 112, 112}).contiguous(f);
+  const kiln::Tensor gy = kiln::randn({16, 64, 56, 56}).contiguous(f);
+  for (auto _ : state) {
+    kiln::Tensor x = x0.detach().requires_grad_(state.range(1) != 0);
+    kiln::Tensor y = kiln::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
+    if (state.range(1)) y.backward(gy);
+    benchmark::DoNotOptimize(y.data_ptr());
+  }
+}
+BENCHMARK(BM_MaxPool2d)->ArgsProduct({{0, 1}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);
+
 BENCHMARK_MAIN();

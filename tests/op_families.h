@@ -87,12 +87,21 @@ inline std::vector<Case> op_families() {
          return value_and_grads(batch_norm_relu(x, {}, {}, g, b, true) + batch_norm_relu(x, rm, rv, g, b, false),
                                 {x, g, b});
        }},
-      {"max, average and adaptive pooling",
+      {"max, average and adaptive pooling; max pooling without indices (no grad)",
        [](Device d) {
          Tensor x = input({2, 8, 12, 12}, 13, d);
          Tensor y = max_pool2d(x, {3, 3}, {2, 2}, {1, 1}) + avg_pool2d(x, {2, 2}, {2, 2}, {0, 0}).narrow(2, 0, 6).narrow(3, 0, 6) +
                     adaptive_avg_pool2d(x, {6, 6});
-         return value_and_grads(y, {x});
+         Trace t = value_and_grads(y, {x});
+         NoGradGuard ng;
+         append(t, max_pool2d(x.detach().contiguous(MemoryFormat::ChannelsLast), {3, 3}, {2, 2}, {1, 1}));
+         return t;
+       }},
+      {"add_relu, broadcast, channels-last",
+       [](Device d) {
+         Tensor a = input({2, 8, 6, 6}, 17, d).detach().contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+         Tensor b = input({8, 1, 6}, 18, d);
+         return value_and_grads(add_relu(a, b), {a, b});
        }},
       {"layer_norm, softmax, log_softmax, masked_softmax",
        [](Device d) {

@@ -202,6 +202,22 @@ TEST(Pool2d, MaxPoolDilationAndNan) {
   expect_close(max_pool2d(x, {2}, {1}, {0}, {2}), {7.0}, {1, 1, 1, 1});
   Tensor xn = tensor(std::vector<double>{1, NAN, 2, 3}, {1, 1, 2, 2}, kFloat64);
   EXPECT_TRUE(std::isnan(values(max_pool2d(xn, {2}))[0]));
+  // Kernel 2 with dilation 4 and padding 2 over a height of 1: the row's window taps -2 and 2,
+  // both in the padding. Its output is -inf (with or without indices, in both layouts) and no
+  // input takes its gradient.
+  for (bool cl : {false, true}) {
+    Tensor x1 =
+        rnd({2, 3, 1, 4}).contiguous(cl ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous).requires_grad_();
+    Tensor y = max_pool2d(x1, {2, 1}, {1, 1}, {2, 0}, {4, 1});
+    ASSERT_EQ(y.shape(), (Shape{2, 3, 1, 4}));
+    for (double v : values(y)) EXPECT_EQ(v, -INFINITY);
+    {
+      NoGradGuard ng;
+      for (double v : values(max_pool2d(x1, {2, 1}, {1, 1}, {2, 0}, {4, 1}))) EXPECT_EQ(v, -INFINITY);
+    }
+    y.sum().backward();
+    for (double v : values(x1.grad())) EXPECT_EQ(v, 0.0);
+  }
 }
 
 TEST(Pool2d, Gradcheck) {
@@ -318,8 +334,9 @@ void expect_same(const Tensor& a, const Tensor& b, const std::string& what) {
 
 // batch_norm_relu against relu(batch_norm(...)): the same values, gradients and running
 // statistics, bit for bit, in every float dtype and layout, training and evaluation; channel 1 is
-// constant with bias 0 (its outputs are exactly 0 in training, where the ReLU's gradient is cut),
-// and one of its elements is NaN in evaluation.
+// constant with bias 0 (its outputs are exactly 0 in training, where the ReLU's gradient is cut:
+// the constant is 0.5, so that x * scale + shift is 0 also when the compiler fuses it into one
+// rounding, whatever the random weight), and one of its elements is NaN in evaluation.
 TEST(BatchNormRelu, EqualsReluOfBatchNormBitForBit) {
   for (ScalarType dt : {kFloat64, kFloat32, kBFloat16, kFloat16})
     for (bool cl : {false, true})
@@ -327,7 +344,7 @@ TEST(BatchNormRelu, EqualsReluOfBatchNormBitForBit) {
         SCOPED_TRACE(std::string(dtype_name(dt)) + (cl ? " channels-last" : "") + (training ? " training" : " eval"));
         std::vector<double> xv = values(rnd({4, 3, 5, 2}, kFloat64, -2, 3));
         for (size_t i = 0; i < xv.size(); ++i)
-          if ((i / 10) % 3 == 1) xv[i] = 0.75;
+          if ((i / 10) % 3 == 1) xv[i] = 0.5;
         if (!training) xv[2 * 30 + 1 * 10 + 3] = std::nan("");  // an element of channel 1, in eval
         Tensor x = tensor(xv, {4, 3, 5, 2}, kFloat64);
         Tensor xin = cl ? x.to(dt).contiguous(MemoryFormat::ChannelsLast) : x.to(dt);
@@ -355,7 +372,42 @@ TEST(BatchNormRelu, EqualsReluOfBatchNormBitForBit) {
       }
 }
 
-
+// add_relu against relu(a + b): the same values and gradients, bit for bit, in every float dtype,
+// channels-last and broadcast operands, sums that are exactly 0, -0 or NaN; integers too; and a
+// C++ number on either side.
+TEST(AddRelu, EqualsReluOfAddBitForBit) {
+  for (ScalarType dt : {kFloat64, kFloat32, kBFloat16, kFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    std::vector<double> av = values(rnd({2, 3, 4, 5}, kFloat64, -2, 2)), bv = values(rnd({3, 4, 5}, kFloat64, -2, 2));
+    av[0] = 0.5, bv[0] = -0.5;   // exactly 0
+    av[1] = -0.0, bv[1] = -0.0;  // -0
+    av[2] = std::nan(""), bv[3] = -INFINITY;
+    av[4] = 1e-30, bv[4] = -2e-30;  // tiny: -0 or 0 in fp16
+    const Tensor a0 = tensor(av, {2, 3, 4, 5}, kFloat64).to(dt).contiguous(MemoryFormat::ChannelsLast);
+    const Tensor b0 = tensor(bv, {3, 4, 5}, kFloat64).to(dt);
+    const Tensor gy = rnd({2, 3, 4, 5}).to(dt);
+    Tensor y[2], ga[2], gb[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      Tensor a = a0.detach().requires_grad_(), b = b0.detach().requires_grad_();
+      y[fused] = fused ? add_relu(a, b) : relu(a + b);
+      (y[fused] * gy).sum().backward();
+      ga[fused] = a.grad(), gb[fused] = b.grad();
+    }
+    EXPECT_EQ(y[1].dtype(), dt);
+    EXPECT_EQ(y[1].strides(), y[0].strides());
+    expect_same(y[1], y[0], "output");
+    EXPECT_FALSE(std::signbit(values(y[1])[1]));  // relu(-0) is +0
+    expect_same(ga[1], ga[0], "gradient of a");
+    expect_same(gb[1], gb[0], "gradient of b");
+    expect_same(add_relu(a0, 0.25), relu(a0 + 0.25), "number on the right");
+    expect_same(add_relu(-0.25, b0), relu(-0.25 + b0), "number on the left");
+  }
+  Tensor i = arange(-6, 6, 1, kInt64), j = full({12}, 2, kInt64);
+  EXPECT_EQ(values(add_relu(i, j)), values(relu(i + j)));
+  EXPECT_EQ(add_relu(i, j).dtype(), kInt64);
+  EXPECT_EQ(add_relu(i, 0.5).dtype(), kDefaultFloat);  // the type promotion of add
+  expect_error([] { add_relu(zeros({2, 3}), zeros({4})); }, "[add_relu]");
+}
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <set>
 #include <string>
@@ -130,8 +131,9 @@ Tensor random_input(Shape shape, bool channels_last, uint32_t seed, bool ties) {
 }
 
 // The CUDA kernels' per-element functions (max_at, avg_at, max_grad_at, avg_grad_at) against the
-// CPU kernels on whole tensors, NCHW and channels-last, with overlapping windows, padding,
-// dilation, uneven adaptive bins, and ties and NaN for max pooling.
+// CPU kernels on whole tensors (channels-last inputs, the op layer's rule; gradients in either
+// layout), with overlapping windows, padding, dilation, uneven adaptive bins, and ties and NaN for
+// max pooling.
 TEST(CudaHostCnn, PoolPerElementMathMatchesTheCpuKernels) {
   struct Cfg {
     PoolAttrs a;
@@ -155,9 +157,9 @@ TEST(CudaHostCnn, PoolPerElementMathMatchesTheCpuKernels) {
       for (bool ties : {false, true}) {
         const bool max = cfg.a.kind == PoolAttrs::Max;
         const std::string what = "kind " + std::to_string(cfg.a.kind) + " k " + std::to_string(cfg.a.kernel[0]) +
-                                 (channels_last ? " channels-last" : " nchw") + (ties ? " ties" : "");
-        const int64_t N = 2, C = 3;
-        Tensor x = random_input({N, C, cfg.h, cfg.w}, channels_last, seed++, ties);
+                                 (channels_last ? " gradient nchw" : " gradient channels-last") + (ties ? " ties" : "");
+        const int64_t N = 2, C = ties ? 3 : 19;  // 19: the vectorised channel loop with a tail
+        Tensor x = random_input({N, C, cfg.h, cfg.w}, true, seed++, ties);
         if (max && ties) x.data_ptr<float>()[5] = NAN;
         const Shape ys{N, C, cfg.oh, cfg.ow};
         Tensor y = make_empty_strided(ys, channels_last_strides(ys), kFloat32, Device::cpu());
@@ -165,6 +167,11 @@ TEST(CudaHostCnn, PoolPerElementMathMatchesTheCpuKernels) {
         std::vector<Tensor> outs = max ? std::vector<Tensor>{y, ind} : std::vector<Tensor>{y};
         backend::run(max ? backend::Op::MaxPool2d : backend::Op::AvgPool2d, Device::cpu(), std::vector<Tensor>{x},
                      std::span<Tensor>(outs), &cfg.a);
+        if (max) {  // without the indices (no backward pass will follow): the same values, bit for bit
+          std::vector<Tensor> alone{make_empty_strided(ys, channels_last_strides(ys), kFloat32, Device::cpu())};
+          backend::run(backend::Op::MaxPool2d, Device::cpu(), std::vector<Tensor>{x}, std::span<Tensor>(alone), &cfg.a);
+          ASSERT_EQ(std::memcmp(alone[0].data_ptr(), y.data_ptr(), y.nbytes()), 0) << what;
+        }
         Tensor g = random_input(ys, !channels_last, seed++, false);
         Tensor gx = make_empty_strided(x.shape(), x.strides(), kFloat32, Device::cpu());
         std::vector<Tensor> gouts{gx};

@@ -40,6 +40,25 @@ TEST_F(Fallback, ToDeviceAndBackKeepsValues) {
   EXPECT_GT(memory_stats(Device::cuda(0)).allocated, 0u);
 }
 
+// A dense tensor keeps its layout across devices (PyTorch's preserve_format), a strided view
+// arrives row-major; both with their values.
+TEST_F(Fallback, ToDeviceKeepsADenseLayout) {
+  const Tensor x = arange(2 * 3 * 4 * 5, kFloat32).reshape({2, 3, 4, 5});
+  const Tensor cl = x.contiguous(MemoryFormat::ChannelsLast);
+  const Tensor d = cl.to(Device::cuda(0));
+  EXPECT_TRUE(d.is_contiguous(MemoryFormat::ChannelsLast));
+  const Tensor back = d.cpu();
+  EXPECT_EQ(back.strides(), cl.strides());
+  EXPECT_EQ(test::values(back), test::values(x));
+  const Tensor view = x.narrow(3, 1, 3);  // not dense
+  const Tensor dv = view.to(Device::cuda(0));
+  EXPECT_TRUE(dv.is_contiguous());
+  EXPECT_EQ(test::values(dv.cpu()), test::values(view));
+  const Tensor t = x.flatten(2).transpose(1, 2);  // dense in another order of dims
+  EXPECT_EQ(t.to(Device::cuda(0)).strides(), t.strides());
+  EXPECT_EQ(test::values(t.to(Device::cuda(0)).cpu()), test::values(t));
+}
+
 TEST_F(Fallback, OpsWithoutDeviceKernelsRunOnTheCpuAndAreCounted) {
   Tensor a = tensor({1.0f, 2.0f, 3.0f}).to(Device::cuda(0));
   Tensor b = tensor({10.0f, 20.0f, 30.0f}).to(Device::cuda(0));

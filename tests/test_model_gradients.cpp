@@ -59,12 +59,12 @@ std::map<std::string, Reference> references(const std::string& model) {
   return out;
 }
 
-// While alive, wraps the CPU kernels of ReLU (forward and backward), of batch norm with its fused
-// ReLU (batch_norm_relu: the ReLU's choice inside BatchNormApply and BatchNormBackward) and of
-// max pooling: Record
-// keeps each call's choice (ReLU: out > 0; max pool: the indices), in call order; Replay makes
-// the same calls, in the same order, take those choices instead of their own. The two runs of a
-// model make the same op calls in the same order, so the i-th call of one is the i-th of the other.
+// While alive, wraps the CPU kernels of ReLU (forward and backward; add_relu's too), of batch
+// norm with its fused ReLU (batch_norm_relu: the ReLU's choice inside BatchNormApply and
+// BatchNormBackward) and of max pooling: Record keeps each call's choice (ReLU: out > 0; max
+// pool: the indices), in call order; Replay makes the same calls, in the same order, take those
+// choices instead of their own. The two runs of a model make the same op calls in the same order,
+// so the i-th call of one is the i-th of the other.
 class KinkReplay {
  public:
   enum Mode { Record, Replay };
@@ -75,6 +75,7 @@ class KinkReplay {
     if (mode == Record) state().relu.clear(), state().pool.clear();
     state().by_output.clear();
     install(backend::Op::Relu, relu);
+    install(backend::Op::AddRelu, add_relu);
     install(backend::Op::ReluBackward, relu_backward);
     install(backend::Op::MaxPool2d, max_pool);
     install(backend::Op::BatchNormApply, bn_apply);
@@ -105,8 +106,8 @@ class KinkReplay {
     std::map<const void*, Tensor> by_output;  // a replayed ReLU's output -> its mask
     std::map<const void*, Tensor> by_bn_input;  // a replayed batch_norm_relu's input -> its mask
     int64_t crossed = 0;
-    backend::Kernel relu_k = nullptr, relu_backward_k = nullptr, pool_k = nullptr, bn_apply_k = nullptr,
-                    bn_backward_k = nullptr;
+    backend::Kernel relu_k = nullptr, add_relu_k = nullptr, relu_backward_k = nullptr, pool_k = nullptr,
+                    bn_apply_k = nullptr, bn_backward_k = nullptr;
   };
   static State& state() {
     static State s;
@@ -116,22 +117,28 @@ class KinkReplay {
     backend::Kernel orig = backend::kernel_for(op, DeviceType::CPU);
     saved_.emplace_back(op, orig);
     if (op == backend::Op::Relu) state().relu_k = orig;
+    if (op == backend::Op::AddRelu) state().add_relu_k = orig;
     if (op == backend::Op::ReluBackward) state().relu_backward_k = orig;
     if (op == backend::Op::MaxPool2d) state().pool_k = orig;
     if (op == backend::Op::BatchNormApply) state().bn_apply_k = orig;
     if (op == backend::Op::BatchNormBackward) state().bn_backward_k = orig;
     backend::register_kernel(op, DeviceType::CPU, k);
   }
-  static void relu(backend::KernelArgs& args) {
+  static void relu(backend::KernelArgs& args) { relu_of(args, state().relu_k, args.inputs[0]); }
+  // add_relu: a ReLU of the operands' sum.
+  static void add_relu(backend::KernelArgs& args) {
+    relu_of(args, state().add_relu_k, state().mode == Replay ? args.inputs[0] + args.inputs[1] : Tensor());
+  }
+  // A ReLU of x (what the kernel k computes): its choice recorded, or replayed on x.
+  static void relu_of(backend::KernelArgs& args, backend::Kernel k, const Tensor& x) {
     State& s = state();
     if (s.mode == Record) {
-      s.relu_k(args);
+      k(args);
       s.relu.push_back(args.outputs[0].gt(0).contiguous());
       return;
     }
     EXPECT_LT(s.next_relu, s.relu.size()) << "more ReLU calls than recorded";
     const Tensor mask = s.relu.at(s.next_relu++);
-    const Tensor& x = args.inputs[0];
     s.crossed += x.gt(0).ne(mask).sum().item<int64_t>();
     args.outputs[0].copy_(where(mask, x, 0.0));
     s.by_output[args.outputs[0].data_ptr()] = mask;
@@ -190,6 +197,8 @@ class KinkReplay {
   static void max_pool(backend::KernelArgs& args) {  // {x} -> {y, indices (h * W + w)}
     State& s = state();
     s.pool_k(args);
+    // Without indices (no gradient wanted) there is no choice that a backward pass depends on.
+    if (args.outputs.size() < 2) return;
     if (s.mode == Record) {
       s.pool.push_back(args.outputs[1].contiguous());
       return;

@@ -2,6 +2,7 @@
 #include <sstream>
 
 #include "kiln/nn.h"
+#include "kiln/optim.h"
 #include "test_util.h"
 
 namespace kiln::test {
@@ -204,6 +205,52 @@ TEST(NnModule, ToDeviceKeepsHandles) {
     Tensor y = net(ones({1, 3}, d));
     EXPECT_EQ(y.device(), d);
   }
+}
+
+// to(MemoryFormat::ChannelsLast) lays out 4-D floating tensors (and their gradients) channels-last
+// behind the same handles, leaves the others alone, and the model computes and trains as before:
+// the same outputs, conv weight gradients in the weights' layout, SGD with momentum keeping its
+// state in that layout.
+TEST(NnModule, ToChannelsLastKeepsHandlesValuesAndTraining) {
+  auto make = [] {
+    manual_seed(3);
+    return nn::Sequential(nn::Conv2d(3, 8, 3, {.padding = 1}), nn::BatchNorm2d(8), nn::ReLU(), nn::Flatten(),
+                          nn::Linear(8 * 6 * 6, 4));
+  };
+  nn::Sequential plain = make(), cl = make();
+  auto conv = cl->ptr<nn::Conv2dImpl>(0);
+  Tensor w = conv->weight;  // a handle taken before, as an optimizer holds it
+  w.sum().backward();
+  const std::vector<double> before = values(w);
+  cl->to(MemoryFormat::ChannelsLast);
+  EXPECT_TRUE(w.is_same(conv->weight));
+  EXPECT_TRUE(w.is_contiguous(MemoryFormat::ChannelsLast));
+  EXPECT_FALSE(w.is_contiguous());
+  EXPECT_TRUE(w.grad().is_contiguous(MemoryFormat::ChannelsLast));
+  EXPECT_EQ(values(w), before);
+  EXPECT_TRUE(w.is_leaf() && w.requires_grad());
+  EXPECT_TRUE(cl->ptr<nn::LinearImpl>(4)->weight.is_contiguous());  // not 4-D: unchanged
+  cl->zero_grad();
+
+  optim::SGD opt_plain(plain->parameters(), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD opt_cl(cl->parameters(), {.lr = 0.1, .momentum = 0.9});
+  for (int step = 0; step < 3; ++step) {
+    const Tensor x = randn({2, 3, 6, 6}).contiguous(MemoryFormat::ChannelsLast);
+    Tensor y_plain = plain(x), y_cl = cl(x);
+    expect_close(y_cl, values(y_plain), y_plain.shape(), 1e-5, 1e-6, "output");
+    y_plain.square().sum().backward();
+    y_cl.square().sum().backward();
+    EXPECT_TRUE(w.grad().is_contiguous(MemoryFormat::ChannelsLast)) << "step " << step;
+    opt_plain.step();
+    opt_cl.step();
+    opt_plain.zero_grad();
+    opt_cl.zero_grad();
+  }
+  EXPECT_TRUE(w.is_contiguous(MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(opt_cl.state(w).at("momentum_buffer").is_contiguous(MemoryFormat::ChannelsLast));
+  expect_close(w, values(plain->ptr<nn::Conv2dImpl>(0)->weight), w.shape(), 1e-5, 1e-6, "weights after 3 steps");
+  cl->to(MemoryFormat::Contiguous);
+  EXPECT_TRUE(w.is_contiguous());
 }
 
 TEST(NnModule, ZeroGrad) {

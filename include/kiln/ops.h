@@ -22,6 +22,8 @@ KILN_DECLARE_BINARY(div)
 KILN_DECLARE_BINARY(pow)
 KILN_DECLARE_BINARY(maximum)
 KILN_DECLARE_BINARY(minimum)
+// relu(a + b) in one pass (ResNet's residual join): the same values and gradients.
+KILN_DECLARE_BINARY(add_relu)
 KILN_DECLARE_BINARY(eq)
 KILN_DECLARE_BINARY(ne)
 KILN_DECLARE_BINARY(lt)

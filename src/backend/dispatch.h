@@ -12,7 +12,7 @@ namespace kiln::backend {
 
 // Every primitive a backend can implement. One X-macro list gives the enum and the names.
 #define KILN_OP_LIST(X)                                                                     \
-  X(Add) X(Sub) X(Mul) X(Div) X(Pow) X(Maximum) X(Minimum)                                  \
+  X(Add) X(Sub) X(Mul) X(Div) X(Pow) X(Maximum) X(Minimum) X(AddRelu)                       \
   X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge) X(LogicalAnd) X(LogicalOr)                            \
   X(ReluBackward) X(SigmoidBackward) X(TanhBackward) X(GeluErfBackward) X(GeluTanhBackward) \
   X(SiluBackward)                                                                           \
@@ -103,7 +103,8 @@ struct ConvAttrs {
   int64_t groups = 1;
   bool inference = false;  // no backward will follow (lets a library pick an inference kernel)
 };
-// Pooling over H and W of 4-D tensors. Max: {x} -> {y, indices (int64, h * W + w)}, backward
+// Pooling over H and W of 4-D tensors, x channels-last (the op layer makes it so). Max: {x} ->
+// {y[, indices (int64, h * W + w), given when a backward pass will need them]}, backward
 // {grad_y, indices} -> {grad_x}. Avg and adaptive avg: {x} -> {y}, backward {grad_y} -> {grad_x}.
 struct PoolAttrs {
   enum Kind : uint8_t { Max, Avg, AdaptiveAvg } kind = Max;

@@ -127,6 +127,8 @@ struct Reciprocal { KILN_UN { return T(1) / a; } };
 struct Tanh { static constexpr bool kVector = true; KILN_UN { return math::tanh(a); } };
 struct Sigmoid { static constexpr bool kVector = true; KILN_UN { return K<T>(1) / (K<T>(1) + math::exp(-a)); } };
 struct Relu { KILN_UN { return a > T(0) ? a : (a != a ? a : T(0)); } };
+// relu(a + b) (ResNet's residual join): each step in T, as the two ops one after the other.
+struct AddRelu { KILN_FN { return Relu{}(Add{}(a, b)); } };
 struct GeluErf {
   static constexpr bool kVector = true;
   KILN_UN { return K<T>(0.5) * a * (K<T>(1) + math::erf(a * K<T>(kSqrt1_2))); }

@@ -1,6 +1,9 @@
 // ResNet (He et al., "Deep Residual Learning for Image Recognition", 2015), as torchvision builds it.
 #include "kiln/models/resnet.h"
 
+// The blocks' `relu` modules stay registered, as torchvision's (a model prints and loads the same),
+// while forward runs each ReLU fused into the op before it: batch_norm_relu, add_relu.
+
 namespace kiln::models {
 namespace {
 
@@ -30,7 +33,7 @@ Tensor BasicBlockImpl::forward(const Tensor& x) {
   Tensor out = bn1->forward_relu(conv1(x));
   out = bn2(conv2(out));
   Tensor identity = downsample ? downsample(x) : x;
-  return relu(out + identity);
+  return add_relu(out, identity);  // relu(out + identity) in one pass
 }
 
 BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride, nn::Sequential downsample_,
@@ -51,7 +54,7 @@ Tensor BottleneckImpl::forward(const Tensor& x) {
   out = bn2->forward_relu(conv2(out));
   out = bn3(conv3(out));
   Tensor identity = downsample ? downsample(x) : x;
-  return relu(out + identity);
+  return add_relu(out, identity);  // relu(out + identity) in one pass
 }
 
 ResNetImpl::ResNetImpl(ResNetBlock block, std::array<int64_t, 4> layers, ResNetOptions options)

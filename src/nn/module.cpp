@@ -181,31 +181,55 @@ void Module::train(bool on) {
   for (auto& [n, c] : children_) c->train(on);
 }
 
-void Module::apply_to(const std::optional<Device>& device, const std::optional<ScalarType>& dtype) {
+void Module::convert_tensors(const std::function<Tensor(const Tensor&)>& fn) {
   NoGradGuard no_grad;
   auto convert = [&](Tensor& t) {
     if (!t.defined()) return;
-    // Integer and bool tensors (num_batches_tracked) keep their dtype, as in PyTorch.
-    ScalarType want = dtype && t.is_floating_point() ? *dtype : t.dtype();
-    Device where = device.value_or(t.device());
-    if (want == t.dtype() && where == t.device()) return;
-    Tensor grad = t.grad();
-    detail::set_data(t, t.detach().to(where, want));
-    if (grad.defined()) t.set_grad(grad.to(where, want));
+    const Tensor converted = fn(t.detach());
+    if (!converted.defined()) return;
+    const Tensor grad = t.grad();
+    detail::set_data(t, converted);
+    if (grad.defined()) {
+      const Tensor g = fn(grad);
+      t.set_grad(g.defined() ? g : grad);
+    }
   };
   for (auto& [n, t] : parameters_) convert(t);
   for (auto& [n, t] : buffers_) convert(t);
-  for (auto& [n, c] : children_) c->apply_to(device, dtype);
+  for (auto& [n, c] : children_) c->convert_tensors(fn);
 }
 
-void Module::to(Device device) { apply_to(device, std::nullopt); }
-void Module::to(ScalarType dtype) {
+namespace {
+
+// Module::to's conversion: integer and bool tensors (num_batches_tracked) keep their dtype, as in PyTorch.
+std::function<Tensor(const Tensor&)> moved(std::optional<Device> device, std::optional<ScalarType> dtype) {
+  return [=](const Tensor& t) {
+    const ScalarType want = dtype && t.is_floating_point() ? *dtype : t.dtype();
+    const Device where = device.value_or(t.device());
+    return want == t.dtype() && where == t.device() ? Tensor() : t.to(where, want);
+  };
+}
+
+void check_float(ScalarType dtype) {
   KILN_CHECK(kiln::is_floating_point(dtype), "Module::to", "only floating-point dtypes are accepted, got ", dtype);
-  apply_to(std::nullopt, dtype);
+}
+
+}  // namespace
+
+void Module::to(Device device) { convert_tensors(moved(device, std::nullopt)); }
+void Module::to(ScalarType dtype) {
+  check_float(dtype);
+  convert_tensors(moved(std::nullopt, dtype));
 }
 void Module::to(Device device, ScalarType dtype) {
-  KILN_CHECK(kiln::is_floating_point(dtype), "Module::to", "only floating-point dtypes are accepted, got ", dtype);
-  apply_to(device, dtype);
+  check_float(dtype);
+  convert_tensors(moved(device, dtype));
+}
+void Module::to(MemoryFormat format) {
+  convert_tensors([format](const Tensor& t) {
+    const bool applies = t.dim() == 4 && t.is_floating_point() && !t.is_contiguous(format);
+    return applies ? t.contiguous(format) : Tensor();
+  });
 }
 
 void Module::zero_grad(bool set_to_none) {

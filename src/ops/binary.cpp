@@ -12,6 +12,7 @@ using ops::Op;
 bool is_differentiable(Op op) {
   switch (op) {
     case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Maximum: case Op::Minimum:
+    case Op::AddRelu:
       return true;
     default:
       return false;
@@ -36,6 +37,7 @@ const char* backward_name(Op op) {
     case Op::Div: return "DivBackward";
     case Op::Pow: return "PowBackward";
     case Op::Maximum: return "MaximumBackward";
+    case Op::AddRelu: return "AddReluBackward";
     default: return "MinimumBackward";
   }
 }
@@ -46,6 +48,11 @@ autograd::BackwardFn make_backward(Op op, const Tensor& a, const Tensor& b, cons
   switch (op) {
     case Op::Add:
       return [ma, mb](const Tensor& g) -> TensorList { return {ma(g), mb(g)}; };
+    case Op::AddRelu:  // relu's gradient (g where the output is positive), then add's
+      return [ma, mb, so = SavedTensor(out)](const Tensor& g) -> TensorList {
+        const Tensor gr = ops::backward_helper(Op::ReluBackward, g, so.get("AddReluBackward"));
+        return {ma(gr), mb(gr)};
+      };
     case Op::Sub:
       return [ma, mb](const Tensor& g) -> TensorList { return {ma(g), mb.needs ? mb(neg(g)) : Tensor()}; };
     case Op::Mul:
@@ -161,6 +168,7 @@ KILN_DEFINE_BINARY(div, Div)
 KILN_DEFINE_BINARY(pow, Pow)
 KILN_DEFINE_BINARY(maximum, Maximum)
 KILN_DEFINE_BINARY(minimum, Minimum)
+KILN_DEFINE_BINARY(add_relu, AddRelu)
 KILN_DEFINE_BINARY(eq, Eq)
 KILN_DEFINE_BINARY(ne, Ne)
 KILN_DEFINE_BINARY(lt, Lt)

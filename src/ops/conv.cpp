@@ -85,7 +85,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
                        Tensor gx, gw, gb;
                        if (need_x) gx = conv_backward_input(g, w, x, a);
                        if (need_w || need_b) {
-                         gw = make_empty(w.shape(), w.dtype(), w.device());
+                         gw = make_empty_like(w, w.shape(), w.dtype(), w.device());  // w's layout
                          std::vector<Tensor> outs{gw};
                          if (has_bias) outs.push_back(make_empty({w.size(0)}, w.dtype(), w.device()));
                          if (x.numel() == 0) {

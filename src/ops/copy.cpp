@@ -26,14 +26,16 @@ bool may_overlap(const Tensor& dst, const Tensor& src) {
 
 // A contiguous copy of t on another device (no autograd). A strided view is made dense where it
 // is first (a device's own copy kernel: no trip through the host).
+// A dense tensor (row-major, channels-last, any dense order of dims) goes over byte for byte and
+// keeps its layout, as PyTorch's to(device) does; any other is made row-major first.
 Tensor transfer(const Tensor& t, Device device, bool non_blocking = false) {
   Tensor src = t;
-  if (!src.is_contiguous()) {
+  if (!is_non_overlapping_and_dense(src)) {
     Tensor c = make_empty(src.shape(), src.dtype(), src.device());
     ops::run1(Op::Copy, src.device(), {src}, c);
     src = c;
   }
-  Tensor out = make_empty(t.shape(), t.dtype(), device);
+  Tensor out = make_empty_like(src, t.shape(), t.dtype(), device);
   copy_bytes(out.data_ptr(), device, src.data_ptr(), src.device(), out.nbytes(), non_blocking);
   return out;
 }

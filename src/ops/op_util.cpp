@@ -63,6 +63,14 @@ ScalarType result_type_of(const Tensor& t, Scalar s) {
 
 Tensor wrap_for(const Tensor& t, Scalar s) { return wrap_scalar(s, result_type_of(t, s)); }
 
+Tensor backward_helper(Op op, const Tensor& g, const Tensor& saved) {
+  Tensor gc = cast(g, saved.dtype());
+  Tensor out =
+      make_empty_like(saved, broadcast_shapes(gc.shape(), saved.shape(), "backward"), saved.dtype(), saved.device());
+  run1(op, saved.device(), {gc, saved}, out);
+  return out;
+}
+
 ReduceDims reduce_dims(const Tensor& x, const Shape& dims, bool keepdim, const char* op) {
   ReduceDims r;
   const int64_t rank = x.dim();

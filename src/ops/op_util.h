@@ -34,6 +34,10 @@ inline void run1(Op op, Device device, std::initializer_list<Tensor> in, Tensor&
   backend::run(op, device, std::span<const Tensor>(in.begin(), in.size()), std::span<Tensor>(&out, 1), attrs);
 }
 
+// A backward helper kernel (ReluBackward, ...): f(g, saved) elementwise in saved's dtype, where g
+// broadcasts to saved's shape.
+Tensor backward_helper(Op op, const Tensor& g, const Tensor& saved);
+
 // Bumps the version counter after an in-place change.
 inline void bump_version(const Tensor& t) { t.storage()->version.fetch_add(1, std::memory_order_relaxed); }
 

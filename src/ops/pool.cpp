@@ -17,7 +17,9 @@ int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool
   return out;
 }
 
-// A 3-D [C, H, W] input is pooled as a batch of one.
+// A 3-D [C, H, W] input is pooled as a batch of one, and every input channels-last (a copy, whose
+// backward is the gradient's copy back, when it is not): the kernels read all channels of a
+// window position at once.
 Tensor check_input(const Tensor& x, const char* op) {
   ops::check_defined(x, op);
   KILN_CHECK(x.dim() == 3 || x.dim() == 4, op, "expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape ",
@@ -26,7 +28,7 @@ Tensor check_input(const Tensor& x, const char* op) {
   Tensor x4 = x.dim() == 3 ? x.unsqueeze(0) : x;
   KILN_CHECK(x4.size(1) > 0 && x4.size(2) > 0 && x4.size(3) > 0, op, "expected non-empty C, H and W, got shape ",
              x.shape());
-  return x4;
+  return x4.contiguous(MemoryFormat::ChannelsLast);
 }
 
 Tensor empty_pooled(const Tensor& x, int64_t oh, int64_t ow, ScalarType dtype) {
@@ -77,12 +79,15 @@ Tensor max_pool2d(const Tensor& x_in, const Shape& kernel_size, const Shape& str
   int64_t o[2];
   window_params("max_pool2d", x, kernel_size, stride, padding, a, ceil_mode, o);
   Tensor out = empty_pooled(x, o[0], o[1], x.dtype());
-  Tensor idx = empty_pooled(x, o[0], o[1], kInt64);
+  // The indices of the maxima only for a backward pass (evaluation writes none, as PyTorch's).
+  const bool grad = autograd::needs_grad({&x});
+  Tensor idx = grad ? empty_pooled(x, o[0], o[1], kInt64) : Tensor();
   if (out.numel() > 0) {
-    std::vector<Tensor> outs{out, idx};
+    std::vector<Tensor> outs{out};
+    if (grad) outs.push_back(idx);
     backend::run(Op::MaxPool2d, x.device(), std::initializer_list<Tensor>{x}, std::span<Tensor>(outs), &a);
   }
-  if (autograd::needs_grad({&x}))
+  if (grad)
     autograd::record("MaxPool2DWithIndicesBackward", {&x}, out,
                      [a, idx, xs = x.shape(), xst = strides_like(x, x.shape())](const Tensor& g) -> TensorList {
                        Tensor gx = make_empty_strided(xs, xst, g.dtype(), g.device());

@@ -7,13 +7,7 @@ namespace {
 using autograd::SavedTensor;
 using ops::Op;
 
-// A backward helper kernel: f(g, saved) elementwise, both already of one float dtype and shape.
-Tensor helper(Op op, const Tensor& g, const Tensor& saved) {
-  Tensor gc = ops::cast(g, saved.dtype());
-  Tensor out = make_empty_like(saved, broadcast_shapes(gc.shape(), saved.shape(), "backward"), saved.dtype(), saved.device());
-  ops::run1(op, saved.device(), {gc, saved}, out);
-  return out;
-}
+using ops::backward_helper;
 
 enum class Domain { Same, Float, Bool };  // the result dtype: input's, float, or bool
 
@@ -80,12 +74,12 @@ const UnaryDef kSqrt{Op::Sqrt, "sqrt", "SqrtBackward", Domain::Float, [](T g, T,
 const UnaryDef kRsqrt{Op::Rsqrt, "rsqrt", "RsqrtBackward", Domain::Float, [](T g, T x, T y) { return g * y * -0.5 / x; }, true, true};
 const UnaryDef kSquare{Op::Square, "square", "SquareBackward", Domain::Same, [](T g, T x, T) { return g * x * 2; }, true, false};
 const UnaryDef kReciprocal{Op::Reciprocal, "reciprocal", "ReciprocalBackward", Domain::Float, [](T g, T, T y) { return neg(g) * y * y; }, false, true};
-const UnaryDef kTanh{Op::Tanh, "tanh", "TanhBackward", Domain::Float, [](T g, T, T y) { return helper(Op::TanhBackward, g, y); }, false, true};
-const UnaryDef kSigmoid{Op::Sigmoid, "sigmoid", "SigmoidBackward", Domain::Float, [](T g, T, T y) { return helper(Op::SigmoidBackward, g, y); }, false, true};
-const UnaryDef kRelu{Op::Relu, "relu", "ReluBackward", Domain::Same, [](T g, T, T y) { return helper(Op::ReluBackward, g, y); }, false, true};
-const UnaryDef kGeluErf{Op::GeluErf, "gelu", "GeluBackward", Domain::Float, [](T g, T x, T) { return helper(Op::GeluErfBackward, g, x); }, true, false};
-const UnaryDef kGeluTanh{Op::GeluTanh, "gelu", "GeluBackward", Domain::Float, [](T g, T x, T) { return helper(Op::GeluTanhBackward, g, x); }, true, false};
-const UnaryDef kSilu{Op::Silu, "silu", "SiluBackward", Domain::Float, [](T g, T x, T) { return helper(Op::SiluBackward, g, x); }, true, false};
+const UnaryDef kTanh{Op::Tanh, "tanh", "TanhBackward", Domain::Float, [](T g, T, T y) { return backward_helper(Op::TanhBackward, g, y); }, false, true};
+const UnaryDef kSigmoid{Op::Sigmoid, "sigmoid", "SigmoidBackward", Domain::Float, [](T g, T, T y) { return backward_helper(Op::SigmoidBackward, g, y); }, false, true};
+const UnaryDef kRelu{Op::Relu, "relu", "ReluBackward", Domain::Same, [](T g, T, T y) { return backward_helper(Op::ReluBackward, g, y); }, false, true};
+const UnaryDef kGeluErf{Op::GeluErf, "gelu", "GeluBackward", Domain::Float, [](T g, T x, T) { return backward_helper(Op::GeluErfBackward, g, x); }, true, false};
+const UnaryDef kGeluTanh{Op::GeluTanh, "gelu", "GeluBackward", Domain::Float, [](T g, T x, T) { return backward_helper(Op::GeluTanhBackward, g, x); }, true, false};
+const UnaryDef kSilu{Op::Silu, "silu", "SiluBackward", Domain::Float, [](T g, T x, T) { return backward_helper(Op::SiluBackward, g, x); }, true, false};
 const UnaryDef kSin{Op::Sin, "sin", "SinBackward", Domain::Float, [](T g, T x, T) { return g * cos(x); }, true, false};
 const UnaryDef kCos{Op::Cos, "cos", "CosBackward", Domain::Float, [](T g, T x, T) { return neg(g) * sin(x); }, true, false};
 const UnaryDef kLogicalNot{Op::LogicalNot, "logical_not", "LogicalNotBackward", Domain::Bool, nullptr, false, false};

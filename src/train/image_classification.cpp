@@ -121,6 +121,7 @@ void ImageClassification::build(Device device) {
   device_ = device;
   model_ = models::create(options_.model, kClasses);
   model_->to(device_);
+  model_->to(MemoryFormat::ChannelsLast);  // the activations' layout, as PyTorch's channels-last recipe
   train_loader_ = make_loader(train_set_, true, options_.batch_size, options_.workers, options_.seed, device_);
   test_loader_ = make_loader(test_set_, false, 1000, options_.workers, options_.seed, device_);
   optimizer_ = std::make_unique<optim::SGD>(

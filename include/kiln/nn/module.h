@@ -83,6 +83,11 @@ class Module : public std::enable_shared_from_this<Module> {
   void to(Device device);
   void to(ScalarType dtype);
   void to(Device device, ScalarType dtype);
+  // Lays out every 4-D floating-point parameter and buffer (and its gradient) in `format`, as
+  // PyTorch's module.to(memory_format=...): after to(MemoryFormat::ChannelsLast) convolutions
+  // read their weights, and write their weight gradients, as cuDNN's NHWC kernels want them
+  // (no copy per call); the optimizers keep their state in the same layout.
+  void to(MemoryFormat format);
 
   // Clears the gradients of all parameters: to undefined (set_to_none) or to zeros.
   void zero_grad(bool set_to_none = true);
@@ -108,7 +113,9 @@ class Module : public std::enable_shared_from_this<Module> {
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> module);
   void collect(NamedTensors& out, const std::string& prefix, bool params, bool bufs, bool recurse) const;
-  void apply_to(const std::optional<Device>& device, const std::optional<ScalarType>& dtype);
+  // Replaces every parameter and buffer (and its gradient) by fn(it), here and in every
+  // descendant, keeping the handles; fn returns an undefined tensor for "unchanged".
+  void convert_tensors(const std::function<Tensor(const Tensor&)>& fn);
 
   mutable std::string name_;
   bool training_ = true;

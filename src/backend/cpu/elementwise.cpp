@@ -53,6 +53,7 @@ KILN_REGISTER_KERNEL(Op::Div, kCpu, arith<math::Div>);
 KILN_REGISTER_KERNEL(Op::Pow, kCpu, arith<math::Pow>);
 KILN_REGISTER_KERNEL(Op::Maximum, kCpu, arith<math::Maximum>);
 KILN_REGISTER_KERNEL(Op::Minimum, kCpu, arith<math::Minimum>);
+KILN_REGISTER_KERNEL(Op::AddRelu, kCpu, arith<math::AddRelu>);
 KILN_REGISTER_KERNEL(Op::Eq, kCpu, predicate<math::Eq>);
 KILN_REGISTER_KERNEL(Op::Ne, kCpu, predicate<math::Ne>);
 KILN_REGISTER_KERNEL(Op::Lt, kCpu, predicate<math::Lt>);

@@ -26,60 +26,85 @@ using pool::Window;
 // Zeroes a dense tensor (all-zero bits are 0 in every float type).
 void zero_dense(const Tensor& t) { std::memset(t.data_ptr(), 0, t.nbytes()); }
 
-void max_pool_forward(KernelArgs& args) {
-  const Tensor &x = args.inputs[0], &y = args.outputs[0], &ind = args.outputs[1];
-  const auto& a = *static_cast<const PoolAttrs*>(args.attrs);
-  const Dims d = dims_of(x, y);
-  visit_float_dtype(x.dtype(), "max_pool2d", [&]<class T>() {
-    using A = compute_t<T>;
-    const T* xp = static_cast<const T*>(x.data_ptr());
-    T* yp = static_cast<T*>(y.data_ptr());
-    int64_t* ip = ind.data_ptr<int64_t>();
-    const Shape &xs = x.strides(), &ys = y.strides(), &is = ind.strides();
-    parallel_for(d.n * d.oh, std::max<int64_t>(1, 4096 / std::max<int64_t>(d.c * d.ow, 1)), [&](int64_t b, int64_t e) {
-      std::vector<A> best(d.c);
-      std::vector<int64_t> arg(d.c);
-      for (int64_t p = b; p < e; ++p) {
-        const int64_t n = p / d.oh, oh = p % d.oh;
-        for (int64_t ow = 0; ow < d.ow; ++ow) {
-          std::fill(best.begin(), best.end(), -std::numeric_limits<A>::infinity());
-          const int64_t h0 = oh * a.stride[0] - a.padding[0], w0 = ow * a.stride[1] - a.padding[1];
-          bool first = true;
-          for (int64_t kh = 0; kh < a.kernel[0]; ++kh) {
-            const int64_t ih = h0 + kh * a.dilation[0];
-            if (ih < 0 || ih >= d.h) continue;
-            for (int64_t kw = 0; kw < a.kernel[1]; ++kw) {
-              const int64_t iw = w0 + kw * a.dilation[1];
-              if (iw < 0 || iw >= d.w) continue;
-              const T* src = xp + n * xs[0] + ih * xs[2] + iw * xs[3];
-              const int64_t flat = ih * d.w + iw;
-              if (first) std::fill(arg.begin(), arg.end(), flat);
+// Channels-last x (the op layer's rule): each output position takes its window's max for all
+// channels at once, the channel loop over unit-stride data (vectorised, with the index in I: 32
+// bits when H * W allows, so that it vectorises with float values too). The first element of the
+// window initialises, then NaN wins and stays (the last NaN's index), as in pool::max_at.
+template <class T, class I, bool kIndices>
+void max_pool_channels_last(const Tensor& x, const Tensor& y, const Tensor* ind, const PoolAttrs& a, const Dims& d) {
+  using A = compute_t<T>;
+  const T* xp = static_cast<const T*>(x.data_ptr());
+  T* yp = static_cast<T*>(y.data_ptr());
+  int64_t* ip = kIndices ? ind->data_ptr<int64_t>() : nullptr;
+  const Shape &xs = x.strides(), &ys = y.strides();
+  const Shape no_strides(4, 0), &is = kIndices ? ind->strides() : no_strides;
+  parallel_for(d.n * d.oh, std::max<int64_t>(1, 4096 / std::max<int64_t>(d.c * d.ow, 1)), [&](int64_t b, int64_t e) {
+    std::vector<A> best(d.c);
+    std::vector<I> arg(kIndices ? d.c : 0);
+    A* __restrict bp = best.data();
+    I* __restrict ap = arg.data();
+    for (int64_t p = b; p < e; ++p) {
+      const int64_t n = p / d.oh, oh = p % d.oh;
+      for (int64_t ow = 0; ow < d.ow; ++ow) {
+        const int64_t h0 = oh * a.stride[0] - a.padding[0], w0 = ow * a.stride[1] - a.padding[1];
+        bool first = true;
+        for (int64_t kh = 0; kh < a.kernel[0]; ++kh) {
+          const int64_t ih = h0 + kh * a.dilation[0];
+          if (ih < 0 || ih >= d.h) continue;
+          for (int64_t kw = 0; kw < a.kernel[1]; ++kw) {
+            const int64_t iw = w0 + kw * a.dilation[1];
+            if (iw < 0 || iw >= d.w) continue;
+            const T* __restrict src = xp + n * xs[0] + ih * xs[2] + iw * xs[3];
+            const I flat = static_cast<I>(ih * d.w + iw);
+            if (first) {
+              for (int64_t c = 0; c < d.c; ++c) bp[c] = static_cast<A>(src[c]);
+              if constexpr (kIndices) std::fill(ap, ap + d.c, flat);
               first = false;
-              // Branch-free so the channel loop vectorizes; NaN wins and then stays, as in PyTorch.
-              A* __restrict bp = best.data();
-              int64_t* __restrict ap = arg.data();
-              const int64_t cs = xs[1];
-              for (int64_t c = 0; c < d.c; ++c) {
-                const A v = static_cast<A>(src[c * cs]);
-                const bool take = v > bp[c] || v != v;
-                bp[c] = take ? v : bp[c];
-                ap[c] = take ? flat : ap[c];
-              }
+              continue;
+            }
+            for (int64_t c = 0; c < d.c; ++c) {  // branch-free, so that it vectorises
+              const A v = static_cast<A>(src[c]);
+              const bool take = v > bp[c] || v != v;
+              bp[c] = take ? v : bp[c];
+              if constexpr (kIndices) ap[c] = take ? flat : ap[c];
             }
           }
-          T* dst = yp + n * ys[0] + oh * ys[2] + ow * ys[3];
+        }
+        if (first) {  // a window wholly in the padding (pool::max_at's result)
+          std::fill(bp, bp + d.c, -std::numeric_limits<A>::infinity());
+          if constexpr (kIndices) std::fill(ap, ap + d.c, I{-1});
+        }
+        T* dst = yp + n * ys[0] + oh * ys[2] + ow * ys[3];
+        for (int64_t c = 0; c < d.c; ++c) dst[c * ys[1]] = static_cast<T>(bp[c]);
+        if constexpr (kIndices) {
           int64_t* idst = ip + n * is[0] + oh * is[2] + ow * is[3];
-          for (int64_t c = 0; c < d.c; ++c) {
-            dst[c * ys[1]] = static_cast<T>(best[c]);
-            idst[c * is[1]] = arg[c];
-          }
+          for (int64_t c = 0; c < d.c; ++c) idst[c * is[1]] = ap[c];
         }
       }
-    });
+    }
   });
 }
 
-// grad_x[idx] += grad_y; batch items write disjoint planes, so they run in parallel.
+// {x} -> {y[, indices]}: the indices only when a backward pass will need them.
+void max_pool_forward(KernelArgs& args) {
+  const Tensor &x = args.inputs[0], &y = args.outputs[0];
+  const Tensor* ind = args.outputs.size() > 1 ? &args.outputs[1] : nullptr;
+  const auto& a = *static_cast<const PoolAttrs*>(args.attrs);
+  const Dims d = dims_of(x, y);
+  KILN_CHECK(x.stride(1) == 1 || d.c == 1, "max_pool2d", "the CPU kernel takes a channels-last input, got strides ",
+             x.strides());
+  const bool narrow = d.h * d.w <= std::numeric_limits<int32_t>::max();
+  visit_float_dtype(x.dtype(), "max_pool2d", [&]<class T>() {
+    if (!ind)
+      max_pool_channels_last<T, int32_t, false>(x, y, ind, a, d);
+    else if (narrow)
+      max_pool_channels_last<T, int32_t, true>(x, y, ind, a, d);
+    else
+      max_pool_channels_last<T, int64_t, true>(x, y, ind, a, d);
+  });
+}
+
+// grad_x[idx] += grad_y (idx -1: none); batch items write disjoint planes, so they run in parallel.
 void max_pool_backward(KernelArgs& args) {
   const Tensor &g = args.inputs[0], &ind = args.inputs[1], &gx = args.outputs[0];
   const Dims d = dims_of(gx, g);
@@ -96,6 +121,7 @@ void max_pool_backward(KernelArgs& args) {
           for (int64_t ow = 0; ow < d.ow; ++ow)
             for (int64_t c = 0; c < d.c; ++c) {
               const int64_t flat = ip[n * is[0] + c * is[1] + oh * is[2] + ow * is[3]];
+              if (flat < 0) continue;  // a window wholly in the padding: no input to take the gradient
               T& dst = xp[n * xs[0] + c * xs[1] + (flat / d.w) * xs[2] + (flat % d.w) * xs[3]];
               dst = static_cast<T>(static_cast<A>(dst) + static_cast<A>(gp[n * gs[0] + c * gs[1] + oh * gs[2] + ow * gs[3]]));
             }

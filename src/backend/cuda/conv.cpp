@@ -40,12 +40,18 @@ static_assert(static_cast<int>(Math::Default) == CUDNN_DEFAULT_MATH &&
 // The most workspace one algorithm may ask for; the ones asking more are not tried.
 constexpr size_t kWorkspaceLimit = size_t{1} << 30;
 
-// A NOT_SUPPORTED status while describing or ranking means "not in this layout": the caller
-// tries the other one. Any other failure is an error that names the call.
+// The last refusal of this thread's convolution (cuDNN's message read when it happened), for
+// the error when every layout and algorithm is refused.
+thread_local std::string t_last_refusal;
+
+// A refusal (cudnn_unsupported) while describing, ranking or running means "not in this layout"
+// or "not this algorithm": the caller tries the next. Any other failure is an error that names
+// the call.
 bool usable(cudnnStatus_t st, const char* call) {
   if (st == CUDNN_STATUS_SUCCESS) return true;
-  if (cudnn_unsupported(st)) return false;
-  cudnn_fail(call, st);
+  if (!cudnn_unsupported(st)) cudnn_fail(call, st);
+  t_last_refusal = cudnn_message(call, st);
+  return false;
 }
 #define KILN_CUDNN_USABLE(expr) usable((expr), #expr)
 
@@ -337,11 +343,10 @@ Ran run_candidates(cudnnHandle_t h, Kind k, const Descriptors& d, const Operands
     }
     KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), static_cast<cudnnMathType_t>(c.math)));
     const cudnnStatus_t st = execute(h, k, d, o, c.algo, ws.defined() ? ws.data_ptr() : nullptr, c.workspace);
-    if (st == CUDNN_STATUS_SUCCESS) {
+    if (usable(st, call_name(k))) {
       r.index = static_cast<int>(i);
       return r;
     }
-    if (!cudnn_unsupported(st)) cudnn_fail(call_name(k), st);
   }
   return r;
 }
@@ -381,6 +386,7 @@ void run_conv(const Conv& c, cudaStream_t stream) {
   const Math base = cp::base_math(t, tf32);
   const cp::PlanKey key = cp::plan_key(c.kind, device, t, base, bench, geometry(c), *c.attrs);
   std::exception_ptr oom;
+  t_last_refusal.clear();
   try {
     CudnnHandle handle(device, stream);
     const cudnnHandle_t h = handle.get();
@@ -399,6 +405,7 @@ void run_conv(const Conv& c, cudaStream_t stream) {
       // Every cached algorithm was refused (or ran out of memory): plan afresh below.
     }
     const Layout preferred = cp::preferred_layout(t);
+    bool short_of_memory = false;  // a layout whose algorithms all lacked workspace memory this time
     for (const Layout l : {preferred, cp::other(preferred)}) {
       Descriptors d;
       if (!set_descriptors(d, c, l, base)) continue;
@@ -410,8 +417,13 @@ void run_conv(const Conv& c, cudaStream_t stream) {
       if (candidates.empty()) continue;
       if (!o) o = prepare(c, l);
       const Ran ran = run_candidates(h, c.kind, d, *o, candidates, oom);
-      if (ran.index < 0) continue;
-      store_plan(key, l, candidates, ran.skipped_for_memory ? 0 : static_cast<size_t>(ran.index));
+      if (ran.index < 0) {
+        short_of_memory = short_of_memory || ran.skipped_for_memory;
+        continue;
+      }
+      // Not kept when the preferred layout only lacked memory: the next call plans afresh rather
+      // than staying in the other layout (and its copies) for good.
+      if (!short_of_memory) store_plan(key, l, candidates, ran.skipped_for_memory ? 0 : static_cast<size_t>(ran.index));
       finish(c, *o);
       return;
     }
@@ -421,7 +433,8 @@ void run_conv(const Conv& c, cudaStream_t stream) {
     KILN_FAIL("conv2d", describe(c), ": ", e.what());
   }
   if (oom) std::rethrow_exception(oom);
-  KILN_FAIL("conv2d", "cuDNN has no algorithm for the ", describe(c), " in either layout (channels-last or NCHW)");
+  KILN_FAIL("conv2d", "cuDNN has no algorithm for the ", describe(c), " in either layout (channels-last or NCHW)",
+            t_last_refusal.empty() ? "" : "; the last refusal: ", t_last_refusal);
 }
 
 cudaStream_t stream_of(const KernelArgs& a) { return static_cast<cudaStream_t>(a.stream); }

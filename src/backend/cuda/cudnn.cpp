@@ -20,13 +20,16 @@ std::array<HandlePool, kMaxDevices> g_pools;
 
 }  // namespace
 
-void cudnn_fail(const char* call, cudnnStatus_t status) {
+std::string cudnn_message(const char* call, cudnnStatus_t status) {
   char detail[512] = {};
   cudnnGetLastErrorString(detail, sizeof(detail));
   detail[sizeof(detail) - 1] = '\0';
-  if (detail[0] != '\0') KILN_FAIL("cudnn", call, " failed: ", cudnnGetErrorString(status), " (", detail, ")");
-  KILN_FAIL("cudnn", call, " failed: ", cudnnGetErrorString(status));
+  std::string m = std::string(call) + " failed: " + cudnnGetErrorString(status);
+  if (detail[0] != '\0') m += std::string(" (") + detail + ")";
+  return m;
 }
+
+void cudnn_fail(const char* call, cudnnStatus_t status) { KILN_FAIL("cudnn", cudnn_message(call, status)); }
 
 CudnnHandle::CudnnHandle(int device, cudaStream_t stream) : device_(device) {
   HandlePool& pool = g_pools[static_cast<size_t>(device)];

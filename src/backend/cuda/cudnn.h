@@ -5,17 +5,33 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <string>
 #include <utility>
 
 #include "kiln/error.h"
 
 namespace kiln::backend::cuda {
 
-// Throws "[cudnn] <call> failed: <status> (<cuDNN's message for this thread's last error>)".
+// "<call> failed: <status> (<cuDNN's message for this thread's last error>)".
+std::string cudnn_message(const char* call, cudnnStatus_t status);
+// Throws "[cudnn] " + cudnn_message(call, status).
 [[noreturn]] void cudnn_fail(const char* call, cudnnStatus_t status);
 
-// A status of the NOT_SUPPORTED family (cuDNN 9 adds sub-codes: shape, layout, data type...).
-inline bool cudnn_unsupported(cudnnStatus_t s) { return CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED; }
+// A refusal of this case (cuDNN 9's NOT_SUPPORTED family: shape, layout, data type, an engine's
+// prerequisite...), after which another layout or algorithm may work, but not a broken setup
+// (driver or runtime too old, a GPU the library was not built for, a missing sub-library),
+// which no other choice mends: that is an error, reported as such.
+inline bool cudnn_unsupported(cudnnStatus_t s) {
+  switch (s) {
+    case CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDA_DRIVER:
+    case CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDART:
+    case CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH:
+    case CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE:
+      return false;
+    default:
+      return CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED;
+  }
+}
 
 }  // namespace kiln::backend::cuda
 

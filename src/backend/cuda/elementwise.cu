@@ -46,6 +46,7 @@ KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Div, kCuda, arith<math::Div>);
 KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Pow, kCuda, arith<math::Pow>);
 KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Maximum, kCuda, arith<math::Maximum>);
 KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Minimum, kCuda, arith<math::Minimum>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::AddRelu, kCuda, arith<math::AddRelu>);
 KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Eq, kCuda, predicate<math::Eq>);
 KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Ne, kCuda, predicate<math::Ne>);
 KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Lt, kCuda, predicate<math::Lt>);

@@ -47,7 +47,7 @@ __global__ void max_pool_kernel(const T* __restrict__ x, T* __restrict__ y, int6
       return static_cast<A>(x[xs.at(o.n, o.c, ih, iw)]);
     });
     y[ys.at(o.n, o.c, o.h, o.w)] = static_cast<T>(m.value);
-    ind[is.at(o.n, o.c, o.h, o.w)] = m.arg;
+    if (ind) ind[is.at(o.n, o.c, o.h, o.w)] = m.arg;
   }
 }
 
@@ -92,12 +92,14 @@ __global__ void avg_pool_backward_kernel(const T* __restrict__ g, T* __restrict_
 }
 
 void max_pool_forward(KernelArgs& args) {
-  const Tensor &x = args.inputs[0], &y = args.outputs[0], &ind = args.outputs[1];
+  const Tensor &x = args.inputs[0], &y = args.outputs[0];
+  const Tensor* ind = args.outputs.size() > 1 ? &args.outputs[1] : nullptr;  // only for a backward pass
   const auto& a = *static_cast<const PoolAttrs*>(args.attrs);
   const Geom d = geom_of(x, y);
   visit_float_dtype(x.dtype(), "max_pool2d", [&]<class T>() {
     max_pool_kernel<T><<<blocks_for(y.numel()), kThreads, 0, stream_of(args)>>>(
-        x.data_ptr<T>(), y.data_ptr<T>(), ind.data_ptr<int64_t>(), d, strides4(x), strides4(y), strides4(ind), a);
+        x.data_ptr<T>(), y.data_ptr<T>(), ind ? ind->data_ptr<int64_t>() : nullptr, d, strides4(x), strides4(y),
+        ind ? strides4(*ind) : strides4(y), a);
   });
   KILN_CUDA_LAUNCHED("max_pool2d");
 }
