@@ -282,6 +282,37 @@ TEST(BatchNorm, TrainingNormalisesAndUpdatesRunningStats) {
     }
 }
 
+// The running statistics are updated in place, in their own dtype (bfloat16 buffers of a converted
+// model too), through a strided view as well, and their version moves (an in-place change).
+TEST(BatchNorm, RunningStatsInAnyDtypeAndLayout) {
+  const Tensor x = rnd({4, 3, 5, 2}, kFloat64, -2, 3);
+  const int64_t m = 4 * 5 * 2;
+  std::vector<double> mean(3, 0), var(3, 0);
+  const auto xv = values(x);
+  for (size_t i = 0; i < xv.size(); ++i) mean[(i / 10) % 3] += xv[i] / m;
+  for (size_t i = 0; i < xv.size(); ++i) var[(i / 10) % 3] += std::pow(xv[i] - mean[(i / 10) % 3], 2) / m;
+  std::vector<double> erm(3), erv(3);
+  for (int c = 0; c < 3; ++c) erm[c] = 0.7 * 0.5 + 0.3 * mean[c], erv[c] = 0.7 * 2.0 + 0.3 * var[c] * m / (m - 1);
+  for (ScalarType dt : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor rm = full({3}, 0.5, dt), rv = full({3}, 2.0, dt);
+    const uint64_t v0 = rm.version();
+    batch_norm(x.to(dt), rm, rv, {}, {}, true, 0.3);
+    EXPECT_EQ(rm.dtype(), dt);
+    EXPECT_GT(rm.version(), v0);
+    const double tol = dt == kBFloat16 ? 2e-2 : 1e-5;
+    expect_close(rm, erm, {3}, tol, tol);
+    expect_close(rv, erv, {3}, tol, tol);
+  }
+  Tensor both = full({3, 2}, 0.5), rm = both.select(1, 0), rv = full({6}, 2.0).narrow(0, 1, 5).slice(0, 0, 5, 2);
+  batch_norm(x.to(kFloat32), rm, rv, {}, {}, true, 0.3);
+  expect_close(rm, erm, {3}, 1e-5, 1e-5);
+  expect_close(rv, erv, {3}, 1e-5, 1e-5);
+  EXPECT_EQ(values(both.select(1, 1)), (std::vector<double>{0.5, 0.5, 0.5}));  // the rest untouched
+  expect_error([&] { batch_norm(x, zeros({3}), ones({3}, kFloat64), {}, {}, true); },
+               "running_mean and running_var must have one dtype, got float32 and float64");
+}
+
 // batch_norm and batch_norm_relu (random inputs stay away from the ReLU's kink), training and
 // evaluation, both layouts.
 TEST(BatchNorm, Gradcheck) {

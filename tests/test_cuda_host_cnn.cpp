@@ -284,15 +284,12 @@ TEST(CudaHostCnn, BatchNormFactorsFromChunkedSumsMatchTheCpuKernel) {
         g = channels_last ? g.contiguous(MemoryFormat::ChannelsLast) : g.contiguous();
         const bn::Geometry geo = bn::geometry(x);
         const double eps = 1e-5, count = static_cast<double>(geo.per_channel());
-        backend::BatchNormAttrs attrs{eps, training, relu};
-        std::vector<Tensor> st{empty({5}, kFloat64), empty({5}, kFloat64), empty({5}, kFloat64)};
+        const double momentum = 0.25;
+        backend::BatchNormAttrs attrs{eps, training, relu, momentum};
+        // Running statistics before: 0.2 + 0.1 c and 1.5, updated in place by the kernel.
+        std::vector<Tensor> st{empty({5}, kFloat64), empty({5}, kFloat64), arange(5, kFloat64).mul(0.1).add(0.2),
+                               full({5}, 1.5, kFloat64)};
         backend::run(backend::Op::BatchNormStats, Device::cpu(), std::vector<Tensor>{x}, std::span<Tensor>(st), &attrs);
-        Tensor w = arange(5, kFloat64).mul(0.3).add(0.5), b = arange(5, kFloat64).mul(-0.4).add(0.6);
-        std::vector<Tensor> bw{make_empty_strided(x.shape(), x.strides(), kFloat64, Device::cpu()),
-                               empty({5}, kFloat64), empty({5}, kFloat64)};
-        // The kernel takes invstd when training, the (running) variance when not.
-        const std::vector<Tensor> in{g, x, st[0], training ? st[1] : st[2], w, b};
-        backend::run(backend::Op::BatchNormBackward, Device::cpu(), in, std::span<Tensor>(bw), &attrs);
         // Sums per channel in chunks of 17 elements, in memory order.
         const double *xp = x.data_ptr<double>(), *gp = g.data_ptr<double>();
         std::vector<double> sum(5), sq(5), sg(5), sgx(5);
@@ -305,12 +302,23 @@ TEST(CudaHostCnn, BatchNormFactorsFromChunkedSumsMatchTheCpuKernel) {
           }
           for (int c = 0; c < 5; ++c) sum[c] += a[c], sq[c] += b[c];
         }
+        Tensor var = empty({5}, kFloat64);  // the biased batch variance, as evaluation's "running" one
         for (int c = 0; c < 5; ++c) {
           const bn::Stats stats = bn::stats_from_sums(sum[c], sq[c], count, eps);
           EXPECT_NEAR(stats.mean, st[0].data_ptr<double>()[c], 1e-13);
           EXPECT_NEAR(stats.invstd, st[1].data_ptr<double>()[c], 1e-12);
-          EXPECT_NEAR(stats.var, st[2].data_ptr<double>()[c], 1e-12);
+          // PyTorch's running update: the unbiased variance.
+          EXPECT_NEAR((1 - momentum) * (0.2 + 0.1 * c) + momentum * stats.mean, st[2].data_ptr<double>()[c], 1e-13);
+          EXPECT_NEAR((1 - momentum) * 1.5 + momentum * stats.var * count / (count - 1), st[3].data_ptr<double>()[c],
+                      1e-12);
+          var.data_ptr<double>()[c] = stats.var;
         }
+        Tensor w = arange(5, kFloat64).mul(0.3).add(0.5), b = arange(5, kFloat64).mul(-0.4).add(0.6);
+        std::vector<Tensor> bw{make_empty_strided(x.shape(), x.strides(), kFloat64, Device::cpu()),
+                               empty({5}, kFloat64), empty({5}, kFloat64)};
+        // The kernel takes invstd when training, the (running) variance when not.
+        const std::vector<Tensor> in{g, x, st[0], training ? st[1] : var, w, b};
+        backend::run(backend::Op::BatchNormBackward, Device::cpu(), in, std::span<Tensor>(bw), &attrs);
         const double* mean = st[0].data_ptr<double>();
         std::vector<double> gm(x.numel());  // g under the ReLU's mask
         int64_t cut = 0;

@@ -45,6 +45,25 @@ KILN_HOST_DEVICE inline Stats stats_from_sums(double sum, double sum_sq, double 
   return {m, v, 1.0 / sqrt(v + eps)};
 }
 
+// PyTorch's update of a channel's running statistics from the batch's, in double:
+// (1 - momentum) * running + momentum * batch, the batch's variance unbiased (count / (count - 1)).
+struct RunningUpdate {
+  double momentum, count;
+  KILN_HOST_DEVICE double mean(double running, const Stats& batch) const {
+    return (1.0 - momentum) * running + momentum * batch.mean;
+  }
+  KILN_HOST_DEVICE double var(double running, const Stats& batch) const {
+    return (1.0 - momentum) * running + momentum * (batch.var * count / (count - 1.0));
+  }
+  // Updates a channel's running mean and variance stored as R, read and written through C (R's
+  // compute type: float for the 16-bit types).
+  template <class C, class R>
+  KILN_HOST_DEVICE void apply(R& running_mean, R& running_var, const Stats& batch) const {
+    running_mean = static_cast<R>(static_cast<C>(mean(static_cast<double>(static_cast<C>(running_mean)), batch)));
+    running_var = static_cast<R>(static_cast<C>(var(static_cast<double>(static_cast<C>(running_var)), batch)));
+  }
+};
+
 // A channel's 1 / sqrt(var + eps). The kernels' per-channel statistics are the batch's mean and
 // invstd in training, and the running mean and variance in evaluation, whose invstd the kernels
 // compute themselves (one launch per layer instead of three at batch 1).

@@ -112,7 +112,9 @@ struct PoolAttrs {
   bool count_include_pad = true;
 };
 // Batch norm over [N, C, S...] laid out row-major or as channels-last [N, C, H, W]:
-// stats {x} -> {mean[C], invstd[C], biased var[C]}; apply {x, mean, invstd, weight, bias} -> {y};
+// stats {x} -> {mean[C], invstd[C][, running_mean[C], running_var[C]]}, the running statistics
+// (dense, one float dtype, read and written in place) updated by `momentum` when given (PyTorch's
+// rule: the batch's variance unbiased); apply {x, mean, invstd, weight, bias} -> {y};
 // backward {grad_y, x, mean, invstd, weight} -> {grad_x, grad_weight, grad_bias}, where
 // `training` says mean/invstd came from this batch (so grad_x includes their derivative).
 // Apply and Backward take per-channel statistics: the batch's mean and invstd when training, the
@@ -121,6 +123,7 @@ struct BatchNormAttrs {
   double eps = 1e-5;
   bool training = true;
   bool relu = false;  // batch_norm_relu: Apply clamps at 0, Backward masks the gradient by it
+  double momentum = 0.1;  // Stats: the running statistics' update
 };
 // Fused optimizer steps over a whole param group: n parameters, each with its state tensors laid
 // out like it (dense, same strides; src/optim/fused_step.cpp checks), all updated in place.

@@ -42,6 +42,9 @@ Tensor batch_norm_impl(const Tensor& x_in, const Tensor& running_mean, const Ten
   check_channel_param(bias, c, "bias", x_in, op);
   KILN_CHECK(running_mean.defined() == running_var.defined(), op,
              "running_mean and running_var must be both given or both omitted");
+  KILN_CHECK(!running_mean.defined() || running_mean.dtype() == running_var.dtype(), op,
+             "running_mean and running_var must have one dtype, got ", running_mean.dtype(), " and ",
+             running_var.dtype());
   KILN_CHECK(training || running_mean.defined(), op, "evaluation (training=false) needs running_mean and running_var");
   const Device dev = ops::common_device(
       {&x_in, running_mean.defined() ? &running_mean : &x_in, running_var.defined() ? &running_var : &x_in,
@@ -56,19 +59,22 @@ Tensor batch_norm_impl(const Tensor& x_in, const Tensor& running_mean, const Ten
   Tensor mean, stat;  // per channel: the batch mean and invstd, or the running mean and variance
   {
     NoGradGuard ng;
-    backend::BatchNormAttrs a{eps, training, relu};
+    backend::BatchNormAttrs a{eps, training, relu, momentum};
     if (training) {
       mean = make_empty({c}, acc, dev);
       stat = make_empty({c}, acc, dev);
-      Tensor var = make_empty({c}, acc, dev);
-      std::vector<Tensor> outs{mean, stat, var};
+      std::vector<Tensor> outs{mean, stat};
+      if (running_mean.defined()) {  // updated by the kernel, in place (dense: a strided view via a copy)
+        outs.push_back(running_mean.contiguous());
+        outs.push_back(running_var.contiguous());
+      }
       backend::run(Op::BatchNormStats, dev, std::initializer_list<Tensor>{x}, std::span<Tensor>(outs), &a);
-      if (running_mean.defined()) {
-        // PyTorch's update: the running variance takes the unbiased batch variance.
-        const double unbias = static_cast<double>(per_channel) / static_cast<double>(per_channel - 1);
-        Tensor rm = running_mean, rv = running_var;  // handles to the caller's buffers
-        rm.mul_(1 - momentum).add_(ops::cast(mean, rm.dtype()).mul(momentum));
-        rv.mul_(1 - momentum).add_(ops::cast(var, rv.dtype()).mul(momentum * unbias));
+      for (const auto& [buffer, updated] : {std::pair{&running_mean, 2}, std::pair{&running_var, 3}}) {
+        if (!buffer->defined()) break;
+        if (outs[updated].is_same(*buffer))
+          ops::bump_version(*buffer);
+        else
+          Tensor(*buffer).copy_(outs[updated]);
       }
     } else {
       // The kernels compute invstd from the running variance themselves (bn::invstd_of).

@@ -67,9 +67,10 @@ void channel_map(const Geometry& g, const F& f) {
 
 void batch_norm_stats(KernelArgs& a) {
   const Tensor& x = a.inputs[0];
-  const double eps = static_cast<const BatchNormAttrs*>(a.attrs)->eps;
+  const auto& attrs = *static_cast<const BatchNormAttrs*>(a.attrs);
   Geometry g = geometry(x);
   const double count = static_cast<double>(g.outer * g.inner);
+  std::vector<bn::Stats> stats(static_cast<size_t>(g.c));
   visit_float_dtype(x.dtype(), "batch_norm", [&]<class T>() {
     const T* xp = static_cast<const T*>(x.data_ptr());
     std::vector<double> sum, sq;
@@ -78,17 +79,22 @@ void batch_norm_stats(KernelArgs& a) {
       s1 += v;
       s2 += v * v;
     });
-    visit_float_dtype(a.outputs[0].dtype(), "batch_norm", [&]<class A>() {
-      A* mean = static_cast<A*>(a.outputs[0].data_ptr());
-      A* invstd = static_cast<A*>(a.outputs[1].data_ptr());
-      A* var = static_cast<A*>(a.outputs[2].data_ptr());
-      for (int64_t c = 0; c < g.c; ++c) {
-        const bn::Stats st = bn::stats_from_sums(sum[c], sq[c], count, eps);
-        mean[c] = static_cast<A>(st.mean);
-        var[c] = static_cast<A>(st.var);
-        invstd[c] = static_cast<A>(st.invstd);
-      }
-    });
+    for (int64_t c = 0; c < g.c; ++c) stats[c] = bn::stats_from_sums(sum[c], sq[c], count, attrs.eps);
+  });
+  visit_float_dtype(a.outputs[0].dtype(), "batch_norm", [&]<class A>() {
+    A* mean = static_cast<A*>(a.outputs[0].data_ptr());
+    A* invstd = static_cast<A*>(a.outputs[1].data_ptr());
+    for (int64_t c = 0; c < g.c; ++c) {
+      mean[c] = static_cast<A>(stats[c].mean);
+      invstd[c] = static_cast<A>(stats[c].invstd);
+    }
+  });
+  if (a.outputs.size() < 4) return;
+  const bn::RunningUpdate update{attrs.momentum, count};
+  visit_float_dtype(a.outputs[2].dtype(), "batch_norm", [&]<class R>() {
+    R* rm = static_cast<R*>(a.outputs[2].data_ptr());
+    R* rv = static_cast<R*>(a.outputs[3].data_ptr());
+    for (int64_t c = 0; c < g.c; ++c) update.apply<compute_t<R>>(rm[c], rv[c], stats[c]);
   });
 }
 

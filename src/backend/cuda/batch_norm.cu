@@ -28,15 +28,18 @@ struct StatTerms {
     q += v * v;
   }
 };
-template <class S>
+// The batch's mean and invstd, and the running statistics' update when running_mean is given.
+template <class S, class R>
 struct WriteStats {
-  S *mean, *invstd, *var;
+  S *mean, *invstd;
+  R *running_mean, *running_var;
   double count, eps;
+  bn::RunningUpdate update;
   __device__ void operator()(int64_t c, double sum, double sum_sq) const {
     const bn::Stats st = bn::stats_from_sums(sum, sum_sq, count, eps);
     mean[c] = static_cast<S>(st.mean);
-    var[c] = static_cast<S>(st.var);
     invstd[c] = static_cast<S>(st.invstd);
+    if (running_mean) update.template apply<compute_t<R>>(running_mean[c], running_var[c], st);
   }
 };
 
@@ -119,8 +122,13 @@ bool compute_typed(ScalarType x, std::initializer_list<const Tensor*> per_channe
     if (t->dtype() != (x == kFloat64 ? kFloat64 : kFloat32)) return false;
   return true;
 }
+// Running statistics in the statistics' type (float32 buffers, under autocast too) or in x's (a
+// model converted to bfloat16 or float16); others go to the CPU.
 bool supports_stats(const KernelArgs& a) {
-  return compute_typed(a.inputs[0].dtype(), {&a.outputs[0], &a.outputs[1], &a.outputs[2]});
+  if (a.outputs.size() > 2 && a.outputs[2].dtype() != a.inputs[0].dtype() &&
+      a.outputs[2].dtype() != a.outputs[0].dtype())
+    return false;
+  return compute_typed(a.inputs[0].dtype(), {&a.outputs[0], &a.outputs[1]});
 }
 bool supports_apply(const KernelArgs& a) {
   return compute_typed(a.inputs[0].dtype(), {&a.inputs[1], &a.inputs[2], &a.inputs[3], &a.inputs[4]});
@@ -130,16 +138,28 @@ bool supports_backward(const KernelArgs& a) {
                        {&a.inputs[2], &a.inputs[3], &a.inputs[4], &a.inputs[5], &a.outputs[1], &a.outputs[2]});
 }
 
+// {x} -> {mean, invstd[, running_mean, running_var]} (supports_stats: the running statistics in
+// the statistics' type or in x's).
 void batch_norm_stats(KernelArgs& a) {
   const Tensor& x = a.inputs[0];
-  const double eps = static_cast<const BatchNormAttrs*>(a.attrs)->eps;
+  const auto& attrs = *static_cast<const BatchNormAttrs*>(a.attrs);
   const Geometry geo = bn::geometry(x);
+  const double count = static_cast<double>(geo.per_channel());
+  const bool running = a.outputs.size() > 3;
   visit_float_dtype(x.dtype(), "batch_norm", [&]<class T>() {
     using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    channel_sums(geo.outer, geo.c, geo.inner, StatTerms<T>{x.data_ptr<T>()},
-                 WriteStats<S>{a.outputs[0].data_ptr<S>(), a.outputs[1].data_ptr<S>(), a.outputs[2].data_ptr<S>(),
-                               static_cast<double>(geo.per_channel()), eps},
-                 x.device(), stream_of(a), "batch_norm (statistics)");
+    auto launch = [&]<class R>() {
+      channel_sums(geo.outer, geo.c, geo.inner, StatTerms<T>{x.data_ptr<T>()},
+                   WriteStats<S, R>{a.outputs[0].data_ptr<S>(), a.outputs[1].data_ptr<S>(),
+                                    running ? a.outputs[2].data_ptr<R>() : nullptr,
+                                    running ? a.outputs[3].data_ptr<R>() : nullptr, count, attrs.eps,
+                                    bn::RunningUpdate{attrs.momentum, count}},
+                   x.device(), stream_of(a), "batch_norm (statistics)");
+    };
+    if (running && a.outputs[2].dtype() == x.dtype())
+      launch.template operator()<T>();
+    else
+      launch.template operator()<S>();
   });
 }
 
