@@ -24,10 +24,10 @@ bool may_overlap(const Tensor& dst, const Tensor& src) {
            dst.shape() == src.shape());
 }
 
-// A contiguous copy of t on another device (no autograd). A strided view is made dense where it
-// is first (a device's own copy kernel: no trip through the host).
-// A dense tensor (row-major, channels-last, any dense order of dims) goes over byte for byte and
-// keeps its layout, as PyTorch's to(device) does; any other is made row-major first.
+// A copy of t on another device (no autograd). A dense tensor (row-major, channels-last, any
+// dense order of dims) goes over byte for byte and keeps its layout, as PyTorch's to(device)
+// does; a strided view is made row-major where it is first (a device's own copy kernel: no trip
+// through the host).
 Tensor transfer(const Tensor& t, Device device, bool non_blocking = false) {
   Tensor src = t;
   if (!is_non_overlapping_and_dense(src)) {
