@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstring>
 #include <string>
 
 #include "backend/cuda/check.h"
@@ -49,9 +50,14 @@ cudaStream_t native(const cuda::Stream& s) { return static_cast<cudaStream_t>(s.
 class NcclGroup final : public DeviceGroup {
  public:
   NcclGroup(ProcessGroup& host, int device) : device_(device) {
+    // The id goes out even when rank 0 could not make one (all zero bytes then), so that no
+    // process waits for it forever: every process fails alike.
     ncclUniqueId id{};
-    if (host.rank() == 0) KILN_NCCL_CHECK(ncclGetUniqueId(&id));
+    const ncclResult_t made = host.rank() == 0 ? ncclGetUniqueId(&id) : ncclSuccess;
     host.broadcast(&id, sizeof id, 0);
+    KILN_NCCL_CHECK(made);
+    const ncclUniqueId none{};
+    KILN_CHECK(std::memcmp(&id, &none, sizeof id) != 0, "distributed", "rank 0 could not create NCCL's unique id");
     KILN_CUDA_CHECK(cudaSetDevice(device_));
     KILN_NCCL_CHECK(ncclCommInitRank(&comm_, host.world_size(), id, host.rank()));
   }
