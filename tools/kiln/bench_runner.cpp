@@ -14,10 +14,6 @@
 #include "src/io/json.h"
 #include "tools/kiln/bench_workloads.h"
 
-#ifndef KILN_GIT_COMMIT
-#define KILN_GIT_COMMIT "unknown"
-#endif
-
 namespace kiln::cli::bench {
 
 namespace {
@@ -47,7 +43,7 @@ Environment environment() {
   env.cpu = build_info().cpu_model;
   env.threads = get_num_threads();
   env.version = b.version;
-  env.commit = KILN_GIT_COMMIT;
+  env.commit = build_commit();
   if (b.onednn) env.onednn = b.onednn_version;
   // build_info() does not report the CUDA and cuDNN versions yet; they stay null.
   return env;

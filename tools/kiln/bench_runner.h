@@ -20,10 +20,13 @@ struct Environment {
   std::string cpu;          // /proc/cpuinfo's model name
   int threads = 0;
   std::string version;      // Kiln's
-  std::string commit;       // git commit at configure time, or "unknown"
+  std::string commit;       // build_commit()
   std::optional<std::string> onednn, cuda, cudnn;  // versions; null when not built or not known
 };
 Environment environment();
+// The commit this build was made from, "+dirty" with uncommitted changes to tracked files, or
+// "unknown" (generated at every build by cmake/KilnCommit.cmake).
+const char* build_commit();
 
 struct RunResult {
   RunSpec spec;
