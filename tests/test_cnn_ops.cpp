@@ -120,6 +120,28 @@ TEST(Conv2d, Gradcheck) {
                                   {x, rnd({3, 2, 3, 3}).requires_grad_()}));
 }
 
+// A frozen weight with a trained bias (and input): the bias's gradient is the output gradient's sum
+// over N, H and W, as when the weight trains too; the weight gets none.
+TEST(Conv2d, FrozenWeightTrainedBias) {
+  for (ScalarType dt : {kFloat64, kFloat32, kBFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor x0 = rnd({2, 3, 6, 5}).to(dt).contiguous(MemoryFormat::ChannelsLast), w0 = rnd({4, 3, 3, 3}).to(dt);
+    const Tensor b0 = rnd({4}).to(dt), gy = rnd({2, 4, 6, 5}).to(dt);
+    Tensor grads[2][2];
+    for (int frozen = 0; frozen < 2; ++frozen) {
+      Tensor x = x0.detach().requires_grad_(), w = w0.detach().requires_grad_(frozen == 0),
+             b = b0.detach().requires_grad_();
+      (conv2d(x, w, b, {1, 1}, {1, 1}) * gy).sum().backward();
+      grads[frozen][0] = x.grad(), grads[frozen][1] = b.grad();
+      EXPECT_EQ(w.grad().defined(), frozen == 0);
+    }
+    const double tol = dt == kBFloat16 ? 5e-2 : 1e-5;
+    for (int i = 0; i < 2; ++i)
+      expect_close(grads[1][i], values(grads[0][i]), grads[0][i].shape(), tol, tol, i ? "bias" : "input");
+    EXPECT_EQ(grads[1][1].dtype(), dt);
+  }
+}
+
 TEST(Conv2d, UnbatchedInputAndErrors) {
   Tensor x = rnd({3, 5, 5}), w = rnd({2, 3, 3, 3});
   Tensor y = conv2d(x, w);

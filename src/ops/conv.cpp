@@ -84,7 +84,9 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
                        Tensor g = g_in.contiguous(MemoryFormat::ChannelsLast);
                        Tensor gx, gw, gb;
                        if (need_x) gx = conv_backward_input(g, w, x, a);
-                       if (need_w || need_b) {
+                       if (!need_w && need_b) {  // a frozen weight: the bias's gradient alone, no weight pass
+                         gb = sum(g, {0, 2, 3}, false, g.dtype() == kFloat64 ? kFloat64 : kFloat32).to(w.dtype());
+                       } else if (need_w) {
                          gw = make_empty_like(w, w.shape(), w.dtype(), w.device());  // w's layout
                          std::vector<Tensor> outs{gw};
                          if (has_bias) outs.push_back(make_empty({w.size(0)}, w.dtype(), w.device()));
