@@ -98,8 +98,9 @@ message(STATUS "Kiln: MPI ${KILN_HAVE_MPI}")
 
 # NCCL carries kiln::distributed's CUDA tensors GPU to GPU (its unique id goes over MPI): the
 # toolkit's copy or the one in PyTorch's nvidia-nccl wheel. Without it they go through host memory.
+# Built with CUDA even without MPI: a GPU check machine without MPI still tests it on one GPU.
 set(KILN_HAVE_NCCL OFF)
-if(KILN_HAVE_CUDA AND KILN_HAVE_MPI)
+if(KILN_HAVE_CUDA)
   execute_process(COMMAND python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))"
                   OUTPUT_VARIABLE KILN_WHEEL_NCCL OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
   find_path(KILN_NCCL_INCLUDE nccl.h HINTS $ENV{NCCL_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS} ${KILN_WHEEL_NCCL}/include)
