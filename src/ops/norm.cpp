@@ -63,18 +63,17 @@ Tensor batch_norm_impl(const Tensor& x_in, const Tensor& running_mean, const Ten
     if (training) {
       mean = make_empty({c}, acc, dev);
       stat = make_empty({c}, acc, dev);
+      // The running statistics are updated by the kernel, in place (a strided buffer through a
+      // dense copy, copied back).
       std::vector<Tensor> outs{mean, stat};
-      if (running_mean.defined()) {  // updated by the kernel, in place (dense: a strided view via a copy)
-        outs.push_back(running_mean.contiguous());
-        outs.push_back(running_var.contiguous());
-      }
+      if (running_mean.defined()) outs.insert(outs.end(), {running_mean.contiguous(), running_var.contiguous()});
       backend::run(Op::BatchNormStats, dev, std::initializer_list<Tensor>{x}, std::span<Tensor>(outs), &a);
-      for (const auto& [buffer, updated] : {std::pair{&running_mean, 2}, std::pair{&running_var, 3}}) {
-        if (!buffer->defined()) break;
-        if (outs[updated].is_same(*buffer))
-          ops::bump_version(*buffer);
+      for (size_t i = 2; i < outs.size(); ++i) {
+        Tensor buffer = i == 2 ? running_mean : running_var;
+        if (outs[i].is_same(buffer))
+          ops::bump_version(buffer);
         else
-          Tensor(*buffer).copy_(outs[updated]);
+          buffer.copy_(outs[i]);
       }
     } else {
       // The kernels compute invstd from the running variance themselves (bn::invstd_of).

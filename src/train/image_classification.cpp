@@ -120,8 +120,8 @@ void ImageClassification::probe_step() {
 void ImageClassification::build(Device device) {
   device_ = device;
   model_ = models::create(options_.model, kClasses);
-  model_->to(device_);
   model_->to(MemoryFormat::ChannelsLast);  // the activations' layout, as PyTorch's channels-last recipe
+  model_->to(device_);                     // (which keeps it: laid out once, on the host)
   train_loader_ = make_loader(train_set_, true, options_.batch_size, options_.workers, options_.seed, device_);
   test_loader_ = make_loader(test_set_, false, 1000, options_.workers, options_.seed, device_);
   optimizer_ = std::make_unique<optim::SGD>(

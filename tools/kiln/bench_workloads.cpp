@@ -32,8 +32,8 @@ bool is_cnn(const std::string& model) {
 
 Workload cnn_workload(const WorkloadOptions& o) {
   auto model = std::make_shared<nn::AnyModule>(models::create(o.model, kNumClasses));
-  (*model)->to(o.device);
   (*model)->to(MemoryFormat::ChannelsLast);  // weights in the activations' layout, as bench/pytorch_peer.py's model
+  (*model)->to(o.device);                    // (which keeps it: laid out once, on the host)
   (*model)->train(o.mode == "train");
   Tensor x = randn({o.batch, 3, kImageSize, kImageSize}).to(o.device).contiguous(MemoryFormat::ChannelsLast);
   Tensor y = randint(0, kNumClasses, {o.batch}).to(o.device);

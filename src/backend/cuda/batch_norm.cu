@@ -33,10 +33,10 @@ template <class S, class R>
 struct WriteStats {
   S *mean, *invstd;
   R *running_mean, *running_var;
-  double count, eps;
-  bn::RunningUpdate update;
+  double eps;
+  bn::RunningUpdate update;  // its count is the channel's
   __device__ void operator()(int64_t c, double sum, double sum_sq) const {
-    const bn::Stats st = bn::stats_from_sums(sum, sum_sq, count, eps);
+    const bn::Stats st = bn::stats_from_sums(sum, sum_sq, update.count, eps);
     mean[c] = static_cast<S>(st.mean);
     invstd[c] = static_cast<S>(st.invstd);
     if (running_mean) update.template apply<compute_t<R>>(running_mean[c], running_var[c], st);
@@ -152,7 +152,7 @@ void batch_norm_stats(KernelArgs& a) {
       channel_sums(geo.outer, geo.c, geo.inner, StatTerms<T>{x.data_ptr<T>()},
                    WriteStats<S, R>{a.outputs[0].data_ptr<S>(), a.outputs[1].data_ptr<S>(),
                                     running ? a.outputs[2].data_ptr<R>() : nullptr,
-                                    running ? a.outputs[3].data_ptr<R>() : nullptr, count, attrs.eps,
+                                    running ? a.outputs[3].data_ptr<R>() : nullptr, attrs.eps,
                                     bn::RunningUpdate{attrs.momentum, count}},
                    x.device(), stream_of(a), "batch_norm (statistics)");
     };
