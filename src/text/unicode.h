@@ -21,7 +21,8 @@ struct MapEntry {
   uint8_t length;
 };
 
-// The generated tables (src/text/unicode_tables.cpp, by scripts/gen_unicode_tables.py).
+// The generated tables (src/text/unicode_tables.cpp and unicode_lower_tables.cpp, by
+// scripts/gen_unicode_tables.py).
 extern const ClassRange kClassRanges[];
 extern const size_t kClassRangesSize;
 extern const CodeRange kCjkRanges[];
