@@ -56,6 +56,18 @@ std::vector<InplaceRow> inplace_rows() {
        Dist::NonZero, {}, C, F},
       {"div_scalar", [](Tensor& s, T) { s /= 4; }, [](double s, double) { return s / 4; }, Dist::Normal, {},
        Dist::Normal, {}, C, F},
+      // The out= forms, writing s's own values op other into s's memory (contiguous, a view, a
+      // transpose) from a separate copy: the result must land where the in-place form puts it.
+      {"add_out", [](Tensor& s, T o) { add_out(s, s.clone(), o); }, [](double s, double o) { return s + o; },
+       Dist::Normal, {4}, Dist::Normal, {}, Layout::Sliced, FI},
+      {"sub_out_int_into_float", [](Tensor& s, T o) { sub_out(s, s.clone(), o); },
+       [](double s, double o) { return s - o; }, Dist::Normal, {3, 1}, Dist::Normal, kInt64, C, F},
+      {"mul_out_scalar", [](Tensor& s, T) { mul_out(s, s.clone(), 0.5); }, [](double s, double) { return s * 0.5; },
+       Dist::Normal, {}, Dist::Normal, {}, C, F},
+      {"div_out", [](Tensor& s, T o) { div_out(s, s.clone(), o); }, [](double s, double o) { return s / o; },
+       Dist::Normal, {3, 4}, Dist::NonZero, {}, Layout::Transposed, F},
+      {"mul_out_itself", [](Tensor& s, T o) { mul_out(s, s, o); }, [](double s, double o) { return s * o; },
+       Dist::Normal, {3, 1}, Dist::Normal, {}, C, FI},
       {"zero_", [](Tensor& s, T) { s.zero_(); }, [](double, double) { return 0.0; }, Dist::Normal, {}, Dist::Normal,
        {}, C, FI + std::vector<ScalarType>{kBool}},
       {"fill_", [](Tensor& s, T) { s.fill_(2.5); }, [](double, double) { return 2.5; }, Dist::Normal, {},
@@ -151,6 +163,36 @@ TEST(OpTableInplaceOverlap, CopyFromOverlappingView) {
     Tensor m = arange(9, TensorOptions(kFloat64).device(dev)).reshape({3, 3});
     m.copy_(m.t());
     test::expect_close(m, {0, 3, 6, 1, 4, 7, 2, 5, 8}, {3, 3}, 0, 0, "copy_ of its own transpose");
+  }
+}
+
+// out= reads an operand that overlaps out (not out itself) from its old values; the result is
+// cast into out's dtype; bad outputs and arguments that need a gradient are errors.
+TEST(OpTableOut, OverlapDtypeAndErrors) {
+  for (Device dev : test::devices()) {
+    Tensor base = arange(6, TensorOptions(kFloat32).device(dev));
+    Tensor tail = base.slice(0, 1, 6);
+    add_out(tail, base.slice(0, 0, 5), tail);  // out[i] = base[i] + base[i + 1], all old values
+    test::expect_close(base, {0, 1, 3, 5, 7, 9}, {6}, 0, 0, "add_out into a shifted view of its operand");
+    Tensor out64 = zeros({3}, TensorOptions(kFloat64).device(dev));
+    mul_out(out64, arange(3, TensorOptions(kFloat32).device(dev)), 1.0 / 3);
+    EXPECT_EQ(out64.dtype(), kFloat64);
+    test::expect_close(out64, {0, 1.0f / 3, 2.0f / 3}, {3}, 1e-7, 0, "float32 result written into float64");
+
+    const TensorOptions o = TensorOptions(kFloat32).device(dev);
+    Tensor out = zeros({2, 3}, o);
+    expect_error([&] { add_out(out, ones({3, 3}, o), ones({3}, o)); },
+                 "[add_out] the result of shape [3, 3] does not fit the output tensor of shape [2, 3]");
+    Tensor ints = zeros({3}, TensorOptions(kInt64).device(dev));
+    expect_error([&] { div_out(ints, ones({3}, o), 2); }, "[div_out] result type float32 cannot be written into");
+    Tensor w = ones({2, 3}, o).requires_grad_();
+    expect_error([&] { mul_out(out, w, 2); }, "[mul_out] the out= form does not record a gradient");
+    {
+      NoGradGuard ng;
+      mul_out(out, w, 2);  // no gradient is recorded, so this is allowed
+    }
+    test::expect_close(out, std::vector<double>(6, 2.0), {2, 3}, 0, 0, "mul_out under NoGradGuard");
+    expect_error([&] { add_out(w, out, 1); }, "[add_out] the out= form does not record a gradient");
   }
 }
 

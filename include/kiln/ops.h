@@ -33,6 +33,17 @@ KILN_DECLARE_BINARY(ge)
 KILN_DECLARE_BINARY(logical_and)
 KILN_DECLARE_BINARY(logical_or)
 #undef KILN_DECLARE_BINARY
+// out = a op b without a new tensor (PyTorch's out= forms, torch::mul_out): out must have the
+// broadcast shape and a dtype that holds the result; no autograd (an error when an argument
+// requires grad).
+Tensor& add_out(Tensor& out, const Tensor& a, const Tensor& b);
+Tensor& add_out(Tensor& out, const Tensor& a, Scalar b);
+Tensor& sub_out(Tensor& out, const Tensor& a, const Tensor& b);
+Tensor& sub_out(Tensor& out, const Tensor& a, Scalar b);
+Tensor& mul_out(Tensor& out, const Tensor& a, const Tensor& b);
+Tensor& mul_out(Tensor& out, const Tensor& a, Scalar b);
+Tensor& div_out(Tensor& out, const Tensor& a, const Tensor& b);
+Tensor& div_out(Tensor& out, const Tensor& a, Scalar b);
 
 // ---- elementwise, one operand
 Tensor neg(const Tensor& x);

@@ -43,18 +43,23 @@ struct DistributedDataParallel::State {
     in_backward = false;
   }
 
-  // Copies the bucket's gradients into its buffer (zeros for a parameter without one) and starts
-  // averaging it.
+  // Copies the bucket's gradients into its buffer divided by the world size (zeros for a parameter
+  // without one) and starts summing it: the average without a pass of its own over the bucket (as
+  // PyTorch's reducer does). A gradient that already is its slot (accumulated into last step's
+  // average) is divided in place.
   void launch(Bucket& b) {
     NoGradGuard ng;
+    const double share = 1.0 / dist::world_size();
     for (size_t i : b.params) {
       Param& p = params[i];
       const Tensor g = p.tensor.grad();
-      if (g.defined() && g.is_same(p.slot)) continue;  // already there (no new gradient since)
-      if (g.defined()) p.slot.copy_(g);
-      else p.slot.zero_();
+      if (g.defined()) {
+        mul_out(p.slot, g, share);
+      } else {
+        p.slot.zero_();
+      }
     }
-    b.work = dist::all_reduce_async(b.buffer, dist::ReduceOp::Average);
+    b.work = dist::all_reduce_async(b.buffer, dist::ReduceOp::Sum);
   }
 
   void launch_ready() {

@@ -118,18 +118,39 @@ Tensor binary(Op op, const char* name, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// The checks of a result written into an existing tensor (in place, or out=): its device, a
+// dtype that can hold the result, the broadcast shape. Returns the computation's dtype.
+ScalarType check_into(Op op, const char* name, const Tensor& out, const Tensor& a, const Tensor& b) {
+  ops::check_defined(out, name);
+  Device dev = ops::common_device({&a, &b}, name);
+  KILN_CHECK(out.device() == dev, name, "cannot write a ", dev.str(), " result into a ", out.device().str(), " tensor");
+  ScalarType ct = compute_type(op, a, b, name);
+  const ScalarType rt = is_predicate(op) ? kBool : ct;
+  KILN_CHECK(!is_floating_point(rt) || out.is_floating_point(), name, "result type ", rt,
+             " cannot be written into a tensor of type ", out.dtype());
+  KILN_CHECK(rt == kBool || out.dtype() != kBool, name, "result type ", rt, " cannot be written into a bool tensor");
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  KILN_CHECK(shape == out.shape(), name, "the result of shape ", shape, " does not fit the output tensor of shape ",
+             out.shape());
+  return ct;
+}
+
+// out = ac op bc, the operands already in the computation's dtype; through a temporary when out's
+// dtype differs from it.
+void run_into(Op op, Tensor& out, const Tensor& ac, const Tensor& bc) {
+  if (ac.dtype() == out.dtype()) {
+    ops::run1(op, out.device(), {ac, bc}, out);
+  } else {
+    Tensor tmp = make_empty(out.shape(), ac.dtype(), out.device());
+    ops::run1(op, out.device(), {ac, bc}, tmp);
+    ops::run1(Op::Copy, out.device(), {tmp}, out);
+  }
+  ops::bump_version(out);
+}
+
 Tensor& binary_(Op op, const char* name, Tensor& self, const Tensor& other) {
   ops::check_defined(self, name);
-  Device dev = ops::common_device({&self, &other}, name);
-  KILN_CHECK(self.device() == dev, name, "cannot write a ", dev.str(), " result into a ", self.device().str(),
-             " tensor");
-  ScalarType ct = compute_type(op, self, other, name);
-  KILN_CHECK(!is_floating_point(ct) || self.is_floating_point(), name, "result type ", ct,
-             " cannot be written into a tensor of type ", self.dtype());
-  KILN_CHECK(ct == kBool || self.dtype() != kBool, name, "result type ", ct, " cannot be written into a bool tensor");
-  Shape shape = broadcast_shapes(self.shape(), other.shape(), name);
-  KILN_CHECK(shape == self.shape(), name, "the result of shape ", shape,
-             " does not fit the in-place tensor of shape ", self.shape());
+  const ScalarType ct = check_into(op, name, self, self, other);
   const bool rec = is_differentiable(op) && autograd::needs_grad({&self, &other});
   autograd::check_inplace(self, name, rec);
   InputMeta ma(self), mb(other);
@@ -139,15 +160,7 @@ Tensor& binary_(Op op, const char* name, Tensor& self, const Tensor& other) {
   // one, so that the gradient still reaches the operand).
   const Tensor b_before = other.storage() == self.storage() ? other.clone() : other;
   Tensor bc = ops::cast(b_before, ct);
-  if (ct == self.dtype()) {
-    ops::run1(op, dev, {self, bc}, self);
-  } else {
-    Tensor tmp = make_empty(shape, ct, dev);
-    Tensor ac = ops::cast(self, ct);
-    ops::run1(op, dev, {ac, bc}, tmp);
-    ops::run1(Op::Copy, dev, {tmp}, self);
-  }
-  ops::bump_version(self);
+  run_into(op, self, ops::cast(self, ct), bc);
   if (rec) {
     Tensor ac = ops::cast(a_before, ct);
     autograd::record_inplace(backward_name(op), self, {&a_before, &b_before}, make_backward(op, ac, bc, self, ma, mb));
@@ -155,7 +168,36 @@ Tensor& binary_(Op op, const char* name, Tensor& self, const Tensor& other) {
   return self;
 }
 
+// out = a op b, PyTorch's out= form: no new tensor, no autograd (an error when an operand needs
+// a gradient, as in PyTorch). An operand overlapping out, other than out itself, is read from a
+// copy made first.
+Tensor& binary_out(Op op, const char* name, Tensor& out, const Tensor& a, const Tensor& b) {
+  ops::check_defined(a, name);
+  ops::check_defined(b, name);
+  const ScalarType ct = check_into(op, name, out, a, b);
+  KILN_CHECK(!autograd::needs_grad({&a, &b, &out}), name,
+             "the out= form does not record a gradient, but an argument requires grad (use kiln::NoGradGuard, or "
+             "the form that returns a new tensor)");
+  auto apart = [&](const Tensor& t) { return t.storage() == out.storage() && !t.is_same(out) ? t.clone() : t; };
+  run_into(op, out, ops::cast(apart(a), ct), ops::cast(apart(b), ct));
+  return out;
+}
+
 }  // namespace
+
+#define KILN_DEFINE_BINARY_OUT(fn, op)                                  \
+  Tensor& fn##_out(Tensor& out, const Tensor& a, const Tensor& b) {     \
+    return binary_out(Op::op, #fn "_out", out, a, b);                   \
+  }                                                                     \
+  Tensor& fn##_out(Tensor& out, const Tensor& a, Scalar b) {            \
+    ops::check_defined(a, #fn "_out");                                  \
+    return binary_out(Op::op, #fn "_out", out, a, ops::wrap_for(a, b)); \
+  }
+KILN_DEFINE_BINARY_OUT(add, Add)
+KILN_DEFINE_BINARY_OUT(sub, Sub)
+KILN_DEFINE_BINARY_OUT(mul, Mul)
+KILN_DEFINE_BINARY_OUT(div, Div)
+#undef KILN_DEFINE_BINARY_OUT
 
 #define KILN_DEFINE_BINARY(fn, op)                                                             \
   Tensor fn(const Tensor& a, const Tensor& b) { return binary(Op::op, #fn, a, b); }           \
