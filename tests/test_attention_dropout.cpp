@@ -88,7 +88,7 @@ TEST(AttentionDropout, KeepBitsRuleEqualsRandThreshold) {
   set_rng_state(st);
   const std::vector<double> u = values(rand({200}));
   for (double p : {0.1, 0.3, 0.5}) {
-    const uint32_t thr = attention::keep_threshold(p);
+    const uint32_t thr = dropout_math::keep_threshold(p);
     for (uint64_t n : {0, 1, 2, 3, 61, 130}) {
       const int count = static_cast<int>(std::min<uint64_t>(64, 200 - n));
       const uint64_t bits = attention::keep_bits(st.seed, st.offset, n, count, thr);

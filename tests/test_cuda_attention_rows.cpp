@@ -229,8 +229,8 @@ TEST(CudaAttentionRows, EmptyRowIsZeroWithInfiniteLse) {
 
 TEST(CudaAttentionRows, KeepTestIsKeepBits) {
   for (double p : {0.0, 0.1, 0.3, 0.9, 1.0}) {
-    const uint32_t thr = attention::keep_threshold(p);
-    const kc::Dropout d{true, thr, attention::keep_scale(p), 0x9e3779b97f4a7c15ull, 12345};
+    const uint32_t thr = dropout_math::keep_threshold(p);
+    const kc::Dropout d{true, thr, dropout_math::keep_scale(p), 0x9e3779b97f4a7c15ull, 12345};
     kc::KeepWords kw;
     for (uint64_t n : {uint64_t{0}, uint64_t{3}, uint64_t{1} << 33}) {
       const uint64_t bits = attention::keep_bits(d.seed, d.offset, n, 64, thr);

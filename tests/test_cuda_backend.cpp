@@ -110,6 +110,30 @@ TEST_F(Cuda, TheSameSeedGivesTheSameRandomNumbersOnBothDevices) {
   }
 }
 
+// dropout's fused kernels: values, gradient and the generator's next numbers bit for bit the
+// CPU's in every float dtype, channels-last and an odd length (a partial Philox counter), with no
+// fallback.
+TEST_F(Cuda, DropoutIsTheCpusBitForBit) {
+  const uint64_t before = total_fallbacks();
+  for (ScalarType dt : {kFloat32, kFloat64, kBFloat16, kFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    auto run = [&](Device d) {
+      Tensor x = input({2, 8, 6, 6}, 20, d).detach().to(dt).contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+      manual_seed(21);
+      Tensor y = dropout(x, 0.3);
+      (y * x.detach()).sum().backward();
+      Trace t;
+      append(t, y);
+      append(t, x.grad());
+      append(t, dropout(x.detach().reshape({-1}).narrow(0, 1, 501), 0.6));
+      append(t, rand({5}, TensorOptions().device(d)));
+      return t;
+    };
+    EXPECT_EQ(run(Device::cuda(0)), run(Device::cpu()));
+  }
+  EXPECT_EQ(total_fallbacks(), before);
+}
+
 // C++ numbers (and 0-d CPU tensors) reach the binary kernels as kernel arguments, on either
 // side, in place or not, with the CPU's results in every dtype; dense operands (the vectorised
 // kernels, 185 elements: a tail of 1), misaligned and strided ones alike.

@@ -171,6 +171,28 @@ TEST(Dropout, SameSeedSameMaskAndStreamAdvances) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i] != 0, e[i] != 0) << i;
 }
 
+// The 16-bit types: a kept element is x * scale computed in float with the scale rounded once to
+// float (PyTorch's fused dropout), its gradient likewise (here from sum(), an expanded, non-
+// contiguous gradient); the generator moves on as rand() of the same shape moves it.
+TEST(Dropout, HalfTypesScaleInFloatAndTheGeneratorMovesAsRand) {
+  const double p = 0.1;
+  const float scale = static_cast<float>(1.0 / (1.0 - p));
+  for (ScalarType dt : {kBFloat16, kFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = (rnd({37, 9}, 28, kFloat32) * 3).to(dt).requires_grad_();
+    manual_seed(4);
+    Tensor y = dropout(x, p);
+    y.sum().backward();
+    const Vec next = test::values(rand({3}));
+    manual_seed(4);
+    Tensor keep = ge(rand({37, 9}), p);
+    EXPECT_EQ(test::values(rand({3})), next);
+    EXPECT_EQ(y.dtype(), dt);
+    EXPECT_EQ(test::values(y), test::values(where(keep, x.detach().to(kFloat32) * scale, 0).to(dt)));
+    EXPECT_EQ(test::values(x.grad()), test::values(where(keep, ones({37, 9}) * scale, 0).to(dt)));
+  }
+}
+
 TEST(Dropout, PassthroughAndExtremes) {
   Tensor x = rnd({4, 5}, 23, kFloat32).requires_grad_();
   GeneratorState before = get_rng_state();

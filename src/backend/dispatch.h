@@ -25,7 +25,7 @@ namespace kiln::backend {
   X(Softmax) X(LogSoftmax) X(SoftmaxBackward) X(LogSoftmaxBackward)                         \
   X(Matmul)                                                                                 \
   X(IndexSelect) X(Gather) X(ScatterAdd) X(Tril) X(Triu)                                    \
-  X(Arange) X(Uniform) X(Normal) X(RandInt)                                                \
+  X(Arange) X(Uniform) X(Normal) X(RandInt) X(Dropout) X(DropoutBackward)                   \
   X(Conv2d) X(Conv2dBackwardInput) X(Conv2dBackwardWeight)                                  \
   X(MaxPool2d) X(MaxPool2dBackward) X(AvgPool2d) X(AvgPool2dBackward)                       \
   X(BatchNormStats) X(BatchNormApply) X(BatchNormBackward)                                  \
@@ -96,6 +96,9 @@ struct DimAttrs { int64_t dim = 0; };
 struct TriAttrs { int64_t diagonal = 0; };
 struct ArangeAttrs { double start = 0, step = 1; };
 struct RandomAttrs { uint64_t seed = 0, offset = 0; double a = 0, b = 1; };
+// dropout: {x} -> {y, keep (bool)}, all contiguous, element i kept by Philox word i of the
+// reserved counters (dropout_math.h); backward {grad_y, keep} -> {grad_x}, all contiguous.
+struct DropoutAttrs { uint64_t seed = 0, offset = 0; double p = 0; };
 // conv2d: inputs {x, w[, bias]} -> {y}; backward input {grad_y, w} -> {grad_x};
 // backward weight {grad_y, x} -> {grad_w[, grad_bias]}. Tensors are 4-D with any strides.
 struct ConvAttrs {

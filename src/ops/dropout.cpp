@@ -1,9 +1,23 @@
-// dropout: a Philox keep-mask (bool, kept for backward) and the 1/(1-p) scaling.
+// dropout: one kernel draws the Philox keep-mask (bool, kept for backward) and scales the kept
+// elements by 1/(1-p); backward is one kernel too (PyTorch's fused dropout).
+#include "kiln/random.h"
 #include "ops/op_util.h"
 
 namespace kiln {
 
 using autograd::SavedTensor;
+using backend::Op;
+
+namespace {
+
+// grad_x = grad_y * scale where kept, in grad_y's dtype, row-major.
+Tensor dropout_backward(const Tensor& g, const Tensor& keep, const backend::DropoutAttrs& attrs) {
+  Tensor out = make_empty(g.shape(), g.dtype(), g.device());
+  ops::run1(Op::DropoutBackward, g.device(), {g.contiguous(), keep}, out, &attrs);
+  return out;
+}
+
+}  // namespace
 
 Tensor dropout(const Tensor& x, double p, bool training) {
   ops::check_defined(x, "dropout");
@@ -14,24 +28,32 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   // As in PyTorch, x * 0: zeros with a zero gradient (and NaN where x is inf or NaN).
   if (p == 1.0) return mul(x, 0);
 
-  Tensor out, keep;
-  const double scale = 1.0 / (1.0 - p);
+  // Element i in row-major order keeps when Philox word i of this call's counters says so
+  // (dropout_math.h: float32 uniform >= p, 24 bits whatever x's dtype): the mask depends only on
+  // the generator state and the shape, so the same seed gives the same mask on every device, and
+  // the generator moves on as rand(x.shape()) would move it.
+  const Device dev = x.device();
+  const GeneratorState st = detail::reserve_counters((static_cast<uint64_t>(x.numel()) + 3) / 4);
+  const backend::DropoutAttrs attrs{st.seed, st.offset, p};
+  Tensor y = make_empty(x.shape(), x.dtype(), dev), keep = make_empty(x.shape(), kBool, dev);
   {
-    NoGradGuard ng;
-    // Element i (row-major) keeps when Philox uniform i >= p: the mask depends only on the
-    // generator state and the shape, so the same seed gives the same mask on every device.
-    // float32 uniforms (24 bits) whatever x's dtype, so p is resolved finely for 16-bit inputs.
-    Tensor u = rand(x.shape(), TensorOptions(kFloat32).device(x.device()));
-    keep = ge(u, p);
-    out = where(keep, x, 0);
-    out.mul_(scale);
+    const Tensor in[1] = {x.contiguous()};
+    Tensor outs[2] = {y, keep};
+    backend::run(Op::Dropout, dev, in, outs, &attrs);
+  }
+  if (!x.is_contiguous()) {  // a dense layout (channels-last) is kept, as PyTorch keeps it
+    Tensor like = make_empty_like(x, x.shape(), x.dtype(), dev);
+    if (!like.is_contiguous()) {
+      NoGradGuard ng;
+      y = like.copy_(y);
+    }
   }
   if (autograd::needs_grad({&x}))
-    autograd::record("DropoutBackward", {&x}, out, [sk = SavedTensor(keep), scale](const Tensor& g) -> TensorList {
+    autograd::record("DropoutBackward", {&x}, y, [sk = SavedTensor(keep), attrs](const Tensor& g) -> TensorList {
       // The mask is kept as bool (one byte an element), not as a float copy.
-      return {mul(where(sk.get("DropoutBackward"), g, 0), scale)};
+      return {dropout_backward(g, sk.get("DropoutBackward"), attrs)};
     });
-  return out;
+  return y;
 }
 
 }  // namespace kiln

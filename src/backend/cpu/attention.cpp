@@ -81,8 +81,8 @@ struct Problem {
     scale = static_cast<T>(at.scale);
     causal = at.is_causal;
     dropout = at.dropout_p > 0;
-    threshold = attention::keep_threshold(at.dropout_p);
-    keep_mul = static_cast<T>(attention::keep_scale(at.dropout_p));
+    threshold = dropout_math::keep_threshold(at.dropout_p);
+    keep_mul = static_cast<T>(dropout_math::keep_scale(at.dropout_p));
     seed = at.seed, offset = at.offset;
   }
 

@@ -1,6 +1,7 @@
-// CPU kernels for copy/convert, fill, clamp, where, triangular masks and number generation.
+// CPU kernels for copy/convert, fill, clamp, where, triangular masks, number generation and dropout.
 #include "backend/cpu/loops.h"
 #include "backend/dispatch.h"
+#include "backend/dropout_math.h"
 #include "backend/math.h"
 #include "core/philox.h"
 
@@ -167,6 +168,44 @@ void randint(KernelArgs& a) {
   });
 }
 
+// y = x * scale where kept, keep = the mask (dropout_math.h), all contiguous: one pass, each
+// Philox counter's four words computed once.
+void dropout(KernelArgs& a) {
+  const auto& d = *static_cast<const DropoutAttrs*>(a.attrs);
+  const Tensor& x = a.inputs[0];
+  const int64_t n = x.numel();
+  const uint32_t threshold = dropout_math::keep_threshold(d.p);
+  bool* keep = static_cast<bool*>(a.outputs[1].data_ptr());
+  visit_float_dtype(x.dtype(), "dropout", [&]<class T>() {
+    const T* xi = static_cast<const T*>(x.data_ptr());
+    T* y = static_cast<T*>(a.outputs[0].data_ptr());
+    const auto scale = static_cast<compute_t<T>>(dropout_math::keep_scale(d.p));
+    parallel_for((n + 3) / 4, 1024, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c) {
+        const philox::U32x4 w = philox::philox(d.seed, d.offset + static_cast<uint64_t>(c));
+        for (int64_t j = 0, i = 4 * c; j < 4 && i < n; ++j, ++i) {
+          keep[i] = dropout_math::kept(w.v[j], threshold);
+          y[i] = dropout_math::apply(xi[i], keep[i], scale);
+        }
+      }
+    });
+  });
+}
+
+void dropout_backward(KernelArgs& a) {
+  const auto& d = *static_cast<const DropoutAttrs*>(a.attrs);
+  const Tensor& g = a.inputs[0];
+  const bool* keep = static_cast<const bool*>(a.inputs[1].data_ptr());
+  visit_float_dtype(g.dtype(), "dropout_backward", [&]<class T>() {
+    const T* gi = static_cast<const T*>(g.data_ptr());
+    T* o = static_cast<T*>(a.outputs[0].data_ptr());
+    const auto scale = static_cast<compute_t<T>>(dropout_math::keep_scale(d.p));
+    parallel_for(g.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) o[i] = dropout_math::apply(gi[i], keep[i], scale);
+    });
+  });
+}
+
 constexpr DeviceType kCpu = DeviceType::CPU;
 KILN_REGISTER_KERNEL(Op::Copy, kCpu, copy);
 KILN_REGISTER_KERNEL(Op::Fill, kCpu, fill);
@@ -178,6 +217,8 @@ KILN_REGISTER_KERNEL(Op::Arange, kCpu, arange);
 KILN_REGISTER_KERNEL(Op::Uniform, kCpu, uniform);
 KILN_REGISTER_KERNEL(Op::Normal, kCpu, normal);
 KILN_REGISTER_KERNEL(Op::RandInt, kCpu, randint);
+KILN_REGISTER_KERNEL(Op::Dropout, kCpu, dropout);
+KILN_REGISTER_KERNEL(Op::DropoutBackward, kCpu, dropout_backward);
 
 }  // namespace
 }  // namespace kiln::backend::cpu

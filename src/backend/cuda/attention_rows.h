@@ -323,7 +323,8 @@ inline Rows make_rows(const AttentionAttrs& at, const Tensor& q, const Tensor& k
     R.mask.rs = mask->stride(-2), R.mask.cs = mask->stride(-1);
   }
   if (at.dropout_p > 0)
-    R.drop = {true, attention::keep_threshold(at.dropout_p), attention::keep_scale(at.dropout_p), at.seed, at.offset};
+    R.drop = {true, dropout_math::keep_threshold(at.dropout_p), dropout_math::keep_scale(at.dropout_p), at.seed,
+              at.offset};
   return R;
 }
 

@@ -1,7 +1,8 @@
 // CUDA kernels for copy/convert (any strides, any two dtypes), fill, clamp, where, triangular
-// masks and number generation: the same Philox counters and transforms as the CPU kernels, so a
-// seed gives the same numbers on both.
+// masks, number generation and dropout: the same Philox counters and transforms as the CPU
+// kernels, so a seed gives the same numbers and masks on both.
 #include "backend/cuda/device/elementwise.cuh"
+#include "backend/dropout_math.h"
 #include "backend/math.h"
 #include "core/philox.h"
 
@@ -192,6 +193,53 @@ void randint(KernelArgs& a) {
   generate(a, RandIntGen{low, static_cast<uint64_t>(static_cast<int64_t>(r.b) - low)});
 }
 
+// dropout: thread c computes counter offset + c and handles its four elements (the CPU kernel's
+// words for the same elements); backward one thread per element.
+template <class T, class C>
+__global__ void dropout_kernel(const T* x, T* y, bool* keep, int64_t n, uint64_t seed, uint64_t offset,
+                               uint32_t threshold, C scale) {
+  KILN_GRID_STRIDE(c, (n + 3) / 4) {
+    const philox::U32x4 w = philox::philox(seed, offset + static_cast<uint64_t>(c));
+    for (int64_t j = 0, i = 4 * c; j < 4 && i < n; ++j, ++i) {
+      const bool k = dropout_math::kept(w.v[j], threshold);
+      keep[i] = k;
+      y[i] = dropout_math::apply(x[i], k, scale);
+    }
+  }
+}
+template <class T, class C>
+__global__ void dropout_backward_kernel(const T* g, const bool* keep, T* o, int64_t n, C scale) {
+  KILN_GRID_STRIDE(i, n) o[i] = dropout_math::apply(g[i], keep[i], scale);
+}
+
+void dropout(KernelArgs& a) {
+  const auto& d = *static_cast<const DropoutAttrs*>(a.attrs);
+  const Tensor& x = a.inputs[0];
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  visit_float_dtype(x.dtype(), "dropout", [&]<class T>() {
+    using C = compute_t<T>;
+    dropout_kernel<T, C><<<blocks_for((n + 3) / 4), kThreads, 0, stream_of(a)>>>(
+        static_cast<const T*>(x.data_ptr()), static_cast<T*>(a.outputs[0].data_ptr()),
+        static_cast<bool*>(a.outputs[1].data_ptr()), n, d.seed, d.offset, dropout_math::keep_threshold(d.p),
+        static_cast<C>(dropout_math::keep_scale(d.p)));
+  });
+  KILN_CUDA_LAUNCHED("dropout");
+}
+void dropout_backward(KernelArgs& a) {
+  const auto& d = *static_cast<const DropoutAttrs*>(a.attrs);
+  const Tensor& g = a.inputs[0];
+  const int64_t n = g.numel();
+  if (n == 0) return;
+  visit_float_dtype(g.dtype(), "dropout_backward", [&]<class T>() {
+    using C = compute_t<T>;
+    dropout_backward_kernel<T, C><<<blocks_for(n), kThreads, 0, stream_of(a)>>>(
+        static_cast<const T*>(g.data_ptr()), static_cast<const bool*>(a.inputs[1].data_ptr()),
+        static_cast<T*>(a.outputs[0].data_ptr()), n, static_cast<C>(dropout_math::keep_scale(d.p)));
+  });
+  KILN_CUDA_LAUNCHED("dropout_backward");
+}
+
 constexpr DeviceType kCuda = DeviceType::CUDA;
 KILN_REGISTER_KERNEL(Op::Copy, kCuda, copy);
 KILN_REGISTER_KERNEL(Op::Fill, kCuda, fill);
@@ -203,6 +251,8 @@ KILN_REGISTER_KERNEL(Op::Arange, kCuda, arange);
 KILN_REGISTER_KERNEL(Op::Uniform, kCuda, uniform);
 KILN_REGISTER_KERNEL(Op::Normal, kCuda, normal);
 KILN_REGISTER_KERNEL(Op::RandInt, kCuda, randint);
+KILN_REGISTER_KERNEL(Op::Dropout, kCuda, dropout);
+KILN_REGISTER_KERNEL(Op::DropoutBackward, kCuda, dropout_backward);
 
 }  // namespace
 }  // namespace kiln::backend::cuda
