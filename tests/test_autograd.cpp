@@ -127,6 +127,33 @@ TEST(AutogradBasics, GradAccumulatesOverBackwardCalls) {
   expect_close(x.grad(), {5, 5}, {2});
 }
 
+// A leaf's first gradient is taken as it is when only it can reach that memory (a bias's
+// gradient: sum(keepdim) reshaped, a view of a base nothing else holds), and copied when it is
+// shared: one tensor given to two leaves, or slices of one buffer (cat's backward).
+TEST(AutogradBasics, FirstGradientIsTakenUnlessShared) {
+  Tensor b = leaf({0.5, -1, 2}), x = tensor({1, 2, 3, 4, 5, 6}, kFloat64).reshape({2, 3});
+  int64_t copies = 0;
+  {
+    profiler::Session session({.timing = false});
+    (x + b).sum().backward();
+    for (const profiler::OpStat& st : session.stats()) copies += st.op == "Copy" ? st.count : 0;
+  }
+  EXPECT_EQ(copies, 0) << "the bias-like gradient was copied";
+  expect_close(b.grad(), {2, 2, 2}, {3});
+
+  Tensor p = leaf({1, 2}), q = leaf({3, 4});
+  (p + q).sum().backward();
+  EXPECT_NE(p.grad().storage(), q.grad().storage());
+  Tensor u = leaf({1, 2}), v = leaf({3, 4, 5});
+  (cat({u, v}, 0) * arange(5, kFloat64)).sum().backward();
+  EXPECT_NE(u.grad().storage(), v.grad().storage());
+  {
+    NoGradGuard ng;
+    u.grad().zero_();
+  }
+  expect_close(v.grad(), {2, 3, 4}, {3});
+}
+
 TEST(AutogradBasics, TensorUsedTwice) {
   Tensor x = leaf({1, 2, 3});
   Tensor y = (x * x + x).sum();  // dy/dx = 2x + 1

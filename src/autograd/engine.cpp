@@ -140,6 +140,23 @@ std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grads) {
   return fn_(grads[0]);
 }
 
+namespace {
+
+// Whether g's memory is reachable only through g: its storage held by g alone, or by g and the
+// tensor it is a whole view of, which only g holds (a bias gradient's sum(keepdim) reshaped, a
+// reshaped matmul result). A gradient that is part of a larger buffer is not: it would keep the
+// buffer alive, and other parts may be other gradients.
+bool sole_owner(const Tensor& g) {
+  if (g.impl_ptr().use_count() != 1) return false;
+  const long holders = g.storage().use_count();
+  if (holders == 1) return true;
+  const std::shared_ptr<TensorImpl>& base = g.impl()->view_base;
+  return holders == 2 && g.impl()->is_view && base && base.use_count() == 1 && base->storage == g.storage() &&
+         g.nbytes() == g.storage()->nbytes;
+}
+
+}  // namespace
+
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   Tensor g = std::move(grads[0]);
   AutogradMeta& meta = leaf_->autograd_meta();
@@ -149,8 +166,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
     // copy, so that an in-place change to .grad() (zero_, an optimizer) cannot reach another
     // tensor, nor write one element many times through a broadcast (stride-0) gradient.
     Tensor leaf(leaf_);
-    const bool own = g.storage().use_count() == 1 && g.impl_ptr().use_count() == 1;
-    if (own && g.strides() == strides_like(leaf, leaf.shape())) {
+    if (sole_owner(g) && g.strides() == strides_like(leaf, leaf.shape())) {
       meta.grad = g;
     } else {
       meta.grad = make_empty_like(leaf, leaf.shape(), g.dtype(), g.device());
