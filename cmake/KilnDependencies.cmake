@@ -60,6 +60,14 @@ if(NOT KILN_WITH_CUDA STREQUAL "OFF")
     message(FATAL_ERROR "KILN_WITH_CUDA=ON but the CUDA toolkit (nvcc and cuBLASLt) was not found")
   endif()
 endif()
+# The folder of an NVIDIA wheel's package (nvidia.cudnn, nvidia.nccl) in python3's site-packages,
+# or "". These are namespace packages (no __init__.py, so no __file__): their __path__ names it.
+function(kiln_wheel_dir module out)
+  execute_process(COMMAND python3 -c "import ${module} as m; print(list(m.__path__)[0])"
+                  OUTPUT_VARIABLE dir OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  set(${out} "${dir}" PARENT_SCOPE)
+endfunction()
+
 if(KILN_HAVE_CUDA)
   # sm_90 code and its PTX by default (the H100/H200); -DKILN_CUDA_ARCHITECTURES=80;90 for more.
   set(KILN_CUDA_ARCHITECTURES "90" CACHE STRING "CUDA architectures to build for (CMAKE_CUDA_ARCHITECTURES)")
@@ -70,8 +78,7 @@ if(KILN_HAVE_CUDA)
   set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
   # cuDNN (convolutions, fused attention) is optional: the toolkit's copy, CUDNN_ROOT, or the one
   # inside PyTorch's nvidia-cudnn wheel (GPU machines often have only that).
-  execute_process(COMMAND python3 -c "import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__))"
-                  OUTPUT_VARIABLE KILN_WHEEL_CUDNN OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  kiln_wheel_dir(nvidia.cudnn KILN_WHEEL_CUDNN)
   find_path(KILN_CUDNN_INCLUDE cudnn.h HINTS $ENV{CUDNN_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS} ${KILN_WHEEL_CUDNN}/include
             /usr/local/include)
   find_library(KILN_CUDNN_LIB NAMES cudnn libcudnn.so.9 HINTS $ENV{CUDNN_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR}
@@ -101,8 +108,7 @@ message(STATUS "Kiln: MPI ${KILN_HAVE_MPI}")
 # Built with CUDA even without MPI: a GPU check machine without MPI still tests it on one GPU.
 set(KILN_HAVE_NCCL OFF)
 if(KILN_HAVE_CUDA)
-  execute_process(COMMAND python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))"
-                  OUTPUT_VARIABLE KILN_WHEEL_NCCL OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  kiln_wheel_dir(nvidia.nccl KILN_WHEEL_NCCL)
   find_path(KILN_NCCL_INCLUDE nccl.h HINTS $ENV{NCCL_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS} ${KILN_WHEEL_NCCL}/include)
   find_library(KILN_NCCL_LIB NAMES nccl libnccl.so.2 HINTS $ENV{NCCL_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR}
                ${KILN_WHEEL_NCCL}/lib)
