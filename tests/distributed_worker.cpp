@@ -5,6 +5,8 @@
 //   mismatch     different shapes, dtypes and collectives on the ranks: an error on every rank
 //   ddp          DistributedDataParallel (SGD and AdamW, bucketed, no_sync accumulation) equals
 //                one process training on the ranks' batches together
+//   average      DDP's average of float32, float64 and bfloat16 gradients for any world size (the
+//                float types divided on the way into the buckets, bfloat16 after the sum)
 //   buffers      rank 0's buffers reach every rank before each forward
 //   unused       an unused parameter is an error naming it, or fine with find_unused_parameters
 //   sampler      DistributedSampler shares through a DataLoader: disjoint, covering, per epoch
@@ -266,6 +268,39 @@ void ddp() {
   ddp_matches_one_process<optim::SGD>(optim::SGDOptions{.lr = 0.1, .momentum = 0.9}, "SGD", true, 0.001);
 }
 
+// Each rank's gradient is (rank + 1) * v for fixed v: the average is mean(rank + 1) * v, which
+// in bfloat16 must be the float average rounded once (dividing by 1/3 rounded to bfloat16 first,
+// 0.334, misses it for three ranks).
+void average() {
+  struct Params : nn::Module {
+    Params() {
+      for (ScalarType dt : {kFloat32, kFloat64, kBFloat16})
+        ps.push_back(register_parameter(std::string("p_") + dtype_name(dt), zeros({5}, dt)));
+    }
+    std::vector<Tensor> ps;
+  };
+  auto m = std::make_shared<Params>();
+  nn::parallel::DistributedDataParallel ddp(m);
+  // Values where the bfloat16 average of three ranks comes out one step higher through 1/3 in
+  // bfloat16 than through the float sum (found by search over [1, 2) in steps of 1/128).
+  const Tensor v = tensor({1.0078125, -1.0390625, 1.0703125, 1.1015625, -1.1328125}, kFloat64);
+  const double r = dist::rank() + 1.0, world = dist::world_size();
+  ddp.forward_with([&] {
+       Tensor loss = zeros({1}, kFloat64);
+       for (const Tensor& p : m->ps) loss = loss + (p.to(kFloat64) * v * r).sum();
+       return loss;
+     })
+      .backward();
+  const Tensor want = v * ((world + 1) / 2);
+  for (const Tensor& p : m->ps) {
+    const std::string what = std::string("the average of ") + dtype_name(p.dtype()) + " gradients";
+    if (p.dtype() == kBFloat16)
+      expect(same(p.grad(), want.to(kFloat32).to(kBFloat16)), what);
+    else
+      expect((p.grad().to(kFloat64) - want).abs().max().item<double>() <= 1e-6 * 7 * world, what);
+  }
+}
+
 void buffers() {
   manual_seed(5);
   nn::Sequential net(nn::Conv2d(2, 3, 3), nn::BatchNorm2d(3), nn::Flatten());
@@ -355,6 +390,7 @@ int main(int argc, char** argv) {
   if (c == "collectives") collectives();
   else if (c == "mismatch") mismatch();
   else if (c == "ddp") ddp();
+  else if (c == "average") average();
   else if (c == "buffers") buffers();
   else if (c == "unused") unused();
   else if (c == "sampler") sampler();

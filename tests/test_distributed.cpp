@@ -145,12 +145,13 @@ struct Job {
 };
 
 #if defined(KILN_MPIEXEC)
-Job run_job(const std::string& which, const std::string& mca = "") {
+Job run_job(const std::string& which, const std::string& mca = "", int ranks = 2) {
   // Root may run it (CI does); one OpenMP thread per rank on this 2-core machine; no leak
   // checks on MPI's own allocations under the sanitizers.
-  std::string cmd = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ASAN_OPTIONS=detect_leaks=0 ") +
-                    "timeout 120 " + KILN_MPIEXEC + " --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 -x ASAN_OPTIONS " +
-                    mca + " " + KILN_DISTRIBUTED_WORKER + " " + which + " 2>&1";
+  std::string cmd =
+      std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ASAN_OPTIONS=detect_leaks=0 ") +
+      "timeout 120 " + KILN_MPIEXEC + " --oversubscribe --bind-to none -np " + std::to_string(ranks) +
+      " -x OMP_NUM_THREADS=1 -x ASAN_OPTIONS " + mca + " " + KILN_DISTRIBUTED_WORKER + " " + which + " 2>&1";
   Job job;
   const auto t0 = std::chrono::steady_clock::now();
   FILE* p = popen(cmd.c_str(), "r");
@@ -172,9 +173,9 @@ class TwoRanks : public ::testing::Test {
     GTEST_SKIP() << "built without MPI (apt-get install libopenmpi-dev openmpi-bin)";
 #endif
   }
-  void expect_ok(const std::string& which, const std::string& mca = "") {
+  void expect_ok(const std::string& which, const std::string& mca = "", int ranks = 2) {
 #if defined(KILN_MPIEXEC)
-    const Job job = run_job(which, mca);
+    const Job job = run_job(which, mca, ranks);
     EXPECT_EQ(job.status, 0) << job.output;
     EXPECT_NE(job.output.find("rank 0: ok"), std::string::npos) << job.output;
     EXPECT_NE(job.output.find("rank 1: ok"), std::string::npos) << job.output;
@@ -189,6 +190,8 @@ TEST_F(TwoRanks, DistributedDataParallelEqualsOneProcessOnTheSameSamples) { expe
 TEST_F(TwoRanks, DistributedDataParallelOverTcpLoopback) {
   expect_ok("ddp", "--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo");
 }
+// Three ranks: a world size whose inverse no float type holds exactly.
+TEST_F(TwoRanks, DistributedDataParallelAveragesEveryFloatTypeInAWorldOfThree) { expect_ok("average", "", 3); }
 TEST_F(TwoRanks, BuffersComeFromRankZeroBeforeEachForward) { expect_ok("buffers"); }
 TEST_F(TwoRanks, UnusedParametersAreNamedUnlessAllowed) { expect_ok("unused"); }
 TEST_F(TwoRanks, DistributedSamplerSharesThroughTheLoader) { expect_ok("sampler"); }

@@ -43,23 +43,28 @@ struct DistributedDataParallel::State {
     in_backward = false;
   }
 
-  // Copies the bucket's gradients into its buffer divided by the world size (zeros for a parameter
-  // without one) and starts summing it: the average without a pass of its own over the bucket (as
-  // PyTorch's reducer does). A gradient that already is its slot (accumulated into last step's
-  // average) is divided in place.
+  // Copies the bucket's gradients into its buffer (zeros for a parameter without one) and starts
+  // averaging it. Float32 and float64 gradients are divided by the world size on the way in and then
+  // summed, so the average needs no pass of its own (as PyTorch's reducer does); 16-bit ones are
+  // averaged after the sum, since 1/3 in bfloat16 (0.334) would bias them. A gradient that already
+  // is its slot (accumulated into last step's average) is divided in place, or left as it is.
   void launch(Bucket& b) {
     NoGradGuard ng;
+    const ScalarType dt = b.buffer.dtype();
+    const bool divide_first = dt == kFloat32 || dt == kFloat64;
     const double share = 1.0 / dist::world_size();
     for (size_t i : b.params) {
       Param& p = params[i];
       const Tensor g = p.tensor.grad();
-      if (g.defined()) {
-        mul_out(p.slot, g, share);
-      } else {
+      if (!g.defined()) {
         p.slot.zero_();
+      } else if (divide_first) {
+        mul_out(p.slot, g, share);
+      } else if (!g.is_same(p.slot)) {
+        p.slot.copy_(g);
       }
     }
-    b.work = dist::all_reduce_async(b.buffer, dist::ReduceOp::Sum);
+    b.work = dist::all_reduce_async(b.buffer, divide_first ? dist::ReduceOp::Sum : dist::ReduceOp::Average);
   }
 
   void launch_ready() {
