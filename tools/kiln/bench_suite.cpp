@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sys/wait.h>
 
 #include "kiln/kiln.h"
@@ -142,6 +143,7 @@ std::vector<RunResult> run_suite(const SuiteOptions& o, std::ostream& out, std::
       << table_header(o.vs_pytorch) << "\n";
   out.flush();
   std::vector<RunResult> results;
+  std::vector<std::string> failures;
   std::map<std::string, double> cpu_fp32;  // model|mode -> samples/s
   auto finish = [&] {
     if (results.empty()) return;
@@ -159,10 +161,23 @@ std::vector<RunResult> run_suite(const SuiteOptions& o, std::ostream& out, std::
       }
       const std::string what = s.model + " " + s.mode + " " + s.device + " " + s.dtype + " batch " + std::to_string(s.batch);
       if (tty) err << "\r\033[K  " << what << ": warm-up (" << s.warmup << " steps)" << std::flush;
-      RunResult r = run(s, [&](int64_t i, int64_t n) {
-        if (tty) err << "\r\033[K  " << what << ": timing step " << (i + 1) << "/" << n << std::flush;
-      });
+      std::optional<RunResult> ran;
+      try {
+        ran = run(s, [&](int64_t i, int64_t n) {
+          if (tty) err << "\r\033[K  " << what << ": timing step " << (i + 1) << "/" << n << std::flush;
+        });
+      } catch (const Error& e) {
+        // One workload that fails (out of memory at its batch, an op that would fall back under
+        // KILN_FALLBACK=error) is a row of the table; the others still run, and the suite fails
+        // at the end naming it.
+        if (tty) err << "\r\033[K" << std::flush;
+        const std::string message = e.what();
+        out << table_skipped(s, "failed: " + message.substr(0, message.find('\n'))) << "\n" << std::flush;
+        failures.push_back(message);
+        continue;
+      }
       if (tty) err << "\r\033[K" << std::flush;
+      RunResult& r = *ran;
       const std::string key = s.model + "|" + s.mode;
       if (s.device == "cpu" && s.dtype == "fp32") cpu_fp32[key] = r.samples_per_s;
       if (cpu_fp32.count(key)) r.speedup_vs_cpu_fp32 = r.samples_per_s / cpu_fp32[key];
@@ -192,6 +207,8 @@ std::vector<RunResult> run_suite(const SuiteOptions& o, std::ostream& out, std::
     throw;
   }
   finish();
+  KILN_CHECK(failures.empty(), "kiln bench", failures.size(), " of ", specs.size(), " runs failed; the first: ",
+             failures.front());
   return results;
 }
 

@@ -39,7 +39,9 @@ std::vector<RunSpec> plan(const SuiteOptions& options);
 
 // Runs the plan, printing the table to `out` as results arrive and progress to `err`; writes
 // out_dir/results.jsonl (a line per finished run, as it finishes), out_dir/chart.svg, and
-// out_dir/chart.png when a converter exists; with vs_pytorch also out_dir/pytorch.jsonl.
+// out_dir/chart.png when a converter exists; with vs_pytorch also out_dir/pytorch.jsonl. A run that
+// fails (kiln::Error: out of memory at its batch, a fallback under KILN_FALLBACK=error) is a table
+// row and the others still run; then it throws, naming how many failed and the first error.
 std::vector<RunResult> run_suite(const SuiteOptions& options, std::ostream& out, std::ostream& err);
 
 }  // namespace kiln::cli::bench
