@@ -149,7 +149,6 @@ void run_into(Op op, Tensor& out, const Tensor& ac, const Tensor& bc) {
 }
 
 Tensor& binary_(Op op, const char* name, Tensor& self, const Tensor& other) {
-  ops::check_defined(self, name);
   const ScalarType ct = check_into(op, name, self, self, other);
   const bool rec = is_differentiable(op) && autograd::needs_grad({&self, &other});
   autograd::check_inplace(self, name, rec);

@@ -141,9 +141,9 @@ std::string table_row(const RunResult& r, bool vs_pytorch) {
   return row;
 }
 
-std::string table_skipped(const RunSpec& s, const std::string& reason) {
+std::string table_note(const RunSpec& s, const std::string& note) {
   return pad(s.model, 11) + pad(s.mode, 6) + pad(s.device, 8) + pad(s.dtype, 6) + pad(std::to_string(s.batch), 6) +
-         "skipped (" + reason + ")";
+         note;
 }
 
 std::string chart_svg(const std::vector<RunResult>& runs) {

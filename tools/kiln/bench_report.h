@@ -10,7 +10,8 @@ namespace kiln::cli::bench {
 
 std::string table_header(bool vs_pytorch);
 std::string table_row(const RunResult& r, bool vs_pytorch);
-std::string table_skipped(const RunSpec& spec, const std::string& reason);
+// A row for a run without numbers: its spec, then the note ("skipped (...)", "failed: ...").
+std::string table_note(const RunSpec& spec, const std::string& note);
 
 // The chart, one bar per run (class="bar"), grouped by model:
 //  - speed-up over the CPU float32 run of the same model and mode, when every run has one and

@@ -156,7 +156,7 @@ std::vector<RunResult> run_suite(const SuiteOptions& o, std::ostream& out, std::
     for (const auto& s : specs) {
       const std::string skip = skip_reason(s);
       if (!skip.empty()) {
-        out << table_skipped(s, skip) << "\n";
+        out << table_note(s, "skipped (" + skip + ")") << "\n";
         continue;
       }
       const std::string what = s.model + " " + s.mode + " " + s.device + " " + s.dtype + " batch " + std::to_string(s.batch);
@@ -172,7 +172,7 @@ std::vector<RunResult> run_suite(const SuiteOptions& o, std::ostream& out, std::
         // at the end naming it.
         if (tty) err << "\r\033[K" << std::flush;
         const std::string message = e.what();
-        out << table_skipped(s, "failed: " + message.substr(0, message.find('\n'))) << "\n" << std::flush;
+        out << table_note(s, "failed: " + message.substr(0, message.find('\n'))) << "\n" << std::flush;
         failures.push_back(message);
         continue;
       }
