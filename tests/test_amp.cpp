@@ -75,6 +75,59 @@ TEST(GradScaler, GrowsAfterGrowthIntervalGoodStepsInARow) {
   EXPECT_EQ(s.get_scale(), 0.25);
 }
 
+// Every gradient multiplied by the float32 reciprocal as g * inv would (in float for bfloat16),
+// whatever its dtype, size and layout, with one AmpUnscale kernel per dtype; a flag only for an
+// inf or NaN the gradients held, wherever it is (here in a late thread's share).
+TEST(GradScaler, UnscalesEveryGradientInOneKernelPerDtype) {
+  const double scale = 3.0;  // an inexact reciprocal: rounding differences would show
+  const double inv = static_cast<float>(1.0 / scale);
+  std::vector<Tensor> params = {zeros({100003}), zeros({7}, kBFloat16), zeros({5, 3}, kFloat64),
+                                zeros({2, 3, 4, 5}).contiguous(MemoryFormat::ChannelsLast), zeros({4, 6})};
+  for (Tensor& p : params) p.requires_grad_();
+  optim::SGD opt(params, {.lr = 0.1});
+  for (int bad = 0; bad < 2; ++bad) {
+    manual_seed(3);
+    const std::vector<Tensor> grads = {randn({100003}) * 1000.0, randn({7}).to(kBFloat16), randn({5, 3}, kFloat64),
+                                       randn({2, 3, 4, 5}).contiguous(MemoryFormat::ChannelsLast),
+                                       randn({4, 8}).narrow(1, 1, 6)};  // not dense: scaled through a copy
+    if (bad) grads[0].narrow(0, 99000, 1).fill_(std::numeric_limits<float>::infinity());
+    std::vector<Tensor> expected;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const ScalarType compute = grads[i].dtype() == kFloat64 ? kFloat64 : kFloat32;
+      expected.push_back((grads[i].to(compute) * inv).to(grads[i].dtype()));
+      params[i].set_grad(grads[i]);
+    }
+    GradScaler s({.init_scale = scale});
+    profiler::Session session({.timing = false});
+    s.unscale_(opt);
+    int64_t kernels = 0;
+    for (const profiler::OpStat& st : session.stats())
+      if (st.op == "AmpUnscale") kernels += st.count;
+    EXPECT_EQ(kernels, 3);  // float32, bfloat16, float64
+    EXPECT_EQ(s.step(opt), bad == 0);
+    for (size_t i = 0; i < grads.size(); ++i) {
+      EXPECT_TRUE(params[i].grad().is_same(grads[i])) << i;  // scaled in place
+      const std::vector<double> got = values(grads[i]), want = values(expected[i]);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t j = 0; j < got.size(); ++j) ASSERT_EQ(got[j], want[j]) << "gradient " << i << ", element " << j;
+    }
+  }
+  // torch checks the gradients as they were: one that a scale below 1 overflows is no inf found.
+  params[0].set_grad(full({100003}, 3e38f));
+  GradScaler small({.init_scale = 0.5});
+  small.unscale_(opt);
+  EXPECT_TRUE(std::isinf(params[0].grad()[5].item<double>()));
+  EXPECT_TRUE(small.step(opt));
+  // A NaN in a bfloat16 gradient is found.
+  params[0].set_grad(zeros({100003}));
+  Tensor nan = zeros({7}, kBFloat16);
+  nan.narrow(0, 4, 1).fill_(std::numeric_limits<float>::quiet_NaN());
+  params[1].set_grad(nan);
+  GradScaler s;
+  s.unscale_(opt);
+  EXPECT_FALSE(s.step(opt));
+}
+
 TEST(GradScaler, CallOrderErrorsAndDisabledPassThrough) {
   Toy t;
   GradScaler s;

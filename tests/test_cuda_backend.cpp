@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -102,12 +103,68 @@ TEST_F(Cuda, TheSameSeedGivesTheSameRandomNumbersOnBothDevices) {
   for (auto make : {+[](Device d) { return rand({1000}, TensorOptions().device(d)); },
                     +[](Device d) { return randn({1001}, TensorOptions().device(d)); },
                     +[](Device d) { return randint(0, 7, {999}, TensorOptions(kInt64).device(d)); },
-                    +[](Device d) { return dropout(ones({513}, TensorOptions().device(d)), 0.3); }}) {
+                    +[](Device d) { return dropout(ones({513}, TensorOptions().device(d)), 0.3); },
+                    // float64 affine steps, rounded twice on both devices (no fused multiply-add)
+                    +[](Device d) { return empty({1000}, TensorOptions(kFloat64).device(d)).uniform_(-0.37, 0.71); },
+                    +[](Device d) { return empty({1000}, TensorOptions().device(d)).normal_(0.3, 1.7); },
+                    +[](Device d) { return arange(0.1, 300.0, 0.3, TensorOptions(kFloat64).device(d)); }}) {
     manual_seed(123);
     const std::vector<double> cpu = values(make(Device::cpu()));
     manual_seed(123);
     EXPECT_EQ(values(make(gpu).cpu()), cpu);
   }
+}
+
+// linear through cuBLASLt: bias and every activation in every dtype, the bias fused as an
+// epilogue where cuBLASLt takes it and added by our kernel where not (float64; a bias sliced at
+// an offset that is no multiple of 16 bytes), with no fallback.
+TEST_F(Cuda, LinearAppliesItsBiasAndActivationInEveryDtype) {
+  const uint64_t before = total_fallbacks();
+  for (ScalarType dt : {kFloat64, kFloat32, kBFloat16, kFloat16}) {
+    for (Activation act : {Activation::None, Activation::ReLU, Activation::GELU, Activation::GELUTanh}) {
+      for (int64_t offset : {0, 1}) {
+        auto run = [&](Device d) {
+          Tensor x = input({24, 40}, 31, d).detach().to(dt), w = input({36, 40}, 32, d).detach().to(dt);
+          Tensor b = input({37}, 33, d).detach().to(dt).narrow(0, offset, 36);
+          return values(linear(x, w, b, act).to(kFloat64).cpu());
+        };
+        const double tol = dt == kFloat64 ? 1e-12 : dt == kFloat32 ? 1e-5 : 2e-2;
+        expect_scaled_close(run(Device::cuda(0)), run(Device::cpu()), tol,
+                            std::string(dtype_name(dt)) + " activation " + std::to_string(static_cast<int>(act)) +
+                                " bias offset " + std::to_string(offset));
+      }
+    }
+  }
+  EXPECT_EQ(total_fallbacks(), before);
+}
+
+// GradScaler's unscale as one kernel per dtype on the GPU: the CPU's gradients bit for bit and
+// the same inf/NaN verdict, with no fallback.
+TEST_F(Cuda, GradScalerUnscalesAsOnTheCpu) {
+  const uint64_t before = total_fallbacks();
+  for (bool bad : {false, true}) {
+    auto run = [&](Device d) {
+      std::vector<Tensor> params = {input({5000}, 34, d).detach(), input({9}, 35, d).detach().to(kBFloat16),
+                                    input({3, 4}, 36, d).detach().to(kFloat64)};
+      optim::SGD opt(params, {.lr = 0.0});
+      for (Tensor& p : params) {
+        p.requires_grad_();
+        p.set_grad(p.detach() * 1000.0);
+      }
+      if (bad) params[1].grad().narrow(0, 7, 1).fill_(std::numeric_limits<float>::quiet_NaN());
+      amp::GradScaler s({.init_scale = 3.0});
+      s.unscale_(opt);
+      Trace t{static_cast<double>(s.step(opt))};
+      for (const Tensor& p : params) append(t, p.grad().cpu());
+      return t;
+    };
+    const Trace gpu = run(Device::cuda(0)), cpu = run(Device::cpu());
+    ASSERT_EQ(gpu.size(), cpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i)
+      if (!(std::isnan(cpu[i]) && std::isnan(gpu[i]))) EXPECT_EQ(gpu[i], cpu[i]) << i;
+    EXPECT_EQ(cpu[0], bad ? 0.0 : 1.0);
+  }
+  EXPECT_EQ(total_fallbacks(), before);
 }
 
 // dropout's fused kernels: values, gradient and the generator's next numbers bit for bit the

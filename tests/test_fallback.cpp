@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "backend/dispatch.h"
+#include "kiln/cudnn.h"
 #include "kiln/models.h"
 #include "kiln/nn/functional.h"
 #include "kiln/optim.h"
@@ -153,6 +154,36 @@ TEST_F(Fallback, BertTrainingStepOnTheDeviceMatchesTheCpu) {
   for (size_t i = 0; i < weights[0].size(); ++i) EXPECT_NEAR(weights[1][i], weights[0][i], 1e-5);
   for (const char* op : {"Embedding", "LayerNormBackward", "Attention", "AttentionBackward", "AdamStep"})
     EXPECT_GT(fallback_counts()[op], 0u) << op;
+}
+
+// Shadow mode judges a float32 result at the output's scale (a sum that cancels keeps the
+// rounding error of its large terms) and a TF32 convolution at TF32's precision, and still
+// catches an error beyond them.
+namespace {
+float g_conv_shift = 0;
+void conv_shifted(backend::KernelArgs& a) {
+  backend::kernel_for(backend::Op::Conv2d, DeviceType::CPU)(a);
+  static_cast<float*>(a.outputs[0].data_ptr())[0] += g_conv_shift;
+}
+}  // namespace
+
+TEST_F(Fallback, ShadowModeJudgesAtTheOutputsScaleAndAtTf32sPrecision) {
+  const bool tf32 = cudnn::allow_tf32();
+  // Output channel 0 cancels to 0 (1 + 2 - 3), channel 1 is 100.
+  Tensor x = tensor({1.0f, 2.0f, 3.0f, 4.0f}).reshape({1, 1, 2, 2}).to(Device::cuda(0));
+  Tensor w = tensor({1.0f, 1.0f, -1.0f, 0.0f, 10.0f, 10.0f, 10.0f, 10.0f}).reshape({2, 1, 2, 2}).to(Device::cuda(0));
+  backend::register_kernel(backend::Op::Conv2d, DeviceType::CUDA, conv_shifted);
+  backend::set_shadow_mode(backend::ShadowMode::Error);
+  auto run = [&](bool allow_tf32, float shift) {
+    cudnn::set_allow_tf32(allow_tf32);
+    g_conv_shift = shift;
+    (void)conv2d(x, w);
+  };
+  EXPECT_NO_THROW(run(false, 1e-3f));  // 1e-5 of the output's scale, on an element that is 0
+  test::expect_error([&] { run(false, 0.05f); }, "[shadow] Conv2d on cuda:0 differs from the CPU");
+  EXPECT_NO_THROW(run(true, 0.4f));  // TF32: 4e-3 of the scale
+  test::expect_error([&] { run(true, 1.0f); }, "[shadow] Conv2d on cuda:0 differs from the CPU");
+  cudnn::set_allow_tf32(tf32);
 }
 
 TEST(Devices, MissingDeviceIsAClearError) {

@@ -317,6 +317,11 @@ TEST(OpTableIndex, IndexSelect) {
     EXPECT_EQ(index_select(s, 0, tensor(std::vector<int64_t>{0}, TensorOptions(kInt64).device(dev))).item<double>(), 3.5);
     test::expect_error([&] { (void)index_select(s, 0, tensor(std::vector<int64_t>{0, 0, 0}, TensorOptions(kInt64).device(dev))); },
                        "[index_select] a 0-d input takes exactly one index, got 3");
+    // gather and scatter_add with a 0-d input and a 0-d index: the index is checked as well.
+    Tensor i0 = full({}, 0, kInt64).to(dev), i3 = full({}, 3, kInt64).to(dev);
+    EXPECT_EQ(gather(s, 0, i0).item<double>(), 3.5);
+    test::expect_error([&] { (void)gather(s, 0, i3); }, "[gather]");
+    test::expect_error([&] { (void)scatter_add(s, 0, i3, full({}, 1.0).to(dev)); }, "[scatter_add]");
   }
 }
 

@@ -147,6 +147,21 @@ TEST_F(StreamAllocatorTest, TheLimitReleasesTheCacheThenFailsClearly) {
   alloc->deallocate(c);
 }
 
+TEST_F(StreamAllocatorTest, ARetryTakesABlockThatAnotherStreamHasFinishedWith) {
+  alloc->set_limit(size_t{20} << 20);
+  void* a = alloc->allocate(3 << 20, stream(0));
+  void* b = alloc->allocate(15 << 20, stream(0));  // the same 20 MiB segment
+  alloc->record_stream(b, stream(1));              // e.g. a collective on a communication stream
+  alloc->deallocate(b);
+  // Only b's block holds 15 MiB within the limit, once stream 1 is done; its segment stays in use.
+  void* c = alloc->allocate(15 << 20, stream(0));
+  EXPECT_EQ(c, b);
+  EXPECT_EQ(alloc->stats().allocation_retries, 1u);
+  EXPECT_EQ(alloc->stats().reserved, size_t{20} << 20);
+  alloc->deallocate(a);
+  alloc->deallocate(c);
+}
+
 TEST_F(StreamAllocatorTest, TheDriverRefusingIsAClearErrorAfterARetry) {
   dev->capacity = size_t{30} << 20;
   void* a = alloc->allocate(20 << 20, stream(0));

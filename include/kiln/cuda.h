@@ -73,10 +73,11 @@ class StreamGuard {
   int prev_device_, device_;
 };
 
-// A CUDA event, timed (torch.cuda.Event(enable_timing=True)).
+// A CUDA event, timed unless enable_timing is false (torch.cuda.Event; an event only waited on
+// is cheaper untimed).
 class Event {
  public:
-  explicit Event(int device = -1);
+  explicit Event(int device = -1, bool enable_timing = true);
   ~Event();
   Event(Event&& o) noexcept;
   Event& operator=(Event&& o) noexcept;
@@ -95,6 +96,7 @@ class Event {
  private:
   void* event_ = nullptr;
   int device_ = 0;
+  bool timed_ = true;
 };
 
 // The device's caching allocator (torch.cuda.memory_stats and friends): bytes in tensors,

@@ -60,6 +60,7 @@ BuildInfo build_info();
 namespace cuda {
 bool is_available();
 int device_count();
+// Waits for the work queued on `device` (-1: the calling thread's current device).
 void synchronize(int device = -1);
 }  // namespace cuda
 

@@ -32,7 +32,7 @@ namespace kiln::backend {
   X(Attention) X(AttentionBackward)                                                         \
   X(Embedding) X(EmbeddingBackward) X(LayerNorm) X(LayerNormBackward) X(MaskedSoftmax)      \
   X(Linear) X(CrossEntropy) X(CrossEntropyBackward)                                         \
-  X(AdamStep) X(SgdStep)
+  X(AdamStep) X(SgdStep) X(AmpUnscale)
 
 enum class Op : uint16_t {
 #define KILN_OP_ENUM(name) name,
@@ -118,7 +118,8 @@ struct PoolAttrs {
 // stats {x} -> {mean[C], invstd[C][, running_mean[C], running_var[C]]}, the running statistics
 // (dense, one float dtype, read and written in place) updated by `momentum` when given (PyTorch's
 // rule: the batch's variance unbiased); apply {x, mean, invstd, weight, bias} -> {y};
-// backward {grad_y, x, mean, invstd, weight} -> {grad_x, grad_weight, grad_bias}, where
+// backward {grad_y, x, mean, invstd, weight, bias (relu's mask is recomputed from y)} ->
+// {grad_x, grad_weight, grad_bias}, where
 // `training` says mean/invstd came from this batch (so grad_x includes their derivative).
 // Apply and Backward take per-channel statistics: the batch's mean and invstd when training, the
 // running mean and variance when not (the kernels compute invstd, bn::invstd_of).
@@ -147,6 +148,11 @@ struct SgdStepAttrs {
   bool nesterov = false;
   std::span<const uint8_t> fresh_buffer;  // per tensor, when momentum != 0
 };
+// GradScaler's unscale (torch's _amp_foreach_non_finite_check_and_unscale_): no inputs ->
+// outputs {grad x n (dense, one float dtype, multiplied by inv_scale in place), found_inf
+// (float32 [1], set to 1 when some gradient held an inf or NaN before; never reset)}. The
+// product is taken in float for 16-bit gradients.
+struct AmpUnscaleAttrs { double inv_scale = 1.0; };
 // Fused attention. q [B..., L, E], k [B..., S, E], v [B..., S, Ev] share the batch dims B...
 // (expanded views are fine) and have unit stride in their last dim; the optional mask is a
 // view expanded to [B..., L, S] (any strides; bool true = attend, or float added to the scores).

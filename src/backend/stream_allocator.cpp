@@ -67,6 +67,10 @@ StreamAllocator::Block* StreamAllocator::new_segment_locked(size_t size, bool sm
       ++retries_;
       device_->synchronize();
       process_events_locked();
+      // A block that other streams have now finished with may fit, in a segment still partly in
+      // use (which releasing the cache would not free).
+      if (mode_ == CachingAllocator::Mode::Caching)
+        if (Block* b = find_free_locked(size, small, stream)) return b;
       release_cached_locked();
     }
     if (limit_ && reserved_ + seg > limit_) continue;

@@ -36,6 +36,8 @@ class DeviceRuntime {
   // Makes `index` the calling thread's current device and returns the previous one (device
   // kernels launch on the current device); a runtime with no such notion returns `index`.
   virtual int exchange_device(int index) { return index; }
+  // The calling thread's current device (0 for a runtime with no such notion).
+  virtual int current_device() const { return 0; }
   // Page-locked host memory for asynchronous copies to this kind of device (Tensor::pin_memory);
   // nullptr when the runtime has none.
   virtual void* allocate_pinned(size_t /*nbytes*/) { return nullptr; }

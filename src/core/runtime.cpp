@@ -108,11 +108,13 @@ bool is_available() { return device_count() > 0; }
 void synchronize(int device) {
   DeviceRuntime* r = find_runtime(DeviceType::CUDA);
   if (!r) return;
-  if (device >= 0) {
-    runtime_for(Device::cuda(device), "cuda::synchronize").synchronize(device);
-  } else {
-    for (int i = 0; i < r->device_count(); ++i) r->synchronize(i);
+  // The current device by default, as torch.cuda.synchronize (all of them would make a context
+  // on every GPU of the machine in every process of a multi-GPU job).
+  if (device < 0) {
+    if (r->device_count() == 0) return;
+    device = r->current_device();
   }
+  runtime_for(Device::cuda(device), "cuda::synchronize").synchronize(device);
 }
 }  // namespace cuda
 

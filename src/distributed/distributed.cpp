@@ -151,7 +151,7 @@ class Comm {
   Work submit_device(const Header& h, int device, const std::vector<Tensor>& keep,
                      std::function<void(detail::DeviceGroup&, const cuda::Stream&)> run, std::function<void()> finish) {
     cuda::Stream stream = comm_stream(device);
-    auto ready = std::make_shared<cuda::Event>(device), done = std::make_shared<cuda::Event>(device);
+    auto ready = std::make_shared<cuda::Event>(device, false), done = std::make_shared<cuda::Event>(device, false);
     ready->record(cuda::current_stream(device));
     for (const Tensor& t : keep) cuda::record_stream(t, stream);
     return submit(

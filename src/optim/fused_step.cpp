@@ -116,4 +116,40 @@ void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span
   bump_all(outs);
 }
 
+bool unscale_grads(std::span<const Tensor> grads, double inv_scale, const char* where) {
+  struct Group {
+    Device device;
+    ScalarType dtype;
+    std::vector<Tensor> grads;  // then found_inf
+  };
+  std::vector<Group> groups;
+  std::vector<std::pair<Tensor, Tensor>> dense_copies;  // (gradient, the copy the kernel scales)
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    KILN_CHECK(g.defined(), where, "gradient ", i, " is an undefined tensor");
+    KILN_CHECK(g.is_floating_point(), where, "gradient ", i, " has dtype ", g.dtype(),
+               "; gradients must be floating point");
+    Tensor d = is_dense(g) ? g : g.contiguous();
+    if (!d.is_same(g)) dense_copies.emplace_back(g, d);
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const Group& x) { return x.device == g.device() && x.dtype == g.dtype(); });
+    if (it == groups.end()) it = groups.insert(groups.end(), Group{g.device(), g.dtype(), {}});
+    it->grads.push_back(d);
+  }
+  std::vector<Tensor> found;  // one flag per device
+  const backend::AmpUnscaleAttrs attrs{inv_scale};
+  for (Group& group : groups) {
+    auto f = std::find_if(found.begin(), found.end(), [&](const Tensor& t) { return t.device() == group.device; });
+    if (f == found.end()) f = found.insert(found.end(), zeros({1}, TensorOptions(kFloat32).device(group.device)));
+    group.grads.push_back(*f);
+    backend::run(backend::Op::AmpUnscale, group.device, {}, group.grads, &attrs);
+    group.grads.pop_back();
+    bump_all(group.grads);
+  }
+  for (auto& [g, d] : dense_copies) g.copy_(d);
+  bool any = false;
+  for (const Tensor& f : found) any = any || f.item<float>() != 0;
+  return any;
+}
+
 }  // namespace kiln::optim::detail

@@ -31,6 +31,11 @@ void adam_step(std::span<Tensor> params, std::span<const Tensor> grads, std::spa
 void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> momentum_buffers,
               const backend::SgdStepAttrs& attrs, const char* where);
 
+// GradScaler's unscale: every gradient multiplied by inv_scale in place (in float for 16-bit
+// ones), one dispatch per (device, dtype); returns whether any held an inf or NaN before (one
+// host round trip per device).
+bool unscale_grads(std::span<const Tensor> grads, double inv_scale, const char* where);
+
 // The parameters of a group that have gradients, bucketed by (device, dtype): each bucket is
 // one dispatch. Indices point into the group's parameter list.
 struct StepBucket {

@@ -1,11 +1,13 @@
 // kiln::amp::GradScaler (see include/kiln/amp.h): torch.amp.GradScaler's state machine per
-// optimizer, its scale update, and one host round trip per unscale (the inf/NaN check).
+// optimizer, its scale update, and one host round trip per unscale (the inf/NaN check); the
+// unscale itself is one multi-tensor kernel per device and dtype (optim/fused_step.h).
 #include "kiln/amp.h"
 
 #include <cmath>
 
 #include "kiln/autograd.h"
 #include "kiln/ops.h"
+#include "optim/fused_step.h"
 
 namespace kiln::amp {
 
@@ -37,21 +39,19 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   KILN_CHECK(e.stage != Stage::Unscaled, where, "unscale_() has already been called on this optimizer since the last update()");
   KILN_CHECK(e.stage != Stage::Stepped, where, "unscale_() is being called after step()");
   NoGradGuard no_grad;
-  // The reciprocal in double, rounded to float32 as PyTorch's inv_scale.
-  const double inv = static_cast<double>(static_cast<float>(1.0 / scale_));
-  Tensor non_finite;  // sums of grad * 0: 0 unless some gradient holds an inf or a NaN
+  std::vector<Tensor> grads;
   for (const optim::OptimizerParamGroup& group : optimizer.param_groups()) {
     for (const Tensor& p : group.params()) {
       Tensor g = p.grad();
       if (!g.defined()) continue;
       KILN_CHECK(g.dtype() != kFloat16, where, "attempting to unscale float16 gradients (keep the parameters in float32 "
                                                "and let autocast lower the ops)");
-      g.mul_(inv);
-      Tensor check = (g * 0.0).sum().to(kFloat32);  // stays on the device: one sync below
-      non_finite = non_finite.defined() ? non_finite + check.to(non_finite.device()) : check;
+      grads.push_back(g);
     }
   }
-  e.found_inf = non_finite.defined() && !std::isfinite(non_finite.item<double>());
+  // The reciprocal in double, rounded to float32 as PyTorch's inv_scale.
+  const double inv = static_cast<double>(static_cast<float>(1.0 / scale_));
+  e.found_inf = optim::detail::unscale_grads(grads, inv, where);
   e.stage = Stage::Unscaled;
 }
 

@@ -29,6 +29,7 @@ inline int64_t strided_offset(int64_t flat, const Shape& shape, const Shape& str
 inline int64_t indexed_offset(const Tensor& t, const Tensor& index, const int64_t* idx, int64_t p, int64_t dim,
                               const char* where) {
   const int64_t n = t.dim() == 0 ? 1 : t.shape()[dim];
+  if (index.dim() == 0) return checked_index(idx[p], n, where) * (t.dim() ? t.strides()[dim] : 0);
   int64_t flat = p, off = 0;
   for (int64_t d = index.dim() - 1; d >= 0; --d) {
     int64_t c = flat % index.shape()[d];

@@ -2,7 +2,9 @@
 // element of every tensor of a param group, each element read and written once. float16 and
 // bfloat16 compute in float and round once per stored value.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/loops.h"
@@ -179,9 +181,38 @@ void sgd_step(KernelArgs& a) {
   visit_float_dtype(a.outputs[0].dtype(), "SgdStep", go);
 }
 
+// ---- GradScaler's unscale: g *= inv_scale, noting whether some g was inf or NaN before.
+template <class T, class C = compute_t<T>>
+KILN_VECTORIZE bool unscale_range(T* __restrict g, int64_t n, C inv) {
+  int bad = 0;  // an int, so that the loop vectorises
+  for (int64_t i = 0; i < n; ++i) {
+    const C v = static_cast<C>(g[i]);
+    bad |= !(std::abs(v) <= std::numeric_limits<C>::max());  // inf or NaN
+    g[i] = static_cast<T>(v * inv);
+  }
+  return bad != 0;
+}
+
+void amp_unscale(KernelArgs& a) {
+  const auto& at = *static_cast<const AmpUnscaleAttrs*>(a.attrs);
+  const size_t n = a.outputs.size() - 1;
+  if (n == 0) return;
+  std::vector<int64_t> numel(n);
+  for (size_t t = 0; t < n; ++t) numel[t] = a.outputs[t].numel();
+  std::atomic<bool> found{false};
+  visit_float_dtype(a.outputs[0].dtype(), "AmpUnscale", [&]<class T>() {
+    const compute_t<T> inv = static_cast<compute_t<T>>(at.inv_scale);
+    for_each_range(numel, [&](size_t t, int64_t b, int64_t e) {
+      if (unscale_range<T>(data_of<T>(a.outputs[t]) + b, e - b, inv)) found.store(true, std::memory_order_relaxed);
+    });
+  });
+  if (found.load()) *data_of<float>(a.outputs[n]) = 1.0f;
+}
+
 constexpr DeviceType kCpu = DeviceType::CPU;
 KILN_REGISTER_KERNEL(Op::AdamStep, kCpu, adam_step);
 KILN_REGISTER_KERNEL(Op::SgdStep, kCpu, sgd_step);
+KILN_REGISTER_KERNEL(Op::AmpUnscale, kCpu, amp_unscale);
 
 }  // namespace
 }  // namespace kiln::backend::cpu

@@ -45,11 +45,13 @@ constexpr size_t kWorkspaceLimit = size_t{1} << 30;
 thread_local std::string t_last_refusal;
 
 // A refusal (cudnn_unsupported) while describing, ranking or running means "not in this layout"
-// or "not this algorithm": the caller tries the next. Any other failure is an error that names
-// the call.
+// or "not this algorithm": the caller tries the next. So does a BAD_PARAM, which the legacy API
+// gives for some layout/math/algorithm combinations it does not take (a real mistake of ours
+// is refused by every candidate and still ends in the error naming the last refusal). Any other
+// failure is an error that names the call.
 bool usable(cudnnStatus_t st, const char* call) {
   if (st == CUDNN_STATUS_SUCCESS) return true;
-  if (!cudnn_unsupported(st)) cudnn_fail(call, st);
+  if (!cudnn_unsupported(st) && CUDNN_STATUS_CATEGORY(st) != CUDNN_STATUS_BAD_PARAM) cudnn_fail(call, st);
   t_last_refusal = cudnn_message(call, st);
   return false;
 }

@@ -130,6 +130,11 @@ class CudaRuntime final : public DeviceRuntime {
     return prop.totalGlobalMem;
   }
   void* current_stream(int index) override { return t_current[static_cast<size_t>(index)]; }
+  int current_device() const override {
+    int index = 0;
+    KILN_CUDA_CHECK(cudaGetDevice(&index));
+    return index;
+  }
   int exchange_device(int index) override {
     int prev = 0;
     KILN_CUDA_CHECK(cudaGetDevice(&prev));

@@ -196,28 +196,31 @@ bool supports(const KernelArgs& a) {
 
 void run_gemm(Gemm g, cudaStream_t stream, bool fuse) {
   const Tensor& out = *g.out;
-  fuse = fuse && out.dtype() != kFloat64;  // cuBLASLt's epilogues are for the float32-accumulated types
+  // cuBLASLt's epilogues are for the float32-accumulated types, and read the bias with vector
+  // loads that its alignment preferences do not cover (a bias sliced at an odd offset faults).
+  fuse = fuse && out.dtype() != kFloat64 && !(g.bias && alignment(g.bias->data_ptr()) < 16);
   if (out.numel() == 0) return;
+  // Whatever cuBLASLt's epilogue did not do, our own kernel does: GELU (erf) always, the bias
+  // and the activation when nothing was fused.
+  const auto finish = [&](bool fused) {
+    if (fused && g.activation == 2)
+      bias_activation(out, Tensor(), 2, stream);
+    else if (!fused && (g.bias || g.activation))
+      bias_activation(out, g.bias ? *g.bias : Tensor(), g.activation, stream);
+  };
   if (g.a->size(2) == 0) {  // an empty sum: zeros, then the epilogue
     KILN_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), stream));
-    if (g.bias || g.activation) bias_activation(out, g.bias ? *g.bias : Tensor(), g.activation, stream);
-    return;
+    return finish(false);
   }
-  if (lt_matmul(g, stream, fuse)) {
-    if (fuse && g.activation == 2) bias_activation(out, Tensor(), 2, stream);
-    return;
-  }
+  if (lt_matmul(g, stream, fuse)) return finish(fuse);
   const Tensor a = dense(*g.a), w = dense(*g.w);
   Gemm d = g;
   d.a = &a, d.w = &w;
-  if (lt_matmul(d, stream, fuse)) {
-    if (fuse && g.activation == 2) bias_activation(out, Tensor(), 2, stream);
-    return;
-  }
+  if (lt_matmul(d, stream, fuse)) return finish(fuse);
   // No algorithm with the epilogue (rare: some dtype/epilogue pairs): the product, then our own.
   KILN_CHECK(lt_matmul(d, stream, false), "matmul", "cuBLASLt has no algorithm for ", out.dtype(), " [", out.size(0),
              ", ", out.size(1), ", ", a.size(2), "] x [", w.size(1), ", ", w.size(2), "]");
-  if (g.bias || g.activation) bias_activation(out, g.bias ? *g.bias : Tensor(), g.activation, stream);
+  finish(false);
 }
 
 void matmul(KernelArgs& args) { gemm(args.inputs[0], args.inputs[1], args.outputs[0], static_cast<cudaStream_t>(args.stream)); }

@@ -103,9 +103,13 @@ void triangle(KernelArgs& a) {
   KILN_CUDA_LAUNCHED(kUpper ? "triu" : "tril");
 }
 
+// a + b * c rounded twice, as the CPU kernels' plain x86-64 code does (nvcc would contract it into
+// one fused multiply-add: 1 ulp apart in float64, and now and then a float32 rounded differently).
+__device__ __forceinline__ double add_product(double a, double b, double c) { return __dadd_rn(a, __dmul_rn(b, c)); }
+
 template <class T>
 __global__ void arange_kernel(T* o, int64_t n, double start, double step) {
-  KILN_GRID_STRIDE(i, n) o[i] = static_cast<T>(start + static_cast<double>(i) * step);
+  KILN_GRID_STRIDE(i, n) o[i] = static_cast<T>(add_product(start, static_cast<double>(i), step));
 }
 void arange(KernelArgs& a) {
   const auto& r = *static_cast<const ArangeAttrs*>(a.attrs);
@@ -126,7 +130,7 @@ struct UniformGen {
   static constexpr int kPer = 4;
   __device__ void operator()(const philox::U32x4& w, double* v) const {
     for (int j = 0; j < 4; ++j) {
-      const double u = a + (b - a) * philox::uniform01(w.v[j], bits);
+      const double u = add_product(a, b - a, philox::uniform01(w.v[j], bits));
       v[j] = u < b ? u : a;
     }
   }
@@ -138,8 +142,8 @@ struct NormalGen {
     for (int pair = 0; pair < 2; ++pair) {
       double z0, z1;
       philox::box_muller(w.v[2 * pair], w.v[2 * pair + 1], &z0, &z1);
-      v[2 * pair] = mean + std * z0;
-      v[2 * pair + 1] = mean + std * z1;
+      v[2 * pair] = add_product(mean, std, z0);
+      v[2 * pair + 1] = add_product(mean, std, z1);
     }
   }
 };

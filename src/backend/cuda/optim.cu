@@ -1,5 +1,5 @@
 // CUDA kernels for the fused optimizer steps (the contract of backend/cpu/optim.cpp): Adam/AdamW
-// and SGD over a whole param group as a multi-tensor apply. Up to kMaxTensors tensors go in one
+// and SGD over a whole param group, and GradScaler's unscale, as a multi-tensor apply. Up to kMaxTensors tensors go in one
 // launch, their pointers, sizes and per-tensor factors packed in a struct passed by value; each
 // block takes one chunk of one tensor (optim_plan.h: plain C++, which the CPU tests run). No host
 // round trips.
@@ -11,6 +11,7 @@
 // code in its x86-64-v4 (AVX-512) clone, checked bit for bit on float and double, so the two
 // agree bitwise there. (The CPU's avx2 and default clones contract nothing and differ by an ulp.)
 #include <cmath>
+#include <span>
 
 #include "backend/cuda/device/common.cuh"
 #include "backend/cuda/optim_plan.h"
@@ -34,6 +35,29 @@ __device__ __forceinline__ double sqrt_(double a) { return __dsqrt_rn(a); }
 // This block's tensor and element range [begin, end) (Chunks, optim_plan.h).
 __device__ __forceinline__ int block_tensor(const Chunks& c, int64_t& begin, int64_t& end) {
   return cuda::block_tensor(c, static_cast<int64_t>(blockIdx.x), begin, end);
+}
+
+// Packs the non-empty tensors among `tensors` into lists of at most kMaxTensors and launches one
+// kernel per list: add(list, k, t) fills entry k of the list from tensor t, launch(list, blocks)
+// launches it.
+template <class List, class Add, class Launch>
+void for_each_list(std::span<const Tensor> tensors, const char* op, const Add& add, const Launch& launch) {
+  List l{};
+  const auto flush = [&] {
+    if (l.chunks.count == 0) return;
+    KILN_CHECK(l.chunks.blocks() <= INT32_MAX, op, "too many elements in one launch");
+    launch(l, static_cast<unsigned>(l.chunks.blocks()));
+    KILN_CUDA_LAUNCHED(op);
+    l = List{};
+  };
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const int64_t numel = tensors[t].numel();
+    if (numel == 0) continue;
+    add(l, l.chunks.count, t);
+    l.chunks.add(numel);
+    if (l.chunks.count == kMaxTensors) flush();
+  }
+  flush();
 }
 
 // ---- Adam / AdamW
@@ -105,29 +129,20 @@ void adam_all(KernelArgs& a, const AdamStepAttrs& at) {
   c.eps = static_cast<C>(at.eps);
   c.amsgrad = at.amsgrad;
   c.decay_kind = at.weight_decay == 0 ? kNoDecay : at.decoupled ? kDecoupled : kL2;
-  AdamList<T, C> l{};
-  const auto flush = [&] {
-    if (l.chunks.count == 0) return;
-    KILN_CHECK(l.chunks.blocks() <= INT32_MAX, "AdamStep", "too many elements in one launch");
-    adam_kernel<T, C><<<static_cast<unsigned>(l.chunks.blocks()), kThreads, 0, stream_of(a)>>>(l, c);
-    KILN_CUDA_LAUNCHED("AdamStep");
-    l = AdamList<T, C>{};
-  };
-  for (size_t t = 0; t < n; ++t) {
-    const int64_t numel = a.inputs[t].numel();
-    if (numel == 0) continue;
-    const int k = l.chunks.count;
-    l.g[k] = static_cast<const T*>(a.inputs[t].data_ptr());
-    l.p[k] = static_cast<T*>(a.outputs[t].data_ptr());
-    l.m[k] = static_cast<T*>(a.outputs[n + t].data_ptr());
-    l.v[k] = static_cast<T*>(a.outputs[2 * n + t].data_ptr());
-    l.vmax[k] = at.amsgrad ? static_cast<T*>(a.outputs[3 * n + t].data_ptr()) : nullptr;
-    l.bc2_sqrt[k] = static_cast<C>(at.bias_correction2_sqrt[t]);
-    l.neg_step_size[k] = static_cast<C>(-at.step_size[t]);
-    l.chunks.add(numel);
-    if (l.chunks.count == kMaxTensors) flush();
-  }
-  flush();
+  for_each_list<AdamList<T, C>>(
+      a.inputs, "AdamStep",
+      [&](AdamList<T, C>& l, int k, size_t t) {
+        l.g[k] = static_cast<const T*>(a.inputs[t].data_ptr());
+        l.p[k] = static_cast<T*>(a.outputs[t].data_ptr());
+        l.m[k] = static_cast<T*>(a.outputs[n + t].data_ptr());
+        l.v[k] = static_cast<T*>(a.outputs[2 * n + t].data_ptr());
+        l.vmax[k] = at.amsgrad ? static_cast<T*>(a.outputs[3 * n + t].data_ptr()) : nullptr;
+        l.bc2_sqrt[k] = static_cast<C>(at.bias_correction2_sqrt[t]);
+        l.neg_step_size[k] = static_cast<C>(-at.step_size[t]);
+      },
+      [&](const AdamList<T, C>& l, unsigned blocks) {
+        adam_kernel<T, C><<<blocks, kThreads, 0, stream_of(a)>>>(l, c);
+      });
 }
 
 void adam_step(KernelArgs& a) {
@@ -182,26 +197,15 @@ void sgd_all(KernelArgs& a, const SgdStepAttrs& at) {
   const bool momentum = at.momentum != 0;
   const SgdCoef<C> c{static_cast<C>(at.weight_decay), static_cast<C>(at.momentum), static_cast<C>(1 - at.dampening),
                      static_cast<C>(-at.lr), at.weight_decay != 0, momentum, momentum && at.nesterov};
-  SgdList<T> l{};
-  const auto flush = [&] {
-    if (l.chunks.count == 0) return;
-    KILN_CHECK(l.chunks.blocks() <= INT32_MAX, "SgdStep", "too many elements in one launch");
-    sgd_kernel<T, C><<<static_cast<unsigned>(l.chunks.blocks()), kThreads, 0, stream_of(a)>>>(l, c);
-    KILN_CUDA_LAUNCHED("SgdStep");
-    l = SgdList<T>{};
-  };
-  for (size_t t = 0; t < n; ++t) {
-    const int64_t numel = a.inputs[t].numel();
-    if (numel == 0) continue;
-    const int k = l.chunks.count;
-    l.g[k] = static_cast<const T*>(a.inputs[t].data_ptr());
-    l.p[k] = static_cast<T*>(a.outputs[t].data_ptr());
-    l.buf[k] = momentum ? static_cast<T*>(a.outputs[n + t].data_ptr()) : nullptr;
-    l.fresh[k] = momentum && at.fresh_buffer[t] != 0;
-    l.chunks.add(numel);
-    if (l.chunks.count == kMaxTensors) flush();
-  }
-  flush();
+  for_each_list<SgdList<T>>(
+      a.inputs, "SgdStep",
+      [&](SgdList<T>& l, int k, size_t t) {
+        l.g[k] = static_cast<const T*>(a.inputs[t].data_ptr());
+        l.p[k] = static_cast<T*>(a.outputs[t].data_ptr());
+        l.buf[k] = momentum ? static_cast<T*>(a.outputs[n + t].data_ptr()) : nullptr;
+        l.fresh[k] = momentum && at.fresh_buffer[t] != 0;
+      },
+      [&](const SgdList<T>& l, unsigned blocks) { sgd_kernel<T, C><<<blocks, kThreads, 0, stream_of(a)>>>(l, c); });
 }
 
 void sgd_step(KernelArgs& a) {
@@ -210,9 +214,45 @@ void sgd_step(KernelArgs& a) {
   visit_float_dtype(a.outputs[0].dtype(), "SgdStep", [&]<class T>() { sgd_all<T>(a, at); });
 }
 
+// ---- GradScaler's unscale: g *= inv_scale; *found = 1 when some g was inf or NaN before.
+template <class T>
+struct UnscaleList {
+  Chunks chunks;
+  T* g[kMaxTensors];
+};
+
+template <class T, class C>
+__global__ void unscale_kernel(const __grid_constant__ UnscaleList<T> l, C inv, float* found) {
+  int64_t begin, end;
+  T* __restrict__ g = l.g[block_tensor(l.chunks, begin, end)];
+  bool bad = false;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const C v = static_cast<C>(g[i]);
+    bad = bad || !isfinite(v);
+    g[i] = static_cast<T>(mul(v, inv));
+  }
+  if (bad) *found = 1.0f;  // every writer writes the same value
+}
+
+void amp_unscale(KernelArgs& a) {
+  const auto& at = *static_cast<const AmpUnscaleAttrs*>(a.attrs);
+  const std::span<const Tensor> grads(a.outputs.data(), a.outputs.size() - 1);
+  float* found = static_cast<float*>(a.outputs.back().data_ptr());
+  if (grads.empty()) return;
+  visit_float_dtype(grads[0].dtype(), "AmpUnscale", [&]<class T>() {
+    using C = compute_t<T>;
+    for_each_list<UnscaleList<T>>(
+        grads, "AmpUnscale", [&](UnscaleList<T>& l, int k, size_t t) { l.g[k] = static_cast<T*>(grads[t].data_ptr()); },
+        [&](const UnscaleList<T>& l, unsigned blocks) {
+          unscale_kernel<T, C><<<blocks, kThreads, 0, stream_of(a)>>>(l, static_cast<C>(at.inv_scale), found);
+        });
+  });
+}
+
 constexpr DeviceType kCuda = DeviceType::CUDA;
 KILN_REGISTER_KERNEL(Op::AdamStep, kCuda, adam_step);
 KILN_REGISTER_KERNEL(Op::SgdStep, kCuda, sgd_step);
+KILN_REGISTER_KERNEL(Op::AmpUnscale, kCuda, amp_unscale);
 
 }  // namespace
 }  // namespace kiln::backend::cuda

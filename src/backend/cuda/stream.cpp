@@ -82,6 +82,7 @@ Stream Stream::from_native(void* stream, int device) {
 }
 
 bool Stream::query() const {
+  be::DeviceGuard g(device_);
   const cudaError_t st = cudaStreamQuery(static_cast<cudaStream_t>(stream_));
   if (st == cudaErrorNotReady) {
     cudaGetLastError();
@@ -97,7 +98,7 @@ void Stream::synchronize() const {
 }
 
 void Stream::wait(const Stream& other) const {
-  Event e(other.device());
+  Event e(other.device(), false);
   e.record(other);
   e.wait(*this);
 }
@@ -119,10 +120,10 @@ StreamGuard::~StreamGuard() {
   if (prev_device_ != device_) cudaSetDevice(prev_device_);
 }
 
-Event::Event(int device) : device_(be::resolve(device, "cuda::Event")) {
+Event::Event(int device, bool enable_timing) : device_(be::resolve(device, "cuda::Event")), timed_(enable_timing) {
   be::DeviceGuard g(device_);
   cudaEvent_t e = nullptr;
-  KILN_CUDA_CHECK(cudaEventCreate(&e));
+  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, enable_timing ? cudaEventDefault : cudaEventDisableTiming));
   event_ = e;
 }
 
@@ -130,13 +131,14 @@ Event::~Event() {
   if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
 }
 
-Event::Event(Event&& o) noexcept : event_(o.event_), device_(o.device_) { o.event_ = nullptr; }
+Event::Event(Event&& o) noexcept : event_(o.event_), device_(o.device_), timed_(o.timed_) { o.event_ = nullptr; }
 
 Event& Event::operator=(Event&& o) noexcept {
   if (this != &o) {
     if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
     event_ = o.event_;
     device_ = o.device_;
+    timed_ = o.timed_;
     o.event_ = nullptr;
   }
   return *this;
@@ -169,6 +171,7 @@ void Event::wait(const Stream& stream) const {
 }
 
 double Event::elapsed_ms(const Event& end) const {
+  KILN_CHECK(timed_ && end.timed_, "cuda::Event::elapsed_ms", "both events must be created with enable_timing");
   float ms = 0;
   KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(event_), static_cast<cudaEvent_t>(end.event_)));
   return ms;

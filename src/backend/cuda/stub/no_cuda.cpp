@@ -22,7 +22,7 @@ void Stream::wait(const Stream&) const { absent("cuda::Stream::wait"); }
 Stream current_stream(int) { absent("cuda::current_stream"); }
 StreamGuard::StreamGuard(const Stream&) { absent("cuda::StreamGuard"); }
 StreamGuard::~StreamGuard() = default;
-Event::Event(int) { absent("cuda::Event"); }
+Event::Event(int, bool) { absent("cuda::Event"); }
 Event::~Event() = default;
 Event::Event(Event&&) noexcept = default;
 Event& Event::operator=(Event&&) noexcept = default;
