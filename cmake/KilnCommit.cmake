@@ -1,11 +1,17 @@
 # Writes OUT, a C++ file defining kiln::cli::bench::build_commit(): the checkout's short commit
-# with "+dirty" when tracked files differ from it, or "unknown" outside a git checkout. Run at
+# with "+dirty" when tracked files differ from it; outside a git checkout $KILN_BUILD_COMMIT, or
+# "unknown". Run at
 # every build (tools/kiln/CMakeLists.txt), so kiln bench's records name the code that was built,
 # not the code at configure time; OUT is rewritten only when its text changes.
 execute_process(COMMAND git rev-parse --short HEAD WORKING_DIRECTORY ${SRC}
   OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0 OR commit STREQUAL "")
-  set(commit unknown)
+  # A copy without .git (the GPU machines get one): the commit its sender recorded, if any.
+  if(DEFINED ENV{KILN_BUILD_COMMIT} AND NOT "$ENV{KILN_BUILD_COMMIT}" STREQUAL "")
+    set(commit "$ENV{KILN_BUILD_COMMIT}")
+  else()
+    set(commit unknown)
+  endif()
 else()
   execute_process(COMMAND git status --porcelain --untracked-files=no WORKING_DIRECTORY ${SRC}
     OUTPUT_VARIABLE changes OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)

@@ -154,6 +154,18 @@ TEST(Autocast, NormsSoftmaxAndLossesRunInFloat32) {
          return cross_entropy(t, target, g.abs(), Reduction::Mean, -100, 0.1);
        }},
       {"nll_loss", [&](const Tensor& t, const Tensor&, const Tensor&) { return nll_loss(t, target); }},
+      {"mse_loss", [](const Tensor& t, const Tensor&, const Tensor& b) { return mse_loss(t, b); }},
+      // torch.autocast's float32 list beyond norms and losses (exp overflows float16 past 11)
+      {"exp", [](const Tensor& t, const Tensor&, const Tensor&) { return exp(t); }},
+      {"expm1", [](const Tensor& t, const Tensor&, const Tensor&) { return expm1(t); }},
+      {"log", [](const Tensor& t, const Tensor&, const Tensor&) { return log(t.abs()); }},
+      {"log1p", [](const Tensor& t, const Tensor&, const Tensor&) { return log1p(t.abs()); }},
+      {"rsqrt", [](const Tensor& t, const Tensor&, const Tensor&) { return rsqrt(t.abs()); }},
+      {"reciprocal", [](const Tensor& t, const Tensor&, const Tensor&) { return reciprocal(t); }},
+      {"pow", [](const Tensor& t, const Tensor& g, const Tensor&) { return pow(t.abs(), g) + pow(t, 3.0); }},
+      {"sum", [](const Tensor& t, const Tensor&, const Tensor&) { return sum(t, {1}); }},
+      {"prod", [](const Tensor& t, const Tensor&, const Tensor&) { return prod(t, {1}); }},
+      {"norm", [](const Tensor& t, const Tensor&, const Tensor&) { return norm(t, 2.0, {1}); }},
   };
   for (const Case& c : cases) {
     Tensor ref = c.fn(xf, gf, bf);
@@ -168,6 +180,33 @@ TEST(Autocast, NormsSoftmaxAndLossesRunInFloat32) {
     // the same float32 computation on the same values
     EXPECT_LT(rel_error(got, ref), 1e-6) << c.name;
   }
+}
+
+// mean is not on torch.autocast's float32 list: it keeps the 16-bit dtype.
+TEST(Autocast, MeanKeepsItsDtype) {
+  Tensor x = full({4, 3}, 1.5).to(kFloat16);
+  AutocastGuard g(kFloat16);
+  EXPECT_EQ(mean(x).dtype(), kFloat16);
+  EXPECT_EQ(sum(x).dtype(), kFloat32);
+}
+
+// Losses of a model held in float16 (no autocast) are summed in float32 and rounded once, as
+// PyTorch's kernels accumulate: 8192 targets at a loss near 10 would sum past float16's 65504.
+TEST(Autocast, HalfLossesAccumulateInFloat32) {
+  Tensor logits = zeros({8192, 3}, kFloat16), target = zeros({8192}, kInt64);
+  logits.narrow(1, 1, 2).fill_(10.0);  // -log p[0] = log(1 + 2 e^10) = 10.69
+  const double want = std::log(1 + 2 * std::exp(10.0));
+  for (Reduction r : {Reduction::Mean, Reduction::Sum}) {
+    for (double smoothing : {0.0, 0.1}) {
+      Tensor loss = cross_entropy(logits, target, {}, r, -100, smoothing);
+      EXPECT_EQ(loss.dtype(), kFloat16);
+      const double v = loss.item<double>();
+      if (smoothing == 0.0 && r == Reduction::Mean) EXPECT_NEAR(v, want, 0.01);
+      if (r == Reduction::Mean) EXPECT_TRUE(std::isfinite(v)) << "smoothing " << smoothing;
+      if (r == Reduction::Sum) EXPECT_TRUE(std::isinf(v)) << "the sum itself is past float16";
+    }
+  }
+  EXPECT_NEAR(nll_loss(log_softmax(logits.to(kFloat32), 1).to(kFloat16), target).item<double>(), want, 0.01);
 }
 
 TEST(Autocast, GradientsReachFloat32ParametersInTheirDtype) {

@@ -1,5 +1,5 @@
 // Automatic mixed precision (torch.autocast): a thread-local mode in which matmul, linear, conv
-// and attention run in bfloat16/float16 and norms, softmax and losses in float32.
+// and attention run in bfloat16/float16, and norms, softmax, losses, sums and exp/log in float32.
 #pragma once
 
 #include "kiln/dtype.h"
@@ -16,8 +16,10 @@ ScalarType autocast_dtype();
 // kFloat16 are accepted. Under autocast:
 //  - matmul, mm, bmm, linear, conv2d and scaled_dot_product_attention cast their float32 (and
 //    float16/bfloat16 of the other kind) operands to the autocast dtype and return it;
-//  - layer_norm, softmax, log_softmax, masked_softmax, cross_entropy and nll_loss cast
-//    float16/bfloat16 operands to float32 and return float32;
+//  - layer_norm, softmax, log_softmax, masked_softmax, cross_entropy, nll_loss, mse_loss, sum,
+//    prod, norm, exp, expm1, log, log1p, rsqrt, reciprocal and pow (torch's float32 list, as far
+//    as Kiln has those ops) cast float16/bfloat16 operands to float32 and return float32; mean
+//    and the other elementwise ops run in the dtype they are given, as in torch;
 //  - batch_norm keeps its input's dtype and computes its statistics in float32 anyway;
 //  - float64 tensors are never cast; everything else runs in the dtype it is given.
 // The casts are ordinary differentiable ops, so gradients reach float32 parameters as float32

@@ -158,9 +158,17 @@ void run_device_timed(Op op, Device device, std::span<const Tensor> inputs, std:
     Depth() { ++t_device_depth; }
     ~Depth() { --t_device_depth; }
   };
-  {
+  try {
     Depth d;
     run_unprofiled(op, device, inputs, outputs, attrs);
+  } catch (...) {
+    if (start) {  // the op is not recorded; its start event is freed (elapsed_ms destroys both)
+      try {
+        (void)rt->elapsed_ms(start, rt->timing_event(device.index));
+      } catch (...) {
+      }
+    }
+    throw;
   }
   if (start) profiler::detail::record_device_time(op, rt, start, rt->timing_event(device.index));
   profiler::detail::record(op, 0, flops);

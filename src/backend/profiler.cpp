@@ -66,11 +66,13 @@ std::vector<DeviceTime> g_device_times;  // recorded, not yet added
 constexpr size_t kMaxPendingDeviceTimes = 8192;
 
 void flush_locked() {
-  for (const DeviceTime& t : g_device_times) {
+  // Taken out first: elapsed_ms destroys each pair even when it throws, so none is seen twice.
+  std::vector<DeviceTime> times;
+  times.swap(g_device_times);
+  for (const DeviceTime& t : times) {
     const double ms = t.runtime->elapsed_ms(t.start, t.end);
     g_counters.nanos[static_cast<int>(t.op)].fetch_add(static_cast<uint64_t>(ms * 1e6), std::memory_order_relaxed);
   }
-  g_device_times.clear();
 }
 }  // namespace
 
@@ -123,7 +125,9 @@ using detail::g_counters;
 using detail::g_sessions;
 using detail::g_timing_sessions;
 
-Session::Session(SessionOptions options) : start_(detail::snapshot()), options_(options) {
+// Device times still pending belong to earlier sessions: added before this one's start.
+Session::Session(SessionOptions options)
+    : start_((detail::flush_device_times(), detail::snapshot())), options_(options) {
   if (options_.timing) g_timing_sessions.fetch_add(1, std::memory_order_relaxed);
   g_sessions.fetch_add(1, std::memory_order_relaxed);
 }

@@ -57,11 +57,12 @@ Tensor BertForMaskedLMImpl::masked_lm_loss(const Tensor& input_ids, const Tensor
              "BertForMaskedLM::masked_lm_loss", "labels must be integer like input_ids ",
              input_ids.defined() ? input_ids.shape() : Shape{}, ", got ",
              labels.defined() ? detail::describe(labels) : std::string("an undefined tensor"));
-  Tensor hidden = bert(input_ids, attention_mask, token_type_ids);
-  // The labelled positions, found on the host (labels are small and usually there already).
+  // The labelled positions, found on the host (labels are small and usually there already),
+  // before the encoder is queued: labels on a GPU are read while it has no work of this step.
   std::vector<int64_t> flat = labels.to_vector<int64_t>(), rows, targets;
   for (size_t i = 0; i < flat.size(); ++i)
     if (flat[i] != -100) rows.push_back(static_cast<int64_t>(i)), targets.push_back(flat[i]);
+  Tensor hidden = bert(input_ids, attention_mask, token_type_ids);
   Tensor index = tensor(rows, Shape{static_cast<int64_t>(rows.size())}, kInt64).to(hidden.device());
   Tensor picked = index_select(hidden.reshape({-1, hidden.size(2)}), 0, index);
   Tensor target = tensor(targets, Shape{static_cast<int64_t>(targets.size())}, kInt64).to(hidden.device());

@@ -1,5 +1,6 @@
 // Two-operand elementwise ops (arithmetic, comparisons, logical), their gradients, the in-place
 // forms and the operators.
+#include "ops/autocast_policy.h"
 #include "ops/op_util.h"
 
 namespace kiln {
@@ -206,7 +207,6 @@ KILN_DEFINE_BINARY(add, Add)
 KILN_DEFINE_BINARY(sub, Sub)
 KILN_DEFINE_BINARY(mul, Mul)
 KILN_DEFINE_BINARY(div, Div)
-KILN_DEFINE_BINARY(pow, Pow)
 KILN_DEFINE_BINARY(maximum, Maximum)
 KILN_DEFINE_BINARY(minimum, Minimum)
 KILN_DEFINE_BINARY(add_relu, AddRelu)
@@ -219,6 +219,23 @@ KILN_DEFINE_BINARY(ge, Ge)
 KILN_DEFINE_BINARY(logical_and, LogicalAnd)
 KILN_DEFINE_BINARY(logical_or, LogicalOr)
 #undef KILN_DEFINE_BINARY
+
+// pow is on torch.autocast's float32 list: 16-bit operands run in float32 under autocast.
+Tensor pow(const Tensor& a, const Tensor& b) {
+  ops::check_defined(a, "pow");
+  ops::check_defined(b, "pow");
+  return binary(Op::Pow, "pow", ops::autocast_float32(a), ops::autocast_float32(b));
+}
+Tensor pow(const Tensor& a_in, Scalar b) {
+  ops::check_defined(a_in, "pow");
+  const Tensor a = ops::autocast_float32(a_in);
+  return binary(Op::Pow, "pow", a, ops::wrap_for(a, b));
+}
+Tensor pow(Scalar a, const Tensor& b_in) {
+  ops::check_defined(b_in, "pow");
+  const Tensor b = ops::autocast_float32(b_in);
+  return binary(Op::Pow, "pow", ops::wrap_for(b, a), b);
+}
 
 Tensor& Tensor::add_(const Tensor& o) { return binary_(Op::Add, "add_", *this, o); }
 Tensor& Tensor::add_(Scalar o) { return binary_(Op::Add, "add_", *this, ops::wrap_for(*this, o)); }

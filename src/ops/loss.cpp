@@ -70,15 +70,19 @@ Tensor picked_loss(const Tensor& logp, const IndexTarget& t, bool weighted) {
   return weighted ? l * t.weight : l;
 }
 
+// The sum of all of t in float32 for 16-bit t (float64 for float64): a float16 sum of 8192
+// losses near 10 would pass float16's 65504, and a bfloat16 count of targets would round.
+Tensor acc_sum(const Tensor& t) { return sum(t, {}, false, t.dtype() == kFloat64 ? kFloat64 : kFloat32); }
+
+// Sum or mean of the per-target losses, accumulated and divided in float32 for 16-bit losses
+// (as PyTorch's kernels accumulate) and rounded once to their dtype. weight_sum is acc_sum's.
 Tensor reduce(const Tensor& per_target, Reduction reduction, const Tensor& weight_sum) {
-  switch (reduction) {
-    case Reduction::None: return per_target;
-    case Reduction::Sum: return sum(per_target);
-    case Reduction::Mean: break;
-  }
+  if (reduction == Reduction::None) return per_target;
+  Tensor total = acc_sum(per_target);
   // PyTorch's weighted mean: the sum of the weights of the targets not ignored (0/0 = NaN when
   // all are ignored, as in PyTorch).
-  return div(sum(per_target), weight_sum);
+  if (reduction == Reduction::Mean) total = div(total, weight_sum);
+  return ops::cast(total, per_target.dtype());
 }
 
 // input [C] with a 0-d target is one sample: batch it, and unbatch an unreduced result.
@@ -120,15 +124,14 @@ Tensor cross_entropy_probs(const Tensor& input, const Tensor& target, const Tens
     ws[static_cast<size_t>(cdim)] = classes;
     prod = prod * weight.detach().reshape(ws);
   }
-  switch (reduction) {
-    case Reduction::None: return neg(sum(prod, {cdim}));
-    case Reduction::Sum: return neg(sum(prod));
-    case Reduction::Mean: break;
-  }
+  if (reduction == Reduction::None) return neg(sum(prod, {cdim}));
+  Tensor total = neg(acc_sum(prod));
   // PyTorch divides by the number of samples (N * d1 * ...), whatever the weights.
   const int64_t samples = classes == 0 ? 0 : input.numel() / classes;
-  if (samples == 0) return mul(neg(sum(prod)), std::numeric_limits<double>::quiet_NaN());
-  return div(neg(sum(prod)), static_cast<double>(samples));
+  if (reduction == Reduction::Mean)
+    total = samples == 0 ? mul(total, std::numeric_limits<double>::quiet_NaN())
+                         : div(total, static_cast<double>(samples));
+  return ops::cast(total, prod.dtype());
 }
 
 // cross_entropy on [N, C] logits with class targets and no label smoothing: one fused kernel
@@ -169,8 +172,8 @@ Tensor fused_cross_entropy(const Tensor& input, const Tensor& target, const Tens
     // PyTorch's weighted mean: over the targets not ignored, each counted with its class weight
     NoGradGuard ng;
     Tensor valid = ne(t, ignore_index);
-    weight_sum = w.defined() ? sum(where(valid, index_select(w, 0, where(valid, t, 0)), 0))
-                             : sum(valid.to(x.dtype()));
+    weight_sum = w.defined() ? acc_sum(where(valid, index_select(w, 0, where(valid, t, 0)), 0))
+                             : acc_sum(valid.to(x.dtype()));
   }
   return reduce(per_target, reduction, weight_sum);
 }
@@ -187,7 +190,7 @@ static Tensor nll_loss_body(const Tensor& input_, const Tensor& target_, const T
   check_weight(input, weight, input.size(1), op);
   IndexTarget t = prepare_targets(input, target, weight, ignore_index, op);
   Tensor per_target = picked_loss(input, t, weight.defined());
-  Tensor weight_sum = reduction == Reduction::Mean ? sum(t.weight) : Tensor();
+  Tensor weight_sum = reduction == Reduction::Mean ? acc_sum(t.weight) : Tensor();
   return unbatch(reduce(per_target, reduction, weight_sum), batched, reduction);
 }
 
@@ -213,7 +216,7 @@ static Tensor cross_entropy_body(const Tensor& input_, const Tensor& target_, co
   IndexTarget t = prepare_targets(input, target, weight, ignore_index, op);
   Tensor logp = log_softmax(input, 1);
   Tensor per_target = picked_loss(logp, t, weight.defined());
-  Tensor weight_sum = reduction == Reduction::Mean ? sum(t.weight) : Tensor();
+  Tensor weight_sum = reduction == Reduction::Mean ? acc_sum(t.weight) : Tensor();
   Tensor loss = reduce(per_target, reduction, weight_sum);
   if (label_smoothing > 0) {
     // PyTorch: (1 - eps) * nll + eps / C * smooth, smooth = -sum_c w_c logp_c per target (0 where
@@ -253,9 +256,12 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
   return cross_entropy_body(x, t, w, reduction, ignore_index, label_smoothing);
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  ops::check_defined(input, "mse_loss");
-  ops::check_defined(target, "mse_loss");
+// mse_loss is on torch.autocast's float32 list too.
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
+  ops::check_defined(input_in, "mse_loss");
+  ops::check_defined(target_in, "mse_loss");
+  const Tensor input = ops::autocast_float32(input_in), target = ops::autocast_float32(target_in);
+  ops::AutocastOff off;
   KILN_CHECK(input.is_floating_point() && target.is_floating_point(), "mse_loss",
              "expected floating-point input and target, got ", input.dtype(), " and ", target.dtype());
   KILN_CHECK(broadcast_shapes(input.shape(), target.shape(), "mse_loss") == input.shape(), "mse_loss", "target shape ",

@@ -2,6 +2,7 @@
 // argmax/argmin, logsumexp, all/any, norm; with their gradients.
 #include <cmath>
 
+#include "ops/autocast_policy.h"
 #include "ops/op_util.h"
 
 namespace kiln {
@@ -96,8 +97,11 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bo
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim, std::optional<ScalarType> dtype) {
-  ops::check_defined(x, "sum");
+// sum, prod and norm are on torch.autocast's float32 list (mean is not): a 16-bit input is
+// reduced in float32 under autocast and the result stays float32.
+Tensor sum(const Tensor& x_in, const Shape& dims, bool keepdim, std::optional<ScalarType> dtype) {
+  ops::check_defined(x_in, "sum");
+  const Tensor x = ops::autocast_float32(x_in);
   ReduceDims r = ops::reduce_dims(x, dims, keepdim, "sum");
   ScalarType out_t = dtype ? *dtype : (is_floating_point(x.dtype()) ? x.dtype() : kInt64);
   Tensor out = reduce_raw(Op::Sum, ops::cast(x, out_t), r, out_t, {});
@@ -123,8 +127,9 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   return out;
 }
 
-Tensor prod(const Tensor& x, const Shape& dims, bool keepdim) {
-  ops::check_defined(x, "prod");
+Tensor prod(const Tensor& x_in, const Shape& dims, bool keepdim) {
+  ops::check_defined(x_in, "prod");
+  const Tensor x = ops::autocast_float32(x_in);
   ReduceDims r = ops::reduce_dims(x, dims, keepdim, "prod");
   ScalarType out_t = is_floating_point(x.dtype()) ? x.dtype() : kInt64;
   Tensor out = reduce_raw(Op::Prod, ops::cast(x, out_t), r, out_t, {});
@@ -204,8 +209,9 @@ Tensor any(const Tensor& x, const Shape& dims, bool keepdim) {
   return reduce_raw(Op::Any, x, ops::reduce_dims(x, dims, keepdim, "any"), kBool, {});
 }
 
-Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
-  ops::check_defined(x, "norm");
+Tensor norm(const Tensor& x_in, double p, const Shape& dims, bool keepdim) {
+  ops::check_defined(x_in, "norm");
+  const Tensor x = ops::autocast_float32(x_in);
   KILN_CHECK(x.is_floating_point(), "norm", "needs a floating-point tensor, got ", x.dtype());
   KILN_CHECK(p >= 0 && !std::isnan(p), "norm", "p must be >= 0 or inf, got ", p);
   ReduceDims r = ops::reduce_dims(x, dims, keepdim, "norm");

@@ -1,4 +1,5 @@
 // One-operand elementwise ops, clamp, where and masked_fill, with their gradients and in-place forms.
+#include "ops/autocast_policy.h"
 #include "ops/op_util.h"
 
 namespace kiln {
@@ -109,14 +110,16 @@ autograd::BackwardFn clamp_backward(const Tensor& x, backend::ClampAttrs a) {
 Tensor neg(const Tensor& x) { return unary(kNeg, x); }
 Tensor abs(const Tensor& x) { return unary(kAbs, x); }
 Tensor sign(const Tensor& x) { return unary(kSign, x); }
-Tensor exp(const Tensor& x) { return unary(kExp, x); }
-Tensor log(const Tensor& x) { return unary(kLog, x); }
-Tensor log1p(const Tensor& x) { return unary(kLog1p, x); }
-Tensor expm1(const Tensor& x) { return unary(kExpm1, x); }
+// exp, log, log1p, expm1, rsqrt and reciprocal are on torch.autocast's float32 list: a 16-bit
+// input runs in float32 under autocast (exp overflows float16 past 11).
+Tensor exp(const Tensor& x) { return unary(kExp, ops::autocast_float32(x)); }
+Tensor log(const Tensor& x) { return unary(kLog, ops::autocast_float32(x)); }
+Tensor log1p(const Tensor& x) { return unary(kLog1p, ops::autocast_float32(x)); }
+Tensor expm1(const Tensor& x) { return unary(kExpm1, ops::autocast_float32(x)); }
 Tensor sqrt(const Tensor& x) { return unary(kSqrt, x); }
-Tensor rsqrt(const Tensor& x) { return unary(kRsqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary(kRsqrt, ops::autocast_float32(x)); }
 Tensor square(const Tensor& x) { return unary(kSquare, x); }
-Tensor reciprocal(const Tensor& x) { return unary(kReciprocal, x); }
+Tensor reciprocal(const Tensor& x) { return unary(kReciprocal, ops::autocast_float32(x)); }
 Tensor tanh(const Tensor& x) { return unary(kTanh, x); }
 Tensor sigmoid(const Tensor& x) { return unary(kSigmoid, x); }
 Tensor relu(const Tensor& x) { return unary(kRelu, x); }

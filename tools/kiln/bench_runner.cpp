@@ -45,7 +45,10 @@ Environment environment() {
   env.version = b.version;
   env.commit = build_commit();
   if (b.onednn) env.onednn = b.onednn_version;
-  // build_info() does not report the CUDA and cuDNN versions yet; they stay null.
+  if (b.cuda) {
+    env.cuda = cuda::runtime_version();
+    if (!cuda::cudnn_version().empty()) env.cudnn = cuda::cudnn_version();
+  }
   return env;
 }
 

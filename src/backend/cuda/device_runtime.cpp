@@ -1,6 +1,7 @@
 // The CUDA device runtime: a stream-ordered caching allocator per device, copies queued on the
 // current stream, synchronization, and the per-thread current stream.
 #include <array>
+#include <iostream>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -149,12 +150,16 @@ class CudaRuntime final : public DeviceRuntime {
     return e;
   }
   double elapsed_ms(void* start, void* end) override {
-    auto s = static_cast<cudaEvent_t>(start), e = static_cast<cudaEvent_t>(end);
+    struct Destroy {  // both events, whether the calls below succeed or throw
+      cudaEvent_t s, e;
+      ~Destroy() {
+        cudaEventDestroy(s);
+        cudaEventDestroy(e);
+      }
+    } events{static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)};
     float ms = 0;
-    KILN_CUDA_CHECK(cudaEventSynchronize(e));
-    KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, s, e));
-    cudaEventDestroy(s);
-    cudaEventDestroy(e);
+    KILN_CUDA_CHECK(cudaEventSynchronize(events.e));
+    KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, events.s, events.e));
     return ms;
   }
   void* allocate_pinned(size_t nbytes) override { return pinned_allocate(nbytes); }
@@ -178,8 +183,15 @@ CudaRuntime* const g_runtime = [] {
 int device_count() {
   static const int count = [] {
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {  // no driver or no device: CUDA is simply absent
+    if (const cudaError_t st = cudaGetDeviceCount(&n); st != cudaSuccess) {
+      // No device (or no driver at all): CUDA is simply absent. Anything else (a driver older
+      // than the runtime, a broken install) is said once, as torch.cuda warns, not hidden.
       cudaGetLastError();
+      int driver = 0;  // 0: no driver installed (a machine without a GPU)
+      cudaDriverGetVersion(&driver);
+      if (st != cudaErrorNoDevice && driver != 0)
+        std::cerr << "kiln: warning: CUDA initialization failed: " << cudaGetErrorName(st) << " ("
+                  << cudaGetErrorString(st) << "); no GPU will be used\n";
       n = 0;
     }
     return std::min(n, kMaxDevices);
