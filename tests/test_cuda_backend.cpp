@@ -167,6 +167,31 @@ TEST_F(Cuda, GradScalerUnscalesAsOnTheCpu) {
   EXPECT_EQ(total_fallbacks(), before);
 }
 
+// clip_grad_norm_'s multi-tensor norms and scaling on the GPU (more than one launch's 48
+// tensors, an empty one, several chunks, three dtypes): the CPU's total and gradients, no fallback.
+TEST_F(Cuda, ClipGradNormMatchesTheCpu) {
+  const uint64_t before = total_fallbacks();
+  for (double p : {2.0, std::numeric_limits<double>::infinity(), 1.0}) {
+    auto run = [&](Device d) {
+      std::vector<Tensor> params;
+      for (int i = 0; i < 70; ++i) {
+        const ScalarType dt = i % 10 == 3 ? kFloat64 : i % 10 == 7 ? kBFloat16 : kFloat32;
+        const Shape shape = i == 5 ? Shape{0} : i == 9 ? Shape{20000} : Shape{i % 6 + 1, 5};
+        Tensor g = input(shape, 40 + i, d).detach().to(dt);
+        params.push_back(zeros(shape, TensorOptions(dt).device(d)).requires_grad_());
+        params.back().set_grad(g);
+      }
+      Trace t{nn::utils::clip_grad_norm_(params, 0.5, p)};
+      for (const Tensor& q : params) append(t, q.grad().cpu());
+      return t;
+    };
+    const Trace gpu = run(Device::cuda(0)), cpu = run(Device::cpu());
+    EXPECT_NEAR(gpu[0], cpu[0], 1e-5 * cpu[0]) << "total norm, p = " << p;
+    expect_scaled_close(gpu, cpu, 1e-2, "clipped gradients, p = " + std::to_string(p));
+  }
+  EXPECT_EQ(total_fallbacks(), before);
+}
+
 // dropout's fused kernels: values, gradient and the generator's next numbers bit for bit the
 // CPU's in every float dtype, channels-last and an odd length (a partial Philox counter), with no
 // fallback.

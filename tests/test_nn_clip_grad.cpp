@@ -1,6 +1,9 @@
 // nn::utils::clip_grad_norm_ and clip_grad_value_ against torch.nn.utils
 // (tests/fixtures/optim/clip_grad.txt), and their edge cases and errors.
 #include <cmath>
+#include <limits>
+#include <map>
+#include <string>
 
 #include "kiln/nn/utils.h"
 #include "optim_fixture.h"
@@ -85,6 +88,66 @@ TEST(NnClipGrad, NonFinite) {
   a.set_grad(tensor({INFINITY, 1.0f}));
   EXPECT_TRUE(std::isinf(clip_grad_norm_({a}, 1.0)));  // scaled by max_norm / inf = 0, as PyTorch
   EXPECT_EQ(values(a.grad())[1], 0.0);
+}
+
+// Many gradients of three dtypes and assorted layouts: per dtype one ForeachNorm and one
+// ForeachMul (more than 48 tensors: several launches; an empty one; one spanning several of the
+// kernels' chunks; channels-last; a strided view), against the norms computed here in double
+// and rounded as torch rounds them (each gradient's norm to its dtype, the total in float64 when
+// a float64 gradient is present).
+TEST(NnClipGrad, MultiTensorNormsAndScalingMatchAComputationByHand) {
+  for (double p : {2.0, 1.0, 3.0, 0.0, std::numeric_limits<double>::infinity()}) {
+    SCOPED_TRACE("p = " + std::to_string(p));
+    manual_seed(9);
+    std::vector<Tensor> params, grads;
+    std::vector<Shape> strides;
+    auto add = [&](Tensor g) {
+      params.push_back(zeros(g.shape(), g.dtype()).requires_grad_());
+      params.back().set_grad(g);
+      grads.push_back(g.clone());
+      strides.push_back(g.strides());
+    };
+    for (int i = 0; i < 60; ++i) add(randn({i % 7 + 1, 3}) * 0.1);
+    add(zeros({0}));
+    add(randn({20000}) * 0.01);  // three chunks of 8192
+    add(randn({2, 3, 4, 5}).contiguous(MemoryFormat::ChannelsLast));
+    add(randn({4, 9}).narrow(1, 2, 5));
+    for (int i = 0; i < 5; ++i) add(randn({11}, kFloat64));
+    for (int i = 0; i < 3; ++i) add(randn({13}).to(kBFloat16));
+    // by hand: each norm in double, rounded to its gradient's dtype, then the norm of those
+    auto norm_of = [&](const std::vector<double>& v) {
+      double s = 0;
+      for (double x : v) {
+        const double a = std::abs(x);
+        if (std::isinf(p))
+          s = std::max(s, a);
+        else if (p == 0)
+          s += a != 0;
+        else
+          s += std::pow(a, p);
+      }
+      return std::isinf(p) || p == 0 ? s : std::pow(s, 1 / p);
+    };
+    std::vector<double> per;
+    for (const Tensor& g : grads) per.push_back(values(full({}, norm_of(values(g))).to(g.dtype()))[0]);
+    const double want = norm_of(per), max_norm = want / 2;
+    profiler::Session session({.timing = false});
+    const double total = clip_grad_norm_(params, max_norm, p);
+    std::map<std::string, int64_t> ops;
+    for (const profiler::OpStat& st : session.stats()) ops[st.op] += st.count;
+    EXPECT_EQ(ops["ForeachNorm"], 3);  // float32, float64, bfloat16
+    EXPECT_EQ(ops["ForeachMul"], 3);
+    EXPECT_EQ(ops["Norm"], 1);              // the total
+    EXPECT_NEAR(total, want, 1e-6 * want);  // a float32 norm may round the other way (another sum order)
+    const double coef = max_norm / (want + 1e-6);
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const double tol = grads[i].dtype() == kBFloat16 ? 1e-2 : 1e-6;
+      EXPECT_EQ(params[i].grad().strides(), strides[i]) << i;  // scaled in place
+      const std::vector<double> got = values(params[i].grad()), before = values(grads[i]);
+      for (size_t j = 0; j < got.size(); ++j)
+        ASSERT_NEAR(got[j], before[j] * coef, tol * std::abs(before[j]) + 1e-12) << i;
+    }
+  }
 }
 
 TEST(NnClipGrad, ClipValue) {

@@ -32,7 +32,7 @@ namespace kiln::backend {
   X(Attention) X(AttentionBackward)                                                         \
   X(Embedding) X(EmbeddingBackward) X(LayerNorm) X(LayerNormBackward) X(MaskedSoftmax)      \
   X(Linear) X(CrossEntropy) X(CrossEntropyBackward)                                         \
-  X(AdamStep) X(SgdStep) X(AmpUnscale)
+  X(AdamStep) X(SgdStep) X(AmpUnscale) X(ForeachNorm) X(ForeachMul)
 
 enum class Op : uint16_t {
 #define KILN_OP_ENUM(name) name,
@@ -153,6 +153,11 @@ struct SgdStepAttrs {
 // (float32 [1], set to 1 when some gradient held an inf or NaN before; never reset)}. The
 // product is taken in float for 16-bit gradients.
 struct AmpUnscaleAttrs { double inv_scale = 1.0; };
+// Multi-tensor ops for gradient clipping (torch's _foreach_norm and _foreach_mul_), over n dense
+// tensors of one float dtype. ForeachNorm (ReduceAttrs' p): {t x n} -> {norms [n], float32, or
+// float64 for float64 tensors}, each the norm of one whole tensor as Op::Norm computes it
+// (0 for an empty one). ForeachMul: {scale (one float32/float64 element on the device)} ->
+// {t x n, multiplied by it in place, in float for 16-bit tensors}.
 // Fused attention. q [B..., L, E], k [B..., S, E], v [B..., S, Ev] share the batch dims B...
 // (expanded views are fine) and have unit stride in their last dim; the optional mask is a
 // view expanded to [B..., L, S] (any strides; bool true = attend, or float added to the scores).

@@ -5,6 +5,7 @@
 
 #include "kiln/autograd.h"
 #include "kiln/ops.h"
+#include "optim/fused_step.h"
 
 namespace kiln::nn::utils {
 
@@ -20,24 +21,29 @@ double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
     if (Tensor g = parameters[i].grad(); g.defined()) grads.push_back(g);
   }
   if (grads.empty()) return 0.0;
-  // Per-gradient norms, then the norm of those, on the first gradient's device (PyTorch's
-  // order; stacking promotes mixed dtypes).
+  // Per-gradient norms, then the norm of those, on the first gradient's device, as torch's
+  // foreach path: the gradients grouped by device and dtype, each group's norms in one kernel
+  // (rounded to the group's dtype, as torch's are; mixed dtypes promote), and later scaled in one.
+  const std::vector<optim::detail::TensorGroup> groups = optim::detail::group_by_device_and_dtype(grads);
+  ScalarType total_t = grads[0].dtype();
+  for (const Tensor& g : grads) total_t = promote_types(total_t, g.dtype());
   const Device device = grads[0].device();
   std::vector<Tensor> norms;
-  for (const Tensor& g : grads) {
-    Tensor n = g.numel() == 0 ? zeros({}, g.dtype()).to(g.device()) : norm(g, norm_type);
-    norms.push_back(n.to(device));
+  for (const auto& group : groups)
+    norms.push_back(
+        optim::detail::foreach_norm(group.tensors, norm_type, where).to(group.dtype).to(total_t).to(device));
+  const Tensor total = norm(cat(norms), norm_type);
+  if (error_if_nonfinite) {  // checked before any gradient changes
+    const double t = total.item<double>();
+    KILN_CHECK(std::isfinite(t), where, "the total norm of order ", norm_type, " of the gradients is non-finite (", t,
+               "), so it cannot be clipped; pass error_if_nonfinite = false to scale by it anyway");
   }
-  const Tensor total = norm(stack(norms), norm_type);
-  const double total_value = total.item<double>();
-  KILN_CHECK(!error_if_nonfinite || std::isfinite(total_value), where, "the total norm of order ", norm_type,
-             " of the gradients is non-finite (", total_value,
-             "), so it cannot be clipped; pass error_if_nonfinite = false to scale by it anyway");
   // The coefficient stays a tensor of the total's dtype, so float32 gradients are scaled by
-  // the same float32 number PyTorch computes.
+  // the same float32 number PyTorch computes. On a GPU the scaling is queued before the total
+  // is read, so the device is not left idle while the host launches it.
   const Tensor coef = clamp_max(max_norm / (total + 1e-6), 1.0);
-  for (Tensor& g : grads) g.mul_(coef.to(g.device()));
-  return total_value;
+  for (const auto& group : groups) optim::detail::foreach_mul_(group.tensors, coef.to(group.device), where);
+  return total.item<double>();
 }
 
 void clip_grad_value_(const std::vector<Tensor>& parameters, double clip_value) {

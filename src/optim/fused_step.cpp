@@ -116,35 +116,80 @@ void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span
   bump_all(outs);
 }
 
-bool unscale_grads(std::span<const Tensor> grads, double inv_scale, const char* where) {
-  struct Group {
-    Device device;
-    ScalarType dtype;
-    std::vector<Tensor> grads;  // then found_inf
-  };
-  std::vector<Group> groups;
-  std::vector<std::pair<Tensor, Tensor>> dense_copies;  // (gradient, the copy the kernel scales)
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const Tensor& g = grads[i];
-    KILN_CHECK(g.defined(), where, "gradient ", i, " is an undefined tensor");
-    KILN_CHECK(g.is_floating_point(), where, "gradient ", i, " has dtype ", g.dtype(),
-               "; gradients must be floating point");
-    Tensor d = is_dense(g) ? g : g.contiguous();
-    if (!d.is_same(g)) dense_copies.emplace_back(g, d);
+// The checks the foreach ops share: one device and floating dtype.
+void check_foreach(std::span<const Tensor> ts, const char* where) {
+  for (size_t i = 0; i < ts.size(); ++i) {
+    KILN_CHECK(ts[i].defined() && ts[i].is_floating_point(), where, "tensor ", i,
+               " must be a defined floating-point tensor");
+    KILN_CHECK(ts[i].device() == ts[0].device() && ts[i].dtype() == ts[0].dtype(), where, "tensor ", i, " is ",
+               ts[i].dtype(), " on ", ts[i].device().str(), " but tensor 0 is ", ts[0].dtype(), " on ",
+               ts[0].device().str());
+  }
+}
+
+Tensor foreach_norm(std::span<const Tensor> ts, double p, const char* where) {
+  check_foreach(ts, where);
+  KILN_CHECK(!ts.empty(), where, "needs at least one tensor");
+  const Device device = ts[0].device();
+  std::vector<Tensor> dense;  // the kernels read each tensor as one run of elements
+  for (const Tensor& t : ts) dense.push_back(is_dense(t) ? t : t.contiguous());
+  Tensor norms = zeros({static_cast<int64_t>(ts.size())},
+                       TensorOptions(ts[0].dtype() == kFloat64 ? kFloat64 : kFloat32).device(device));
+  backend::ReduceAttrs attrs;
+  attrs.p = p;
+  Tensor out[1] = {norms};
+  backend::run(backend::Op::ForeachNorm, device, dense, out, &attrs);
+  return norms;
+}
+
+void foreach_mul_(std::span<const Tensor> ts, const Tensor& scale, const char* where) {
+  check_foreach(ts, where);
+  if (ts.empty()) return;
+  KILN_CHECK(scale.numel() == 1 && scale.is_floating_point() && scale.device() == ts[0].device(), where,
+             "the scale must be one floating-point element on ", ts[0].device().str());
+  std::vector<Tensor> dense;
+  for (const Tensor& t : ts) {
+    if (is_dense(t))
+      dense.push_back(t);
+    else
+      Tensor(t).mul_(scale.reshape({}));  // rare: a gradient that is a strided view
+  }
+  backend::run(backend::Op::ForeachMul, ts[0].device(), std::span<const Tensor>(&scale, 1), dense);
+  bump_all(dense);
+}
+
+std::vector<TensorGroup> group_by_device_and_dtype(std::span<const Tensor> ts) {
+  std::vector<TensorGroup> groups;
+  for (const Tensor& t : ts) {
     auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const Group& x) { return x.device == g.device() && x.dtype == g.dtype(); });
-    if (it == groups.end()) it = groups.insert(groups.end(), Group{g.device(), g.dtype(), {}});
-    it->grads.push_back(d);
+                           [&](const TensorGroup& g) { return g.device == t.device() && g.dtype == t.dtype(); });
+    if (it == groups.end()) it = groups.insert(groups.end(), TensorGroup{t.device(), t.dtype(), {}});
+    it->tensors.push_back(t);
+  }
+  return groups;
+}
+
+bool unscale_grads(std::span<const Tensor> grads, double inv_scale, const char* where) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    KILN_CHECK(grads[i].defined(), where, "gradient ", i, " is an undefined tensor");
+    KILN_CHECK(grads[i].is_floating_point(), where, "gradient ", i, " has dtype ", grads[i].dtype(),
+               "; gradients must be floating point");
   }
   std::vector<Tensor> found;  // one flag per device
+  std::vector<std::pair<Tensor, Tensor>> dense_copies;  // (gradient, the copy the kernel scales)
   const backend::AmpUnscaleAttrs attrs{inv_scale};
-  for (Group& group : groups) {
+  for (TensorGroup& group : group_by_device_and_dtype(grads)) {
+    for (Tensor& g : group.tensors)
+      if (!is_dense(g)) {
+        dense_copies.emplace_back(g, g.contiguous());
+        g = dense_copies.back().second;
+      }
     auto f = std::find_if(found.begin(), found.end(), [&](const Tensor& t) { return t.device() == group.device; });
     if (f == found.end()) f = found.insert(found.end(), zeros({1}, TensorOptions(kFloat32).device(group.device)));
-    group.grads.push_back(*f);
-    backend::run(backend::Op::AmpUnscale, group.device, {}, group.grads, &attrs);
-    group.grads.pop_back();
-    bump_all(group.grads);
+    group.tensors.push_back(*f);
+    backend::run(backend::Op::AmpUnscale, group.device, {}, group.tensors, &attrs);
+    group.tensors.pop_back();
+    bump_all(group.tensors);
   }
   for (auto& [g, d] : dense_copies) g.copy_(d);
   bool any = false;

@@ -31,10 +31,26 @@ void adam_step(std::span<Tensor> params, std::span<const Tensor> grads, std::spa
 void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> momentum_buffers,
               const backend::SgdStepAttrs& attrs, const char* where);
 
+// Tensors grouped by (device, dtype), in the order each pair first appears: one multi-tensor
+// dispatch per group.
+struct TensorGroup {
+  Device device;
+  ScalarType dtype;
+  std::vector<Tensor> tensors;
+};
+std::vector<TensorGroup> group_by_device_and_dtype(std::span<const Tensor> ts);
+
 // GradScaler's unscale: every gradient multiplied by inv_scale in place (in float for 16-bit
 // ones), one dispatch per (device, dtype); returns whether any held an inf or NaN before (one
 // host round trip per device).
 bool unscale_grads(std::span<const Tensor> grads, double inv_scale, const char* where);
+
+// Gradient clipping's multi-tensor ops (torch's _foreach_norm and _foreach_mul_), over tensors of
+// one device and floating dtype: the norm of order p of each, as a vector [n] in float32
+// (float64 for float64 tensors); and each multiplied in place by `scale`, one element on their
+// device (in float for 16-bit tensors). One kernel launch per 48 tensors instead of one per tensor.
+Tensor foreach_norm(std::span<const Tensor> ts, double p, const char* where);
+void foreach_mul_(std::span<const Tensor> ts, const Tensor& scale, const char* where);
 
 // The parameters of a group that have gradients, bucketed by (device, dtype): each bucket is
 // one dispatch. Indices point into the group's parameter list.

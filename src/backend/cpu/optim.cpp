@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "backend/cpu/loops.h"
+#include "backend/cuda/optim_plan.h"    // Chunks: the same chunks as the CUDA kernels
+#include "backend/cuda/reduce_folds.h"  // NormFold: Op::Norm's per-element rule, host and device
 #include "backend/dispatch.h"
 
 namespace kiln::backend::cpu {
@@ -209,10 +211,64 @@ void amp_unscale(KernelArgs& a) {
   if (found.load()) *data_of<float>(a.outputs[n]) = 1.0f;
 }
 
+// ---- gradient clipping's multi-tensor norm and scale. The tensors are cut into the CUDA
+// kernels' chunks; each chunk's partial is folded in order, so the result does not depend on
+// the number of threads.
+void foreach_norm(KernelArgs& a) {
+  const auto& at = *static_cast<const ReduceAttrs*>(a.attrs);
+  const size_t n = a.inputs.size();
+  std::vector<int64_t> first(n + 1, 0);  // tensor t's chunks: [first[t], first[t + 1])
+  for (size_t t = 0; t < n; ++t) first[t + 1] = first[t] + (a.inputs[t].numel() + cuda::kChunk - 1) / cuda::kChunk;
+  visit_float_dtype(a.inputs.empty() ? kFloat32 : a.inputs[0].dtype(), "ForeachNorm", [&]<class T>() {
+    const auto fold = cuda::NormFold<T>::make(at);
+    std::vector<double> partial(static_cast<size_t>(first[n]));
+    parallel_for(first[n], 1, [&](int64_t b, int64_t e) {
+      size_t t = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
+      for (int64_t c = b; c < e; ++c) {
+        while (first[t + 1] <= c) ++t;
+        const T* x = data_of<T>(a.inputs[t]);
+        const int64_t begin = (c - first[t]) * cuda::kChunk, end = std::min(a.inputs[t].numel(), begin + cuda::kChunk);
+        double s = fold.init();
+        for (int64_t i = begin; i < end; ++i) s = fold.step(s, static_cast<compute_t<T>>(x[i]), i);
+        partial[static_cast<size_t>(c)] = s;
+      }
+    });
+    visit_float_dtype(a.outputs[0].dtype(), "ForeachNorm", [&]<class R>() {
+      R* out = data_of<R>(a.outputs[0]);
+      for (size_t t = 0; t < n; ++t) {
+        double s = fold.init();
+        for (int64_t c = first[t]; c < first[t + 1]; ++c) s = fold.merge(s, partial[static_cast<size_t>(c)]);
+        out[t] = static_cast<R>(fold.finish(s));
+      }
+    });
+  });
+}
+
+template <class T, class C = compute_t<T>>
+KILN_VECTORIZE void scale_range(T* __restrict x, int64_t n, C s) {
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<C>(x[i]) * s);
+}
+
+void foreach_mul(KernelArgs& a) {
+  const size_t n = a.outputs.size();
+  if (n == 0) return;
+  const double s = visit_float_dtype(a.inputs[0].dtype(), "ForeachMul",
+                                     [&]<class S>() { return static_cast<double>(*data_of<S>(a.inputs[0])); });
+  std::vector<int64_t> numel(n);
+  for (size_t t = 0; t < n; ++t) numel[t] = a.outputs[t].numel();
+  visit_float_dtype(a.outputs[0].dtype(), "ForeachMul", [&]<class T>() {
+    const compute_t<T> scale = static_cast<compute_t<T>>(s);
+    for_each_range(numel,
+                   [&](size_t t, int64_t b, int64_t e) { scale_range<T>(data_of<T>(a.outputs[t]) + b, e - b, scale); });
+  });
+}
+
 constexpr DeviceType kCpu = DeviceType::CPU;
 KILN_REGISTER_KERNEL(Op::AdamStep, kCpu, adam_step);
 KILN_REGISTER_KERNEL(Op::SgdStep, kCpu, sgd_step);
 KILN_REGISTER_KERNEL(Op::AmpUnscale, kCpu, amp_unscale);
+KILN_REGISTER_KERNEL(Op::ForeachNorm, kCpu, foreach_norm);
+KILN_REGISTER_KERNEL(Op::ForeachMul, kCpu, foreach_mul);
 
 }  // namespace
 }  // namespace kiln::backend::cpu

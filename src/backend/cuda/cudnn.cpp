@@ -11,12 +11,13 @@
 namespace kiln::backend::cuda {
 namespace {
 
-// Free handles per device. Never destroyed: at exit the CUDA runtime may already be gone.
+// Free handles per device. Never destroyed (a handle given back during static destruction still
+// finds its pool; at exit the CUDA runtime may already be gone, so handles are not destroyed).
 struct HandlePool {
   std::mutex mutex;
   std::vector<cudnnHandle_t> free;
 };
-std::array<HandlePool, kMaxDevices> g_pools;
+std::array<HandlePool, kMaxDevices>& g_pools = *new std::array<HandlePool, kMaxDevices>;
 
 }  // namespace
 

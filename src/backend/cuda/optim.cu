@@ -13,8 +13,11 @@
 #include <cmath>
 #include <span>
 
+#include "backend/cuda/device/block_reduce.cuh"
 #include "backend/cuda/device/common.cuh"
 #include "backend/cuda/optim_plan.h"
+#include "backend/cuda/reduce_folds.h"
+#include "core/tensor_util.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -249,10 +252,109 @@ void amp_unscale(KernelArgs& a) {
   });
 }
 
+// ---- gradient clipping: the norm of every tensor of a list (each block folds one chunk into a
+// partial, then one thread per tensor folds its chunks' partials in order: the CPU kernel's
+// chunks and order), and every tensor scaled by one number on the device.
+template <class T>
+struct NormList {
+  Chunks chunks;
+  const T* x[kMaxTensors];
+  int64_t out[kMaxTensors];  // where each tensor's norm goes (empty tensors take no entry)
+};
+
+struct NormMerge {  // NormFold's merge as a binary functor for block_reduce
+  int kind;
+  __device__ double operator()(double a, double b) const {
+    if (kind == NormFold<float>::kMaxAbs) return (a > b || a != a) ? a : b;
+    return a + b;
+  }
+};
+
+template <class T>
+__global__ void norm_chunks_kernel(const __grid_constant__ NormList<T> l, NormFold<T> fold, double* partial) {
+  __shared__ double shared[kThreads / kWarp];
+  int64_t begin, end;
+  const T* __restrict__ x = l.x[block_tensor(l.chunks, begin, end)];
+  double s = fold.init();
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) s = fold.step(s, static_cast<compute_t<T>>(x[i]), i);
+  s = block_reduce(s, NormMerge{fold.kind}, fold.init(), shared);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+template <class T, class R>
+__global__ void norm_finish_kernel(const __grid_constant__ NormList<T> l, NormFold<T> fold, const double* partial,
+                                   R* norms) {
+  const int t = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (t >= l.chunks.count) return;
+  double s = fold.init();
+  for (int64_t c = l.chunks.first_chunk[t]; c < l.chunks.first_chunk[t + 1]; ++c) s = fold.merge(s, partial[c]);
+  norms[l.out[t]] = static_cast<R>(fold.finish(s));
+}
+
+void foreach_norm(KernelArgs& a) {
+  const auto& at = *static_cast<const ReduceAttrs*>(a.attrs);
+  Tensor& norms = a.outputs[0];
+  if (a.inputs.empty()) return;
+  // Empty tensors take no chunk: their norms are the fold's empty value, written first.
+  KILN_CUDA_CHECK(cudaMemsetAsync(norms.data_ptr(), 0, norms.nbytes(), stream_of(a)));
+  visit_float_dtype(a.inputs[0].dtype(), "ForeachNorm", [&]<class T>() {
+    const NormFold<T> fold = NormFold<T>::make(at);
+    int64_t blocks = 0;  // the most chunks of one launch, for one partial buffer
+    for (const Tensor& t : a.inputs) blocks += (t.numel() + kChunk - 1) / kChunk;
+    // One buffer for every launch's partials: the launches are ordered on the stream.
+    const Tensor partial = make_empty({std::max<int64_t>(blocks, 1)}, kFloat64, norms.device());
+    for_each_list<NormList<T>>(
+        a.inputs, "ForeachNorm",
+        [&](NormList<T>& l, int k, size_t t) {
+          l.x[k] = static_cast<const T*>(a.inputs[t].data_ptr());
+          l.out[k] = static_cast<int64_t>(t);
+        },
+        [&](const NormList<T>& l, unsigned grid) {
+          double* p = partial.data_ptr<double>();
+          norm_chunks_kernel<T><<<grid, kThreads, 0, stream_of(a)>>>(l, fold, p);
+          KILN_CUDA_LAUNCHED("ForeachNorm");
+          visit_float_dtype(norms.dtype(), "ForeachNorm", [&]<class R>() {
+            norm_finish_kernel<T, R><<<1, kMaxTensors, 0, stream_of(a)>>>(l, fold, p, norms.data_ptr<R>());
+          });
+        });
+  });
+}
+
+template <class T>
+struct ScaleList {
+  Chunks chunks;
+  T* x[kMaxTensors];
+};
+
+template <class T, class C, class S>
+__global__ void scale_kernel(const __grid_constant__ ScaleList<T> l, const S* scale) {
+  int64_t begin, end;
+  T* __restrict__ x = l.x[block_tensor(l.chunks, begin, end)];
+  const C s = static_cast<C>(*scale);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) x[i] = static_cast<T>(mul(static_cast<C>(x[i]), s));
+}
+
+void foreach_mul(KernelArgs& a) {
+  const std::span<const Tensor> xs(a.outputs.data(), a.outputs.size());
+  if (xs.empty()) return;
+  visit_float_dtype(a.inputs[0].dtype(), "ForeachMul", [&]<class S>() {
+    const S* scale = a.inputs[0].data_ptr<S>();
+    visit_float_dtype(xs[0].dtype(), "ForeachMul", [&]<class T>() {
+      for_each_list<ScaleList<T>>(
+          xs, "ForeachMul", [&](ScaleList<T>& l, int k, size_t t) { l.x[k] = static_cast<T*>(xs[t].data_ptr()); },
+          [&](const ScaleList<T>& l, unsigned blocks) {
+            scale_kernel<T, compute_t<T>, S><<<blocks, kThreads, 0, stream_of(a)>>>(l, scale);
+          });
+    });
+  });
+}
+
 constexpr DeviceType kCuda = DeviceType::CUDA;
 KILN_REGISTER_KERNEL(Op::AdamStep, kCuda, adam_step);
 KILN_REGISTER_KERNEL(Op::SgdStep, kCuda, sgd_step);
 KILN_REGISTER_KERNEL(Op::AmpUnscale, kCuda, amp_unscale);
+KILN_REGISTER_KERNEL(Op::ForeachNorm, kCuda, foreach_norm);
+KILN_REGISTER_KERNEL(Op::ForeachMul, kCuda, foreach_mul);
 
 }  // namespace
 }  // namespace kiln::backend::cuda

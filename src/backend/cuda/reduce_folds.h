@@ -119,9 +119,11 @@ struct NormFold {
     if (kind == kMaxAbs) return (a > b || a != a) ? a : b;
     return a + b;
   }
+  KILN_HOST_DEVICE double finish(State s) const {
+    return kind == kTwo ? ::sqrt(s) : kind == kPow ? ::pow(s, 1.0 / p) : s;
+  }
   KILN_HOST_DEVICE void store(State s, int64_t, const ReduceOut& out, int64_t off) const {
-    const double r = kind == kTwo ? ::sqrt(s) : kind == kPow ? ::pow(s, 1.0 / p) : s;
-    static_cast<T*>(out.values)[off] = static_cast<T>(r);
+    static_cast<T*>(out.values)[off] = static_cast<T>(finish(s));
   }
 };
 

@@ -194,4 +194,29 @@ void binary_kernel(const KernelArgs& a, F f, const char* name) {
     launch_plan(make_plan<3>({&out, &x, &y}), BinaryFn<To, Ta, Tb, F>{f}, stream, name);
 }
 
+// The per-dtype entry points the elementwise kernel files register, one per kind of op. Inputs
+// already have the compute dtype (the op layer casts); the output has it too. The binary kernels
+// take C++ numbers (0-d CPU tensors) by value, with no copy to the device.
+template <class F>
+void arith_op(KernelArgs& a) {
+  visit_dtype(a.inputs[0].dtype(), "elementwise", [&]<class T>() { binary_kernel<T, T, T>(a, F{}, "arith"); });
+}
+template <class F>
+void arith_float_op(KernelArgs& a) {
+  visit_float_dtype(a.inputs[0].dtype(), "elementwise", [&]<class T>() { binary_kernel<T, T, T>(a, F{}, "arith"); });
+}
+// Comparisons and logical ops: bool output.
+template <class F>
+void predicate_op(KernelArgs& a) {
+  visit_dtype(a.inputs[0].dtype(), "elementwise", [&]<class T>() { binary_kernel<bool, T, T>(a, F{}, "predicate"); });
+}
+template <class F>
+void unary_op(KernelArgs& a) {
+  visit_dtype(a.inputs[0].dtype(), "elementwise", [&]<class T>() { unary_kernel<T, T>(a, F{}, "unary"); });
+}
+template <class F>
+void unary_float_op(KernelArgs& a) {
+  visit_float_dtype(a.inputs[0].dtype(), "elementwise", [&]<class T>() { unary_kernel<T, T>(a, F{}, "unary"); });
+}
+
 }  // namespace kiln::backend::cuda

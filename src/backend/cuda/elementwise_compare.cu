@@ -1,0 +1,28 @@
+// CUDA kernels for the comparisons and logical ops (bool outputs); the math is backend/math.h's.
+#include "backend/cuda/device/elementwise.cuh"
+#include "backend/math.h"
+
+namespace kiln::backend::cuda {
+namespace {
+
+struct IsZero {
+  template <class T>
+  __device__ bool operator()(T x) const { return x == T(0); }
+};
+void logical_not(KernelArgs& a) {
+  visit_dtype(a.inputs[0].dtype(), "logical_not", [&]<class T>() { unary_kernel<bool, T>(a, IsZero{}, "logical_not"); });
+}
+
+constexpr DeviceType kCuda = DeviceType::CUDA;
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Eq, kCuda, predicate_op<math::Eq>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Ne, kCuda, predicate_op<math::Ne>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Lt, kCuda, predicate_op<math::Lt>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Le, kCuda, predicate_op<math::Le>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Gt, kCuda, predicate_op<math::Gt>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Ge, kCuda, predicate_op<math::Ge>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::LogicalAnd, kCuda, predicate_op<math::LogicalAnd>);
+KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::LogicalOr, kCuda, predicate_op<math::LogicalOr>);
+KILN_REGISTER_KERNEL(Op::LogicalNot, kCuda, logical_not);
+
+}  // namespace
+}  // namespace kiln::backend::cuda

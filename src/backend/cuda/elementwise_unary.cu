@@ -1,0 +1,30 @@
+// CUDA kernels for the unary math ops; the math is backend/math.h's, shared with the CPU loops.
+#include "backend/cuda/device/elementwise.cuh"
+#include "backend/math.h"
+
+namespace kiln::backend::cuda {
+namespace {
+
+constexpr DeviceType kCuda = DeviceType::CUDA;
+KILN_REGISTER_KERNEL(Op::Neg, kCuda, unary_op<math::Neg>);
+KILN_REGISTER_KERNEL(Op::Abs, kCuda, unary_op<math::Abs>);
+KILN_REGISTER_KERNEL(Op::Sign, kCuda, unary_op<math::Sign>);
+KILN_REGISTER_KERNEL(Op::Square, kCuda, unary_op<math::Square>);
+KILN_REGISTER_KERNEL(Op::Relu, kCuda, unary_op<math::Relu>);
+KILN_REGISTER_KERNEL(Op::Exp, kCuda, unary_float_op<math::Exp>);
+KILN_REGISTER_KERNEL(Op::Log, kCuda, unary_float_op<math::Log>);
+KILN_REGISTER_KERNEL(Op::Log1p, kCuda, unary_float_op<math::Log1p>);
+KILN_REGISTER_KERNEL(Op::Expm1, kCuda, unary_float_op<math::Expm1>);
+KILN_REGISTER_KERNEL(Op::Sqrt, kCuda, unary_float_op<math::Sqrt>);
+KILN_REGISTER_KERNEL(Op::Rsqrt, kCuda, unary_float_op<math::Rsqrt>);
+KILN_REGISTER_KERNEL(Op::Reciprocal, kCuda, unary_float_op<math::Reciprocal>);
+KILN_REGISTER_KERNEL(Op::Tanh, kCuda, unary_float_op<math::Tanh>);
+KILN_REGISTER_KERNEL(Op::Sigmoid, kCuda, unary_float_op<math::Sigmoid>);
+KILN_REGISTER_KERNEL(Op::GeluErf, kCuda, unary_float_op<math::GeluErf>);
+KILN_REGISTER_KERNEL(Op::GeluTanh, kCuda, unary_float_op<math::GeluTanh>);
+KILN_REGISTER_KERNEL(Op::Silu, kCuda, unary_float_op<math::Silu>);
+KILN_REGISTER_KERNEL(Op::Sin, kCuda, unary_float_op<math::Sin>);
+KILN_REGISTER_KERNEL(Op::Cos, kCuda, unary_float_op<math::Cos>);
+
+}  // namespace
+}  // namespace kiln::backend::cuda
