@@ -1,7 +1,8 @@
 // One SGD step over ResNet-50's parameter count (25.6M float32 in 161 tensors), against a
 // STREAM-style fused loop doing the same update, and a plain copy for the machine's bandwidth;
 // one Adam/AdamW step over BERT-base's parameters (109.5M float32 in 199 tensors), fused and as
-// the per-tensor op sequence of torch.optim.AdamW's single-tensor path (the unfused baseline).
+// the per-tensor op sequence of torch.optim.AdamW's single-tensor path (the unfused baseline);
+// gradient clipping over BERT-base's gradients, multi-tensor and per tensor.
 // Bytes per second count the traffic a fused kernel must move: SGD reads p, g (and buf) and
 // writes p (and buf); Adam reads p, g, m, v and writes p, m, v (plus vmax with amsgrad).
 #include <benchmark/benchmark.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "kiln/nn/utils.h"
 #include "kiln/optim.h"
 
 namespace {
@@ -152,6 +154,29 @@ void BM_SGDMomentumWeightDecayPerTensorOps(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * ideal_bytes(true));
 }
 
+// clip_grad_norm_ over BERT-base's gradients (the multi-tensor ForeachNorm and ForeachMul), and
+// the per-tensor sequence it replaced: a norm per gradient, their stack and norm, a multiply per
+// gradient. max_norm above the total: the gradients keep their values from one call to the next.
+void BM_ClipGradNorm(benchmark::State& state) {
+  BertParams b;
+  for (auto _ : state) benchmark::DoNotOptimize(kiln::nn::utils::clip_grad_norm_(b.params, 1e9));
+  state.SetBytesProcessed(state.iterations() * b.numel * 4 * 3);  // read for the norms, read and write to scale
+}
+
+void BM_ClipGradNormPerTensorOps(benchmark::State& state) {
+  BertParams b;
+  kiln::NoGradGuard no_grad;
+  for (auto _ : state) {
+    std::vector<kiln::Tensor> norms;
+    for (const auto& p : b.params) norms.push_back(kiln::norm(p.grad(), 2.0));
+    const kiln::Tensor total = kiln::norm(kiln::stack(norms), 2.0);
+    const kiln::Tensor coef = kiln::clamp_max(1e9 / (total + 1e-6), 1.0);
+    for (const auto& p : b.params) p.grad().mul_(coef);
+    benchmark::DoNotOptimize(total.item<double>());
+  }
+  state.SetBytesProcessed(state.iterations() * b.numel * 4 * 3);
+}
+
 void BM_KilnCopy(benchmark::State& state) {
   kiln::Tensor a = kiln::ones({kParams}), b = kiln::zeros({kParams});
   for (auto _ : state) b.copy_(a);
@@ -167,6 +192,8 @@ BENCHMARK(BM_FusedLoopMomentumWeightDecay)->Unit(benchmark::kMillisecond)->UseRe
 BENCHMARK(BM_AdamW)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AdamWAmsgrad)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AdamL2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ClipGradNorm)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ClipGradNormPerTensorOps)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AdamWPerTensorOps)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_KilnCopy)->Unit(benchmark::kMillisecond)->UseRealTime();
 }  // namespace
