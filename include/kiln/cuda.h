@@ -60,7 +60,9 @@ class Stream {
 Stream current_stream(int device = -1);
 
 // Makes `stream` the calling thread's current stream on its device, and its device current,
-// while alive (torch.cuda.stream(s) / c10::cuda::CUDAStreamGuard).
+// while alive (torch.cuda.stream(s) / c10::cuda::CUDAStreamGuard). Unlike torch, backward()
+// runs every node on the calling thread's current stream, not on the stream its forward ran on:
+// call backward() under the same guard as the forward (or synchronise the streams first).
 class StreamGuard {
  public:
   explicit StreamGuard(const Stream& stream);
