@@ -156,7 +156,7 @@ struct AmpUnscaleAttrs { double inv_scale = 1.0; };
 // Multi-tensor ops for gradient clipping (torch's _foreach_norm and _foreach_mul_), over n dense
 // tensors of one float dtype. ForeachNorm (ReduceAttrs' p): {t x n} -> {norms [n], float32, or
 // float64 for float64 tensors}, each the norm of one whole tensor as Op::Norm computes it
-// (0 for an empty one). ForeachMul: {scale (one float32/float64 element on the device)} ->
+// (0 for an empty one; p >= 0). ForeachMul: {scale (one floating-point element on the device)} ->
 // {t x n, multiplied by it in place, in float for 16-bit tensors}.
 // Fused attention. q [B..., L, E], k [B..., S, E], v [B..., S, Ev] share the batch dims B...
 // (expanded views are fine) and have unit stride in their last dim; the optional mask is a

@@ -130,6 +130,7 @@ void check_foreach(std::span<const Tensor> ts, const char* where) {
 Tensor foreach_norm(std::span<const Tensor> ts, double p, const char* where) {
   check_foreach(ts, where);
   KILN_CHECK(!ts.empty(), where, "needs at least one tensor");
+  KILN_CHECK(p >= 0, where, "the norm's order p must be >= 0 or inf, got ", p);
   const Device device = ts[0].device();
   std::vector<Tensor> dense;  // the kernels read each tensor as one run of elements
   for (const Tensor& t : ts) dense.push_back(is_dense(t) ? t : t.contiguous());
