@@ -24,9 +24,9 @@ double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   // Per-gradient norms, then the norm of those, on the first gradient's device, as torch's
   // foreach path: the gradients grouped by device and dtype, each group's norms in one kernel
   // (rounded to the group's dtype, as torch's are; mixed dtypes promote), and later scaled in one.
-  const std::vector<optim::detail::TensorGroup> groups = optim::detail::group_by_device_and_dtype(grads);
-  ScalarType total_t = grads[0].dtype();
-  for (const Tensor& g : grads) total_t = promote_types(total_t, g.dtype());
+  const std::vector<optim::detail::StepBucket> groups = optim::detail::bucket_by_device_and_dtype(grads);
+  ScalarType total_t = groups[0].dtype;
+  for (const auto& group : groups) total_t = promote_types(total_t, group.dtype);
   const Device device = grads[0].device();
   std::vector<Tensor> norms;
   for (const auto& group : groups)

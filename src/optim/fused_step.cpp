@@ -63,20 +63,24 @@ Tensor like_param(const Tensor& t, const Tensor& p) {
   return out;
 }
 
-std::vector<StepBucket> bucket_params(const std::vector<Tensor>& params) {
+std::vector<StepBucket> bucket_by_device_and_dtype(std::span<const Tensor> ts) {
   std::vector<StepBucket> buckets;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const Tensor& p = params[i];
-    if (!p.grad().defined()) continue;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const Tensor& t = ts[i];
+    if (!t.defined()) continue;
     auto it = std::find_if(buckets.begin(), buckets.end(),
-                           [&](const StepBucket& b) { return b.device == p.device() && b.dtype == p.dtype(); });
-    if (it == buckets.end()) {
-      buckets.push_back({p.device(), p.dtype(), {}});
-      it = buckets.end() - 1;
-    }
+                           [&](const StepBucket& b) { return b.device == t.device() && b.dtype == t.dtype(); });
+    if (it == buckets.end()) it = buckets.insert(buckets.end(), StepBucket{t.device(), t.dtype(), {}, {}});
     it->index.push_back(i);
+    it->tensors.push_back(t);
   }
   return buckets;
+}
+
+std::vector<StepBucket> bucket_params(const std::vector<Tensor>& params) {
+  std::vector<Tensor> with_grad;  // undefined where a parameter has no gradient
+  for (const Tensor& p : params) with_grad.push_back(p.grad().defined() ? p : Tensor());
+  return bucket_by_device_and_dtype(with_grad);
 }
 
 void adam_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
@@ -134,7 +138,7 @@ Tensor foreach_norm(std::span<const Tensor> ts, double p, const char* where) {
   const Device device = ts[0].device();
   std::vector<Tensor> dense;  // the kernels read each tensor as one run of elements
   for (const Tensor& t : ts) dense.push_back(is_dense(t) ? t : t.contiguous());
-  Tensor norms = zeros({static_cast<int64_t>(ts.size())},
+  Tensor norms = empty({static_cast<int64_t>(ts.size())},
                        TensorOptions(ts[0].dtype() == kFloat64 ? kFloat64 : kFloat32).device(device));
   backend::ReduceAttrs attrs;
   attrs.p = p;
@@ -159,17 +163,6 @@ void foreach_mul_(std::span<const Tensor> ts, const Tensor& scale, const char* w
   bump_all(dense);
 }
 
-std::vector<TensorGroup> group_by_device_and_dtype(std::span<const Tensor> ts) {
-  std::vector<TensorGroup> groups;
-  for (const Tensor& t : ts) {
-    auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const TensorGroup& g) { return g.device == t.device() && g.dtype == t.dtype(); });
-    if (it == groups.end()) it = groups.insert(groups.end(), TensorGroup{t.device(), t.dtype(), {}});
-    it->tensors.push_back(t);
-  }
-  return groups;
-}
-
 bool unscale_grads(std::span<const Tensor> grads, double inv_scale, const char* where) {
   for (size_t i = 0; i < grads.size(); ++i) {
     KILN_CHECK(grads[i].defined(), where, "gradient ", i, " is an undefined tensor");
@@ -179,7 +172,7 @@ bool unscale_grads(std::span<const Tensor> grads, double inv_scale, const char* 
   std::vector<Tensor> found;  // one flag per device
   std::vector<std::pair<Tensor, Tensor>> dense_copies;  // (gradient, the copy the kernel scales)
   const backend::AmpUnscaleAttrs attrs{inv_scale};
-  for (TensorGroup& group : group_by_device_and_dtype(grads)) {
+  for (StepBucket& group : bucket_by_device_and_dtype(grads)) {
     for (Tensor& g : group.tensors)
       if (!is_dense(g)) {
         dense_copies.emplace_back(g, g.contiguous());

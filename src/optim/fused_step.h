@@ -31,15 +31,6 @@ void adam_step(std::span<Tensor> params, std::span<const Tensor> grads, std::spa
 void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> momentum_buffers,
               const backend::SgdStepAttrs& attrs, const char* where);
 
-// Tensors grouped by (device, dtype), in the order each pair first appears: one multi-tensor
-// dispatch per group.
-struct TensorGroup {
-  Device device;
-  ScalarType dtype;
-  std::vector<Tensor> tensors;
-};
-std::vector<TensorGroup> group_by_device_and_dtype(std::span<const Tensor> ts);
-
 // GradScaler's unscale: every gradient multiplied by inv_scale in place (in float for 16-bit
 // ones), one dispatch per (device, dtype); returns whether any held an inf or NaN before (one
 // host round trip per device).
@@ -52,13 +43,16 @@ bool unscale_grads(std::span<const Tensor> grads, double inv_scale, const char* 
 Tensor foreach_norm(std::span<const Tensor> ts, double p, const char* where);
 void foreach_mul_(std::span<const Tensor> ts, const Tensor& scale, const char* where);
 
-// The parameters of a group that have gradients, bucketed by (device, dtype): each bucket is
-// one dispatch. Indices point into the group's parameter list.
+// The defined tensors among ts bucketed by (device, dtype), in the order each pair first
+// appears: each bucket is one multi-tensor dispatch. Indices point into ts.
 struct StepBucket {
   Device device;
   ScalarType dtype;
   std::vector<size_t> index;
+  std::vector<Tensor> tensors;  // ts[index[k]]
 };
+std::vector<StepBucket> bucket_by_device_and_dtype(std::span<const Tensor> ts);
+// The parameters of a group that have gradients, bucketed so.
 std::vector<StepBucket> bucket_params(const std::vector<Tensor>& params);
 
 }  // namespace kiln::optim::detail

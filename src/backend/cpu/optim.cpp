@@ -214,6 +214,7 @@ void amp_unscale(KernelArgs& a) {
 // ---- gradient clipping's multi-tensor norm and scale. The tensors are cut into the CUDA
 // kernels' chunks; each chunk's partial is folded in order, so the result does not depend on
 // the number of threads.
+
 // A chunk's partial by NormFold's rule, element by element.
 template <class T>
 double fold_chunk(const cuda::NormFold<T>& fold, const T* x, int64_t begin, int64_t end) {
@@ -248,7 +249,8 @@ void foreach_norm(KernelArgs& a) {
   const size_t n = a.inputs.size();
   std::vector<int64_t> first(n + 1, 0);  // tensor t's chunks: [first[t], first[t + 1])
   for (size_t t = 0; t < n; ++t) first[t + 1] = first[t] + (a.inputs[t].numel() + cuda::kChunk - 1) / cuda::kChunk;
-  visit_float_dtype(a.inputs.empty() ? kFloat32 : a.inputs[0].dtype(), "ForeachNorm", [&]<class T>() {
+  if (n == 0) return;
+  visit_float_dtype(a.inputs[0].dtype(), "ForeachNorm", [&]<class T>() {
     const auto fold = cuda::NormFold<T>::make(at);
     std::vector<double> partial(static_cast<size_t>(first[n]));
     parallel_for(first[n], 1, [&](int64_t b, int64_t e) {

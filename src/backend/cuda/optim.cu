@@ -1,8 +1,8 @@
 // CUDA kernels for the fused optimizer steps (the contract of backend/cpu/optim.cpp): Adam/AdamW
-// and SGD over a whole param group, and GradScaler's unscale, as a multi-tensor apply. Up to kMaxTensors tensors go in one
-// launch, their pointers, sizes and per-tensor factors packed in a struct passed by value; each
-// block takes one chunk of one tensor (optim_plan.h: plain C++, which the CPU tests run). No host
-// round trips.
+// and SGD over a whole param group, GradScaler's unscale and gradient clipping's norms and
+// scaling, as a multi-tensor apply. Up to kMaxTensors tensors go in one launch, their pointers,
+// sizes and per-tensor factors packed in a struct passed by value; each block takes one chunk of
+// one tensor (optim_plan.h: plain C++, which the CPU tests run). No host round trips.
 //
 // The arithmetic is the CPU kernel's, operation for operation in the compute type C (float for
 // 16-bit params, whose state is stored in their own dtype as on the CPU), with the CPU's
@@ -299,9 +299,10 @@ void foreach_norm(KernelArgs& a) {
   KILN_CUDA_CHECK(cudaMemsetAsync(norms.data_ptr(), 0, norms.nbytes(), stream_of(a)));
   visit_float_dtype(a.inputs[0].dtype(), "ForeachNorm", [&]<class T>() {
     const NormFold<T> fold = NormFold<T>::make(at);
-    int64_t blocks = 0;  // the most chunks of one launch, for one partial buffer
+    // One buffer for the partials of every launch (each uses it from 0; the launches are
+    // ordered on the stream), sized for all chunks, more than any one launch has.
+    int64_t blocks = 0;
     for (const Tensor& t : a.inputs) blocks += (t.numel() + kChunk - 1) / kChunk;
-    // One buffer for every launch's partials: the launches are ordered on the stream.
     const Tensor partial = make_empty({std::max<int64_t>(blocks, 1)}, kFloat64, norms.device());
     for_each_list<NormList<T>>(
         a.inputs, "ForeachNorm",
