@@ -1,7 +1,9 @@
 // The cost of data parallelism, measured under mpirun (docs/perf.md has the commands and results):
-//   bench_ddp step MODEL BATCH [--no-comm]  training steps of MODEL (resnet50, bert-base, ...) at
-//        BATCH per process through DistributedDataParallel, or (--no-comm) the same steps with no
-//        communication at all; prints the median step time and the samples/s of the whole job.
+//   bench_ddp step MODEL BATCH [PAIRS]  training steps of MODEL (resnet50, bert-base, ...) at BATCH
+//        per process through DistributedDataParallel, alternating with the same step under
+//        no_sync() (no communication at all), PAIRS pairs (3 by default); prints the median step
+//        time, the samples/s of the whole job, and what communication adds to a step (the median,
+//        least and most of the pairs' ratios).
 //   bench_ddp reduce MIB    the all-reduce inside DDP: backward of a graph that gives MIB MiB of
 //        float32 gradients (1 MiB parameters) at once, with DDP and without; the difference is
 //        DDP's bucketing, copies and all-reduce; prints the bandwidth (gradient bytes / that time).
@@ -14,7 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,7 +42,7 @@ double job_median(const std::vector<double>& times) {
   return median(t.to_vector<double>());
 }
 
-int step(const std::string& model, int64_t batch, bool comm, int steps) {
+int step(const std::string& model, int64_t batch, int pairs) {
   dist::init();
   const bool bert = model.rfind("bert", 0) == 0;
   manual_seed(1);
@@ -54,38 +56,64 @@ int step(const std::string& model, int64_t batch, bool comm, int steps) {
     cnn = models::create(model, 1000);
     module = cnn.ptr();
   }
-  std::unique_ptr<nn::parallel::DistributedDataParallel> ddp;
   // KILN_BENCH_BUCKET_MB: another bucket size, to see what overlap buys.
   nn::parallel::DistributedDataParallelOptions ddp_options;
   if (const char* mb = std::getenv("KILN_BENCH_BUCKET_MB")) ddp_options.bucket_cap_mb = std::stod(mb);
-  if (comm) ddp = bert ? std::make_unique<nn::parallel::DistributedDataParallel>(module, ddp_options)
-                       : std::make_unique<nn::parallel::DistributedDataParallel>(cnn, ddp_options);
+  auto ddp = bert ? std::make_unique<nn::parallel::DistributedDataParallel>(module, ddp_options)
+                  : std::make_unique<nn::parallel::DistributedDataParallel>(cnn, ddp_options);
   optim::SGD opt(module->parameters(), {.lr = 1e-3, .momentum = 0.9});
   manual_seed(2 + dist::rank());
   const int64_t seq = 128;
   Tensor x = bert ? randint(0, 30522, {batch, seq}, kInt64) : randn({batch, 3, 224, 224}).contiguous(MemoryFormat::ChannelsLast);
   Tensor y = bert ? randint(0, 30522, {batch, seq}, kInt64) : randint(0, 1000, {batch}, kInt64);
-  std::vector<double> times;
-  for (int s = 0; s < steps + 1; ++s) {  // the first is a warm-up
-    const auto t0 = Clock::now();
+  // One step through DDP (comm) or of the bare module with DDP's hooks silenced (no_sync): the
+  // same work with no communication at all.
+  auto one_step = [&](bool comm) {
     opt.zero_grad();
+    std::optional<nn::parallel::DistributedDataParallel::NoSync> quiet;
+    if (!comm) quiet.emplace(*ddp);
     Tensor loss;
     if (bert) {
       auto f = [&] { return mlm->masked_lm_loss(x, y); };
-      loss = ddp ? ddp->forward_with(f) : f();
+      loss = comm ? ddp->forward_with(f) : f();
     } else {
-      loss = nn::functional::cross_entropy(ddp ? (*ddp)(x) : cnn(x), y);
+      loss = nn::functional::cross_entropy(comm ? (*ddp)(x) : cnn(x), y);
     }
     loss.backward();
     opt.step();
-    if (s > 0) times.push_back(seconds_since(t0));
+  };
+  one_step(true);  // warm-up
+  one_step(false);
+  // Pairs in the order c n, n c, c n, ... so that a drift of the machine's speed hits both alike;
+  // every step starts together on every process.
+  std::vector<double> with, without, ratio;
+  for (int i = 0; i < pairs; ++i) {
+    double t[2];
+    for (int k = 0; k < 2; ++k) {
+      const bool comm = (k == 0) == (i % 2 == 0);
+      dist::barrier();
+      const auto t0 = Clock::now();
+      one_step(comm);
+      t[comm ? 1 : 0] = seconds_since(t0);
+    }
+    without.push_back(t[0]);
+    with.push_back(t[1]);
   }
-  const double m = job_median(times);
+  // A step is as slow as its slowest process.
+  Tensor w = tensor(with, kFloat64), wo = tensor(without, kFloat64);
+  dist::all_reduce(w, dist::ReduceOp::Max);
+  dist::all_reduce(wo, dist::ReduceOp::Max);
+  with = w.to_vector<double>();
+  without = wo.to_vector<double>();
+  for (int i = 0; i < pairs; ++i) ratio.push_back(with[static_cast<size_t>(i)] / without[static_cast<size_t>(i)] - 1);
+  const double m = median(with);
   if (dist::rank() == 0)
     std::printf("{\"bench\": \"ddp_step\", \"model\": \"%s\", \"batch_per_process\": %lld, \"processes\": %d, "
-                "\"threads\": %d, \"communication\": %s, \"median_s\": %.4f, \"samples_per_s\": %.2f}\n",
-                model.c_str(), static_cast<long long>(batch), dist::world_size(), get_num_threads(),
-                comm ? "true" : "false", m, static_cast<double>(batch) * dist::world_size() / m);
+                "\"threads\": %d, \"pairs\": %d, \"median_s\": %.4f, \"median_no_comm_s\": %.4f, "
+                "\"overhead_median\": %.4f, \"overhead_min\": %.4f, \"overhead_max\": %.4f, \"samples_per_s\": %.2f}\n",
+                model.c_str(), static_cast<long long>(batch), dist::world_size(), get_num_threads(), pairs, m,
+                median(without), median(ratio), *std::min_element(ratio.begin(), ratio.end()),
+                *std::max_element(ratio.begin(), ratio.end()), static_cast<double>(batch) * dist::world_size() / m);
   return 0;
 }
 
@@ -150,13 +178,12 @@ int mpi(double mib, int reps) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   try {
-    if (mode == "step" && argc >= 4)
-      return step(argv[2], std::stoll(argv[3]), !(argc > 4 && std::strcmp(argv[4], "--no-comm") == 0), 3);
+    if (mode == "step" && (argc == 4 || argc == 5)) return step(argv[2], std::stoll(argv[3]), argc == 5 ? std::stoi(argv[4]) : 3);
     if (mode == "reduce" && argc == 3) return reduce(std::stod(argv[2]), 5);
     if (mode == "mpi" && argc == 3) return mpi(std::stod(argv[2]), 5);
   } catch (const std::exception& e) {
     dist::abort(e.what());
   }
-  std::fprintf(stderr, "usage: bench_ddp step MODEL BATCH [--no-comm] | reduce MIB | mpi MIB   (under mpirun)\n");
+  std::fprintf(stderr, "usage: bench_ddp step MODEL BATCH [PAIRS] | reduce MIB | mpi MIB   (under mpirun)\n");
   return 2;
 }
