@@ -56,6 +56,35 @@ inline Bytes idx_bytes(uint8_t code, const std::vector<uint32_t>& dims, const By
   return b;
 }
 
+// `n` 28x28 grey images of 10 classes (class k: a bright row at 2k + 4) under MNIST's file names.
+inline void write_mnist_like(const TempDir& dir, const std::string& split, uint32_t n) {
+  Bytes images, labels;
+  for (uint32_t i = 0; i < n; ++i) {
+    const auto label = static_cast<uint8_t>(i % 10);
+    labels.push_back(label);
+    for (uint32_t r = 0; r < 28; ++r)
+      for (uint32_t c = 0; c < 28; ++c)
+        images.push_back(static_cast<uint8_t>(r == 2u * label + 4 ? 200 : (7 * r + 3 * c + i) % 32));
+  }
+  write_file(dir.file(split + "-images-idx3-ubyte"), idx_bytes(0x08, {n, 28, 28}, images));
+  write_file(dir.file(split + "-labels-idx1-ubyte"), idx_bytes(0x08, {n}, labels));
+}
+
+// `docs` short documents from a tiny grammar, in the fortune format (a text a masked LM can learn).
+inline void write_grammar_corpus(const std::string& path, int64_t docs) {
+  const char* who[] = {"the cat", "a dog", "my friend", "the old man", "her sister"};
+  const char* did[] = {"sat on", "looked at", "walked to", "painted", "found"};
+  const char* what[] = {"the mat", "a red door", "the garden", "an apple", "the river"};
+  std::ofstream f(path);
+  uint32_t s = 7;
+  auto next = [&] { return (s = s * 1664525u + 1013904223u) >> 16; };
+  for (int64_t i = 0; i < docs; ++i) {
+    for (int k = 0; k < 3; ++k) f << who[next() % 5] << " " << did[next() % 5] << " " << what[next() % 5] << ". ";
+    f << "\n%\n";
+  }
+  ASSERT_TRUE(f.good()) << path;
+}
+
 // One gzip member holding `raw`, as gzip(1) writes it.
 inline Bytes gzip(const Bytes& raw) {
   z_stream zs{};

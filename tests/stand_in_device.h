@@ -3,7 +3,11 @@
 // memory), so every op on it goes through the CPU fallback. Restores both when destroyed.
 #pragma once
 
+#include <execinfo.h>
+
 #include <array>
+#include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 #include "backend/cpu/host_runtime.h"
@@ -12,30 +16,55 @@
 
 namespace kiln::test {
 
-// Counts the copies in and out of the device.
+// Counts the copies in and out of the device (a copy to the host is a wait for a real GPU);
+// `trace` prints where each one comes from, to find what makes a step read the device.
 class HostBackedRuntime final : public backend::cpu::HostRuntime {
  public:
   HostBackedRuntime() : HostRuntime("host-backed test device") {}
-  void copy_to_host(void* d, const void* s, size_t n, int i) override { HostRuntime::copy_to_host(d, s, n, i); ++copies; }
+  void copy_to_host(void* d, const void* s, size_t n, int i) override {
+    HostRuntime::copy_to_host(d, s, n, i);
+    ++to_host;
+    if (trace) where("to_host", n);
+  }
   void copy_from_host(void* d, const void* s, size_t n, int i, bool nb) override {
     HostRuntime::copy_from_host(d, s, n, i, nb);
-    ++copies;
+    ++from_host;
+    if (trace) where("from_host", n);
   }
-  int copies = 0;
+  // Kernels that depend on the GPU's generation see an H200's.
+  int compute_capability(int) const override { return 90; }
+  // Pinned memory: plain host memory, as all of this device's.
+  void* allocate_pinned(size_t n) override { return std::malloc(n); }
+  void free_pinned(void* p) override { std::free(p); }
+  static void where(const char* what, size_t n) {
+    void* frames[24];
+    const int k = backtrace(frames, 24);
+    std::fprintf(stderr, "---- %s %zu bytes\n", what, n);
+    backtrace_symbols_fd(frames, k, 2);
+  }
+  int copies() const { return to_host + from_host; }
+  int to_host = 0, from_host = 0;
+  bool trace = false;
 };
 
 class StandInCuda {
  public:
-  StandInCuda() : saved_(find_runtime(DeviceType::CUDA)) {
+  enum class Kernels { None, CpuWhereCudaHasOne };
+  explicit StandInCuda(Kernels kernels = Kernels::None) : saved_(find_runtime(DeviceType::CUDA)) {
     register_runtime(DeviceType::CUDA, &runtime_);
     for (int op = 0; op < backend::kNumOps; ++op) {
       const auto o = static_cast<backend::Op>(op);
-      kernels_[static_cast<size_t>(op)] = {backend::kernel_for(o, DeviceType::CUDA), backend::supports_for(o, DeviceType::CUDA)};
+      const backend::Kernel cuda = backend::kernel_for(o, DeviceType::CUDA);
+      kernels_[static_cast<size_t>(op)] = {cuda, backend::supports_for(o, DeviceType::CUDA)};
       takes_numbers_[static_cast<size_t>(op)] = backend::takes_host_numbers(o, DeviceType::CUDA);
-      backend::register_kernel(o, DeviceType::CUDA, nullptr);
-      backend::take_host_numbers(o, DeviceType::CUDA, false);
+      const bool native = kernels == Kernels::CpuWhereCudaHasOne && cuda != nullptr;
+      backend::register_kernel(o, DeviceType::CUDA, native ? backend::kernel_for(o, DeviceType::CPU) : nullptr,
+                               native ? backend::supports_for(o, DeviceType::CUDA) : nullptr);
+      backend::take_host_numbers(o, DeviceType::CUDA, native && takes_numbers_[static_cast<size_t>(op)]);
+      native_ops_ += native;
     }
   }
+  int native_ops() const { return native_ops_; }
   ~StandInCuda() {
     for (int op = 0; op < backend::kNumOps; ++op) {
       const auto& [kernel, supports] = kernels_[static_cast<size_t>(op)];
@@ -53,6 +82,7 @@ class StandInCuda {
   HostBackedRuntime runtime_;
   std::array<std::pair<backend::Kernel, backend::Supports>, backend::kNumOps> kernels_{};
   std::array<bool, backend::kNumOps> takes_numbers_{};
+  int native_ops_ = 0;
 };
 
 }  // namespace kiln::test

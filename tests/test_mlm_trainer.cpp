@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "data_util.h"
 #include "test_util.h"
 #include "kiln/train/masked_lm.h"
 
@@ -14,21 +15,11 @@ namespace fs = std::filesystem;
 using namespace kiln;
 using kiln::test::expect_error;
 
-// Short documents from a tiny grammar, in the fortune format: the structure a model can learn.
 fs::path make_corpus(const std::string& name, int64_t docs) {
   fs::path dir = fs::temp_directory_path() / ("kiln_mlm_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const char* who[] = {"the cat", "a dog", "my friend", "the old man", "her sister"};
-  const char* did[] = {"sat on", "looked at", "walked to", "painted", "found"};
-  const char* what[] = {"the mat", "a red door", "the garden", "an apple", "the river"};
-  std::ofstream f(dir / "corpus");
-  uint32_t s = 7;
-  auto next = [&] { return (s = s * 1664525u + 1013904223u) >> 16; };
-  for (int64_t i = 0; i < docs; ++i) {
-    for (int k = 0; k < 3; ++k) f << who[next() % 5] << " " << did[next() % 5] << " " << what[next() % 5] << ". ";
-    f << "\n%\n";
-  }
+  test::write_grammar_corpus((dir / "corpus").string(), docs);
   return dir;
 }
 

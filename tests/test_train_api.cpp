@@ -15,21 +15,8 @@ namespace {
 
 using namespace kiln;
 using kiln::test::TempDir;
+using kiln::test::write_mnist_like;
 namespace F = nn::functional;
-
-// `n` 28x28 grey images of 10 classes (class k: a bright row at 2k + 4) under MNIST's file names.
-void write_mnist_like(const TempDir& dir, const std::string& split, uint32_t n) {
-  test::Bytes images, labels;
-  for (uint32_t i = 0; i < n; ++i) {
-    const auto label = static_cast<uint8_t>(i % 10);
-    labels.push_back(label);
-    for (uint32_t r = 0; r < 28; ++r)
-      for (uint32_t c = 0; c < 28; ++c)
-        images.push_back(static_cast<uint8_t>(r == 2u * label + 4 ? 200 : (7 * r + 3 * c + i) % 32));
-  }
-  test::write_file(dir.file(split + "-images-idx3-ubyte"), test::idx_bytes(0x08, {n, 28, 28}, images));
-  test::write_file(dir.file(split + "-labels-idx1-ubyte"), test::idx_bytes(0x08, {n}, labels));
-}
 
 TEST(TrainApi, ImageClassificationTrainsAndItsCheckpointEvaluates) {
   TempDir dir;

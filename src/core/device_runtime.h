@@ -30,6 +30,9 @@ class DeviceRuntime {
   virtual void synchronize(int index) = 0;
   // The device's memory in bytes (see kiln::total_memory).
   virtual size_t total_memory(int index) const = 0;
+  // The device's compute capability as major * 10 + minor (CUDA: 90 for an H100 or H200), which
+  // decides what its kernels support; 0 for a runtime with no such notion or a failed query.
+  virtual int compute_capability(int /*index*/) const { return 0; }
   // The stream the calling thread's work on this device goes to (KernelArgs::stream); the CPU
   // has none.
   virtual void* current_stream(int /*index*/) { return nullptr; }

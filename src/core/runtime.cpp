@@ -61,6 +61,8 @@ Storage::Storage(size_t n, Pinned) : nbytes(n), device(Device::cpu()), pinned(tr
   KILN_CHECK(cuda && cuda->device_count() > 0, "pin_memory",
              "needs a CUDA device (pinned memory is page-locked for copies to a GPU); none is present");
   data = n ? cuda->allocate_pinned(n) : nullptr;
+  KILN_CHECK(data != nullptr || n == 0, "pin_memory", "the CUDA runtime could not allocate ", n,
+             " bytes of pinned memory");
 }
 
 Storage::~Storage() {

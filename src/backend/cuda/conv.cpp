@@ -4,8 +4,6 @@
 // bias added by our elementwise kernel and its gradient summed by our reduction kernel.
 #if defined(KILN_HAVE_CUDNN)
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <cstddef>
 #include <exception>
 #include <map>
@@ -21,6 +19,7 @@
 #include "backend/cuda/epilogue.h"
 #include "backend/cuda/state.h"
 #include "backend/dispatch.h"
+#include "core/device_runtime.h"
 #include "core/tensor_util.h"
 #include "kiln/cudnn.h"
 
@@ -489,21 +488,6 @@ void conv2d_backward_weight(KernelArgs& args) {
   }
 }
 
-// The device's compute capability major (0 until asked).
-int compute_major(int device) {
-  static std::array<std::atomic<int>, kMaxDevices> majors{};
-  std::atomic<int>& m = majors[static_cast<size_t>(device)];
-  int v = m.load(std::memory_order_relaxed);
-  if (v == 0) {
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-      cudaGetLastError();
-      v = -1;
-    }
-    m.store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
-
 // The float dtypes (bfloat16 from sm_80 on), with sizes and attributes in int range; the rest
 // (other dtypes, tensors past 2^31 elements) run on the CPU.
 bool supports(const KernelArgs& args) {
@@ -520,7 +504,7 @@ bool supports(const KernelArgs& args) {
   for (const Tensor& x : args.outputs)
     if (!fits(x)) return false;
   if (!cp::attrs_fit(*static_cast<const ConvAttrs*>(args.attrs))) return false;
-  return t != kBFloat16 || compute_major(args.outputs[0].device().index) >= 8;
+  return t != kBFloat16 || find_runtime(DeviceType::CUDA)->compute_capability(args.outputs[0].device().index) >= 80;
 }
 
 KILN_REGISTER_KERNEL_IF(Op::Conv2d, DeviceType::CUDA, conv2d_forward, supports);

@@ -79,10 +79,22 @@ class CudaStreamDevice final : public StreamDevice {
 class CudaRuntime final : public DeviceRuntime {
  public:
   CudaRuntime() {
-    for (int i = 0; i < device_count(); ++i)
+    // The devices CUDA reports (the namespace's device_count: this class's own counts the
+    // allocators made here, none yet).
+    const int n = ::kiln::backend::cuda::device_count();
+    for (int i = 0; i < n; ++i) {
       allocators_.push_back(
           std::make_unique<StreamAllocator>("cuda:" + std::to_string(i), std::make_unique<CudaStreamDevice>(i)));
+      int major = 0, minor = 0;
+      if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i) != cudaSuccess ||
+          cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, i) != cudaSuccess) {
+        cudaGetLastError();
+        major = minor = 0;
+      }
+      capabilities_.push_back(major * 10 + minor);
+    }
   }
+  int compute_capability(int index) const override { return capabilities_.at(static_cast<size_t>(index)); }
   int device_count() const override { return static_cast<int>(allocators_.size()); }
   std::string device_name(int index) const override {
     cudaDeviceProp prop{};
@@ -169,6 +181,7 @@ class CudaRuntime final : public DeviceRuntime {
 
  private:
   std::vector<std::unique_ptr<StreamAllocator>> allocators_;
+  std::vector<int> capabilities_;  // per device, major * 10 + minor
 };
 
 // Never destroyed, like the CPU runtime: tensors freed at exit still find it.
