@@ -1,5 +1,5 @@
-// The CNN path on CUDA. Without a GPU (CI): every op a training and evaluation step of the small
-// CNN, ResNet-18 and VGG-11-BN dispatches has a CUDA kernel in a CUDA build. With a GPU: batch
+// The CNN path on CUDA (without a GPU, tests/test_gpu_paths.cpp checks that every op of it has a
+// CUDA kernel that takes its case). With a GPU: batch
 // norm (training, evaluation, NCHW, channels-last, 2-D and 3-D inputs) and max/average/adaptive
 // pooling (padding, dilation, ceil mode, overlapping windows, ties) match the CPU forward and
 // backward in every float dtype without fallback, give the same bits on every run, and ResNet-18
@@ -35,27 +35,6 @@ double cnn_step(nn::AnyModule& m, bool small, optim::SGD& opt, Device device, in
   m->eval();
   (void)argmax(m(x.to(device)), 1).eq(y.to(device)).sum().item<int64_t>();
   return loss.item<double>();
-}
-
-TEST(CudaKernelTable, EveryOpOfCnnTrainingAndEvaluationHasACudaKernel) {
-  if (!build_info().cuda) GTEST_SKIP() << "built without CUDA";
-  for (const char* name : {"small_cnn", "resnet18", "vgg11_bn"}) {
-    std::vector<std::string> ops;
-    {
-      manual_seed(0);
-      nn::AnyModule m = models::create(name, 10);
-      optim::SGD opt(m->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4});
-      profiler::Session session({.timing = false});
-      cnn_step(m, std::string(name) == "small_cnn", opt, Device::cpu(), 0);
-      for (const profiler::OpStat& s : session.stats()) ops.push_back(s.op);
-    }
-    ASSERT_GT(ops.size(), 5u) << name;
-    const std::vector<std::string> missing = ops_without_kernel(ops, DeviceType::CUDA);
-    std::string names;
-    for (const auto& op : missing) names += " " + op;
-    EXPECT_TRUE(missing.empty()) << name << ": " << missing.size() << " of the " << ops.size()
-                                 << " op kinds of a training step have no CUDA kernel:" << names;
-  }
 }
 
 // ---- with a GPU

@@ -29,12 +29,6 @@ namespace {
 
 namespace F = nn::functional;
 
-uint64_t total_fallbacks() {
-  uint64_t n = 0;
-  for (const auto& [op, count] : fallback_counts()) n += count;
-  return n;
-}
-
 std::string describe_fallbacks(const std::map<std::string, uint64_t>& before) {
   std::string s;
   for (const auto& [op, count] : fallback_counts())
@@ -52,7 +46,9 @@ class GpuPaths : public ::testing::Test {
     fallbacks_ = fallback_counts();
   }
   void TearDown() override {
-    if (stand_in_) EXPECT_EQ(describe_fallbacks(fallbacks_), "none") << "ops that would fall back to the CPU";
+    if (stand_in_) {
+      EXPECT_EQ(describe_fallbacks(fallbacks_), "none") << "ops that would fall back to the CPU";
+    }
     stand_in_.reset();
   }
   HostBackedRuntime& runtime() { return stand_in_->runtime(); }
@@ -172,7 +168,9 @@ TEST_F(GpuPaths, TheSeedsCnnsTrainAndEvaluateWithoutFallback) {
         scaler.unscale_(opt);
         scaler.step(opt);
         scaler.update();
-        if (device.is_cuda()) EXPECT_EQ(runtime().to_host - reads, 1);  // GradScaler's flag, once
+        if (device.is_cuda()) {
+          EXPECT_EQ(runtime().to_host - reads, 1);  // GradScaler's flag, once
+        }
         net.ptr()->eval();
         NoGradGuard ng;
         AutocastGuard autocast(dtype == kFloat32 ? kBFloat16 : dtype, dtype != kFloat32);
