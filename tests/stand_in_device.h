@@ -31,6 +31,13 @@ class HostBackedRuntime final : public backend::cpu::HostRuntime {
     ++from_host;
     if (trace) where("from_host", n);
   }
+  // fail_frees: each free throws (after freeing, so that nothing leaks), as a CUDA free does
+  // after a device fault.
+  void deallocate(void* p, size_t n, int i) override {
+    HostRuntime::deallocate(p, n, i);
+    if (fail_frees) KILN_FAIL("stand-in free", "a device fault");
+  }
+  bool fail_frees = false;
   // Kernels that depend on the GPU's generation see an H200's.
   int compute_capability(int) const override { return 90; }
   // Pinned memory: plain host memory, as all of this device's.

@@ -60,6 +60,18 @@ TEST_F(Fallback, ToDeviceKeepsADenseLayout) {
   EXPECT_EQ(test::values(t.to(Device::cuda(0)).cpu()), test::values(t));
 }
 
+// A tensor's destructor must not throw (that would end the process): a free that fails, as
+// CUDA's do after a device fault, is said once and the block left.
+TEST_F(Fallback, AFreeThatFailsIsReportedAndTheProgramGoesOn) {
+  Tensor t = ones({4}).to(Device::cuda(0));
+  stand_in_->runtime().fail_frees = true;
+  testing::internal::CaptureStderr();
+  t = Tensor();
+  const std::string err = testing::internal::GetCapturedStderr();
+  stand_in_->runtime().fail_frees = false;
+  EXPECT_NE(err.find("freeing memory on cuda:0 failed: [stand-in free] a device fault"), std::string::npos) << err;
+}
+
 TEST_F(Fallback, OpsWithoutDeviceKernelsRunOnTheCpuAndAreCounted) {
   Tensor a = tensor({1.0f, 2.0f, 3.0f}).to(Device::cuda(0));
   Tensor b = tensor({10.0f, 20.0f, 30.0f}).to(Device::cuda(0));

@@ -89,7 +89,11 @@ class DeviceScope {
  public:
   DeviceScope(DeviceRuntime* rt, int index) : rt_(rt), prev_(rt->exchange_device(index)), index_(index) {}
   ~DeviceScope() {
-    if (prev_ != index_) rt_->exchange_device(prev_);
+    if (prev_ == index_) return;
+    try {
+      rt_->exchange_device(prev_);
+    } catch (const std::exception&) {  // a destructor must not throw; the device's fault surfaces at its next call
+    }
   }
 
  private:

@@ -4,9 +4,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
+#include <mutex>
 #include <string>
 
 #include "core/device_runtime.h"
+#include "kiln/cuda.h"
 #include "kiln/error.h"
 #include "kiln/tensor.h"
 
@@ -67,8 +70,16 @@ Storage::Storage(size_t n, Pinned) : nbytes(n), device(Device::cpu()), pinned(tr
 
 Storage::~Storage() {
   if (!data) return;
-  if (pinned) find_runtime(DeviceType::CUDA)->free_pinned(data);
-  else find_runtime(device.type)->deallocate(data, nbytes, device.index);
+  // A destructor must not throw (it would end the process): after a device fault, a free that
+  // reports it leaves the block to the fault and says so once; the fault itself was reported
+  // as an error where it was found.
+  try {
+    if (pinned) find_runtime(DeviceType::CUDA)->free_pinned(data);
+    else find_runtime(device.type)->deallocate(data, nbytes, device.index);
+  } catch (const std::exception& e) {
+    static std::once_flag said;
+    std::call_once(said, [&] { std::cerr << "kiln: warning: freeing memory on " << device.str() << " failed: " << e.what() << "\n"; });
+  }
 }
 
 MemoryStats memory_stats(Device device) { return runtime_for(device, "memory_stats").stats(device.index); }
@@ -118,6 +129,12 @@ void synchronize(int device) {
   }
   runtime_for(Device::cuda(device), "cuda::synchronize").synchronize(device);
 }
+// Through the runtime, so that a stand-in device (tests) answers too.
+int current_device() {
+  DeviceRuntime& r = runtime_for(Device::cuda(0), "cuda::current_device");
+  return r.current_device();
+}
+void set_device(int device) { runtime_for(Device::cuda(device), "cuda::set_device").exchange_device(device); }
 }  // namespace cuda
 
 }  // namespace kiln

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/philox.h"
+#include "kiln/cuda.h"
 #include "kiln/ops.h"
 #include "kiln/runtime.h"
 
@@ -76,6 +77,7 @@ struct EpochRun {
   std::vector<Slot> slots;        // batch b lives in slots[b % slots.size()]
   bool stop = false;
   std::vector<std::thread> workers;
+  int pin_device = -1;  // the GPU made current in worker threads before pinning
 
   Batch make(int64_t b) const {
     int64_t n = static_cast<int64_t>(order.size()), bs = options.batch_size;
@@ -90,6 +92,7 @@ struct EpochRun {
       Batch batch = collate(examples);
       batch.index = b;
       if (options.pin_memory) {
+        if (pin_device >= 0) cuda::set_device(pin_device);
         batch.data = batch.data.pin_memory();
         if (batch.target.defined()) batch.target = batch.target.pin_memory();
       }
@@ -105,6 +108,9 @@ struct EpochRun {
 
   void start_workers(int64_t start) {
     int64_t w_count = options.num_workers;
+    // Workers pin on the starting thread's GPU, as PyTorch's pin-memory thread does: with no GPU
+    // current, a pinned allocation makes a context on GPU 0 in every process of a multi-GPU job.
+    if (options.pin_memory) pin_device = cuda::current_device();
     slots.resize(static_cast<size_t>(w_count * options.prefetch));
     for (int64_t w = 0; w < w_count; ++w) {
       try {

@@ -53,6 +53,9 @@ Trainer::Trainer(Task& task) : task_(task) {
   const int world = distributed::world_size();
   if (world > 1 && device_.is_cuda() && cuda::device_count() > 0)  // each process its own GPU
     device_ = Device::cuda(distributed::local_rank() % cuda::device_count());
+  // And that GPU current in this thread: work Kiln does on it then never touches another GPU
+  // (restoring device 0 after each op would make a context there in every process).
+  if (device_.is_cuda()) cuda::set_device(device_.index);
   manual_seed(o.seed);
   task_.build(device_);
   if (ckpt) resume(*ckpt, ckpt_path);

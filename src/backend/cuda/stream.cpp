@@ -45,13 +45,6 @@ std::atomic<bool> g_allow_tf32{false};
 
 }  // namespace
 
-int current_device() { return be::resolve(-1, "cuda::current_device"); }
-
-void set_device(int device) {
-  be::check_device(device, "cuda::set_device");
-  KILN_CUDA_CHECK(cudaSetDevice(device));
-}
-
 DeviceProperties get_device_properties(int device) {
   device = be::resolve(device, "cuda::get_device_properties");
   cudaDeviceProp p{};

@@ -10,8 +10,6 @@ namespace {
 }
 }  // namespace
 
-int current_device() { absent("cuda::current_device"); }
-void set_device(int) { absent("cuda::set_device"); }
 DeviceProperties get_device_properties(int) { absent("cuda::get_device_properties"); }
 Stream Stream::default_stream(int) { absent("cuda::Stream::default_stream"); }
 Stream Stream::create(int, bool) { absent("cuda::Stream::create"); }
