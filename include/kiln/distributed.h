@@ -29,7 +29,9 @@
 namespace kiln::distributed {
 
 // Starts the process group: MPI (MPI_Init_thread) when launched by mpirun or another MPI
-// launcher; a world of one when not launched by one. Calling it twice is an error.
+// launcher; a world of one when not launched by one. Calling it twice is an error. With several
+// processes and GPUs present, it makes cuda:(local_rank() % the GPU count) the calling thread's
+// current GPU (torch's users call torch.cuda.set_device(local_rank) for this).
 void init();
 bool is_initialized();
 // Ends the process group (waits for queued collectives first). Called at exit if not before.
