@@ -29,9 +29,11 @@
 namespace kiln::distributed {
 
 // Starts the process group: MPI (MPI_Init_thread) when launched by mpirun or another MPI
-// launcher; a world of one when not launched by one. Calling it twice is an error. With several
-// processes and GPUs present, it makes cuda:(local_rank() % the GPU count) the calling thread's
-// current GPU (torch's users call torch.cuda.set_device(local_rank) for this).
+// launcher; a world of one when not launched by one. Calling it twice is an error. A GPU job
+// then makes its GPU current, as with torch.cuda.set_device(local_rank):
+// kiln::cuda::set_device(local_rank() % kiln::cuda::device_count()) (kiln::train does); otherwise
+// each op on it makes GPU 0 current again afterwards, and every process keeps a context there.
+// (init() does not, so that a CPU job on a machine with GPUs makes no CUDA context.)
 void init();
 bool is_initialized();
 // Ends the process group (waits for queued collectives first). Called at exit if not before.

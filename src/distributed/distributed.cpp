@@ -97,10 +97,6 @@ class Comm {
     }
     initialized_ = true;
     lock.unlock();
-    // A GPU job: this process's GPU, that of its local rank, is current from here on, so ops on
-    // it never switch devices and back (restoring GPU 0 would make a context there in every
-    // process), as torch's users call torch.cuda.set_device(local_rank).
-    if (world_ > 1 && cuda::device_count() > 0) cuda::set_device(local_rank_ % cuda::device_count());
     std::set_terminate(on_terminate);
     static bool registered = false;
     if (!registered) std::atexit([] { Comm::get().finalize(); });
