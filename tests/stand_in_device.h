@@ -6,8 +6,10 @@
 #include <execinfo.h>
 
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <utility>
 
 #include "backend/cpu/host_runtime.h"
@@ -38,6 +40,13 @@ class HostBackedRuntime final : public backend::cpu::HostRuntime {
     if (fail_frees) KILN_FAIL("stand-in free", "a device fault");
   }
   bool fail_frees = false;
+  // The devices made current by threads other than `main_thread` (data-loading workers).
+  int exchange_device(int index) override {
+    if (std::this_thread::get_id() != main_thread) worker_device_sets.fetch_add(1);
+    return index;
+  }
+  std::thread::id main_thread = std::this_thread::get_id();
+  std::atomic<int> worker_device_sets{0};
   // Kernels that depend on the GPU's generation see an H200's.
   int compute_capability(int) const override { return 90; }
   // Pinned memory: plain host memory, as all of this device's.

@@ -15,6 +15,8 @@
 
 #include "data_util.h"
 #include "kiln/amp.h"
+#include "kiln/data/dataloader.h"
+#include "kiln/data/dataset.h"
 #include "kiln/models.h"
 #include "kiln/nn/functional.h"
 #include "kiln/nn/utils.h"
@@ -181,6 +183,23 @@ TEST_F(GpuPaths, TheSeedsCnnsTrainAndEvaluateWithoutFallback) {
       for (size_t i = 0; i < cpu.size(); ++i) EXPECT_EQ(values(gpu[i]), values(cpu[i])) << i;
     }
   }
+}
+
+// The loader's workers pin batches for the GPU with that GPU current in their own threads (with
+// none current, each pinned allocation would make a context on GPU 0).
+TEST_F(GpuPaths, PinningWorkersMakeTheGpuCurrent) {
+  data::DataLoader loader(data::TensorDataset(arange(40, kFloat32).reshape({10, 4}), arange(10, kInt64)),
+                          {.batch_size = 4, .num_workers = 2, .pin_memory = true});
+  ASSERT_TRUE(loader.options().pin_memory);
+  int64_t batches = 0;
+  for (auto& batch : loader) {
+    EXPECT_TRUE(batch.data.is_pinned());
+    EXPECT_TRUE(batch.target.is_pinned());
+    EXPECT_EQ(values(batch.data.to(Device::cuda(0)).cpu()), values(batch.data));
+    ++batches;
+  }
+  EXPECT_EQ(batches, 3);
+  EXPECT_GE(runtime().worker_device_sets.load(), 3);  // before each batch's pinning
 }
 
 // kiln bench --devices cuda: the benchmark's workloads (BERT's, ResNet's) in each of its dtypes,
