@@ -185,6 +185,52 @@ TEST_F(GpuPaths, TheSeedsCnnsTrainAndEvaluateWithoutFallback) {
   }
 }
 
+// Shadow mode (KILN_SHADOW=cpu, gpu-check.sh's shadowed steps) over whole training runs: every
+// device op runs again on the CPU and is compared; here the "device" kernels are the CPU's, so
+// any mismatch is shadow mode's own (an in-place op, a view, an op with several outputs).
+TEST_F(GpuPaths, ShadowModeFollowsWholeTrainingRuns) {
+  backend::set_shadow_mode(backend::ShadowMode::Error);
+  struct Off {
+    ~Off() { backend::set_shadow_mode(backend::ShadowMode::Off); }
+  } off;
+  TempDir dir;
+  write_grammar_corpus(dir.file("corpus"), 20);
+  write_mnist_like(dir, "train", 16);
+  write_mnist_like(dir, "t10k", 8);
+  const int reads = runtime().to_host;
+  for (const char* amp : {"", "fp16"}) {  // fp16: GradScaler's in-place multi-tensor unscale
+    SCOPED_TRACE(std::string("amp ") + amp);
+    train::MaskedLMOptions m;
+    m.model = "bert-tiny";
+    m.data = dir.file("corpus");
+    m.checkpoint_dir = dir.file(std::string("ck-mlm") + amp);
+    m.vocab_size = 100;
+    m.seq_len = 32;
+    m.batch_size = 8;
+    m.epochs = 1;
+    m.max_steps = 2;
+    m.eval_every = 0;
+    m.device = "cuda";
+    m.amp = amp;
+    train::MaskedLM mlm(m);
+    EXPECT_NO_THROW(fit(mlm, nullptr));
+    if (*amp) continue;  // the CNN's ops in float16 are its float32 ones in structure
+    train::ImageClassificationOptions c;
+    c.model = "resnet18";
+    c.data = dir.str();
+    c.checkpoint_dir = dir.file(std::string("ck-cnn") + amp);
+    c.epochs = 1;
+    c.batch_size = 8;
+    c.workers = 0;
+    c.device = "cuda";
+    c.amp = amp;
+    train::ImageClassification cnn(c);
+    EXPECT_NO_THROW(fit(cnn, nullptr));
+  }
+  EXPECT_TRUE(backend::shadow_mismatches().empty());
+  EXPECT_GT(runtime().to_host - reads, 2000) << "shadow mode copied few device results to compare";
+}
+
 // The loader's workers pin batches for the GPU with that GPU current in their own threads (with
 // none current, each pinned allocation would make a context on GPU 0).
 TEST_F(GpuPaths, PinningWorkersMakeTheGpuCurrent) {
