@@ -79,6 +79,38 @@ TrainingRun fit(train::Task& task, HostBackedRuntime* rt) {
   return run;
 }
 
+// A short bert-tiny run on dir's corpus, and a short image run on dir's MNIST-like files.
+train::MaskedLMOptions mlm_options(const TempDir& dir, const std::string& device, const std::string& amp) {
+  train::MaskedLMOptions o;
+  o.model = "bert-tiny";
+  o.data = dir.file("corpus");
+  o.checkpoint_dir = dir.file("ck-mlm-" + device + amp);
+  o.vocab_size = 100;
+  o.seq_len = 32;
+  o.batch_size = 8;
+  o.epochs = 1;
+  o.max_steps = 3;
+  o.eval_every = 0;
+  o.device = device;
+  o.amp = amp;
+  o.seed = 3;
+  return o;
+}
+
+train::ImageClassificationOptions image_options(const TempDir& dir, const std::string& device, const std::string& amp,
+                                                const std::string& model = "small_cnn") {
+  train::ImageClassificationOptions o;
+  o.model = model;
+  o.data = dir.str();
+  o.checkpoint_dir = dir.file("ck-image-" + model + device + amp);
+  o.epochs = 1;
+  o.batch_size = 8;
+  o.workers = 0;
+  o.device = device;
+  o.amp = amp;
+  return o;
+}
+
 // The masked-LM trainer (kiln train --model bert-*): AdamW, dropout, padding masks, clipping,
 // warm-up, held-out evaluation; in float32 and both autocast types (fp16 with a GradScaler).
 TEST_F(GpuPaths, TheMaskedLmTrainerRunsOnTheGpuAsOnTheCpu) {
@@ -86,23 +118,7 @@ TEST_F(GpuPaths, TheMaskedLmTrainerRunsOnTheGpuAsOnTheCpu) {
   write_grammar_corpus(dir.file("corpus"), 40);
   for (const char* amp : {"", "bf16", "fp16"}) {
     SCOPED_TRACE(std::string("amp ") + amp);
-    auto options = [&](const std::string& device) {
-      train::MaskedLMOptions o;
-      o.model = "bert-tiny";
-      o.data = dir.file("corpus");
-      o.checkpoint_dir = dir.file(std::string("ck-") + device + amp);
-      o.vocab_size = 100;
-      o.seq_len = 32;
-      o.batch_size = 8;
-      o.epochs = 1;
-      o.max_steps = 3;
-      o.eval_every = 0;
-      o.device = device;
-      o.amp = amp;
-      o.seed = 3;
-      return o;
-    };
-    train::MaskedLM on_cpu(options("cpu")), on_gpu(options("cuda"));
+    train::MaskedLM on_cpu(mlm_options(dir, "cpu", amp)), on_gpu(mlm_options(dir, "cuda", amp));
     const TrainingRun cpu = fit(on_cpu, nullptr), gpu = fit(on_gpu, &runtime());
     EXPECT_EQ(on_gpu.model()->parameters()[0].device(), Device::cuda(0));
     ASSERT_EQ(gpu.losses.size(), 3u);
@@ -123,18 +139,7 @@ TEST_F(GpuPaths, TheImageTrainerRunsOnTheGpuAsOnTheCpu) {
   write_mnist_like(dir, "t10k", 8);
   for (const char* amp : {"", "fp16"}) {
     SCOPED_TRACE(std::string("amp ") + amp);
-    auto options = [&](const std::string& device) {
-      train::ImageClassificationOptions o;
-      o.data = dir.str();
-      o.checkpoint_dir = dir.file(std::string("ck-") + device + amp);
-      o.epochs = 1;
-      o.batch_size = 8;
-      o.workers = 0;
-      o.device = device;
-      o.amp = amp;
-      return o;
-    };
-    train::ImageClassification on_cpu(options("cpu")), on_gpu(options("cuda"));
+    train::ImageClassification on_cpu(image_options(dir, "cpu", amp)), on_gpu(image_options(dir, "cuda", amp));
     const TrainingRun cpu = fit(on_cpu, nullptr), gpu = fit(on_gpu, &runtime());
     ASSERT_EQ(gpu.losses.size(), 2u);
     EXPECT_EQ(gpu.losses, cpu.losses);
@@ -201,31 +206,10 @@ TEST_F(GpuPaths, ShadowModeFollowsWholeTrainingRuns) {
   const auto mismatches = backend::shadow_mismatches();  // earlier tests' planted ones, in one process
   for (const char* amp : {"", "fp16"}) {  // fp16: GradScaler's in-place multi-tensor unscale
     SCOPED_TRACE(std::string("amp ") + amp);
-    train::MaskedLMOptions m;
-    m.model = "bert-tiny";
-    m.data = dir.file("corpus");
-    m.checkpoint_dir = dir.file(std::string("ck-mlm") + amp);
-    m.vocab_size = 100;
-    m.seq_len = 32;
-    m.batch_size = 8;
-    m.epochs = 1;
-    m.max_steps = 2;
-    m.eval_every = 0;
-    m.device = "cuda";
-    m.amp = amp;
-    train::MaskedLM mlm(m);
+    train::MaskedLM mlm(mlm_options(dir, "cuda", amp));
     EXPECT_NO_THROW(fit(mlm, nullptr));
     if (*amp) continue;  // the CNN's ops in float16 are its float32 ones in structure
-    train::ImageClassificationOptions c;
-    c.model = "resnet18";
-    c.data = dir.str();
-    c.checkpoint_dir = dir.file(std::string("ck-cnn") + amp);
-    c.epochs = 1;
-    c.batch_size = 8;
-    c.workers = 0;
-    c.device = "cuda";
-    c.amp = amp;
-    train::ImageClassification cnn(c);
+    train::ImageClassification cnn(image_options(dir, "cuda", amp, "resnet18"));
     EXPECT_NO_THROW(fit(cnn, nullptr));
   }
   EXPECT_EQ(backend::shadow_mismatches(), mismatches);
