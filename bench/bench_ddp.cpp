@@ -35,12 +35,13 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Rank 0's median of the slowest rank's times (a step is as slow as its slowest process).
-double job_median(const std::vector<double>& times) {
+// Each step's time on its slowest process (a step is as slow as that), and their median.
+std::vector<double> slowest(const std::vector<double>& times) {
   Tensor t = tensor(times, kFloat64);
   dist::all_reduce(t, dist::ReduceOp::Max);
-  return median(t.to_vector<double>());
+  return t.to_vector<double>();
 }
+double job_median(const std::vector<double>& times) { return median(slowest(times)); }
 
 int step(const std::string& model, int64_t batch, int pairs) {
   dist::init();
@@ -99,12 +100,8 @@ int step(const std::string& model, int64_t batch, int pairs) {
     without.push_back(t[0]);
     with.push_back(t[1]);
   }
-  // A step is as slow as its slowest process.
-  Tensor w = tensor(with, kFloat64), wo = tensor(without, kFloat64);
-  dist::all_reduce(w, dist::ReduceOp::Max);
-  dist::all_reduce(wo, dist::ReduceOp::Max);
-  with = w.to_vector<double>();
-  without = wo.to_vector<double>();
+  with = slowest(with);
+  without = slowest(without);
   for (int i = 0; i < pairs; ++i) ratio.push_back(with[static_cast<size_t>(i)] / without[static_cast<size_t>(i)] - 1);
   const double m = median(with);
   if (dist::rank() == 0)

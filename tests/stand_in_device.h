@@ -3,11 +3,8 @@
 // memory), so every op on it goes through the CPU fallback. Restores both when destroyed.
 #pragma once
 
-#include <execinfo.h>
-
 #include <array>
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
 #include <thread>
 #include <utility>
@@ -18,20 +15,17 @@
 
 namespace kiln::test {
 
-// Counts the copies in and out of the device (a copy to the host is a wait for a real GPU);
-// `trace` prints where each one comes from, to find what makes a step read the device.
+// Counts the copies in and out of the device (a copy to the host is a wait for a real GPU).
 class HostBackedRuntime final : public backend::cpu::HostRuntime {
  public:
   HostBackedRuntime() : HostRuntime("host-backed test device") {}
   void copy_to_host(void* d, const void* s, size_t n, int i) override {
     HostRuntime::copy_to_host(d, s, n, i);
     ++to_host;
-    if (trace) where("to_host", n);
   }
   void copy_from_host(void* d, const void* s, size_t n, int i, bool nb) override {
     HostRuntime::copy_from_host(d, s, n, i, nb);
     ++from_host;
-    if (trace) where("from_host", n);
   }
   // fail_frees: each free throws (after freeing, so that nothing leaks), as a CUDA free does
   // after a device fault.
@@ -52,15 +46,8 @@ class HostBackedRuntime final : public backend::cpu::HostRuntime {
   // Pinned memory: plain host memory, as all of this device's.
   void* allocate_pinned(size_t n) override { return std::malloc(n); }
   void free_pinned(void* p) override { std::free(p); }
-  static void where(const char* what, size_t n) {
-    void* frames[24];
-    const int k = backtrace(frames, 24);
-    std::fprintf(stderr, "---- %s %zu bytes\n", what, n);
-    backtrace_symbols_fd(frames, k, 2);
-  }
   int copies() const { return to_host + from_host; }
   int to_host = 0, from_host = 0;
-  bool trace = false;
 };
 
 class StandInCuda {
