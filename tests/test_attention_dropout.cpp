@@ -218,6 +218,27 @@ TEST(Attention, HalfInputsComputeInFloat32) {
     y.sum().backward();
     EXPECT_EQ(qh.grad().dtype(), dt);
   }
+  // Keys and values broadcast over a head dim, with dropout: the gradients are the float32
+  // computation's, rounded once.
+  Tensor q4 = randn({2, 3, 9, 8}), k4 = randn({2, 1, 11, 8}), v4 = randn({2, 1, 11, 4});
+  auto run = [&](ScalarType dt) {
+    Tensor a = q4.to(dt).detach().requires_grad_(), b = k4.to(dt).detach().requires_grad_(),
+           c = v4.to(dt).detach().requires_grad_();
+    manual_seed(3);
+    Tensor y = scaled_dot_product_attention(a, b, c, {}, 0.25);
+    (y.to(kFloat32) * y.to(kFloat32)).sum().backward();
+    return std::vector<Tensor>{y, a.grad(), b.grad(), c.grad()};
+  };
+  const std::vector<Tensor> want = run(kFloat32);
+  for (ScalarType dt : {kFloat16, kBFloat16}) {
+    const std::vector<Tensor> got = run(dt);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].dtype(), dt);
+      EXPECT_EQ(got[i].shape(), want[i].shape());
+      expect_close(got[i].to(kFloat32), values(want[i]), want[i].shape(), 3e-2, 3e-2,
+                   std::string(dtype_name(dt)) + " part " + std::to_string(i));
+    }
+  }
 }
 
 TEST(Attention, BadInputIsAClearError) {

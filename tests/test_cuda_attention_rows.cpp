@@ -266,11 +266,22 @@ TEST(CudaAttentionRows, FusedPathRule) {
   EXPECT_TRUE(kc::fused_rule(kFloat32, 1025, 256, 256, 64, 64, false));
   EXPECT_TRUE(kc::fused_rule(kFloat32, 1024, 256, 256, 64, 64, true));
   EXPECT_TRUE(kc::fused_rule(kFloat64, 1024, 256, 256, 64, 64, false));
-  // Heads wider than 128, or 16-bit types: composed, whatever the length.
+  // Heads wider than 128: composed, whatever the length.
   EXPECT_FALSE(kc::fused_rule(kFloat32, 1, 4096, 4096, 129, 64, false));
   EXPECT_FALSE(kc::fused_rule(kFloat32, 1, 4096, 4096, 64, 129, false));
-  EXPECT_FALSE(kc::fused_rule(kFloat16, 1, 4096, 4096, 64, 64, false));
-  EXPECT_FALSE(kc::fused_rule(kBFloat16, 1, 4096, 4096, 64, 64, false));
+  // 16-bit inputs: long sequences fused (on float32 copies); the composed path holds 10 bytes a
+  // score in backward (float32 P and dP, a 16-bit operand buffer), so 819 heads of 256 x 256 a chunk.
+  EXPECT_TRUE(kc::fused_rule(kFloat16, 1, 4096, 4096, 64, 64, false));
+  EXPECT_TRUE(kc::fused_rule(kBFloat16, 1, 512, 512, 64, 64, true));
+  EXPECT_FALSE(kc::fused_rule(kBFloat16, 32 * 12, 128, 128, 64, 64, true));
+  EXPECT_FALSE(kc::fused_rule(kBFloat16, 819, 256, 256, 64, 64, false));
+  EXPECT_TRUE(kc::fused_rule(kBFloat16, 820, 256, 256, 64, 64, true));
+  EXPECT_EQ(kc::score_bytes(kBFloat16, false, true), 6);
+  EXPECT_EQ(kc::score_bytes(kFloat16, true, false), 10);
+  EXPECT_EQ(kc::score_bytes(kFloat32, true, true), 12);
+  EXPECT_EQ(kc::score_bytes(kFloat64, false, true), 8);
+  EXPECT_EQ(kc::chunk_batches(10, 128, 128, 6), 10);
+  EXPECT_EQ(kc::chunk_batches(10, 1 << 14, 1 << 14, 6), 1);  // one head at least, over budget
   // From the tensors of a call: q [2, 3, 600, 32], k and v [2, 3, 500, 32 / 16].
   const AttentionAttrs at;
   const std::vector<Tensor> in{make_empty({2, 3, 600, 32}, kFloat32, Device::cpu()),

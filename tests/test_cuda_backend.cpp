@@ -1,7 +1,7 @@
 // The CUDA backend. Without a GPU (CI): pinning memory is a clear error (tests/test_gpu_paths.cpp
 // checks that every op of the training paths has a CUDA kernel that takes its case). With a GPU: every op family
 // (CNN ops included) gives the CPU's numbers with no fallback, the same seed gives the same
-// random numbers on both devices, pinned batches travel, BERT-tiny trains as on the CPU, and
+// random numbers on both devices, 16-bit attention (both paths) follows the CPU's, pinned batches travel, BERT-tiny trains as on the CPU, and
 // cuDNN's convolutions (forward and both gradients; NCHW and channels-last; groups, depthwise,
 // stride, padding, dilation, bias; float32 with and without TF32, float64, float16, bfloat16;
 // benchmark mode) match the CPU's float64 with no fallback.
@@ -242,6 +242,50 @@ TEST_F(Cuda, PinnedTensorsAndBatchesTravelToTheGpu) {
     EXPECT_TRUE(b.data.is_pinned());
     EXPECT_EQ(values(b.data.to(Device::cuda(0)).cpu()), values(b.data));
   }
+}
+
+// Attention on 16-bit inputs: the composed path's tensor-core products (float32 scores, the
+// probabilities and score gradients rounded to 16 bits) and, for long sequences, the fused
+// kernels on float32 copies, against the CPU (which computes in float32) with no fallback: bool
+// and float masks, causality, dropout (the same kept scores on both devices), broadcast keys.
+TEST_F(Cuda, HalfPrecisionAttentionMatchesTheCpuWithoutFallback) {
+  struct Shapes {
+    const char* name;
+    Shape q, kv;
+  };
+  const Shapes shapes[] = {{"composed", {2, 3, 40, 32}, {2, 3, 56, 32}},
+                           {"composed, one key head for all", {2, 3, 40, 32}, {2, 1, 56, 32}},
+                           {"fused", {1, 2, 520, 64}, {1, 2, 512, 64}}};
+  const uint64_t before = total_fallbacks();
+  for (ScalarType dt : {kBFloat16, kFloat16}) {
+    for (const Shapes& sh : shapes) {
+      for (int variant = 0; variant < 4; ++variant) {
+        auto run = [&](Device d) {
+          Tensor q = input(sh.q, 61, d).detach().to(dt).requires_grad_();
+          Tensor k = input(sh.kv, 62, d).detach().to(dt).requires_grad_();
+          Tensor v = input(sh.kv, 63, d).detach().to(dt).requires_grad_();
+          const int64_t L = sh.q[2], S = sh.kv[2];
+          Tensor mask;
+          if (variant == 1) mask = (arange(S).to(d) < S - 7).reshape({1, 1, 1, S});
+          if (variant == 2) mask = input({L, S}, 64, d, false).mul(0.5);
+          manual_seed(5);
+          Tensor y = scaled_dot_product_attention(q, k, v, mask, variant == 3 ? 0.2 : 0.0, variant == 1);
+          Tensor w = input(y.shape(), 65, d, false).to(dt);
+          (y * w).sum().backward();
+          std::vector<std::vector<double>> parts;
+          for (const Tensor& t : {y, q.grad(), k.grad(), v.grad()}) parts.push_back(values(t.to(kFloat64).cpu()));
+          return parts;
+        };
+        const auto got = run(Device::cuda(0)), want = run(Device::cpu());
+        const char* part_names[] = {"output", "grad q", "grad k", "grad v"};
+        for (size_t i = 0; i < 4; ++i)
+          expect_scaled_close(got[i], want[i], dt == kBFloat16 ? 3e-2 : 1e-2,
+                              std::string(dtype_name(dt)) + " " + sh.name + " variant " + std::to_string(variant) +
+                                  " " + part_names[i]);
+      }
+    }
+  }
+  EXPECT_EQ(total_fallbacks(), before);
 }
 
 TEST_F(Cuda, BertTinyTrainsAsOnTheCpuWithoutFallback) {

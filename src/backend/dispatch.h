@@ -159,11 +159,12 @@ struct AmpUnscaleAttrs { double inv_scale = 1.0; };
 // (0 for an empty one; p >= 0). ForeachMul: {scale (one floating-point element on the device)} ->
 // {t x n, multiplied by it in place, in float for 16-bit tensors}.
 // Fused attention. q [B..., L, E], k [B..., S, E], v [B..., S, Ev] share the batch dims B...
-// (expanded views are fine) and have unit stride in their last dim; the optional mask is a
-// view expanded to [B..., L, S] (any strides; bool true = attend, or float added to the scores).
-// Forward {q, k, v[, mask]} -> {out [B..., L, Ev], logsumexp [B..., L]} (contiguous);
-// backward {q, k, v, [mask,] out, logsumexp, grad_out} -> {grad_q, grad_k, grad_v} (contiguous,
-// expanded batch). With dropout_p > 0, score (b, i, j) of the flattened batch b is kept when
+// and one floating-point dtype (expanded views are fine) and have unit stride in their last dim;
+// the optional mask is a view expanded to [B..., L, S] (any strides; bool true = attend, or float
+// added to the scores, in the compute dtype: float64 for float64, else float32).
+// Forward {q, k, v[, mask]} -> {out [B..., L, Ev], logsumexp [B..., L]} (contiguous, in the
+// compute dtype); backward {q, k, v, [mask,] out, logsumexp, grad_out (q's dtype)} -> {grad_q,
+// grad_k, grad_v} (contiguous, expanded batch, q's dtype). With dropout_p > 0, score (b, i, j) of the flattened batch b is kept when
 // word n % 4 of Philox counter offset + n / 4 is at least the threshold, n = (b L + i) S + j.
 struct AttentionAttrs {
   double scale = 1.0;

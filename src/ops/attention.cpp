@@ -81,7 +81,8 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
                score_shape, " (query ", q.shape(), ", key ", k.shape(), ")");
   }
 
-  // float16/bfloat16 run in float32 (converted on the way in and out), as an autocast would.
+  // float16/bfloat16 inputs go to the kernels as they are; out, the logsumexp and a float mask
+  // are float32 (each backend computes in float32 where its products do not take 16 bits).
   Plan plan;
   plan.batch = batch;
   plan.compute = q.dtype() == kFloat64 ? kFloat64 : kFloat32;
@@ -90,7 +91,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   {
     NoGradGuard ng;
     auto prep = [&](const Tensor& t, int64_t rows, int64_t cols) {
-      return unit_last_stride(ops::cast(t, plan.compute).expand(with_rows(batch, rows, cols)));
+      return unit_last_stride(t.expand(with_rows(batch, rows, cols)));
     };
     qc = prep(q, L, E), kc = prep(k, S, E), vc = prep(v, S, Ev);
     if (attn_mask.defined())
@@ -137,10 +138,10 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
                        if (sm.defined()) in.push_back(sm.get(node));
                        in.push_back(o);
                        in.push_back(sl.get(node));
-                       in.push_back(unit_last_stride(ops::cast(g, plan.compute)));
-                       Tensor grads[3] = {make_empty(qv.shape(), plan.compute, qv.device()),
-                                          make_empty(kv.shape(), plan.compute, qv.device()),
-                                          make_empty(vv.shape(), plan.compute, qv.device())};
+                       in.push_back(unit_last_stride(ops::cast(g, qv.dtype())));
+                       Tensor grads[3] = {make_empty(qv.shape(), qv.dtype(), qv.device()),
+                                          make_empty(kv.shape(), qv.dtype(), qv.device()),
+                                          make_empty(vv.shape(), qv.dtype(), qv.device())};
                        if (o.numel() > 0) backend::run(Op::AttentionBackward, qv.device(), in, grads, &plan.attrs);
                        else
                          for (Tensor& t : grads) t.zero_();

@@ -1,10 +1,12 @@
 // CPU kernels for fused scaled dot-product attention: a tiled online-softmax forward and a
 // backward that recomputes the scores tile by tile from q, k, v and the saved logsumexp.
+// float16 and bfloat16 calls compute in float32 (attention_in_float).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "backend/attention_float.h"
 #include "backend/attention_math.h"
 #include "backend/cpu/attention_tile.h"
 #include "backend/cpu/loops.h"
@@ -362,14 +364,16 @@ void attention_forward(KernelArgs& a) {
   const ScalarType t = a.inputs[0].dtype();
   if (t == kFloat32) return attention_forward_t<float>(a);
   if (t == kFloat64) return attention_forward_t<double>(a);
-  KILN_FAIL("scaled_dot_product_attention", "the CPU kernel takes float32 or float64, got ", t);
+  if (t == kFloat16 || t == kBFloat16) return attention_in_float(a, false, attention_forward_t<float>);
+  KILN_FAIL("scaled_dot_product_attention", "the CPU kernel takes floating-point inputs, got ", t);
 }
 
 void attention_backward(KernelArgs& a) {
   const ScalarType t = a.inputs[0].dtype();
   if (t == kFloat32) return attention_backward_t<float>(a);
   if (t == kFloat64) return attention_backward_t<double>(a);
-  KILN_FAIL("scaled_dot_product_attention_backward", "the CPU kernel takes float32 or float64, got ", t);
+  if (t == kFloat16 || t == kBFloat16) return attention_in_float(a, true, attention_backward_t<float>);
+  KILN_FAIL("scaled_dot_product_attention_backward", "the CPU kernel takes floating-point inputs, got ", t);
 }
 
 KILN_REGISTER_KERNEL(Op::Attention, DeviceType::CPU, attention_forward);

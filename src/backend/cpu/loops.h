@@ -15,7 +15,7 @@
 #include "kiln/tensor.h"
 
 #if defined(__x86_64__) && !defined(__clang__) && !defined(KILN_NO_TARGET_CLONES)
-#define KILN_VECTORIZE __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#define KILN_VECTORIZE __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define KILN_VECTORIZE
 #endif

@@ -1,8 +1,8 @@
 // Fused CUDA scaled_dot_product_attention, forward and backward, with memory linear in the
 // sequence length: no L x S score matrix is ever held, only [B, L] row statistics.
 //
-// When: attention.cu takes this path where use_fused (attention_rows.h) holds: E, Ev <= 128,
-// float32 or float64, and either L S >= 512^2 or a composed call that would have to split its
+// When: attention.cu takes this path where use_fused (attention_rows.h) holds: E, Ev <= 128
+// (float32 or float64; 16-bit calls on float32 copies), and either L S >= 512^2 or a composed call that would have to split its
 // heads into several chunks of kScoreBudget score bytes (judged with the backward's buffer
 // count, so a forward and its backward take the same path). Short sequences (BERT's 128 tokens)
 // keep the composed cuBLASLt path: its tensor-core products beat these one-thread-per-row

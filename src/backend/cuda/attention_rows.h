@@ -263,21 +263,32 @@ KILN_HOST_DEVICE KILN_CUDA_INLINE void scale_row(const T* src, int64_t n, double
 
 // ---- host side
 
-// Batches per chunk of the composed path: `buffers` score buffers of [chunk, L, S] within
+// Bytes the composed path holds per score: float32 and float64 keep one buffer of their own type
+// forward and two backward (P and dP; a third for P with dropout applied). 16-bit inputs keep
+// float32 scores and a 16-bit copy for the products: forward the scores and the probabilities,
+// backward P, dP and one 16-bit buffer (P with dropout, then dS).
+inline int64_t score_bytes(ScalarType t, bool backward, bool dropout) {
+  if (t == kFloat32 || t == kFloat64) {
+    const int64_t elem = t == kFloat64 ? 8 : 4;
+    return backward ? elem * (dropout ? 3 : 2) : elem;
+  }
+  return backward ? 4 + 4 + 2 : 4 + 2;
+}
+
+// Batches per chunk of the composed path: the scores of [chunk, L, S] at `bytes` per score within
 // kScoreBudget, at least one.
-inline int64_t chunk_batches(int64_t Bt, int64_t L, int64_t S, int buffers, size_t elem) {
-  const int64_t per = std::max<int64_t>(1, L * S * static_cast<int64_t>(elem) * buffers);
+inline int64_t chunk_batches(int64_t Bt, int64_t L, int64_t S, int64_t bytes) {
+  const int64_t per = std::max<int64_t>(1, L * S * bytes);
   return std::clamp<int64_t>(kScoreBudget / per, 1, std::max<int64_t>(Bt, 1));
 }
 
-// Whether a call takes the fused path (attention_fused.cu says why): E, Ev <= kMaxHead, float32
-// or float64, and long sequences (L S >= 512^2) or scores the composed path would chunk. The
-// chunk count is the backward's (2 score buffers, 3 with dropout) for forward too, so that a
-// forward and its backward take the same path.
+// Whether a call takes the fused path (attention_fused.cu says why): E, Ev <= kMaxHead and long
+// sequences (L S >= 512^2) or scores the composed path would chunk. The chunk count is the
+// backward's for forward too, so that a forward and its backward take the same path. 16-bit
+// calls take it on float32 copies of q, k and v.
 inline bool fused_rule(ScalarType t, int64_t Bt, int64_t L, int64_t S, int64_t E, int64_t Ev, bool dropout) {
-  if ((t != kFloat32 && t != kFloat64) || E > kMaxHead || Ev > kMaxHead) return false;
-  const size_t elem = t == kFloat64 ? 8 : 4;
-  return L * S >= kLongScores || chunk_batches(Bt, L, S, dropout ? 3 : 2, elem) < Bt;
+  if (E > kMaxHead || Ev > kMaxHead) return false;
+  return L * S >= kLongScores || chunk_batches(Bt, L, S, score_bytes(t, true, dropout)) < Bt;
 }
 
 inline int64_t batch_numel(const Tensor& t) {

@@ -1,6 +1,7 @@
 // CUDA matmul and linear through cuBLASLt: batched (strided, broadcast batches), any operand that
 // is row- or column-major in its last two dims, float32 (TF32 when allowed), bfloat16, float16
-// (float32 accumulators) and float64; linear's bias and ReLU/GELU(tanh) as cuBLASLt epilogues,
+// (float32 accumulators) and float64, and 16-bit operands into a float32 result (attention's
+// scores); linear's bias and ReLU/GELU(tanh) as cuBLASLt epilogues,
 // GELU(erf) as our kernel after the bias epilogue. The chosen algorithm is cached per geometry.
 #include <cublasLt.h>
 
@@ -83,8 +84,8 @@ void make_layout(Layout& l, cudaDataType_t dt, uint64_t rows, uint64_t cols, int
 }
 
 // What decides the algorithm: the cache key.
-using PlanKey = std::tuple<int, cudaStream_t, int, int, int, int64_t, int64_t, int64_t, int64_t, bool, bool, int64_t,
-                           int64_t, int64_t, int64_t, int, uint32_t, uint32_t, uint32_t, uint32_t>;
+using PlanKey = std::tuple<int, cudaStream_t, int, int, int, int, int64_t, int64_t, int64_t, int64_t, bool, bool,
+                           int64_t, int64_t, int64_t, int64_t, int, uint32_t, uint32_t, uint32_t, uint32_t>;
 // The heuristic's choice per geometry, or nullopt where it had none (asked once, not per call).
 // Bounded: a workload whose shapes never repeat starts the cache afresh now and then.
 std::mutex g_plan_mutex;
@@ -102,15 +103,18 @@ struct Gemm {
 bool lt_matmul(const Gemm& g, cudaStream_t stream, bool fuse_epilogue) {
   const Tensor &a = *g.a, &w = *g.w, &out = *g.out;
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
-  cudaDataType_t dt;
-  if (!cublas_dtype(out.dtype(), dt) || B > INT32_MAX) return false;
+  // The operands' type (a and w share one) and the result's: equal, or 16-bit into float32.
+  cudaDataType_t dt, in_t;
+  if (!cublas_dtype(out.dtype(), dt) || !cublas_dtype(a.dtype(), in_t) || w.dtype() != a.dtype() || B > INT32_MAX)
+    return false;
+  if (in_t != dt && !(dt == CUDA_R_32F && (in_t == CUDA_R_16BF || in_t == CUDA_R_16F))) return false;
   // Row-major out[M, N] = a[M, K] w[K, N] is column-major out^T[N, M] = w^T[N, K] a^T[K, M].
   Operand ow, oa;
   if (!as_operand(K, N, w.stride(1), w.stride(2), w.size(0) == 1 ? 0 : w.stride(0), ow)) return false;
   if (!as_operand(M, K, a.stride(1), a.stride(2), a.size(0) == 1 ? 0 : a.stride(0), oa)) return false;
 
   const bool f64 = dt == CUDA_R_64F;
-  const bool tf32 = dt == CUDA_R_32F && kiln::cuda::allow_tf32();
+  const bool tf32 = in_t == CUDA_R_32F && kiln::cuda::allow_tf32();
   const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const cudaDataType_t scale_t = f64 ? CUDA_R_64F : CUDA_R_32F;
   MatmulDesc desc;
@@ -133,8 +137,8 @@ bool lt_matmul(const Gemm& g, cudaStream_t stream, bool fuse_epilogue) {
   }
   Layout la, lb, lc;
   const int32_t batch = static_cast<int32_t>(B);
-  make_layout(la, dt, ow.rows, ow.cols, ow.ld, batch, ow.batch_stride);
-  make_layout(lb, dt, oa.rows, oa.cols, oa.ld, batch, oa.batch_stride);
+  make_layout(la, in_t, ow.rows, ow.cols, ow.ld, batch, ow.batch_stride);
+  make_layout(lb, in_t, oa.rows, oa.cols, oa.ld, batch, oa.batch_stride);
   make_layout(lc, dt, N, M, N, batch, M * N);
 
   const int device = out.device().index;
@@ -142,9 +146,10 @@ bool lt_matmul(const Gemm& g, cudaStream_t stream, bool fuse_epilogue) {
   auto [workspace, workspace_bytes] = blaslt_workspace(device, stream);
   const uint32_t al_a = alignment(w.data_ptr()), al_b = alignment(a.data_ptr()), al_c = alignment(out.data_ptr());
   const uint32_t al_bias = g.bias ? alignment(g.bias->data_ptr()) : 256;
-  const PlanKey key{device, stream, static_cast<int>(dt), static_cast<int>(compute), epilogue_kind, B, M, N, K,
-                    ow.transpose, oa.transpose, ow.ld, oa.ld, ow.batch_stride, oa.batch_stride,
-                    static_cast<int>(workspace_bytes >> 20), al_a, al_b, al_c, al_bias};
+  const PlanKey key{device, stream, static_cast<int>(in_t), static_cast<int>(dt),
+                    static_cast<int>(compute), epilogue_kind, B, M, N, K, ow.transpose, oa.transpose, ow.ld, oa.ld,
+                    ow.batch_stride, oa.batch_stride, static_cast<int>(workspace_bytes >> 20), al_a, al_b, al_c,
+                    al_bias};
   cublasLtMatmulAlgo_t algo;
   bool cached = false;
   {
@@ -218,8 +223,8 @@ void run_gemm(Gemm g, cudaStream_t stream, bool fuse) {
   d.a = &a, d.w = &w;
   if (lt_matmul(d, stream, fuse)) return finish(fuse);
   // No algorithm with the epilogue (rare: some dtype/epilogue pairs): the product, then our own.
-  KILN_CHECK(lt_matmul(d, stream, false), "matmul", "cuBLASLt has no algorithm for ", out.dtype(), " [", out.size(0),
-             ", ", out.size(1), ", ", a.size(2), "] x [", w.size(1), ", ", w.size(2), "]");
+  KILN_CHECK(lt_matmul(d, stream, false), "matmul", "cuBLASLt has no algorithm for ", a.dtype(), " into ", out.dtype(),
+             " [", out.size(0), ", ", out.size(1), ", ", a.size(2), "] x [", w.size(1), ", ", w.size(2), "]");
   finish(false);
 }
 

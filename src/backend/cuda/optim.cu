@@ -9,7 +9,8 @@
 // coefficients. Every operation is an explicit round-to-nearest intrinsic, so nvcc contracts
 // nothing on its own; the fused multiply-adds written here are exactly those GCC makes of the CPU
 // code in its x86-64-v4 (AVX-512) clone, checked bit for bit on float and double, so the two
-// agree bitwise there. (The CPU's avx2 and default clones contract nothing and differ by an ulp.)
+// agree bitwise there. (The CPU's x86-64-v3 clone, AVX2 with FMA, contracts too; its baseline clone
+// contracts nothing and differs by an ulp.)
 #include <cmath>
 #include <span>
 
