@@ -1,9 +1,11 @@
 // Fused scaled_dot_product_attention against the composite (matmul, softmax, matmul) at BERT-base's
 // shape, B=8, H=12, S=128, E=64, float32, forward and forward + backward; arg 0: no mask, 1: a
-// [B, 1, 1, S] float padding mask; arg 1: dropout in percent.
+// [B, 1, 1, S] float padding mask; arg 1: dropout in percent. BM_CudaPaths: the CUDA kernels' two
+// paths at 512 tokens (on a GPU only).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "kiln/kiln.h"
@@ -71,8 +73,39 @@ void args(benchmark::internal::Benchmark* b) {
   b->Args({0, 0})->Args({1, 0})->Args({1, 10})->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
+// On a GPU: the CUDA kernels' two paths at BERT's 512 tokens (B=16, H=12, E=64, a padding mask,
+// dropout 10%), forward and backward; arg 0: 0 the composed path (cuBLASLt products and row
+// kernels, the default there), 1 the fused kernels (forced by a score budget of one byte);
+// arg 1: 0 float32, 1 bfloat16. Skipped without a GPU.
+void BM_CudaPaths(benchmark::State& state) {
+  if (!kiln::cuda::is_available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  constexpr int64_t B = 16, S = 512;
+  const bool fused = state.range(0) != 0;
+  const kiln::ScalarType dt = state.range(1) != 0 ? kiln::kBFloat16 : kiln::kFloat32;
+  const kiln::Device gpu = kiln::Device::cuda(0);
+  kiln::manual_seed(0);
+  auto make = [&] { return kiln::randn({B, kH, S, kE}).to(gpu, dt).requires_grad_(); };
+  kiln::Tensor q = make(), k = make(), v = make(), grad = kiln::randn({B, kH, S, kE}).to(gpu, dt);
+  kiln::Tensor mask = kiln::zeros({B, 1, 1, S});
+  mask.narrow(3, S * 3 / 4, S / 4).fill_(-10000.0);
+  mask = mask.to(gpu, dt);
+  if (fused) setenv("KILN_ATTENTION_SCORE_BUDGET", "1", 1);
+  for (auto _ : state) {
+    kiln::Tensor y = kiln::scaled_dot_product_attention(q, k, v, mask, 0.1);
+    auto g = kiln::autograd::grad({y}, {q, k, v}, {grad});
+    kiln::cuda::synchronize();
+  }
+  unsetenv("KILN_ATTENTION_SCORE_BUDGET");
+  const double f = 2.0 * 2.0 * B * kH * S * S * kE * 3.5;
+  state.counters["TFLOP/s"] = benchmark::Counter(f * state.iterations() / 1e12, benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
+BENCHMARK(BM_CudaPaths)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Forward<true>)->Name("FusedForward")->Apply(args);
 BENCHMARK(BM_Forward<false>)->Name("CompositeForward")->Apply(args);
 BENCHMARK(BM_ForwardBackward<true>)->Name("FusedForwardBackward")->Apply(args);

@@ -255,40 +255,54 @@ TEST(CudaAttentionRows, KeepTestIsKeepBits) {
 }
 
 TEST(CudaAttentionRows, FusedPathRule) {
-  // BERT: 128 tokens, 12 heads, batch 32 -> composed.
-  EXPECT_FALSE(kc::fused_rule(kFloat32, 32 * 12, 128, 128, 64, 64, true));
-  EXPECT_TRUE(kc::fused_rule(kFloat32, 1, 512, 512, 64, 64, false));
-  EXPECT_FALSE(kc::fused_rule(kFloat32, 1, 512, 511, 64, 64, false));
-  EXPECT_TRUE(kc::fused_rule(kFloat64, 1, 4096, 4096, 128, 128, false));
-  // Several chunks of the composed path's score budget (512 MiB): 256 x 256 float32 scores,
-  // 2 buffers of 512 KiB per head -> 1024 heads a chunk; 3 buffers with dropout -> 682.
-  EXPECT_FALSE(kc::fused_rule(kFloat32, 1024, 256, 256, 64, 64, false));
-  EXPECT_TRUE(kc::fused_rule(kFloat32, 1025, 256, 256, 64, 64, false));
-  EXPECT_TRUE(kc::fused_rule(kFloat32, 1024, 256, 256, 64, 64, true));
-  EXPECT_TRUE(kc::fused_rule(kFloat64, 1024, 256, 256, 64, 64, false));
+  const int64_t budget = kc::kScoreBudget;  // 512 MiB
+  // BERT at 128 and 512 tokens: composed (its tensor-core products), whatever the batch.
+  EXPECT_FALSE(kc::fused_rule(kFloat32, 128, 128, 64, 64, true, budget));
+  EXPECT_FALSE(kc::fused_rule(kFloat32, 512, 512, 64, 64, true, budget));
+  EXPECT_FALSE(kc::fused_rule(kBFloat16, 512, 512, 64, 64, true, budget));
+  // Fused once one head's scores, counted with the backward's buffers, exceed the budget:
+  // float32 with dropout holds 12 bytes a score, so 6688^2 fit and 6689^2 do not.
+  EXPECT_FALSE(kc::fused_rule(kFloat32, 6688, 6688, 64, 64, true, budget));
+  EXPECT_TRUE(kc::fused_rule(kFloat32, 6689, 6689, 64, 64, true, budget));
+  EXPECT_FALSE(kc::fused_rule(kFloat32, 6689, 6689, 64, 64, false, budget));   // 8 bytes a score
+  EXPECT_TRUE(kc::fused_rule(kFloat64, 8192, 8192, 128, 128, false, budget));  // 16 bytes a score
+  EXPECT_FALSE(kc::fused_rule(kFloat64, 4096, 4096, 128, 128, false, budget));
+  EXPECT_TRUE(kc::fused_rule(kFloat16, 8192, 8192, 64, 64, false, budget));  // 10 bytes a score
+  EXPECT_FALSE(kc::fused_rule(kFloat16, 7000, 7000, 64, 64, false, budget));
+  // A lower budget (tests reach the fused kernels with small shapes so).
+  EXPECT_TRUE(kc::fused_rule(kFloat32, 520, 512, 64, 64, false, 1 << 20));
+  EXPECT_FALSE(kc::fused_rule(kFloat32, 40, 56, 64, 64, true, 1 << 20));
   // Heads wider than 128: composed, whatever the length.
-  EXPECT_FALSE(kc::fused_rule(kFloat32, 1, 4096, 4096, 129, 64, false));
-  EXPECT_FALSE(kc::fused_rule(kFloat32, 1, 4096, 4096, 64, 129, false));
-  // 16-bit inputs: long sequences fused (on float32 copies); the composed path holds 10 bytes a
-  // score in backward (float32 P and dP, a 16-bit operand buffer), so 819 heads of 256 x 256 a chunk.
-  EXPECT_TRUE(kc::fused_rule(kFloat16, 1, 4096, 4096, 64, 64, false));
-  EXPECT_TRUE(kc::fused_rule(kBFloat16, 1, 512, 512, 64, 64, true));
-  EXPECT_FALSE(kc::fused_rule(kBFloat16, 32 * 12, 128, 128, 64, 64, true));
-  EXPECT_FALSE(kc::fused_rule(kBFloat16, 819, 256, 256, 64, 64, false));
-  EXPECT_TRUE(kc::fused_rule(kBFloat16, 820, 256, 256, 64, 64, true));
+  EXPECT_FALSE(kc::fused_rule(kFloat32, 1 << 15, 1 << 15, 129, 64, false, budget));
+  EXPECT_FALSE(kc::fused_rule(kFloat32, 1 << 15, 1 << 15, 64, 129, false, budget));
   EXPECT_EQ(kc::score_bytes(kBFloat16, false, true), 6);
   EXPECT_EQ(kc::score_bytes(kFloat16, true, false), 10);
   EXPECT_EQ(kc::score_bytes(kFloat32, true, true), 12);
   EXPECT_EQ(kc::score_bytes(kFloat64, false, true), 8);
-  EXPECT_EQ(kc::chunk_batches(10, 128, 128, 6), 10);
-  EXPECT_EQ(kc::chunk_batches(10, 1 << 14, 1 << 14, 6), 1);  // one head at least, over budget
-  // From the tensors of a call: q [2, 3, 600, 32], k and v [2, 3, 500, 32 / 16].
+  EXPECT_EQ(kc::chunk_batches(10, 128, 128, 6, budget), 10);
+  EXPECT_EQ(kc::chunk_batches(10, 1 << 14, 1 << 14, 6, budget), 1);  // one head at least, over budget
+  EXPECT_EQ(kc::chunk_batches(768, 512, 512, 12, budget), 170);      // BERT at 512 tokens: 5 chunks
+  // From the tensors of a call, q [2, 3, 600, 32], k and v [2, 3, 500, 32 / 16], with the budget
+  // of KILN_ATTENTION_SCORE_BUDGET: 600 x 500 float32 scores hold 2.4 MB in backward.
   const AttentionAttrs at;
   const std::vector<Tensor> in{make_empty({2, 3, 600, 32}, kFloat32, Device::cpu()),
                                make_empty({2, 3, 500, 32}, kFloat32, Device::cpu()),
                                make_empty({2, 3, 500, 16}, kFloat32, Device::cpu())};
-  EXPECT_TRUE(kc::use_fused(at, in));
-  EXPECT_FALSE(kc::use_fused(at, std::vector<Tensor>{in[0].narrow(2, 0, 100), in[1], in[2]}));
+  const std::vector<Tensor> shorter{in[0].narrow(2, 0, 100), in[1], in[2]};
+  EXPECT_EQ(kc::score_budget(), budget);
+  EXPECT_FALSE(kc::use_fused(at, in));
+  {
+    kiln::test::ScopedEnv env("KILN_ATTENTION_SCORE_BUDGET", "1000000");
+    EXPECT_EQ(kc::score_budget(), 1000000);
+    EXPECT_TRUE(kc::use_fused(at, in));
+    EXPECT_FALSE(kc::use_fused(at, shorter));
+  }
+  for (const char* bad : {"0", "-5", "1e6", "lots"}) {
+    kiln::test::ScopedEnv env("KILN_ATTENTION_SCORE_BUDGET", bad);
+    kiln::test::expect_error([] { (void)kc::score_budget(); },
+                             "KILN_ATTENTION_SCORE_BUDGET must be a positive number of bytes");
+  }
+  EXPECT_EQ(kc::score_budget(), budget);
 }
 
 }  // namespace

@@ -244,21 +244,29 @@ TEST_F(Cuda, PinnedTensorsAndBatchesTravelToTheGpu) {
   }
 }
 
-// Attention on 16-bit inputs: the composed path's tensor-core products (float32 scores, the
-// probabilities and score gradients rounded to 16 bits) and, for long sequences, the fused
-// kernels on float32 copies, against the CPU (which computes in float32) with no fallback: bool
-// and float masks, causality, dropout (the same kept scores on both devices), broadcast keys.
-TEST_F(Cuda, HalfPrecisionAttentionMatchesTheCpuWithoutFallback) {
+// Attention on each path against the CPU with no fallback, in every float dtype: the composed
+// path (cuBLASLt products; for 16-bit inputs on the tensor cores, float32 scores, probabilities
+// and score gradients rounded to 16 bits), the same in several chunks of heads, and the fused
+// kernels (16-bit inputs on float32 copies), the last two reached with small shapes by lowering
+// KILN_ATTENTION_SCORE_BUDGET; bool and float masks, causality, dropout (the same kept scores on
+// both devices), broadcast keys.
+TEST_F(Cuda, AttentionOnEveryPathMatchesTheCpuWithoutFallback) {
   struct Shapes {
     const char* name;
     Shape q, kv;
+    const char* budget;  // KILN_ATTENTION_SCORE_BUDGET, bytes (nullptr: the default)
   };
-  const Shapes shapes[] = {{"composed", {2, 3, 40, 32}, {2, 3, 56, 32}},
-                           {"composed, one key head for all", {2, 3, 40, 32}, {2, 1, 56, 32}},
-                           {"fused", {1, 2, 520, 64}, {1, 2, 512, 64}}};
+  // 40 x 56 scores hold at most 26880 bytes a head in backward (float64: 43008): 50 kB takes one
+  // or two heads a chunk; 520 x 512 scores are over 1 MB a head in every dtype.
+  const Shapes shapes[] = {{"composed", {2, 3, 40, 32}, {2, 3, 56, 32}, nullptr},
+                           {"composed, one key head for all", {2, 3, 40, 32}, {2, 1, 56, 32}, nullptr},
+                           {"composed in chunks of heads", {2, 3, 40, 32}, {2, 3, 56, 32}, "50000"},
+                           {"fused", {1, 2, 520, 64}, {1, 2, 512, 64}, "1000000"}};
   const uint64_t before = total_fallbacks();
-  for (ScalarType dt : {kBFloat16, kFloat16}) {
+  for (ScalarType dt : {kFloat64, kFloat32, kBFloat16, kFloat16}) {
+    const double tol = dt == kFloat64 ? 1e-10 : dt == kFloat32 ? 1e-4 : dt == kBFloat16 ? 3e-2 : 1e-2;
     for (const Shapes& sh : shapes) {
+      ScopedEnv budget("KILN_ATTENTION_SCORE_BUDGET", sh.budget);
       for (int variant = 0; variant < 4; ++variant) {
         auto run = [&](Device d) {
           Tensor q = input(sh.q, 61, d).detach().to(dt).requires_grad_();
@@ -267,7 +275,7 @@ TEST_F(Cuda, HalfPrecisionAttentionMatchesTheCpuWithoutFallback) {
           const int64_t L = sh.q[2], S = sh.kv[2];
           Tensor mask;
           if (variant == 1) mask = (arange(S).to(d) < S - 7).reshape({1, 1, 1, S});
-          if (variant == 2) mask = input({L, S}, 64, d, false).mul(0.5);
+          if (variant == 2) mask = input({L, S}, 64, d, false).mul(0.5).to(dt);  // bool or q's dtype, as torch
           manual_seed(5);
           Tensor y = scaled_dot_product_attention(q, k, v, mask, variant == 3 ? 0.2 : 0.0, variant == 1);
           Tensor w = input(y.shape(), 65, d, false).to(dt);
@@ -279,7 +287,7 @@ TEST_F(Cuda, HalfPrecisionAttentionMatchesTheCpuWithoutFallback) {
         const auto got = run(Device::cuda(0)), want = run(Device::cpu());
         const char* part_names[] = {"output", "grad q", "grad k", "grad v"};
         for (size_t i = 0; i < 4; ++i)
-          expect_scaled_close(got[i], want[i], dt == kBFloat16 ? 3e-2 : 1e-2,
+          expect_scaled_close(got[i], want[i], tol,
                               std::string(dtype_name(dt)) + " " + sh.name + " variant " + std::to_string(variant) +
                                   " " + part_names[i]);
       }

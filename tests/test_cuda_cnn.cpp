@@ -163,21 +163,23 @@ TEST_F(Cuda, ResNet18TrainsAsOnTheCpuWithoutFallback) {
 }
 
 // Mixed precision on the GPU as torch.autocast: convolutions and linear layers in the low type,
-// batch norm and the loss in float32, float32 master weights; float16 through a GradScaler. A
-// ResNet-18 trains 4 steps in each with no fallback, following its float32 losses.
+// batch norm and the loss in float32, float32 master weights; float16 through a GradScaler (its
+// scale low enough not to skip the first steps). A ResNet-18 fits one batch 4 steps in each with
+// no fallback, following its float32 losses within 5% of the first (fresh batches each step made
+// the curves chaotic by the third step: 25-40% apart in a dry run on the CPU's kernels).
 TEST_F(Cuda, ResNet18TrainsUnderAutocastInBFloat16AndFloat16WithoutFallback) {
   const Device gpu = Device::cuda(0);
   auto run = [&](std::optional<ScalarType> low) {
     manual_seed(21);
     nn::AnyModule m = models::create("resnet18", 10);
     m->to(gpu);
-    optim::SGD opt(m->parameters(), {.lr = 0.01, .momentum = 0.9});
-    amp::GradScaler scaler({.enabled = low == kFloat16});
+    optim::SGD opt(m->parameters(), {.lr = 0.002, .momentum = 0.9});
+    amp::GradScaler scaler({.init_scale = 1024.0, .enabled = low == kFloat16});
     std::vector<double> losses;
+    manual_seed(200);
+    const Tensor x = randn({8, 3, 32, 32}).contiguous(MemoryFormat::ChannelsLast).to(gpu);
+    const Tensor y = arange(8, kInt64).to(gpu);
     for (int64_t s = 0; s < 4; ++s) {
-      manual_seed(200 + s);
-      Tensor x = randn({8, 3, 32, 32}).contiguous(MemoryFormat::ChannelsLast).to(gpu);
-      Tensor y = arange(8, kInt64).to(gpu);
       opt.zero_grad();
       Tensor loss;
       {
@@ -198,12 +200,13 @@ TEST_F(Cuda, ResNet18TrainsUnderAutocastInBFloat16AndFloat16WithoutFallback) {
     return losses;
   };
   const std::vector<double> full = run(std::nullopt);
+  EXPECT_LT(full.back(), 0.5 * full[0]) << "float32 fits the batch";
   for (ScalarType low : {kBFloat16, kFloat16}) {
     const uint64_t before = total_fallbacks();
     const std::vector<double> got = run(low);
     EXPECT_EQ(total_fallbacks(), before) << dtype_name(low) << " autocast ran ops through the CPU fallback";
     for (size_t s = 0; s < full.size(); ++s)
-      EXPECT_NEAR(got[s], full[s], 0.05 * std::abs(full[s])) << dtype_name(low) << " step " << s;
+      EXPECT_NEAR(got[s], full[s], 0.05 * full[0]) << dtype_name(low) << " step " << s;
   }
 }
 

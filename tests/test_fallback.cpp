@@ -90,6 +90,20 @@ TEST_F(Fallback, AutogradAcrossTheDevice) {
   test::expect_close(w.grad(), {3, 3, 3}, {3});
 }
 
+// *_like with options that name only a dtype stay on the tensor's device, as torch's; clamp's
+// backward builds its mask so (it met a CPU tensor there, an error on every GPU).
+TEST_F(Fallback, LikeFactoriesKeepTheDeviceAndClampDifferentiatesThere) {
+  const Device d = Device::cuda(0);
+  Tensor x = tensor({-2.0, -0.5, 0.5, 2.0}, kFloat32).to(d).requires_grad_();
+  for (const Tensor& t : {ones_like(x, kBool), zeros_like(x, kFloat64), full_like(x, 2, kInt64), empty_like(x, kInt32),
+                          rand_like(x, kFloat64), randn_like(x, kFloat64)})
+    EXPECT_EQ(t.device(), d);
+  EXPECT_EQ(ones_like(x, TensorOptions(kBool).device(Device::cpu())).device(), Device::cpu());
+  x.clamp(-1.0, 1.0).sum().backward();
+  EXPECT_EQ(x.grad().device(), d);
+  test::expect_close(x.grad().cpu(), {0, 1, 1, 0}, {4});
+}
+
 TEST_F(Fallback, InPlaceOnANonContiguousDeviceView) {
   Tensor d = zeros({2, 3}).to(Device::cuda(0));
   Tensor col = d.select(1, 1);  // stride 3: written through a host mirror

@@ -2,10 +2,10 @@
 #pragma once
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -35,6 +35,23 @@ inline void expect_close(const Tensor& t, const std::vector<double>& expected, c
     }
   }
 }
+
+// Sets an environment variable for a scope (nullptr: unset), then restores what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    set(value);
+  }
+  ~ScopedEnv() { set(had_ ? old_.c_str() : nullptr); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  void set(const char* value) { value ? setenv(name_.c_str(), value, 1) : unsetenv(name_.c_str()); }
+  std::string name_, old_;
+  bool had_ = false;
+};
 
 // Expects `fn` to throw kiln::Error whose message contains `needle`.
 template <class F>

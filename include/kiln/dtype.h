@@ -62,6 +62,14 @@ struct Half {
   KILN_HOST_DEVICE operator float() const { return to_float(bits); }
 
   KILN_HOST_DEVICE static uint16_t from_float(float f) {
+#if defined(__CUDA_ARCH__)
+    // The GPU's conversion instruction rounds the same way; only NaN keeps the CPU's bits below.
+    if (f == f) {
+      uint16_t h;
+      asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+      return h;
+    }
+#endif
     uint32_t u;
     std::memcpy(&u, &f, 4);
     uint32_t sign = (u >> 16) & 0x8000u;
@@ -86,6 +94,13 @@ struct Half {
     return static_cast<uint16_t>(sign | half);
   }
   KILN_HOST_DEVICE static float to_float(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+    if ((h & 0x7c00u) != 0x7c00u) {  // finite: exact either way (NaN payloads kept below)
+      float f;
+      asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+      return f;
+    }
+#endif
     uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
     uint32_t e = (h >> 10) & 0x1fu;
     uint32_t m = h & 0x3ffu;

@@ -43,12 +43,13 @@ class TensorOptions {
   TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }
   ScalarType dtype() const { return dtype_.value_or(kDefaultFloat); }
   bool has_dtype() const { return dtype_.has_value(); }
-  Device device() const { return device_; }
+  Device device() const { return device_.value_or(Device::cpu()); }
+  bool has_device() const { return device_.has_value(); }
   bool requires_grad() const { return requires_grad_; }
 
  private:
   std::optional<ScalarType> dtype_;
-  Device device_;
+  std::optional<Device> device_;
   bool requires_grad_ = false;
 };
 

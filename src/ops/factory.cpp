@@ -196,8 +196,10 @@ namespace {
 TensorOptions like(const Tensor& t, const std::optional<TensorOptions>& o) {
   ops::check_defined(t, "*_like");
   if (!o) return t.options();
+  // What the options leave out is t's, as torch's *_like (ones_like(x, kBool) stays on x's device).
   TensorOptions r = *o;
   if (!r.has_dtype()) r = r.dtype(t.dtype());
+  if (!r.has_device()) r = r.device(t.device());
   return r;
 }
 }  // namespace

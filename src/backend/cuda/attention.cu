@@ -4,10 +4,10 @@
 // its logsumexp and the dropout rule shared with the CPU (attention_math.h: the
 // same seed keeps the same scores), then out = P v. Backward recomputes the
 // scores from q, k and the saved logsumexp. The scores of a chunk of heads are
-// held at once (at most kScoreBudget bytes, or one head): memory is quadratic
-// in the sequence length per head, so long sequences and calls that would need
-// several chunks go to the fused kernels instead (attention_fused.cu, memory
-// linear in the sequence length; use_fused in attention_rows.h decides).
+// held at once (at most score_budget() bytes, 512 MiB by default): memory is
+// quadratic in the sequence length per head, so a call whose single head's
+// scores exceed the budget goes to the fused kernels instead (attention_fused.cu,
+// memory linear in the sequence length; use_fused in attention_rows.h decides).
 // bfloat16 and float16 calls take their products on the tensor cores: 16-bit operands, float32
 // scores and row math, the probabilities and score gradients rounded to 16 bits for the products
 // after them (forward_t's note); out and lse are float32 (AttentionAttrs' contract).
@@ -121,7 +121,7 @@ void forward_t(KernelArgs& a) {
   const int64_t Bt = batch_numel(q), L = q.size(-2), S = k.size(-2), E = q.size(-1), Ev = v.size(-1);
   const Tensor q3 = batched(q, Bt), k3 = batched(k, Bt), v3 = batched(v, Bt);
   const Tensor out3 = a.outputs[0].view({Bt, L, Ev}), lse2 = a.outputs[1].view({Bt, L});
-  const int64_t cb = chunk_batches(Bt, L, S, score_bytes(q.dtype(), false, false));
+  const int64_t cb = chunk_batches(Bt, L, S, score_bytes(q.dtype(), false, false), score_budget());
   Tensor buffer = make_empty({cb, L, S}, acc_dtype(q.dtype()), q.device());
   Tensor probs_buffer = std::is_same_v<Acc, In> ? buffer : make_empty({cb, L, S}, q.dtype(), q.device());
   Rows R = make_rows(at, q, k, mask);
@@ -158,7 +158,7 @@ void backward_t(KernelArgs& a) {
   const Tensor out3 = out.view({Bt, L, Ev}), lse2 = lse.view({Bt, L});
   const Tensor gq = a.outputs[0].view({Bt, L, E}), gk = a.outputs[1].view({Bt, S, E}),
                gv = a.outputs[2].view({Bt, S, Ev});
-  const int64_t cb = chunk_batches(Bt, L, S, score_bytes(q.dtype(), true, R.drop.on));
+  const int64_t cb = chunk_batches(Bt, L, S, score_bytes(q.dtype(), true, R.drop.on), score_budget());
   const ScalarType acc = acc_dtype(q.dtype());
   // p: P (Acc); dp: dP_drop (Acc); pd: the products' P_drop in In, later dS in In (for In ==
   // Acc: p itself without dropout, and dS in place over dp).

@@ -2,11 +2,11 @@
 // sequence length: no L x S score matrix is ever held, only [B, L] row statistics.
 //
 // When: attention.cu takes this path where use_fused (attention_rows.h) holds: E, Ev <= 128
-// (float32 or float64; 16-bit calls on float32 copies), and either L S >= 512^2 or a composed call that would have to split its
-// heads into several chunks of kScoreBudget score bytes (judged with the backward's buffer
-// count, so a forward and its backward take the same path). Short sequences (BERT's 128 tokens)
-// keep the composed cuBLASLt path: its tensor-core products beat these one-thread-per-row
-// loops, and its L x S scores per head are small there.
+// (float32 or float64; 16-bit calls on float32 copies) and a single head's scores, counted with
+// the backward's buffers, over the composed path's score budget (512 MiB by default: about
+// 6700 x 6700 float32 scores with dropout). Everything shorter keeps the composed cuBLASLt path,
+// in chunks of heads: its tensor-core products and memory-speed row kernels beat these
+// one-thread-per-row loops by far (docs/perf.md), so this path is for memory, not speed.
 //
 // How: one thread per query row keeps its q row and its output accumulator in local arrays and
 // runs the online softmax (attention_rows.h's online_keys) over key tiles the block loads into

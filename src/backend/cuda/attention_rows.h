@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <span>
 
 #include "backend/attention_math.h"
@@ -29,8 +30,8 @@ inline constexpr int kBlockRows = 64;  // fused kernels: threads per block, one 
 template <class T>
 inline constexpr int kTileRows = sizeof(T) == 8 ? 16 : 32;
 static_assert(kTileRows<float> <= kChunk && kTileRows<double> <= kChunk, "online_keys takes a tile in one chunk");
-inline constexpr int64_t kScoreBudget = int64_t{512} << 20;  // composed path: score bytes at once
-inline constexpr int64_t kLongScores = int64_t{512} * 512;    // L * S from which the fused path runs
+// The composed path's score bytes at once, by default; score_budget() is the one in force.
+inline constexpr int64_t kScoreBudget = int64_t{512} << 20;
 
 // The mask's element offset for score (b, i, j) of the flattened batch b: row_offset + j * cs.
 struct MaskView {
@@ -276,19 +277,34 @@ inline int64_t score_bytes(ScalarType t, bool backward, bool dropout) {
 }
 
 // Batches per chunk of the composed path: the scores of [chunk, L, S] at `bytes` per score within
-// kScoreBudget, at least one.
-inline int64_t chunk_batches(int64_t Bt, int64_t L, int64_t S, int64_t bytes) {
+// `budget`, at least one.
+inline int64_t chunk_batches(int64_t Bt, int64_t L, int64_t S, int64_t bytes, int64_t budget) {
   const int64_t per = std::max<int64_t>(1, L * S * bytes);
-  return std::clamp<int64_t>(kScoreBudget / per, 1, std::max<int64_t>(Bt, 1));
+  return std::clamp<int64_t>(budget / per, 1, std::max<int64_t>(Bt, 1));
 }
 
-// Whether a call takes the fused path (attention_fused.cu says why): E, Ev <= kMaxHead and long
-// sequences (L S >= 512^2) or scores the composed path would chunk. The chunk count is the
-// backward's for forward too, so that a forward and its backward take the same path. 16-bit
-// calls take it on float32 copies of q, k and v.
-inline bool fused_rule(ScalarType t, int64_t Bt, int64_t L, int64_t S, int64_t E, int64_t Ev, bool dropout) {
+// Whether a call takes the fused path: E, Ev <= kMaxHead and one head's scores over `budget`
+// (counted with the backward's buffers, so that a forward and its backward take the same path).
+// Everything else is composed, in chunks of heads when they do not all fit: its products run on
+// the tensor cores and its row kernels at memory speed, while the fused kernels are one thread
+// per row on the CUDA cores (attention_fused.cu), there for memory, not speed. 16-bit calls take
+// the fused path on float32 copies of q, k and v.
+inline bool fused_rule(ScalarType t, int64_t L, int64_t S, int64_t E, int64_t Ev, bool dropout, int64_t budget) {
   if (E > kMaxHead || Ev > kMaxHead) return false;
-  return L * S >= kLongScores || chunk_batches(Bt, L, S, score_bytes(t, true, dropout)) < Bt;
+  return L * S * score_bytes(t, true, dropout) > budget;
+}
+
+// The budget in force: KILN_ATTENTION_SCORE_BUDGET (bytes) where set, else kScoreBudget. Read at
+// every call (a few per layer), so that tests can lower it for one case: small shapes then reach
+// the fused kernels and the composed path's chunks.
+inline int64_t score_budget() {
+  const char* v = std::getenv("KILN_ATTENTION_SCORE_BUDGET");
+  if (v == nullptr || *v == 0) return kScoreBudget;
+  char* end = nullptr;
+  const long long bytes = std::strtoll(v, &end, 10);
+  KILN_CHECK(*end == 0 && bytes > 0, "scaled_dot_product_attention",
+             "KILN_ATTENTION_SCORE_BUDGET must be a positive number of bytes, got \"", v, "\"");
+  return bytes;
 }
 
 inline int64_t batch_numel(const Tensor& t) {
@@ -299,8 +315,8 @@ inline int64_t batch_numel(const Tensor& t) {
 
 // The rule for an Attention or AttentionBackward call (inputs q, k, v first).
 inline bool use_fused(const AttentionAttrs& at, std::span<const Tensor> in) {
-  return fused_rule(in[0].dtype(), batch_numel(in[0]), in[0].size(-2), in[1].size(-2), in[0].size(-1),
-                    in[2].size(-1), at.dropout_p > 0);
+  return fused_rule(in[0].dtype(), in[0].size(-2), in[1].size(-2), in[0].size(-1), in[2].size(-1), at.dropout_p > 0,
+                    score_budget());
 }
 
 // [B..., R, C] with unit last stride as [Bt, R, C]: a view when the batch dims flatten to one

@@ -191,8 +191,12 @@ bool lt_matmul(const Gemm& g, cudaStream_t stream, bool fuse_epilogue) {
 }
 
 // Operands cuBLASLt cannot take as they are (both strides > 1 in the last two dims, or an
-// alignment no algorithm takes) are made dense first, on the device.
-Tensor dense(const Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+// alignment no algorithm takes) are made dense first, on the device: a dense view at an odd
+// offset is copied too, into a fresh (aligned) allocation.
+Tensor dense(const Tensor& t) {
+  if (!t.is_contiguous()) return t.contiguous();
+  return alignment(t.data_ptr()) >= 16 ? t : t.clone();
+}
 
 bool supports(const KernelArgs& a) {
   cudaDataType_t dt;
