@@ -5,8 +5,9 @@
 // devices, shapes, what they expect of the op layer and of the kernels' `supports` rules), before
 // a GPU runs them:
 //   KILN_TEST_CUDA_STAND_IN=1 build/tests/kiln_tests --gtest_filter='Cuda.*:OpTable*'
+// (ctest's gpu_tests_dry_run runs Cuda.*, CudaConv.* and NnOpsDevices.* so in CUDA builds.)
 // What needs the CUDA runtime itself (NCCL, cuda::Stream and Event) fails there, and tests of the
-// machine without a GPU skip or fail. Not part of the README's test command.
+// machine without a GPU skip or fail.
 #include <cstdlib>
 #include <string>
 

@@ -290,12 +290,12 @@ TEST(CudaAttentionRows, FusedPathRule) {
                                make_empty({2, 3, 500, 16}, kFloat32, Device::cpu())};
   const std::vector<Tensor> shorter{in[0].narrow(2, 0, 100), in[1], in[2]};
   EXPECT_EQ(kc::score_budget(), budget);
-  EXPECT_FALSE(kc::use_fused(at, in));
+  EXPECT_FALSE(kc::use_fused(at, in, kc::score_budget()));
   {
     kiln::test::ScopedEnv env("KILN_ATTENTION_SCORE_BUDGET", "1000000");
     EXPECT_EQ(kc::score_budget(), 1000000);
-    EXPECT_TRUE(kc::use_fused(at, in));
-    EXPECT_FALSE(kc::use_fused(at, shorter));
+    EXPECT_TRUE(kc::use_fused(at, in, kc::score_budget()));
+    EXPECT_FALSE(kc::use_fused(at, shorter, kc::score_budget()));
   }
   for (const char* bad : {"0", "-5", "1e6", "lots"}) {
     kiln::test::ScopedEnv env("KILN_ATTENTION_SCORE_BUDGET", bad);

@@ -113,7 +113,7 @@ unsigned row_grid(int64_t rows) { return static_cast<unsigned>(std::clamp<int64_
 constexpr ScalarType acc_dtype(ScalarType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
 
 template <class Acc, class In>
-void forward_t(KernelArgs& a) {
+void forward_t(KernelArgs& a, int64_t budget) {
   const auto& at = *static_cast<const AttentionAttrs*>(a.attrs);
   const Tensor &q = a.inputs[0], &k = a.inputs[1], &v = a.inputs[2];
   const Tensor* mask = at.has_mask ? &a.inputs[3] : nullptr;
@@ -121,7 +121,7 @@ void forward_t(KernelArgs& a) {
   const int64_t Bt = batch_numel(q), L = q.size(-2), S = k.size(-2), E = q.size(-1), Ev = v.size(-1);
   const Tensor q3 = batched(q, Bt), k3 = batched(k, Bt), v3 = batched(v, Bt);
   const Tensor out3 = a.outputs[0].view({Bt, L, Ev}), lse2 = a.outputs[1].view({Bt, L});
-  const int64_t cb = chunk_batches(Bt, L, S, score_bytes(q.dtype(), false, false), score_budget());
+  const int64_t cb = chunk_batches(Bt, L, S, score_bytes(q.dtype(), false, false), budget);
   Tensor buffer = make_empty({cb, L, S}, acc_dtype(q.dtype()), q.device());
   Tensor probs_buffer = std::is_same_v<Acc, In> ? buffer : make_empty({cb, L, S}, q.dtype(), q.device());
   Rows R = make_rows(at, q, k, mask);
@@ -143,7 +143,7 @@ void forward_t(KernelArgs& a) {
 }
 
 template <class Acc, class In>
-void backward_t(KernelArgs& a) {
+void backward_t(KernelArgs& a, int64_t budget) {
   constexpr bool kSame = std::is_same_v<Acc, In>;
   const auto& at = *static_cast<const AttentionAttrs*>(a.attrs);
   const Tensor &q = a.inputs[0], &k = a.inputs[1], &v = a.inputs[2];
@@ -158,7 +158,7 @@ void backward_t(KernelArgs& a) {
   const Tensor out3 = out.view({Bt, L, Ev}), lse2 = lse.view({Bt, L});
   const Tensor gq = a.outputs[0].view({Bt, L, E}), gk = a.outputs[1].view({Bt, S, E}),
                gv = a.outputs[2].view({Bt, S, Ev});
-  const int64_t cb = chunk_batches(Bt, L, S, score_bytes(q.dtype(), true, R.drop.on), score_budget());
+  const int64_t cb = chunk_batches(Bt, L, S, score_bytes(q.dtype(), true, R.drop.on), budget);
   const ScalarType acc = acc_dtype(q.dtype());
   // p: P (Acc); dp: dP_drop (Acc); pd: the products' P_drop in In, later dS in In (for In ==
   // Acc: p itself without dropout, and dS in place over dp).
@@ -207,19 +207,20 @@ bool supports(const KernelArgs& a) {
 template <bool kBackward>
 void attention(KernelArgs& a) {
   const ScalarType t = a.inputs[0].dtype();
-  if (use_fused(*static_cast<const AttentionAttrs*>(a.attrs), a.inputs)) {
+  const int64_t budget = score_budget();
+  if (use_fused(*static_cast<const AttentionAttrs*>(a.attrs), a.inputs, budget)) {
     const Kernel fused = kBackward ? fused_attention_backward : fused_attention_forward;
     return t == kFloat32 || t == kFloat64 ? fused(a) : backend::attention_in_float(a, kBackward, fused);
   }
   switch (t) {
     case kFloat64:
-      return kBackward ? backward_t<double, double>(a) : forward_t<double, double>(a);
+      return kBackward ? backward_t<double, double>(a, budget) : forward_t<double, double>(a, budget);
     case kBFloat16:
-      return kBackward ? backward_t<float, BFloat16>(a) : forward_t<float, BFloat16>(a);
+      return kBackward ? backward_t<float, BFloat16>(a, budget) : forward_t<float, BFloat16>(a, budget);
     case kFloat16:
-      return kBackward ? backward_t<float, Half>(a) : forward_t<float, Half>(a);
+      return kBackward ? backward_t<float, Half>(a, budget) : forward_t<float, Half>(a, budget);
     default:
-      return kBackward ? backward_t<float, float>(a) : forward_t<float, float>(a);
+      return kBackward ? backward_t<float, float>(a, budget) : forward_t<float, float>(a, budget);
   }
 }
 

@@ -294,9 +294,9 @@ inline bool fused_rule(ScalarType t, int64_t L, int64_t S, int64_t E, int64_t Ev
   return L * S * score_bytes(t, true, dropout) > budget;
 }
 
-// The budget in force: KILN_ATTENTION_SCORE_BUDGET (bytes) where set, else kScoreBudget. Read at
-// every call (a few per layer), so that tests can lower it for one case: small shapes then reach
-// the fused kernels and the composed path's chunks.
+// The budget in force: KILN_ATTENTION_SCORE_BUDGET (bytes) where set, else kScoreBudget. Read once
+// per call (attention.cu), so that tests can lower it for one case: small shapes then reach the
+// fused kernels and the composed path's chunks.
 inline int64_t score_budget() {
   const char* v = std::getenv("KILN_ATTENTION_SCORE_BUDGET");
   if (v == nullptr || *v == 0) return kScoreBudget;
@@ -313,10 +313,10 @@ inline int64_t batch_numel(const Tensor& t) {
   return n;
 }
 
-// The rule for an Attention or AttentionBackward call (inputs q, k, v first).
-inline bool use_fused(const AttentionAttrs& at, std::span<const Tensor> in) {
+// The rule for an Attention or AttentionBackward call (inputs q, k, v first) under `budget`.
+inline bool use_fused(const AttentionAttrs& at, std::span<const Tensor> in, int64_t budget) {
   return fused_rule(in[0].dtype(), in[0].size(-2), in[1].size(-2), in[0].size(-1), in[2].size(-1), at.dropout_p > 0,
-                    score_budget());
+                    budget);
 }
 
 // [B..., R, C] with unit last stride as [Bt, R, C]: a view when the batch dims flatten to one

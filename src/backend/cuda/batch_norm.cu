@@ -122,13 +122,14 @@ bool compute_typed(ScalarType x, std::initializer_list<const Tensor*> per_channe
     if (t->dtype() != (x == kFloat64 ? kFloat64 : kFloat32)) return false;
   return true;
 }
-// Running statistics in the statistics' type, in x's (a model converted to bfloat16 or float16)
-// or in float32 (a module's buffers beside float64 or 16-bit input, as the CPU takes them).
+// Running statistics in x's type (a model converted to bfloat16 or float16) or in float32 (a
+// module's buffers beside float64 or 16-bit input, as the CPU takes them); the statistics' own
+// type is one of the two.
 bool supports_stats(const KernelArgs& a) {
   if (a.outputs.size() > 2) {
     const ScalarType r = a.outputs[2].dtype();
-    if (r != a.inputs[0].dtype() && r != a.outputs[0].dtype() && r != kFloat32) return false;
-    if (a.outputs.size() > 3 && a.outputs[3].dtype() != r) return false;
+    if ((r != a.inputs[0].dtype() && r != kFloat32) || (a.outputs.size() > 3 && a.outputs[3].dtype() != r))
+      return false;
   }
   return compute_typed(a.inputs[0].dtype(), {&a.outputs[0], &a.outputs[1]});
 }
@@ -141,7 +142,7 @@ bool supports_backward(const KernelArgs& a) {
 }
 
 // {x} -> {mean, invstd[, running_mean, running_var]} (supports_stats: the running statistics in
-// the statistics' type, in x's or in float32).
+// x's type or in float32).
 void batch_norm_stats(KernelArgs& a) {
   const Tensor& x = a.inputs[0];
   const auto& attrs = *static_cast<const BatchNormAttrs*>(a.attrs);
@@ -158,13 +159,10 @@ void batch_norm_stats(KernelArgs& a) {
                                     bn::RunningUpdate{attrs.momentum, count}},
                    x.device(), stream_of(a), "batch_norm (statistics)");
     };
-    const ScalarType r = running ? a.outputs[2].dtype() : a.outputs[0].dtype();
-    if (r == x.dtype())
+    if (!running || a.outputs[2].dtype() == x.dtype())
       launch.template operator()<T>();
-    else if (r == kFloat32)
-      launch.template operator()<float>();
     else
-      launch.template operator()<S>();
+      launch.template operator()<float>();
   });
 }
 
