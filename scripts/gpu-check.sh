@@ -51,9 +51,9 @@ stage() {  # stage NAME LOG SECONDS_LIMIT COMMAND...: runs it with a limit, appe
   fi
   ((left < limit)) && limit=$left
   echo "== $name (limit $limit s): $*" >>"$log"
-  timeout -k 10 "$limit" "$@" >"$work/stage.log" 2>&1
-  rc=$?
-  cat "$work/stage.log" >>"$log"
+  # Into OUTDIR as it runs: a call killed from outside still brings back what the stage printed.
+  timeout -k 10 "$limit" "$@" 2>&1 | tee "$work/stage.log" >>"$log"
+  rc=${PIPESTATUS[0]}
   case $rc in
     0) result=ok ;;
     124 | 137) result="TIMED OUT after $limit s" ;;
@@ -104,6 +104,12 @@ if [[ ! -f /usr/include/zlib.h && -d .gpu-carry/zlib ]]; then
   extra+=(-DZLIB_INCLUDE_DIR="$PWD/.gpu-carry/zlib/include" -DZLIB_LIBRARY="$PWD/.gpu-carry/zlib/lib/libz.so.1")
   export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$PWD/.gpu-carry/zlib/lib"  # last: only if missing
 fi
+# cuDNN and NCCL inside PyTorch's wheels: their folders on the library path too, since cuDNN opens
+# its sub-libraries (libcudnn_graph, the engines) by name at run time.
+for m in nvidia.cudnn nvidia.nccl; do
+  d=$(python3 -c "import $m as m; print(list(m.__path__)[0])" 2>/dev/null) || continue
+  [[ -d $d/lib ]] && export LD_LIBRARY_PATH="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
 # No oneDNN (not on these machines) and no MPI (an image's MPI would start a launcher-less
 # MPI_Init in a machine with no network): the same configuration as scripts/gpu-configure-check.sh.
 stage configure build.log 120 cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_CUDA=ON \
