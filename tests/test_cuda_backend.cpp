@@ -264,7 +264,10 @@ TEST_F(Cuda, AttentionOnEveryPathMatchesTheCpuWithoutFallback) {
                            {"fused", {1, 2, 520, 64}, {1, 2, 512, 64}, "1000000"}};
   const uint64_t before = total_fallbacks();
   for (ScalarType dt : {kFloat64, kFloat32, kBFloat16, kFloat16}) {
-    const double tol = dt == kFloat64 ? 1e-10 : dt == kFloat32 ? 1e-4 : dt == kBFloat16 ? 3e-2 : 1e-2;
+    // 16-bit: the composed path rounds P and dS to 16 bits for its tensor-core products, as flash
+    // attention does; emulated in numpy on these inputs that alone puts bfloat16's grad q 3.8% of
+    // its largest element from float64's (the CPU's float32 reference: 0.3%), as the H200 showed.
+    const double tol = dt == kFloat64 ? 1e-10 : dt == kFloat32 ? 1e-4 : dt == kBFloat16 ? 5e-2 : 1e-2;
     for (const Shapes& sh : shapes) {
       ScopedEnv budget("KILN_ATTENTION_SCORE_BUDGET", sh.budget);
       for (int variant = 0; variant < 4; ++variant) {

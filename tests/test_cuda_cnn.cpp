@@ -21,9 +21,9 @@ namespace F = nn::functional;
 
 // One SGD training step and one evaluation of a model on [4, 3, 32, 32] channels-last images (the
 // trainer's input), on `device`; returns the training loss.
-double cnn_step(nn::AnyModule& m, optim::SGD& opt, Device device, int64_t step) {
+double cnn_step(nn::AnyModule& m, optim::SGD& opt, Device device, int64_t step, ScalarType dtype = kFloat32) {
   manual_seed(100 + step);
-  Tensor x = randn({4, 3, 32, 32}).contiguous(MemoryFormat::ChannelsLast);
+  Tensor x = randn({4, 3, 32, 32}).to(dtype).contiguous(MemoryFormat::ChannelsLast);
   Tensor y = empty({4}, kInt64);
   for (int64_t i = 0; i < 4; ++i) y.data_ptr<int64_t>()[i] = (i * 3 + step) % 10;
   m->train();
@@ -138,35 +138,43 @@ TEST_F(Cuda, BatchNormRunningStatisticsMatchTheCpu) {
   expect_scaled_close(stats[1], stats[0], 1e-6, "running mean, variance and batch count");
 }
 
-// ResNet-18 from the same seed, 5 SGD steps with momentum and weight decay on both devices: the
-// losses agree while training is not yet chaotic (batch norm with 4 images amplifies rounding
-// differences step by step, so later steps are compared more loosely).
+// ResNet-18 from the same seed, 5 SGD steps with momentum and weight decay on both devices. Batch
+// norm over 4 images (a 1x1 map in the last stage) amplifies rounding differences step by step:
+// on the CPU alone, conv1's weights scaled by 1 + 1e-7 move the float32 losses 1.4% at step 1
+// and 14% at step 3 (on an H200 they were 30% apart by step 3), and by 1 + 1e-15 the float64
+// ones 6e-9 at step 4. So the five steps are compared in float64 (1e-6), and float32 at the
+// untrained first step only.
 TEST_F(Cuda, ResNet18TrainsAsOnTheCpuWithoutFallback) {
   CudnnSettings restore;
   cudnn::set_allow_tf32(false);
-  std::vector<double> losses[2];
-  int k = 0;
-  for (Device d : {Device::cpu(), Device::cuda(0)}) {
-    manual_seed(9);
-    nn::AnyModule m = models::create("resnet18", 10);
-    m->to(d);
-    optim::SGD opt(m->parameters(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
-    const uint64_t before = total_fallbacks();
-    for (int64_t s = 0; s < 5; ++s) losses[k].push_back(cnn_step(m, opt, d, s));
-    if (d.is_cuda()) {
-      EXPECT_EQ(total_fallbacks(), before) << "ResNet-18 training ran ops through the CPU fallback";
+  for (ScalarType dt : {kFloat64, kFloat32}) {
+    const int64_t steps = dt == kFloat64 ? 5 : 1;
+    const double tol = dt == kFloat64 ? 1e-6 : 1e-4;
+    std::vector<double> losses[2];
+    int k = 0;
+    for (Device d : {Device::cpu(), Device::cuda(0)}) {
+      manual_seed(9);
+      nn::AnyModule m = models::create("resnet18", 10);
+      m->to(dt);
+      m->to(d);
+      optim::SGD opt(m->parameters(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
+      const uint64_t before = total_fallbacks();
+      for (int64_t s = 0; s < steps; ++s) losses[k].push_back(cnn_step(m, opt, d, s, dt));
+      if (d.is_cuda()) {
+        EXPECT_EQ(total_fallbacks(), before) << "ResNet-18 training ran ops through the CPU fallback";
+      }
+      ++k;
     }
-    ++k;
+    for (size_t s = 0; s < losses[0].size(); ++s)
+      EXPECT_NEAR(losses[1][s], losses[0][s], tol * std::abs(losses[0][s])) << dtype_name(dt) << " step " << s;
   }
-  for (size_t s = 0; s < losses[0].size(); ++s)
-    EXPECT_NEAR(losses[1][s], losses[0][s], (s < 2 ? 1e-4 : 1e-2) * std::abs(losses[0][s])) << "step " << s;
 }
 
 // Mixed precision on the GPU as torch.autocast: convolutions and linear layers in the low type,
 // batch norm and the loss in float32, float32 master weights; float16 through a GradScaler (its
-// scale low enough not to skip the first steps). A ResNet-18 fits one batch 4 steps in each with
-// no fallback, following its float32 losses within 5% of the first (fresh batches each step made
-// the curves chaotic by the third step: 25-40% apart in a dry run on the CPU's kernels).
+// scale low enough not to skip the first steps). A ResNet-18 fits one batch in 4 steps in each
+// with no fallback; its untrained loss is float32's within 5% (the training curves of batch norm
+// over 8 images part with any rounding difference, see ResNet18TrainsAsOnTheCpuWithoutFallback).
 TEST_F(Cuda, ResNet18TrainsUnderAutocastInBFloat16AndFloat16WithoutFallback) {
   const Device gpu = Device::cuda(0);
   auto run = [&](std::optional<ScalarType> low) {
@@ -205,8 +213,10 @@ TEST_F(Cuda, ResNet18TrainsUnderAutocastInBFloat16AndFloat16WithoutFallback) {
     const uint64_t before = total_fallbacks();
     const std::vector<double> got = run(low);
     EXPECT_EQ(total_fallbacks(), before) << dtype_name(low) << " autocast ran ops through the CPU fallback";
-    for (size_t s = 0; s < full.size(); ++s)
-      EXPECT_NEAR(got[s], full[s], 0.05 * full[0]) << dtype_name(low) << " step " << s;
+    // The untrained loss within 5%; then each fits the batch (the curves part: on an H200
+    // bfloat16's third loss was 0.37 where float32's was 0.50).
+    EXPECT_NEAR(got[0], full[0], 0.05 * full[0]) << dtype_name(low) << " untrained";
+    EXPECT_LT(got.back(), 0.5 * got[0]) << dtype_name(low) << " fits the batch";
   }
 }
 

@@ -257,6 +257,28 @@ void add_off_by_one(backend::KernelArgs& a) {
 }
 }  // namespace
 
+namespace {
+float g_sum_shift = 0;
+void sum_shifted(backend::KernelArgs& a) {
+  backend::kernel_for(backend::Op::Sum, DeviceType::CPU)(a);
+  static_cast<float*>(a.outputs[0].data_ptr())[0] += g_sum_shift;
+}
+}  // namespace
+
+// A sum that cancels is judged by its terms' magnitudes, not its result: 1000 + 1 - 1000 may be
+// off by 1e-3 x 2001 in float32 (kernels add in other orders), and no more.
+TEST_F(Fallback, ShadowModeJudgesACancellingSumByItsTerms) {
+  Tensor x = tensor({1000.0f, 1.0f, -1000.0f}).to(Device::cuda(0));
+  backend::register_kernel(backend::Op::Sum, DeviceType::CUDA, sum_shifted);
+  backend::set_shadow_mode(backend::ShadowMode::Error);
+  g_sum_shift = 1.5f;
+  EXPECT_NO_THROW((void)x.sum());
+  g_sum_shift = 3.0f;
+  test::expect_error([&] { (void)x.sum(); },
+                     "[shadow] Sum on cuda:0 differs from the CPU: output 0 (float32 [1]) element [0]: device 4, cpu 1 "
+                     "(tolerance 1e-05 + 0.001 x (|cpu| + sum of |terms| 2001)");
+}
+
 TEST_F(Fallback, ShadowModeNamesTheKernelThatDiffersFromTheCpu) {
   Tensor a = arange(6, kFloat32).reshape({2, 3}).to(Device::cuda(0)), b = full({3}, 0.5).to(Device::cuda(0));
   backend::register_kernel(backend::Op::Add, DeviceType::CUDA, backend::kernel_for(backend::Op::Add, DeviceType::CPU));

@@ -207,7 +207,7 @@ TEST(LayerNorm, Float32GradientsMatchFloat64) {
     Tensor xs = x.to(dt).detach().requires_grad_(), ws = w.to(dt).detach().requires_grad_(),
            bs = b.to(dt).detach().requires_grad_();
     layer_norm(xs, {48}, ws, bs).backward(g.to(dt));
-    (dt == kFloat64 ? ref : got) = {xs.grad(), ws.grad(), bs.grad()};
+    (dt == kFloat64 ? ref : got) = std::vector<Tensor>{xs.grad(), ws.grad(), bs.grad()};
   }
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(got[i].dtype(), kFloat32);
@@ -443,7 +443,7 @@ TEST(LinearActivation, TrainingKeepsThePreActivationAndGradchecks) {
     Tensor xs = x.to(dt).detach().requires_grad_(), ws = w.to(dt).detach().requires_grad_(),
            bs = b.to(dt).detach().requires_grad_();
     linear(xs, ws, bs, Activation::GELU).backward(g.to(dt));
-    (dt == kFloat64 ? ref : got) = {xs.grad(), ws.grad(), bs.grad()};
+    (dt == kFloat64 ? ref : got) = std::vector<Tensor>{xs.grad(), ws.grad(), bs.grad()};
   }
   for (int i = 0; i < 3; ++i) expect_close(got[i], values(ref[i]), ref[i].shape(), 1e-4, 1e-5);
 }
