@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The checks that need an NVIDIA GPU, in one run of about 8 minutes on an H200 with 16 cores:
-# build with CUDA (no oneDNN, no MPI), that Kiln sees every GPU nvidia-smi lists, the CUDA tests
-# (every device-parameterised suite against the CPU, the CNN and transformer op families,
-# ResNet-18 and BERT-tiny trained on both devices, autocast), one shadowed training step
+# build with CUDA (oneDNN where carried, no MPI), that Kiln sees every GPU nvidia-smi lists, the
+# CUDA tests (every device-parameterised suite against the CPU, the CNN and transformer op
+# families, ResNet-18 and BERT-tiny trained on both devices, autocast), one shadowed training step
 # (KILN_SHADOW=cpu) of ResNet-18, VGG-11-BN and BERT-tiny, the main job (the small CNN on
 # Fashion-MNIST) for one epoch, the MLM job for 50 steps and kiln train on the device it picks,
 # all with KILN_FALLBACK=error, then kiln bench for the seed's three models on cuda in bf16 and
-# fp32 beside PyTorch on the same GPU (--vs-pytorch), and BERT-base on the CPU for scale.
+# fp32 beside PyTorch on the same GPU (--vs-pytorch), a profiled evaluation step, the three
+# models on the CPU (with oneDNN only) and the CNN evaluations with cuDNN's benchmark mode.
 # summary.md, the logs, results.jsonl and chart.svg (at most 8 files) go into OUTDIR; scratch
 # files into a temporary directory. Without a GPU it says so in summary.md and exits 0 having run
 # nothing.
@@ -75,7 +76,8 @@ stage() {  # stage NAME LOG SECONDS_LIMIT COMMAND...: runs it with a limit, appe
 
 # The commit: git's, or the one scripts/gpu-carry.sh recorded (the copy sent to a GPU machine
 # may have no .git); the build writes it into kiln bench's records too.
-KILN_BUILD_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || cat .gpu-carry/commit 2>/dev/null || echo unknown)
+# The copy's .git (if any) is the session's starting point, not what was carried: the carry's first.
+KILN_BUILD_COMMIT=$(cat .gpu-carry/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 export KILN_BUILD_COMMIT
 {
   echo "# gpu-check $(date -u +%Y-%m-%dT%H:%MZ), commit ${KILN_BUILD_COMMIT}"
@@ -110,10 +112,24 @@ for m in nvidia.cudnn nvidia.nccl; do
   d=$(python3 -c "import $m as m; print(list(m.__path__)[0])" 2>/dev/null) || continue
   [[ -d $d/lib ]] && export LD_LIBRARY_PATH="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
-# No oneDNN (not on these machines) and no MPI (an image's MPI would start a launcher-less
-# MPI_Init in a machine with no network): the same configuration as scripts/gpu-configure-check.sh.
-stage configure build.log 120 cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_CUDA=ON \
-  -DKILN_WITH_ONEDNN=OFF -DKILN_WITH_MPI=OFF -DKILN_BUILD_BENCH=OFF "${extra[@]}" || exit 1
+# oneDNN as scripts/gpu-carry.sh carries it (none on these machines): the CPU benchmark needs it.
+dnnl=(-DKILN_WITH_ONEDNN=OFF)
+d=$PWD/.gpu-carry/dnnl
+if [[ -f $d/lib/libdnnl.so.2.xz ]]; then
+  [[ -f $d/lib/libdnnl.so.2 ]] ||
+    python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+      "$d/lib/libdnnl.so.2.xz" "$d/lib/libdnnl.so.2"
+  ln -sf libdnnl.so.2 "$d/lib/libdnnl.so"
+  dnnl=(-DKILN_WITH_ONEDNN=ON -DDNNL_ROOT="$d")
+  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d/lib"
+fi
+# No MPI (an image's MPI would start a launcher-less MPI_Init in a machine with no network): the
+# configuration of scripts/gpu-configure-check.sh. Where the carried oneDNN does not configure,
+# without it.
+configure=(cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_CUDA=ON -DKILN_WITH_MPI=OFF
+  -DKILN_BUILD_BENCH=OFF "${extra[@]}")
+stage configure build.log 120 "${configure[@]}" "${dnnl[@]}" ||
+  { rm -rf build-gpu && stage configure build.log 120 "${configure[@]}" -DKILN_WITH_ONEDNN=OFF; } || exit 1
 stage build build.log 420 cmake --build build-gpu -j "$(nproc)" --target kiln_tests kiln_cli || exit 1
 kiln=build-gpu/tools/kiln/kiln
 {
@@ -168,10 +184,22 @@ for dt in bf16 fp32; do
   stage "bench_cuda_$dt" bench.log 240 env KILN_FALLBACK=error "$kiln" bench --models resnet50,bert-base,vgg16 \
     --devices cuda --dtypes "$dt" --warmup 1 --steps 3 --vs-pytorch --out "$work/bench-$dt"
 done
-# On the CPU (no oneDNN on these machines, so not the CPU's best) BERT-base at a small batch, one
-# step, for the order of magnitude.
-stage bench_cpu bench.log 150 "$kiln" bench --models bert-base --devices cpu --dtypes fp32 --batch 8 --warmup 0 --steps 1 \
-  --out "$work/bench-cpu"
+# Where the evaluation time goes on the GPU (Kiln's evaluations trailed PyTorch's most on the
+# first H200): one profiled step each.
+stage profile_eval bench.log 90 env KILN_FALLBACK=error "$kiln" bench --models vgg16,bert-base --modes eval --devices cuda \
+  --dtypes bf16 --warmup 1 --steps 1 --profile --out "$work/bench-profile"
+# The same workloads on this machine's CPU for the GPU's speed-up (the seed's figure), with oneDNN
+# only: without it (47 s a BERT-base step at batch 8 on the first H200 machine) it says nothing.
+if grep -q "oneDNN:   not built" "$summary"; then
+  printf '| bench_cpu | skipped: no oneDNN in this build |  |\n' >>"$summary"
+else
+  stage bench_cpu bench.log 150 "$kiln" bench --models resnet50,bert-base,vgg16 --devices cpu --dtypes fp32 --warmup 1 \
+    --steps 2 --out "$work/bench-cpu"
+fi
+# Whether cuDNN's heuristics cost the convolutional evaluations (Kiln's and PyTorch's algorithms
+# timed per shape instead, as torch.backends.cudnn.benchmark): last, where time is left.
+stage bench_cudnn_benchmark bench.log 120 env KILN_FALLBACK=error "$kiln" bench --models resnet50,vgg16 --modes eval \
+  --devices cuda --dtypes bf16 --warmup 2 --steps 3 --vs-pytorch --cudnn-benchmark --out "$work/bench-cudnn-benchmark"
 # Kiln's records and PyTorch's (pytorch.jsonl) in one file: at most 8 files come back.
 cat "$work"/bench-*/results.jsonl "$work"/bench-*/pytorch.jsonl >"$out/results.jsonl" 2>/dev/null
 cp "$work/bench-bf16/chart.svg" "$out/chart.svg" 2>/dev/null

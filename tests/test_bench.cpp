@@ -327,5 +327,14 @@ TEST(Bench, EveryDtypeRunsAWorkloadStep) {
   EXPECT_FALSE(cuda::allow_tf32());  // restored after the tf32 run
 }
 
+TEST(Bench, EveryCnnGetsImagesOfItsSize) {
+  // The small CNN takes 28x28 grey images (it failed on ImageNet's), the others 224x224 colour ones.
+  for (const char* model : {"small_cnn", "resnet18"})
+    for (const char* mode : {"train", "eval"}) {
+      Workload w = make_workload({model, mode, Device::cpu(), 2, 8, "fp32"});
+      EXPECT_NO_THROW(run_with_dtype("fp32", w.step)) << model << " " << mode;
+    }
+}
+
 }  // namespace
 }  // namespace kiln::cli::bench

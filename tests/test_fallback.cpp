@@ -186,10 +186,12 @@ TEST_F(Fallback, BertTrainingStepOnTheDeviceMatchesTheCpu) {
 // rounding error of its large terms) and a TF32 convolution at TF32's precision, and still
 // catches an error beyond them.
 namespace {
-float g_conv_shift = 0;
-void conv_shifted(backend::KernelArgs& a) {
-  backend::kernel_for(backend::Op::Conv2d, DeviceType::CPU)(a);
-  static_cast<float*>(a.outputs[0].data_ptr())[0] += g_conv_shift;
+// A "device" kernel that is the CPU's with g_shift added to its first float output element.
+float g_shift = 0;
+template <backend::Op kOp>
+void shifted(backend::KernelArgs& a) {
+  backend::kernel_for(kOp, DeviceType::CPU)(a);
+  static_cast<float*>(a.outputs[0].data_ptr())[0] += g_shift;
 }
 }  // namespace
 
@@ -198,11 +200,11 @@ TEST_F(Fallback, ShadowModeJudgesAtTheOutputsScaleAndAtTf32sPrecision) {
   // Output channel 0 cancels to 0 (1 + 2 - 3), channel 1 is 100.
   Tensor x = tensor({1.0f, 2.0f, 3.0f, 4.0f}).reshape({1, 1, 2, 2}).to(Device::cuda(0));
   Tensor w = tensor({1.0f, 1.0f, -1.0f, 0.0f, 10.0f, 10.0f, 10.0f, 10.0f}).reshape({2, 1, 2, 2}).to(Device::cuda(0));
-  backend::register_kernel(backend::Op::Conv2d, DeviceType::CUDA, conv_shifted);
+  backend::register_kernel(backend::Op::Conv2d, DeviceType::CUDA, shifted<backend::Op::Conv2d>);
   backend::set_shadow_mode(backend::ShadowMode::Error);
   auto run = [&](bool allow_tf32, float shift) {
     cudnn::set_allow_tf32(allow_tf32);
-    g_conv_shift = shift;
+    g_shift = shift;
     (void)conv2d(x, w);
   };
   EXPECT_NO_THROW(run(false, 1e-3f));  // 1e-5 of the output's scale, on an element that is 0
@@ -257,23 +259,15 @@ void add_off_by_one(backend::KernelArgs& a) {
 }
 }  // namespace
 
-namespace {
-float g_sum_shift = 0;
-void sum_shifted(backend::KernelArgs& a) {
-  backend::kernel_for(backend::Op::Sum, DeviceType::CPU)(a);
-  static_cast<float*>(a.outputs[0].data_ptr())[0] += g_sum_shift;
-}
-}  // namespace
-
 // A sum that cancels is judged by its terms' magnitudes, not its result: 1000 + 1 - 1000 may be
 // off by 1e-3 x 2001 in float32 (kernels add in other orders), and no more.
 TEST_F(Fallback, ShadowModeJudgesACancellingSumByItsTerms) {
   Tensor x = tensor({1000.0f, 1.0f, -1000.0f}).to(Device::cuda(0));
-  backend::register_kernel(backend::Op::Sum, DeviceType::CUDA, sum_shifted);
+  backend::register_kernel(backend::Op::Sum, DeviceType::CUDA, shifted<backend::Op::Sum>);
   backend::set_shadow_mode(backend::ShadowMode::Error);
-  g_sum_shift = 1.5f;
+  g_shift = 1.5f;
   EXPECT_NO_THROW((void)x.sum());
-  g_sum_shift = 3.0f;
+  g_shift = 3.0f;
   test::expect_error([&] { (void)x.sum(); },
                      "[shadow] Sum on cuda:0 differs from the CPU: output 0 (float32 [1]) element [0]: device 4, cpu 1 "
                      "(tolerance 1e-05 + 0.001 x (|cpu| + sum of |terms| 2001)");

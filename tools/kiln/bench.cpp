@@ -27,7 +27,7 @@ int bench_command(int argc, char** argv) {
   Args args("bench", argc, argv,
             {"models", "modes", "devices", "dtypes", "batch", "steps", "warmup", "threads", "memory-limit", "seq",
              "out", "pytorch-script", "python"},
-            {"quick", "vs-pytorch", "profile"});
+            {"quick", "vs-pytorch", "profile", "cudnn-benchmark"});
   bench::SuiteOptions o;
   if (args.has("models")) o.models = split(args.get("models", ""));
   if (args.has("modes")) o.modes = split(args.get("modes", ""));
@@ -41,6 +41,7 @@ int bench_command(int argc, char** argv) {
   o.profile = args.has("profile");
   o.out_dir = args.get("out", "bench-results");
   o.vs_pytorch = args.has("vs-pytorch");
+  o.cudnn_benchmark = args.has("cudnn-benchmark");
   o.pytorch_script = args.get("pytorch-script", std::string(KILN_SOURCE_DIR) + "/bench/pytorch_peer.py");
   o.python = args.get("python", "python3");
   apply_runtime_flags(args);

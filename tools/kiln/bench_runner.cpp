@@ -160,6 +160,7 @@ std::string to_json(const RunResult& r, const Environment& env) {
   field("onednn", str(env.onednn));
   field("cuda", str(env.cuda));
   field("cudnn", str(env.cudnn));
+  if (s.device.rfind("cuda", 0) == 0) field("cudnn_benchmark", cudnn::benchmark() ? "true" : "false");
   return j + "}";
 }
 

@@ -41,6 +41,7 @@ std::string run_peer(const SuiteOptions& o, const RunSpec& s, int threads, std::
                     " --batch " + std::to_string(s.batch) + " --steps " + std::to_string(s.steps) + " --warmup " +
                     std::to_string(s.warmup) + " --threads " + std::to_string(threads);
   if (is_bert(s.model)) cmd += " --seq " + std::to_string(s.seq);
+  if (o.cudnn_benchmark) cmd += " --cudnn-benchmark";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) {
     err << "kiln bench: could not start " << o.python << "\n";
@@ -127,6 +128,7 @@ std::vector<RunSpec> plan(const SuiteOptions& o) {
 std::vector<RunResult> run_suite(const SuiteOptions& o, std::ostream& out, std::ostream& err) {
   const std::vector<RunSpec> specs = plan(o);
   if (o.vs_pytorch) check_pytorch(o);
+  if (o.cudnn_benchmark) cudnn::set_benchmark(true);
   const std::filesystem::path dir(o.out_dir);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

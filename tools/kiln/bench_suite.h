@@ -24,6 +24,7 @@ struct SuiteOptions {
   bool profile = false;              // print a per-op profile of each run's timed steps
   std::string out_dir = "bench-results";
   bool vs_pytorch = false;
+  bool cudnn_benchmark = false;      // cuDNN's algorithms timed, not picked by its heuristics (both sides)
   std::string pytorch_script;        // bench/pytorch_peer.py
   std::string python = "python3";
 };

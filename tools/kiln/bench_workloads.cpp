@@ -35,7 +35,9 @@ Workload cnn_workload(const WorkloadOptions& o) {
   (*model)->to(MemoryFormat::ChannelsLast);  // weights in the activations' layout, as bench/pytorch_peer.py's model
   (*model)->to(o.device);                    // (which keeps it: laid out once, on the host)
   (*model)->train(o.mode == "train");
-  Tensor x = randn({o.batch, 3, kImageSize, kImageSize}).to(o.device).contiguous(MemoryFormat::ChannelsLast);
+  // The small CNN takes Fashion-MNIST's images; the others ImageNet's.
+  const Shape image = o.model == "small_cnn" ? Shape{1, 28, 28} : Shape{3, kImageSize, kImageSize};
+  Tensor x = randn({o.batch, image[0], image[1], image[2]}).to(o.device).contiguous(MemoryFormat::ChannelsLast);
   Tensor y = randint(0, kNumClasses, {o.batch}).to(o.device);
   if (o.mode == "eval") {
     return {[model, x] {

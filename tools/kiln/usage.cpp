@@ -29,7 +29,9 @@ const char* usage(const std::string& command) {
            "  every cuda:N; fp32) and writes DIR/results.jsonl and DIR/chart.svg.\n"
            "  --models A,B --modes train,eval --devices cpu,cuda:0 --dtypes fp32,tf32,bf16,fp16 --batch N --steps N\n"
            "  --warmup N --seq N --out DIR --quick --profile --threads N --memory-limit SIZE\n"
-           "  --vs-pytorch [--pytorch-script PATH] [--python PYTHON]\n";
+           "  --vs-pytorch [--pytorch-script PATH] [--python PYTHON]\n"
+           "  --cudnn-benchmark  time cuDNN's convolution algorithms per shape (PyTorch's cudnn.benchmark, both "
+           "sides)\n";
   if (command == "info")
     return "usage: kiln info\n"
            "  Version, CPU, devices, threads, memory, and which backends are built.\n";
