@@ -7,7 +7,8 @@
 # Fashion-MNIST) for one epoch, the MLM job for 50 steps and kiln train on the device it picks,
 # all with KILN_FALLBACK=error, then kiln bench for the seed's three models on cuda in bf16 and
 # fp32 beside PyTorch on the same GPU (--vs-pytorch), a profiled evaluation step, the three
-# models on the CPU (with oneDNN only) and the CNN evaluations with cuDNN's benchmark mode.
+# models on the CPU (with oneDNN only), ResNet-50 at batch 256 and BERT-base at 128, and the CNN
+# evaluations with cuDNN's benchmark mode.
 # summary.md, the logs, results.jsonl and chart.svg (at most 8 files) go into OUTDIR; scratch
 # files into a temporary directory. Without a GPU it says so in summary.md and exits 0 having run
 # nothing.
@@ -196,6 +197,12 @@ else
   stage bench_cpu bench.log 150 "$kiln" bench --models resnet50,bert-base,vgg16 --devices cpu --dtypes fp32 --warmup 1 \
     --steps 2 --out "$work/bench-cpu"
 fi
+# The large batches (they must fit where PyTorch's do): one training step each, the peak
+# allocator bytes in the JSON lines.
+for run in resnet50:256 bert-base:128; do
+  stage "memory_${run%%:*}_batch_${run##*:}" bench.log 60 env KILN_FALLBACK=error "$kiln" bench --models "${run%%:*}" \
+    --modes train --devices cuda --dtypes fp32 --batch "${run##*:}" --warmup 0 --steps 1 --out "$work/bench-memory-${run%%:*}"
+done
 # Whether cuDNN's heuristics cost the convolutional evaluations (Kiln's and PyTorch's algorithms
 # timed per shape instead, as torch.backends.cudnn.benchmark): last, where time is left.
 stage bench_cudnn_benchmark bench.log 120 env KILN_FALLBACK=error "$kiln" bench --models resnet50,vgg16 --modes eval \
