@@ -13,10 +13,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cuda/channel_sums_plan.h"
 #include "backend/cuda/float_math.h"
 #include "backend/cuda/index_math.h"
+#include "backend/cuda/integer_gemm.h"
 #include "backend/cuda/launch_shape.h"
-#include "backend/cuda/channel_sums_plan.h"
 #include "backend/cuda/optim_plan.h"
 #include "backend/cuda/reduce_folds.h"
 #include "backend/cuda/reduce_ops.h"

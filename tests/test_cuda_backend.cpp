@@ -119,6 +119,27 @@ TEST_F(Cuda, LinearAppliesItsBiasAndActivationInEveryDtype) {
   EXPECT_EQ(total_fallbacks(), before);
 }
 
+// Integer products (cuBLASLt has none): matmul over strided and broadcast batches and linear
+// with a bias, on our own kernel, equal to the CPU's (uint8 wrapping as there), with no fallback.
+TEST_F(Cuda, IntegerMatmulAndLinearMatchTheCpuWithoutFallback) {
+  const uint64_t before = total_fallbacks();
+  for (ScalarType dt : {kInt64, kInt32, kUInt8}) {
+    auto run = [&](Device d) {
+      Tensor a = input({3, 6, 9}, 34, d, false).mul(4).to(kInt64).to(dt);
+      Tensor b = input({9, 5}, 35, d, false).mul(4).to(kInt64).to(dt);
+      Tensor w = input({4, 9}, 36, d, false).mul(4).to(kInt64).to(dt),
+             bias = input({4}, 37, d, false).mul(9).to(kInt64).to(dt);
+      std::vector<double> v = values(matmul(a, b).cpu());
+      for (double x : values(matmul(a.transpose(1, 2).contiguous().transpose(1, 2), b.t().contiguous().t()).cpu()))
+        v.push_back(x);
+      for (double x : values(linear(a, w, bias).cpu())) v.push_back(x);
+      return v;
+    };
+    EXPECT_EQ(run(Device::cuda(0)), run(Device::cpu())) << dtype_name(dt);
+  }
+  EXPECT_EQ(total_fallbacks(), before);
+}
+
 // GradScaler's unscale as one kernel per dtype on the GPU: the CPU's gradients bit for bit and
 // the same inf/NaN verdict, with no fallback.
 TEST_F(Cuda, GradScalerUnscalesAsOnTheCpu) {

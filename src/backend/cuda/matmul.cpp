@@ -3,6 +3,7 @@
 // (float32 accumulators) and float64, and 16-bit operands into a float32 result (attention's
 // scores); linear's bias and ReLU/GELU(tanh) as cuBLASLt epilogues,
 // GELU(erf) as our kernel after the bias epilogue. The chosen algorithm is cached per geometry.
+// Integer products (uint8, int32, int64) by our own kernel (integer_gemm.h).
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -204,9 +205,11 @@ Tensor dense(const Tensor& t) {
   return alignment(t.data_ptr()) >= 16 ? t : t.clone();
 }
 
+// cuBLASLt's types, and the integers our own kernel multiplies (bool has no product).
 bool supports(const KernelArgs& a) {
   cudaDataType_t dt;
-  return cublas_dtype(a.outputs[0].dtype(), dt);
+  const ScalarType t = a.outputs[0].dtype();
+  return cublas_dtype(t, dt) || t == kUInt8 || t == kInt32 || t == kInt64;
 }
 
 void run_gemm(Gemm g, cudaStream_t stream, bool fuse) {
@@ -215,6 +218,11 @@ void run_gemm(Gemm g, cudaStream_t stream, bool fuse) {
   // loads that its alignment preferences do not cover (a bias sliced at an odd offset faults).
   fuse = fuse && out.dtype() != kFloat64 && !(g.bias && alignment(g.bias->data_ptr()) < 16);
   if (out.numel() == 0) return;
+  if (!is_floating_point(out.dtype())) {  // integers: our own product, then the bias
+    integer_gemm(*g.a, *g.w, out, stream);
+    if (g.bias) bias_activation(out, *g.bias, g.activation, stream);
+    return;
+  }
   // Whatever cuBLASLt's epilogue did not do, our own kernel does: GELU (erf) always, the bias
   // and the activation when nothing was fused.
   const auto finish = [&](bool fused) {
