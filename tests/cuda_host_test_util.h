@@ -1,5 +1,5 @@
-// Helpers of the CPU tests of the CUDA kernels' host-callable parts (test_cuda_host_folds.cpp,
-// test_cuda_host_launch.cpp): value generators, tensors from vectors, a NaN-aware match.
+// Helpers of the CPU tests of the CUDA kernels' host-callable parts (test_cuda_host_*.cpp): value
+// generators, tensors from vectors, a NaN-aware match.
 #pragma once
 
 #include <algorithm>
@@ -16,7 +16,6 @@
 #include "backend/cuda/channel_sums_plan.h"
 #include "backend/cuda/float_math.h"
 #include "backend/cuda/index_math.h"
-#include "backend/cuda/integer_gemm.h"
 #include "backend/cuda/launch_shape.h"
 #include "backend/cuda/optim_plan.h"
 #include "backend/cuda/reduce_folds.h"

@@ -68,7 +68,8 @@ std::string trace_difference(const Trace& want, const Trace& got) {
 // The sequential traces equal the concurrent ones exactly, over a few rounds (a race that
 // strikes rarely still shows in one of them). On a GPU the jobs are first run one after another
 // twice: a kernel whose results vary from run to run (not a race) is named as such.
-void expect_same_concurrently(int n, const std::function<Trace(int)>& job, Device dev, const std::string& what) {
+void expect_same_concurrently(int n, const std::function<Trace(int)>& job, Device dev, const std::string& model) {
+  const std::string what = model + " on " + dev.str();
   const std::vector<Trace> sequential = run_jobs<Trace>(n, false, job);
   for (const Trace& t : sequential) ASSERT_FALSE(t.empty()) << what;
   const std::vector<Trace> again = dev.is_cpu() ? sequential : run_jobs<Trace>(n, false, job);
@@ -150,7 +151,7 @@ TEST(Threads, SmallCnnTrainingEqualsSequential) {
           Tensor x = s.data[0].to(dev), y = s.data[1].to(dev);
           return train_steps(model, [&] { return nn::functional::cross_entropy(model(x), y); }, 3);
         },
-        dev, "small_cnn on " + dev.str());
+        dev, "small_cnn");
   }
 }
 
@@ -167,7 +168,7 @@ TEST(Threads, ResNetBlockTrainingEqualsSequential) {
           Tensor x = s.data[0].contiguous(MemoryFormat::ChannelsLast).to(dev);
           return train_steps(block, [&] { return block(x).square().mean(); }, 3);
         },
-        dev, "BasicBlock on " + dev.str());
+        dev, "BasicBlock");
   }
 }
 
@@ -188,7 +189,7 @@ TEST(Threads, BertLayerTrainingEqualsSequential) {
           Tensor h = s.data[0].to(dev), m = mask.to(dev);
           return train_steps(layer, [&] { return layer->forward(h, m).square().mean(); }, 3);
         },
-        dev, "BertLayer on " + dev.str());
+        dev, "BertLayer");
   }
 }
 

@@ -1,6 +1,6 @@
 // Integer products on the GPU (cuBLASLt has none for these types): out[b] = a[b or 0] @ w[b or 0]
 // with any strides, one output element per thread, summed in 64 bits as the CPU's loop sums
-// them. The per-element work is plain C++ that the CPU tests run too; integer_gemm.cu launches.
+// them. The per-element work is plain C++ that the CPU tests run too; epilogue.cu launches it.
 #pragma once
 
 #include <cstdint>

@@ -214,15 +214,15 @@ bool supports(const KernelArgs& a) {
 
 void run_gemm(Gemm g, cudaStream_t stream, bool fuse) {
   const Tensor& out = *g.out;
-  // cuBLASLt's epilogues are for the float32-accumulated types, and read the bias with vector
-  // loads that its alignment preferences do not cover (a bias sliced at an odd offset faults).
-  fuse = fuse && out.dtype() != kFloat64 && !(g.bias && alignment(g.bias->data_ptr()) < 16);
   if (out.numel() == 0) return;
   if (!is_floating_point(out.dtype())) {  // integers: our own product, then the bias
     integer_gemm(*g.a, *g.w, out, stream);
     if (g.bias) bias_activation(out, *g.bias, g.activation, stream);
     return;
   }
+  // cuBLASLt's epilogues are for the float32-accumulated types, and read the bias with vector
+  // loads that its alignment preferences do not cover (a bias sliced at an odd offset faults).
+  fuse = fuse && out.dtype() != kFloat64 && !(g.bias && alignment(g.bias->data_ptr()) < 16);
   // Whatever cuBLASLt's epilogue did not do, our own kernel does: GELU (erf) always, the bias
   // and the activation when nothing was fused.
   const auto finish = [&](bool fused) {
