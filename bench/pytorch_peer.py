@@ -290,10 +290,11 @@ def run(torch, a, device):
     sync()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    times = []
+    times, host = [], []
     for _ in range(a.steps):
         t0 = time.perf_counter()
         step()
+        host.append(time.perf_counter() - t0)  # the step queued (on a GPU), as kiln bench's host_s
         sync()
         times.append(time.perf_counter() - t0)
     med = statistics.median(times)
@@ -303,7 +304,7 @@ def run(torch, a, device):
         "framework": "pytorch", "model": a.model, "mode": a.mode, "device": a.device,
         "device_name": gpu or cpu_name(), "dtype": a.dtype, "batch": a.batch, "steps": a.steps,
         "warmup": max(a.warmup, 1), "median_s": med, "min_s": min(times), "max_s": max(times),
-        "samples_per_s": a.batch / med, "flops_per_step": flops, "tflops": flops / med / 1e12,
+        "host_s": statistics.median(host), "samples_per_s": a.batch / med, "flops_per_step": flops, "tflops": flops / med / 1e12,
         "peak_bytes": peak, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "cpu": cpu_name(), "threads": torch.get_num_threads(), "gpu": gpu, "commit": None,
         "torch": torch.__version__,

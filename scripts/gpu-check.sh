@@ -5,10 +5,11 @@
 # families, ResNet-18 and BERT-tiny trained on both devices, autocast), one shadowed training step
 # (KILN_SHADOW=cpu) of ResNet-18, VGG-11-BN and BERT-tiny, the main job (the small CNN on
 # Fashion-MNIST) for one epoch, the MLM job for 50 steps and kiln train on the device it picks,
-# all with KILN_FALLBACK=error, then kiln bench for the seed's three models on cuda in bf16 and
-# fp32 beside PyTorch on the same GPU (--vs-pytorch), a profiled evaluation step, the three
-# models on the CPU (with oneDNN only), ResNet-50 at batch 256 and BERT-base at 128, and the CNN
-# evaluations with cuDNN's benchmark mode.
+# all with KILN_FALLBACK=error, then kiln bench for the seed's three models on cuda in bf16
+# beside PyTorch on the same GPU (--vs-pytorch), a profiled evaluation step, the three models on
+# the CPU (with oneDNN only), ResNet-50 at batch 256 and BERT-base at 128, ResNet-50's evaluation
+# at batch 1 beside PyTorch's, a run past --gpu-memory-limit, the CNN evaluations with cuDNN's
+# benchmark mode, and the seed's models in fp32.
 # summary.md, the logs, results.jsonl and chart.svg (at most 8 files) go into OUTDIR; scratch
 # files into a temporary directory. Without a GPU it says so in summary.md and exits 0 having run
 # nothing.
@@ -18,7 +19,7 @@
 # GPU_CHECK_BUDGET (seconds, default 500): every stage's limit is cut to what is left of it, and a
 # stage with no time left is skipped, so that a device call's own limit (540 s) never kills the
 # script before summary.md is complete. The stages run most valuable first: correctness (the CUDA
-# tests, the shadowed steps), the two jobs, then the benchmark beside PyTorch (bf16, then fp32).
+# tests, the shadowed steps), the two jobs, the benchmark beside PyTorch in bf16, and so on.
 # GPU_CHECK_STAGES (comma-separated stage names or prefixes, e.g. "bench_cuda_fp32,mlm"): only
 # those stages after configure and build (which a warm machine's build-gpu makes quick), for a
 # second call. Exit status: 0 when every stage that ran passed, 1 otherwise.
@@ -185,13 +186,14 @@ stage default_device train.log 120 env KILN_FALLBACK=error "$kiln" train --model
   --checkpoint-dir "$work/ckpt-default"
 # The seed's models at the seed's batches on the GPU beside PyTorch eager on the same GPU (a
 # workload that fails is a row of the table; the others still run), bf16 first: the training
-# dtype of an H200.
-for dt in bf16 fp32; do
-  stage "bench_cuda_$dt" bench.log 240 env KILN_FALLBACK=error "$kiln" bench --models resnet50,bert-base,vgg16 \
-    --devices cuda --dtypes "$dt" --warmup 1 --steps 3 --vs-pytorch --out "$work/bench-$dt"
-done
+# dtype of an H200. fp32 comes last (the first H200 measured it; what is new comes first).
+bench_cuda() {  # bench_cuda DTYPE: the stage
+  stage "bench_cuda_$1" bench.log 240 env KILN_FALLBACK=error "$kiln" bench --models resnet50,bert-base,vgg16 \
+    --devices cuda --dtypes "$1" --warmup 1 --steps 3 --vs-pytorch --out "$work/bench-$1"
+}
+bench_cuda bf16
 # Where the evaluation time goes on the GPU (Kiln's evaluations trailed PyTorch's most on the
-# first H200): one profiled step each.
+# first H200, 14.7 ms a batch whatever the model in bf16): one profiled step each.
 stage profile_eval bench.log 90 env KILN_FALLBACK=error "$kiln" bench --models vgg16,bert-base --modes eval --devices cuda \
   --dtypes bf16 --warmup 1 --steps 1 --profile --out "$work/bench-profile"
 # The same workloads on this machine's CPU for the GPU's speed-up (the seed's figure), with oneDNN
@@ -208,10 +210,26 @@ for run in resnet50:256 bert-base:128; do
   stage "memory_${run%%:*}_batch_${run##*:}" bench.log 60 env KILN_FALLBACK=error "$kiln" bench --models "${run%%:*}" \
     --modes train --devices cuda --dtypes fp32 --batch "${run##*:}" --warmup 0 --steps 1 --out "$work/bench-memory-${run%%:*}"
 done
+# The per-step overhead (launches, not FLOPs): a ResNet-50 evaluation at batch 1 beside PyTorch's
+# (the issue: within 1.5x of its time).
+stage overhead_resnet50_batch_1 bench.log 60 env KILN_FALLBACK=error "$kiln" bench --models resnet50 --modes eval \
+  --devices cuda --dtypes fp32 --batch 1 --warmup 3 --steps 20 --vs-pytorch --out "$work/bench-overhead"
+# Past the memory limit: the clear error (exit status 1, the device, the size asked and the
+# limit), not a crash.
+cat >"$work/oom.sh" <<OOM
+"$kiln" bench --models resnet50 --modes train --devices cuda --dtypes fp32 --batch 256 --warmup 0 --steps 1 \\
+  --gpu-memory-limit 4G --out "$work/bench-oom" >"$work/oom.out" 2>&1
+rc=\$?
+cat "$work/oom.out"
+echo "exit status \$rc"
+[[ \$rc -eq 1 ]] && grep -q "out of memory on cuda:0: asked .*, limit 4.00 GiB" "$work/oom.out"
+OOM
+stage past_memory_limit bench.log 60 bash "$work/oom.sh"
 # Whether cuDNN's heuristics cost the convolutional evaluations (Kiln's and PyTorch's algorithms
-# timed per shape instead, as torch.backends.cudnn.benchmark): last, where time is left.
+# timed per shape instead, as torch.backends.cudnn.benchmark).
 stage bench_cudnn_benchmark bench.log 120 env KILN_FALLBACK=error "$kiln" bench --models resnet50,vgg16 --modes eval \
   --devices cuda --dtypes bf16 --warmup 2 --steps 3 --vs-pytorch --cudnn-benchmark --out "$work/bench-cudnn-benchmark"
+bench_cuda fp32
 # Kiln's records and PyTorch's (pytorch.jsonl) in one file: at most 8 files come back.
 cat "$work"/bench-*/results.jsonl "$work"/bench-*/pytorch.jsonl >"$out/results.jsonl" 2>/dev/null
 cp "$work/bench-bf16/chart.svg" "$out/chart.svg" 2>/dev/null

@@ -65,6 +65,11 @@ check "--lr expects a finite number, got 'nan'" train --model bert-tiny --lr nan
 check "--threads 10000 is more than the" train --threads 10000 --max-steps 1
 check "--workers must be at most 64, got 100000" train --workers 100000
 check "[kiln train --memory-limit] expected a size" train --memory-limit lots
+if "$kiln" info | grep -q "^CUDA: .* [1-9][0-9]* device(s) present"; then
+  check "[kiln train --gpu-memory-limit] expected a size" train --gpu-memory-limit lots
+else
+  check "[kiln bench --gpu-memory-limit] there is no GPU to limit" bench --gpu-memory-limit 4G --models bert-tiny
+fi
 check "is a file; MNIST data is a directory" train --data "$tmp/one.txt"
 check "[kiln eval] checkpoint" eval --checkpoint "$fixtures/bert/hf_tiny/model.safetensors"
 check "unknown command 'bogus'" bogus

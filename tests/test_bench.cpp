@@ -32,10 +32,12 @@ double number(const Value& v) {
 }
 
 // Every field the issue asks results.jsonl to carry.
+// clang-format off
 const std::vector<std::string> kFields = {"model", "mode", "device", "device_name", "dtype", "batch", "steps",
-                                          "median_s", "min_s", "max_s", "samples_per_s", "tflops", "peak_bytes",
-                                          "speedup_vs_cpu_fp32", "cpu", "threads", "gpu", "version", "commit",
-                                          "onednn", "cuda", "cudnn"};
+                                          "median_s", "min_s", "max_s", "host_s", "samples_per_s", "tflops",
+                                          "peak_bytes", "speedup_vs_cpu_fp32", "cpu", "threads", "gpu", "version",
+                                          "commit", "onednn", "cuda", "cudnn"};
+// clang-format on
 
 void expect_run_line(const std::string& line, const RunSpec& spec) {
   Value v = io::json::parse(line, "test", "");
@@ -51,6 +53,9 @@ void expect_run_line(const std::string& line, const RunSpec& spec) {
   EXPECT_GT(lo, 0);
   EXPECT_LE(lo, med * (1 + 1e-5));
   EXPECT_LE(med, hi * (1 + 1e-5));
+  const double host = number(member(v, "host_s"));  // part of a step's time (all of it on the CPU)
+  EXPECT_GT(host, 0);
+  EXPECT_LE(host, hi * (1 + 1e-5));
   EXPECT_NEAR(number(member(v, "samples_per_s")), spec.batch / med, 1e-4 * spec.batch / med);
   EXPECT_GT(member(v, "peak_bytes").integer, 0);
   EXPECT_EQ(member(v, "threads").integer, get_num_threads());

@@ -85,7 +85,7 @@ TEST(MlmTrainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
     train::MaskedLM task(o);
     train::Trainer t(task);
     std::vector<double> losses;
-    t.fit({.on_step = [&](const train::StepInfo& s) { losses.push_back(s.loss); }, .on_eval = nullptr});
+    t.fit({.on_step = [&](const train::StepInfo& s) { losses.push_back(s.loss_value()); }, .on_eval = nullptr});
     return std::make_pair(losses, task.model()->state_dict());
   };
   auto [straight, w_straight] = run(7, false);

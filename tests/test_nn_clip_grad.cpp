@@ -159,6 +159,59 @@ TEST(NnClipGrad, ClipValue) {
   expect_error([&] { clip_grad_value_({a}, -1.0); }, "[clip_grad_value_] clip_value must be non-negative, got -1");
 }
 
+// The two halves (torch.nn.utils.get_total_norm and clip_grads_with_norm_) do what
+// clip_grad_norm_ does, the norm left a tensor.
+TEST(NnClipGrad, TotalNormAndClipWithNormAreClipGradNormInTwo) {
+  auto params = [](float scale) {
+    Tensor a = zeros({3}).requires_grad_(), b = zeros({2}, kFloat64).requires_grad_(), c = zeros({1}).requires_grad_();
+    a.set_grad(tensor({3.0f * scale, 0.0f, -1.0f}));
+    b.set_grad(tensor(std::vector<double>{4.0 * scale, 2.0}, Shape{2}, kFloat64));
+    return std::vector<Tensor>{a, b, c};  // c has no gradient
+  };
+  for (const double p : {2.0, 1.0, static_cast<double>(INFINITY)}) {
+    SCOPED_TRACE(p);
+    std::vector<Tensor> one = params(1.5f), two = params(1.5f);
+    const double total = clip_grad_norm_(one, 2.0, p);
+    const Tensor t = nn::utils::get_total_norm({two[0].grad(), two[1].grad(), two[2].grad()}, p);
+    EXPECT_EQ(t.dim(), 0);
+    EXPECT_EQ(t.dtype(), kFloat64);  // float32 and float64 norms promote
+    EXPECT_EQ(t.item<double>(), total);
+    EXPECT_EQ(two[0].grad().to_vector<float>(), params(1.5f)[0].grad().to_vector<float>());  // reading changes nothing
+    nn::utils::clip_grads_with_norm_(two, 2.0, t);
+    for (size_t i = 0; i < 2; ++i) EXPECT_EQ(one[i].grad().to_vector<double>(), two[i].grad().to_vector<double>()) << i;
+    EXPECT_FALSE(two[2].grad().defined());
+  }
+  // Below max_norm: unchanged. No tensors: a zero norm.
+  std::vector<Tensor> small = params(0.0f);
+  nn::utils::clip_grads_with_norm_(small, 10.0, nn::utils::get_total_norm({small[0].grad(), small[1].grad()}));
+  expect_close(small[0].grad(), {0.0, 0.0, -1.0}, {3}, 1e-7);
+  EXPECT_EQ(nn::utils::get_total_norm({}).item<double>(), 0.0);
+  EXPECT_EQ(nn::utils::get_total_norm({Tensor()}).item<double>(), 0.0);
+}
+
+TEST(NnClipGrad, TotalNormAndClipWithNormErrors) {
+  Tensor a = zeros({2}).requires_grad_();
+  a.set_grad(tensor({NAN, 1.0f}));
+  expect_error([&] { nn::utils::get_total_norm({a.grad()}, 2.0, true); },
+               "[get_total_norm] the total norm of order 2 of the gradients is non-finite (nan)");
+  expect_error([&] { nn::utils::get_total_norm({a.grad()}, -1.0); },
+               "[get_total_norm] norm_type must be >= 0 or inf, got -1");
+  expect_error([&] { nn::utils::clip_grads_with_norm_({a}, -1.0, ones({})); },
+               "[clip_grads_with_norm_] max_norm must be non-negative, got -1");
+  expect_error(
+      [&] { nn::utils::clip_grads_with_norm_({a}, 1.0, Tensor()); },
+      "[clip_grads_with_norm_] total_norm must be a one-element floating-point tensor, got an undefined tensor");
+  expect_error([&] { nn::utils::clip_grads_with_norm_({a}, 1.0, ones({2})); },
+               "[clip_grads_with_norm_] total_norm must be a one-element floating-point tensor, got float32 [2]");
+  expect_error([&] { nn::utils::clip_grads_with_norm_({a}, 1.0, ones({}, kInt64)); },
+               "[clip_grads_with_norm_] total_norm must be a one-element floating-point tensor, got int64 []");
+  expect_error(
+      [&] {
+        nn::utils::clip_grads_with_norm_({a, Tensor()}, 1.0, ones({}));
+      },
+      "[clip_grads_with_norm_] parameter 1 is an undefined tensor");
+}
+
 TEST(NnClipGrad, Errors) {
   Tensor a = zeros({2}).requires_grad_();
   expect_error([&] { clip_grad_norm_({a}, -1.0); }, "[clip_grad_norm_] max_norm must be non-negative, got -1");

@@ -103,7 +103,7 @@ TEST(TrainApi, AUsersOwnTaskTrainsAndResumesExactly) {
     FitALine task(o);
     train::Trainer trainer(task);
     Run r;
-    trainer.fit({.on_step = [&](const train::StepInfo& s) { r.losses.push_back(s.loss); },
+    trainer.fit({.on_step = [&](const train::StepInfo& s) { r.losses.push_back(s.loss_value()); },
                  .on_eval = [&](int64_t, const train::EvalResult& e) { r.evals.push_back(e.loss); }});
     return r;
   };

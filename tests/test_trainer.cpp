@@ -64,7 +64,7 @@ train::ImageClassificationOptions options(const fs::path& data, const fs::path& 
 std::vector<double> run(train::Trainer& t) {
   std::vector<double> losses;
   train::Callbacks cb;
-  cb.on_step = [&](const train::StepInfo& s) { losses.push_back(s.loss); };
+  cb.on_step = [&](const train::StepInfo& s) { losses.push_back(s.loss_value()); };
   t.fit(cb);
   return losses;
 }

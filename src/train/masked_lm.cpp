@@ -188,12 +188,18 @@ TrainingBatch MaskedLM::next_batch() {
   return b;
 }
 
+// The total norm stays a tensor: nothing in a training step waits for the GPU.
 void MaskedLM::before_optimizer_step() {
-  if (options_.clip > 0) nn::utils::clip_grad_norm_(parameters_, options_.clip);
+  if (options_.clip <= 0) return;
+  std::vector<Tensor> grads;
+  for (const Tensor& p : parameters_) grads.push_back(p.grad());
+  nn::utils::clip_grads_with_norm_(parameters_, options_.clip, nn::utils::get_total_norm(grads));
 }
 
+// The labels stay on the host: the loss finds the labelled positions there (on the device they
+// would be read back, waiting for the GPU).
 Tensor MaskedLM::mlm_loss(const text::MlmBatch& batch) {
-  return model_->masked_lm_loss(batch.input_ids.to(device_), batch.labels.to(device_), batch.attention_mask.to(device_));
+  return model_->masked_lm_loss(batch.input_ids.to(device_), batch.labels, batch.attention_mask.to(device_));
 }
 
 EvalResult MaskedLM::evaluate() {

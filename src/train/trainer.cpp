@@ -138,7 +138,7 @@ void Trainer::train_step(const Callbacks& cb) {
   ++step_;
   const int64_t index = batch_in_epoch_++;
   if (cb.on_step)
-    cb.on_step({epoch_, index, task_.batches_per_epoch(), step_, loss.defined() ? loss.item<double>() : 0.0, lr,
+    cb.on_step({epoch_, index, task_.batches_per_epoch(), step_, loss.defined() ? loss.detach() : Tensor(), lr,
                 batch.samples});
 }
 

@@ -88,6 +88,17 @@ void apply_runtime_flags(const Args& args) {
     const std::string flag = args.where() + " --memory-limit";
     set_memory_limit(Device::cpu(), parse_memory_limit(args.get("memory-limit", ""), total_memory(), flag.c_str()));
   }
+  // Each GPU's (a share, "80%", of each one's memory); past it an allocation is the out-of-memory
+  // error naming the device, the size asked and the limit, as with cuda::set_memory_limit.
+  if (args.has("gpu-memory-limit")) {
+    const std::string flag = args.where() + " --gpu-memory-limit";
+    const std::string text = args.get("gpu-memory-limit", "");
+    const int n = cuda::device_count();
+    KILN_CHECK(n > 0, flag.c_str(), "there is no GPU to limit (",
+               build_info().cuda ? "CUDA finds none" : "this build has no CUDA", ")");
+    for (int i = 0; i < n; ++i)
+      set_memory_limit(Device::cuda(i), parse_memory_limit(text, total_memory(Device::cuda(i)), flag.c_str()));
+  }
 }
 
 }  // namespace kiln::cli

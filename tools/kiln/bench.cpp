@@ -25,8 +25,8 @@ std::vector<std::string> split(const std::string& s) {
 
 int bench_command(int argc, char** argv) {
   Args args("bench", argc, argv,
-            {"models", "modes", "devices", "dtypes", "batch", "steps", "warmup", "threads", "memory-limit", "seq",
-             "out", "pytorch-script", "python"},
+            {"models", "modes", "devices", "dtypes", "batch", "steps", "warmup", "threads", "memory-limit",
+             "gpu-memory-limit", "seq", "out", "pytorch-script", "python"},
             {"quick", "vs-pytorch", "profile", "cudnn-benchmark"});
   bench::SuiteOptions o;
   if (args.has("models")) o.models = split(args.get("models", ""));

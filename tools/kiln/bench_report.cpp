@@ -122,8 +122,8 @@ std::vector<Group> grouped(const std::vector<RunResult>& runs,
 
 std::string table_header(bool vs_pytorch) {
   std::string h = pad("model", 11) + pad("mode", 6) + pad("device", 8) + pad("dtype", 6) + pad("batch", 6) +
-                  pad("median s", 10) + pad("min s", 9) + pad("max s", 9) + pad("samples/s", 11) + pad("TFLOP/s", 9) +
-                  pad("peak MiB", 10) + "vs cpu fp32";
+                  pad("median s", 10) + pad("min s", 9) + pad("max s", 9) + pad("host s", 9) + pad("samples/s", 11) +
+                  pad("TFLOP/s", 9) + pad("peak MiB", 10) + "vs cpu fp32";
   if (vs_pytorch) h += "  PyTorch/s  Kiln/PyTorch";
   return h;
 }
@@ -132,8 +132,9 @@ std::string table_row(const RunResult& r, bool vs_pytorch) {
   const RunSpec& s = r.spec;
   std::string row = pad(s.model, 11) + pad(s.mode, 6) + pad(s.device, 8) + pad(s.dtype, 6) +
                     pad(std::to_string(s.batch), 6) + pad(fmt("%.4f", r.median_s), 10) + pad(fmt("%.4f", r.min_s), 9) +
-                    pad(fmt("%.4f", r.max_s), 9) + pad(fmt("%.2f", r.samples_per_s), 11) +
-                    pad(r.tflops ? fmt("%.3f", *r.tflops) : "-", 9) + pad(mib(r.peak_bytes), 10) +
+                    pad(fmt("%.4f", r.max_s), 9) + pad(fmt("%.4f", r.host_s), 9) +
+                    pad(fmt("%.2f", r.samples_per_s), 11) + pad(r.tflops ? fmt("%.3f", *r.tflops) : "-", 9) +
+                    pad(mib(r.peak_bytes), 10) +
                     pad(r.speedup_vs_cpu_fp32 ? fmt("%.2fx", *r.speedup_vs_cpu_fp32) : "-", 11);
   if (vs_pytorch)
     row += "  " + pad(r.pytorch_samples_per_s ? fmt("%.2f", *r.pytorch_samples_per_s) : "-", 11) +

@@ -94,13 +94,16 @@ RunResult run(const RunSpec& spec, const Progress& progress) {
     reset_peak_memory_stats(device);  // this run's steady state, not the warm-up's or the last run's
     std::optional<profiler::Session> session;
     if (spec.profile) session.emplace();
+    std::vector<double> host_s;
     for (int64_t i = 0; i < spec.steps; ++i) {
       if (progress) progress(i, spec.steps);
       const auto t0 = std::chrono::steady_clock::now();
       step();
+      host_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       sync(device);
       r.step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
+    r.host_s = median(host_s);
     r.peak_bytes = static_cast<int64_t>(memory_stats(device).peak);
     if (session) {
       double wall = 0;
@@ -144,6 +147,7 @@ std::string to_json(const RunResult& r, const Environment& env) {
   field("median_s", num(r.median_s));
   field("min_s", num(r.min_s));
   field("max_s", num(r.max_s));
+  field("host_s", num(r.host_s));
   field("samples_per_s", num(r.samples_per_s));
   field("tflops", num(r.tflops));
   field("peak_bytes", std::to_string(r.peak_bytes));

@@ -35,6 +35,9 @@ struct RunResult {
   std::string optimizer;            // "sgd", "adamw" or "none"
   std::vector<double> step_s;       // each timed step
   double median_s = 0, min_s = 0, max_s = 0, samples_per_s = 0;
+  // The median time until a step's call returned, its work queued (on a GPU) or done (on the
+  // CPU): a GPU step whose host_s is about its median_s is bound by the host, not the GPU.
+  double host_s = 0;
   std::optional<double> tflops;     // from the profiler's FLOP count of one extra step
   int64_t peak_bytes = 0;           // the allocator's high-water mark over the timed steps
   std::optional<double> speedup_vs_cpu_fp32;

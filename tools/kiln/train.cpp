@@ -33,7 +33,10 @@ std::string device_line(const train::Trainer& t) {
   return t.device().str() + (t.device_note().empty() ? "" : " (" + t.device_note() + ")");
 }
 
-// One line per epoch, redrawn in place on a terminal (and printed every 10% otherwise).
+// One line per epoch, redrawn in place on a terminal (at most 4 times a second, and at the end)
+// and printed every 10% otherwise. The loss's running average is kept where the loss is (on a
+// GPU: the device) and read only for a line, so that the steps between lines never wait for the
+// GPU.
 class ProgressBar {
  public:
   explicit ProgressBar(const char* unit) : unit_(unit) {}
@@ -44,13 +47,18 @@ class ProgressBar {
     samples_ = 0;
     first_ = -1;
     last_decile_ = -1;
-    loss_avg_ = -1;
+    loss_avg_ = Tensor();
   }
-  // After batch `batch` (0-based) of `batches`, which held `count` samples or tokens.
-  void update(int64_t batch, int64_t batches, double loss, int64_t count) {
+  // After batch `batch` (0-based) of `batches`, which held `count` samples or tokens and had the
+  // loss `loss` (undefined: nothing to learn from, left out of the average).
+  void update(int64_t batch, int64_t batches, const Tensor& loss, int64_t count) {
     if (quiet_) return;
     count *= distributed::world_size();  // the job's rate: every process steps alike
-    loss_avg_ = loss_avg_ < 0 ? loss : 0.9 * loss_avg_ + 0.1 * loss;
+    if (loss.defined()) {
+      NoGradGuard ng;
+      const Tensor l = loss.to(kFloat64);
+      loss_avg_ = loss_avg_.defined() ? loss_avg_ * 0.9 + l * 0.1 : l;
+    }
     // Rates are timed from the end of the epoch's first batch (a resumed epoch starts mid-way).
     if (first_ < 0) {
       first_ = batch;
@@ -58,32 +66,41 @@ class ProgressBar {
     } else {
       samples_ += static_cast<double>(count);
     }
-    const double secs = std::chrono::duration<double>(Clock::now() - t0_).count();
     const int64_t done = batch + 1, timed = batch - first_;
+    const int64_t decile = done * 10 / std::max<int64_t>(batches, 1);
+    const bool last = done == batches;
+    if (tty_ ? !last && Clock::now() - drawn_ < std::chrono::milliseconds(250) : decile == last_decile_) return;
+    last_decile_ = decile;
+    // Read first: it waits for the steps queued so far, so the rate below counts finished work.
+    const double loss_avg = loss_avg_.defined() ? loss_avg_.item<double>() : 0.0;
+    drawn_ = Clock::now();
+    const double secs = std::chrono::duration<double>(drawn_ - t0_).count();
     const double eta = timed > 0 ? secs / static_cast<double>(timed) * static_cast<double>(batches - done) : 0;
     const int width = 30, filled = static_cast<int>(width * done / std::max<int64_t>(batches, 1));
     char line[256];
     std::snprintf(line, sizeof line, "epoch %lld/%lld [%.*s%*s] %lld/%lld  %.0f %s/s  loss %.4f  ETA %.0fs",
                   static_cast<long long>(epoch_ + 1), static_cast<long long>(epochs_), filled,
                   "==============================", width - filled, "", static_cast<long long>(done),
-                  static_cast<long long>(batches), secs > 0 ? samples_ / secs : 0.0, unit_, loss_avg_, eta);
-    if (tty_) {
-      std::fprintf(stderr, "\r%s", line);
-      if (done == batches) std::fprintf(stderr, "\n");
-    } else if (const int64_t decile = done * 10 / std::max<int64_t>(batches, 1); decile != last_decile_) {
-      last_decile_ = decile;
-      std::fprintf(stderr, "%s\n", line);
-    }
+                  static_cast<long long>(batches), secs > 0 ? samples_ / secs : 0.0, unit_, loss_avg, eta);
+    std::fprintf(stderr, tty_ ? (last ? "\r%s\n" : "\r%s") : "%s\n", line);
     std::fflush(stderr);
+    open_ = tty_ && !last;
+  }
+  // Ends a line left open on a terminal (training stopped mid-epoch).
+  void end() {
+    if (open_) std::fprintf(stderr, "\n");
+    open_ = false;
   }
 
  private:
   const char* unit_;
   bool tty_ = isatty(2) != 0;
   bool quiet_ = distributed::rank() != 0;  // with several processes, rank 0 reports
+  bool open_ = false;                      // a line drawn on the terminal without its newline
   int64_t epoch_ = 0, epochs_ = 0, first_ = -1, last_decile_ = -1;
-  double samples_ = 0, loss_avg_ = -1;
-  Clock::time_point t0_;
+  double samples_ = 0;
+  Tensor loss_avg_;  // on the loss's device
+  Clock::time_point t0_, drawn_;
 };
 
 // Flags only the MLM trainer takes, and flags only the image trainer takes.
@@ -146,13 +163,14 @@ int train_bert(const Args& args) {
     bar.update(s.batch, s.batches, s.loss, s.samples);  // tokens
   };
   cb.on_eval = [&](int64_t step, const train::EvalResult& r) {
-    std::printf("%sstep %lld: held-out loss %.4f, perplexity %.1f (%lld masked tokens), %.0fs elapsed%s\n",
-                current >= 0 && isatty(2) ? "\n" : "", static_cast<long long>(step), r.loss, r.perplexity,
-                static_cast<long long>(r.samples), std::chrono::duration<double>(Clock::now() - t1).count(),
-                step == 0 ? " (untrained)" : "");
+    bar.end();
+    std::printf("step %lld: held-out loss %.4f, perplexity %.1f (%lld masked tokens), %.0fs elapsed%s\n",
+                static_cast<long long>(step), r.loss, r.perplexity, static_cast<long long>(r.samples),
+                std::chrono::duration<double>(Clock::now() - t1).count(), step == 0 ? " (untrained)" : "");
     std::fflush(stdout);
   };
   trainer.fit(cb);
+  bar.end();
   if (std::filesystem::is_regular_file(trainer.checkpoint_path()))  // none when no step ran
     std::printf("checkpoint %s\n", trainer.checkpoint_path().c_str());
   return 0;
@@ -209,6 +227,7 @@ int train_image(const Args& args) {
     std::fflush(stdout);
   };
   trainer.fit(cb);
+  bar.end();
   if (trainer.epoch() < opt.epochs && std::filesystem::is_regular_file(trainer.checkpoint_path()))
     std::printf("stopped at step %lld (--max-steps), checkpoint %s\n", static_cast<long long>(trainer.step()),
                 trainer.checkpoint_path().c_str());
@@ -218,11 +237,13 @@ int train_image(const Args& args) {
 }  // namespace
 
 int train(int argc, char** argv) {
+  // clang-format off
   Args args("train", argc, argv,
             {"model", "epochs", "batch-size", "lr", "momentum", "weight-decay", "device", "data", "seed",
-             "checkpoint-dir", "checkpoint-every", "workers", "threads", "memory-limit", "max-steps", "vocab",
-             "vocab-size", "seq-len", "warmup", "clip", "eval-every", "amp"},
+             "checkpoint-dir", "checkpoint-every", "workers", "threads", "memory-limit", "gpu-memory-limit",
+             "max-steps", "vocab", "vocab-size", "seq-len", "warmup", "clip", "eval-every", "amp"},
             {"resume", "no-verify"});
+  // clang-format on
   apply_runtime_flags(args);
   // Under mpirun (or another MPI launcher): one process of a data-parallel job; rank 0 prints.
   if (!distributed::is_initialized()) distributed::init();
@@ -231,7 +252,8 @@ int train(int argc, char** argv) {
 }
 
 int eval(int argc, char** argv) {
-  Args args("eval", argc, argv, {"checkpoint", "data", "device", "threads", "memory-limit"}, {"no-verify"});
+  Args args("eval", argc, argv, {"checkpoint", "data", "device", "threads", "memory-limit", "gpu-memory-limit"},
+            {"no-verify"});
   KILN_CHECK(args.has("checkpoint"), "kiln eval", "--checkpoint PATH is required (kiln train writes checkpoints/last.safetensors)");
   apply_runtime_flags(args);
   const std::string path = args.get("checkpoint", "");

@@ -16,19 +16,20 @@ const char* usage(const std::string& command) {
            "  --checkpoint-dir DIR  (default checkpoints) --resume  continue exactly from the last checkpoint\n"
            "  --threads N           CPU threads (at most the CPUs this process may use)\n"
            "  --memory-limit SIZE   CPU memory limit: 20G, 512M, 80% or 0 for none (default 90% of memory)\n"
+           "  --gpu-memory-limit SIZE  each GPU's: 20G, 80% (of its memory) or 0 for none (the default)\n"
            "  CNNs only: --momentum X --checkpoint-every STEPS --workers N (data-loading threads)\n"
            "  BERT only: --vocab FILE --vocab-size N --seq-len N --warmup FRACTION --clip X --eval-every STEPS\n";
   if (command == "eval")
     return "usage: kiln eval --checkpoint PATH [options]\n"
            "  A checkpoint's test accuracy (CNN) or held-out loss and perplexity (BERT).\n"
-           "  --data DIR|FILE --device D --threads N --memory-limit SIZE\n"
+           "  --data DIR|FILE --device D --threads N --memory-limit SIZE --gpu-memory-limit SIZE\n"
            "  --no-verify           load a checkpoint whose data checksum does not match\n";
   if (command == "bench")
     return "usage: kiln bench [options]\n"
            "  Times training and evaluation steps (default: resnet50, bert-base, vgg16; train and eval; cpu and\n"
            "  every cuda:N; fp32) and writes DIR/results.jsonl and DIR/chart.svg.\n"
            "  --models A,B --modes train,eval --devices cpu,cuda:0 --dtypes fp32,tf32,bf16,fp16 --batch N --steps N\n"
-           "  --warmup N --seq N --out DIR --quick --profile --threads N --memory-limit SIZE\n"
+           "  --warmup N --seq N --out DIR --quick --profile --threads N --memory-limit SIZE --gpu-memory-limit SIZE\n"
            "  --vs-pytorch [--pytorch-script PATH] [--python PYTHON]\n"
            "  --cudnn-benchmark  time cuDNN's convolution algorithms per shape (PyTorch's cudnn.benchmark, both "
            "sides)\n";

@@ -210,7 +210,8 @@ class BertForMaskedLMImpl : public nn::Module {
   static Tensor loss(const Tensor& logits, const Tensor& labels);
   // The same loss without the logits of unlabelled positions: only the labelled hidden states go
   // through cls (MLM labels ~15% of tokens, so the [., V] decoder matmul and softmax shrink ~7x).
-  // Equal to loss(forward(...), labels) up to float rounding.
+  // Equal to loss(forward(...), labels) up to float rounding. The labelled positions are found on
+  // the host: labels on the CPU (on any device; a GPU's are read back, waiting for it) save a wait.
   Tensor masked_lm_loss(const Tensor& input_ids, const Tensor& labels, const Tensor& attention_mask = {},
                         const Tensor& token_type_ids = {});
 

@@ -47,9 +47,14 @@ struct TrainerOptions {
 // After each training step (on every process; samples are this process's).
 struct StepInfo {
   int64_t epoch, batch, batches, step;  // 0-based epoch and batch in it; step: steps completed
-  double loss;                          // 0 when the batch had nothing to learn from
+  // The batch's loss, a 0-dim tensor on the training device (detached); undefined when the batch
+  // had nothing to learn from. On a GPU reading it (loss_value(), item()) waits for the step to
+  // finish: a loop that reads it only now and then keeps the GPU busy while the host queues the
+  // next steps.
+  Tensor loss;
   double lr;                            // the learning rate the step used (the first param group's)
   int64_t samples;                      // the batch's size: images, or (masked LM) tokens that are not padding
+  double loss_value() const { return loss.defined() ? loss.item<double>() : 0.0; }  // 0 without one
 };
 
 // An evaluation on held-out data. Each task fills the measures it has. With several processes,
