@@ -12,6 +12,10 @@ The workloads are the seed's, as Kiln runs them (tools/kiln/bench*.cpp, bench/be
     over the logits at every position (HF's forward; --mlm sparse runs the head on the labelled
     positions only, like Kiln's masked_lm_loss), backward, AdamW (lr 1e-4, weight decay 0.01);
     eval step = forward under no_grad in eval().
+  sdpa: torch.nn.functional.scaled_dot_product_attention alone at BERT-base's shapes (q, k, v
+    [batch, 12 heads, seq, 64], no mask, created in the run's dtype: float32, bfloat16 or
+    float16); train step = forward and backward of a fixed random output gradient (no
+    optimizer); eval step = forward under no_grad.
   bf16: torch.autocast(device, torch.bfloat16) around forward and loss, float32 master weights and
     optimizer; fp16 (CUDA only): the same with float16 and a GradScaler for training; tf32 (CUDA
     only): float32 with torch.backends.cuda.matmul.allow_tf32 = True (fp32 keeps PyTorch's defaults).
@@ -99,7 +103,7 @@ def device_arg(text):
 def parse_args(argv):
     p = OneLineParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True,
-                   help="resnet50, vgg16, any torchvision classification model, bert-tiny|mini|small|base")
+                   help="resnet50, vgg16, any torchvision classification model, bert-tiny|mini|small|base, sdpa")
     p.add_argument("--mode", default="train", choices=["train", "eval"])
     p.add_argument("--device", default="cpu", type=device_arg, help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "tf32", "bf16", "fp16"])
@@ -107,7 +111,7 @@ def parse_args(argv):
     p.add_argument("--steps", type=positive, default=5, help="timed steps")
     p.add_argument("--warmup", type=non_negative, default=2, help="untimed steps first (at least one is run)")
     p.add_argument("--threads", type=positive, help="CPU threads (torch.set_num_threads); default: torch's")
-    p.add_argument("--seq", type=positive, default=128, help="BERT sequence length")
+    p.add_argument("--seq", type=positive, default=128, help="BERT's and sdpa's sequence length")
     p.add_argument("--image-size", type=positive, default=224, help="CNN image side")
     p.add_argument("--mlm", default="full", choices=["full", "sparse"],
                    help="BERT train loss: logits at every position (HF) or at the labelled ones only")
@@ -122,7 +126,7 @@ def parse_args(argv):
     if a.is_bert and a.seq > BERT_MAX_SEQ:
         die(2, f"error: --seq {a.seq} is longer than BERT's {BERT_MAX_SEQ} positions")
     if a.batch is None:
-        a.batch = 64 if a.is_bert or a.model.startswith("vgg") else 128
+        a.batch = 64 if a.is_bert or a.model == "sdpa" or a.model.startswith("vgg") else 128
     return a
 
 
@@ -231,9 +235,37 @@ def make_bert(torch, a, device):
         "mlm": a.mlm if a.mode == "train" else None}
 
 
+SDPA_HEADS, SDPA_HEAD_DIM = 12, 64  # BERT-base's attention
+
+
+def make_sdpa_step(torch, a, device):
+    """The attention alone (kiln bench's "sdpa" workload): its step function and extra fields."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.dtype, torch.float32)
+    if a.dtype == "tf32":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    shape = (a.batch, SDPA_HEADS, a.seq, SDPA_HEAD_DIM)
+    train = a.mode == "train"
+    q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=train) for _ in range(3))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    if train:
+        grad = torch.randn(shape, device=device, dtype=dtype)
+
+        def step():
+            for x in (q, k, v):
+                x.grad = None
+            sdpa(q, k, v).backward(grad)
+    else:
+        def step():
+            with torch.no_grad():
+                sdpa(q, k, v)
+    return step, {"seq": a.seq, "optimizer": "none"}
+
+
 def make_step(torch, a, device):
     """The model, data and optimizer as one step function, plus the run's extra JSON fields."""
     torch.manual_seed(0)
+    if a.model == "sdpa":
+        return make_sdpa_step(torch, a, device)
     make = make_bert if a.is_bert else make_cnn
     model, opt, loss_fn, forward, extra = make(torch, a, device)
     amp_dtype = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]

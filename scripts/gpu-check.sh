@@ -6,7 +6,8 @@
 # (KILN_SHADOW=cpu) of ResNet-18, VGG-11-BN and BERT-tiny, the main job (the small CNN on
 # Fashion-MNIST) for one epoch, the MLM job for 50 steps and kiln train on the device it picks,
 # all with KILN_FALLBACK=error, then kiln bench for the seed's three models on cuda in bf16
-# beside PyTorch on the same GPU (--vs-pytorch), a profiled evaluation step, the three models on
+# beside PyTorch on the same GPU (--vs-pytorch), a profiled evaluation step, the fused attention
+# beside PyTorch's SDPA, the three models on
 # the CPU (with oneDNN only), ResNet-50 at batch 256 and BERT-base at 128, ResNet-50's evaluation
 # at batch 1 beside PyTorch's, a run past --gpu-memory-limit, the CNN evaluations with cuDNN's
 # benchmark mode, and the seed's models in fp32.
@@ -196,6 +197,10 @@ bench_cuda bf16
 # first H200, 14.7 ms a batch whatever the model in bf16): one profiled step each.
 stage profile_eval bench.log 90 env KILN_FALLBACK=error "$kiln" bench --models vgg16,bert-base --modes eval --devices cuda \
   --dtypes bf16 --warmup 1 --steps 1 --profile --out "$work/bench-profile"
+# The fused attention alone at BERT-base's shapes beside PyTorch's SDPA (issue 13: at least its
+# speed), forward and backward.
+stage bench_sdpa bench.log 90 env KILN_FALLBACK=error "$kiln" bench --models sdpa --devices cuda --dtypes bf16,fp32 \
+  --warmup 2 --steps 10 --vs-pytorch --out "$work/bench-sdpa"
 # The same workloads on this machine's CPU for the GPU's speed-up (the seed's figure), with oneDNN
 # only: without it (47 s a BERT-base step at batch 8 on the first H200 machine) it says nothing.
 if grep -q "oneDNN:   not built" "$summary"; then
@@ -237,7 +242,7 @@ cp "$work/bench-bf16/chart.svg" "$out/chart.svg" 2>/dev/null
   echo
   echo '```'
   grep -h "test accuracy" "$out/train.log" 2>/dev/null
-  grep -h "^model \|^resnet50 \|^bert-base \|^vgg16 " "$out/bench.log" 2>/dev/null
+  grep -h "^model \|^resnet50 \|^bert-base \|^vgg16 \|^sdpa " "$out/bench.log" 2>/dev/null
   echo '```'
 } >>"$summary"
 

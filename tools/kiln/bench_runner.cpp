@@ -140,7 +140,7 @@ std::string to_json(const RunResult& r, const Environment& env) {
   field("device_name", str(r.device_name));
   field("dtype", str(s.dtype));
   field("batch", std::to_string(s.batch));
-  if (is_bert(s.model)) field("seq", std::to_string(s.seq));
+  if (takes_seq(s.model)) field("seq", std::to_string(s.seq));
   field("optimizer", str(r.optimizer));
   field("warmup", std::to_string(s.warmup));
   field("steps", std::to_string(s.steps));

@@ -40,7 +40,7 @@ std::string run_peer(const SuiteOptions& o, const RunSpec& s, int threads, std::
                     s.mode + " --device " + quote(s.device) + " --dtype " + s.dtype +
                     " --batch " + std::to_string(s.batch) + " --steps " + std::to_string(s.steps) + " --warmup " +
                     std::to_string(s.warmup) + " --threads " + std::to_string(threads);
-  if (is_bert(s.model)) cmd += " --seq " + std::to_string(s.seq);
+  if (takes_seq(s.model)) cmd += " --seq " + std::to_string(s.seq);
   if (o.cudnn_benchmark) cmd += " --cudnn-benchmark";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) {
@@ -84,7 +84,7 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
 }  // namespace
 
 int64_t default_batch(const std::string& model, bool quick) {
-  if (quick) return is_bert(model) || model.rfind("vgg", 0) == 0 ? 2 : 4;
+  if (quick) return takes_seq(model) || model.rfind("vgg", 0) == 0 ? 2 : 4;
   return model == "resnet50" ? 128 : 64;
 }
 

@@ -87,15 +87,41 @@ Workload bert_workload(const WorkloadOptions& o) {
           },
           "adamw"};
 }
+// BERT-base's attention: 12 heads of 64.
+constexpr int64_t kSdpaHeads = 12, kSdpaHeadDim = 64;
+
+Workload sdpa_workload(const WorkloadOptions& o) {
+  KILN_CHECK(o.seq >= 1, "kiln bench", "--seq must be at least 1, got ", o.seq);
+  const ScalarType t = o.dtype == "bf16" ? kBFloat16 : o.dtype == "fp16" ? kFloat16 : kFloat32;
+  const Shape shape{o.batch, kSdpaHeads, o.seq, kSdpaHeadDim};
+  const bool train = o.mode == "train";
+  auto input = [&] { return randn(shape).to(t).to(o.device).requires_grad_(train); };
+  Tensor q = input(), k = input(), v = input();
+  if (!train) {
+    return {[q, k, v] {
+              NoGradGuard ng;
+              scaled_dot_product_attention(q, k, v);
+            },
+            "none"};
+  }
+  Tensor grad = randn(shape).to(t).to(o.device);
+  return {[q, k, v, grad] {
+            for (Tensor x : {q, k, v}) x.set_grad(Tensor());  // as PyTorch's peer: set to none
+            scaled_dot_product_attention(q, k, v).backward(grad);
+          },
+          "none"};
+}
 }  // namespace
 
 bool is_bert(const std::string& model) {
   return model == "bert-tiny" || model == "bert-mini" || model == "bert-small" || model == "bert-base";
 }
 
+bool takes_seq(const std::string& model) { return is_bert(model) || model == "sdpa"; }
+
 void check_model(const std::string& model) {
-  if (is_bert(model) || is_cnn(model)) return;
-  std::string known = "bert-tiny, bert-mini, bert-small, bert-base";
+  if (takes_seq(model) || is_cnn(model)) return;
+  std::string known = "sdpa, bert-tiny, bert-mini, bert-small, bert-base";
   for (const auto& n : models::model_names()) known += ", " + n;
   KILN_FAIL("kiln bench", "unknown model '", model, "'; known models: ", known);
 }
@@ -105,6 +131,7 @@ Workload make_workload(const WorkloadOptions& o) {
   KILN_CHECK(o.mode == "train" || o.mode == "eval", "kiln bench", "unknown mode '", o.mode, "' (train or eval)");
   KILN_CHECK(o.batch >= 1, "kiln bench", "batch must be at least 1, got ", o.batch);
   manual_seed(0);
+  if (o.model == "sdpa") return sdpa_workload(o);
   return is_bert(o.model) ? bert_workload(o) : cnn_workload(o);
 }
 

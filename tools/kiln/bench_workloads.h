@@ -13,6 +13,8 @@ namespace kiln::cli::bench {
 
 // True for the BERT presets bench knows (bert-tiny, bert-mini, bert-small, bert-base).
 bool is_bert(const std::string& model);
+// True for the workloads with a sequence length (--seq): BERT and "sdpa".
+bool takes_seq(const std::string& model);
 // Throws kiln::Error "[kiln bench] unknown model ..." listing the known names.
 void check_model(const std::string& model);
 
@@ -21,7 +23,7 @@ struct WorkloadOptions {
   std::string mode;   // "train" or "eval"
   Device device;
   int64_t batch = 1;
-  int64_t seq = 128;  // BERT only
+  int64_t seq = 128;           // BERT and sdpa only
   std::string dtype = "fp32";  // fp16 training steps use a GradScaler (as PyTorch's peer does)
 };
 
@@ -30,7 +32,10 @@ struct WorkloadOptions {
 // cross-entropy, backward, SGD (lr 0.01, momentum 0.9, weight decay 1e-4); eval = forward under
 // NoGradGuard with model.eval(). BERT: BertForMaskedLM on random token ids, 15% of the positions
 // labelled; train = the MLM loss on the full logits (as Hugging Face's BertForMaskedLM computes it)
-// + backward + AdamW (lr 1e-4, weight decay 0.01); eval = forward under NoGradGuard.
+// + backward + AdamW (lr 1e-4, weight decay 0.01); eval = forward under NoGradGuard. "sdpa": the
+// fused attention alone at BERT-base's shapes (q, k, v [batch, 12 heads, seq, 64], no mask, in
+// the run's dtype: float32, or bfloat16/float16 for bf16/fp16); train = forward and backward
+// (no optimizer), eval = forward under NoGradGuard.
 struct Workload {
   std::function<void()> step;
   std::string optimizer;  // "sgd", "adamw" or "none"

@@ -28,6 +28,7 @@ const char* usage(const std::string& command) {
     return "usage: kiln bench [options]\n"
            "  Times training and evaluation steps (default: resnet50, bert-base, vgg16; train and eval; cpu and\n"
            "  every cuda:N; fp32) and writes DIR/results.jsonl and DIR/chart.svg.\n"
+           "  models: resnet18/34/50/101, vgg*, small_cnn, bert-tiny/mini/small/base, sdpa (the attention alone)\n"
            "  --models A,B --modes train,eval --devices cpu,cuda:0 --dtypes fp32,tf32,bf16,fp16 --batch N --steps N\n"
            "  --warmup N --seq N --out DIR --quick --profile --threads N --memory-limit SIZE --gpu-memory-limit SIZE\n"
            "  --vs-pytorch [--pytorch-script PATH] [--python PYTHON]\n"
