@@ -6,8 +6,9 @@
 # (KILN_SHADOW=cpu) of ResNet-18, VGG-11-BN and BERT-tiny, the main job (the small CNN on
 # Fashion-MNIST) for one epoch, the MLM job for 50 steps and kiln train on the device it picks,
 # all with KILN_FALLBACK=error, then kiln bench for the seed's three models on cuda in bf16
-# beside PyTorch on the same GPU (--vs-pytorch), a profiled evaluation step, the fused attention
-# beside PyTorch's SDPA, the three models on
+# beside PyTorch on the same GPU (--vs-pytorch), a profiled evaluation step, the convolutions
+# through cuDNN's graph API (tests, and ResNet-50 and VGG-16 timed), the fused attention beside
+# PyTorch's SDPA, the three models on
 # the CPU (with oneDNN only), ResNet-50 at batch 256 and BERT-base at 128, ResNet-50's evaluation
 # at batch 1 beside PyTorch's, a run past --gpu-memory-limit, the CNN evaluations with cuDNN's
 # benchmark mode, and the seed's models in fp32.
@@ -197,6 +198,13 @@ bench_cuda bf16
 # first H200, 14.7 ms a batch whatever the model in bf16): one profiled step each.
 stage profile_eval bench.log 90 env KILN_FALLBACK=error "$kiln" bench --models vgg16,bert-base --modes eval --devices cuda \
   --dtypes bf16 --warmup 1 --steps 1 --profile --out "$work/bench-profile"
+# cuDNN's graph API for the convolutions (KILN_CUDNN_API=graph; not the default until it has run
+# here): the convolution tests, then the CNNs timed with it, beside bench_cuda_bf16's legacy-API
+# rows. A geometry no engine takes is a warning (the legacy API runs it), listed in summary.md.
+stage cudnn_graph_tests cuda_tests.log 120 env KILN_CUDNN_API=graph build-gpu/tests/kiln_tests \
+  --gtest_filter='CudaConv.*:Cuda.ResNet18*:Threads.*'
+stage bench_cudnn_graph bench.log 90 env KILN_FALLBACK=error KILN_CUDNN_API=graph "$kiln" bench --models resnet50,vgg16 \
+  --devices cuda --dtypes bf16 --warmup 1 --steps 3 --out "$work/bench-cudnn-graph"
 # The fused attention alone at BERT-base's shapes beside PyTorch's SDPA (issue 13: at least its
 # speed), forward and backward.
 stage bench_sdpa bench.log 90 env KILN_FALLBACK=error "$kiln" bench --models sdpa --devices cuda --dtypes bf16,fp32 \
@@ -250,7 +258,7 @@ cp "$work/bench-bf16/chart.svg" "$out/chart.svg" 2>/dev/null
   echo
   echo "Total: $((SECONDS - t0)) s. Shadow-mode mismatches and fallbacks, if any:"
   echo '```'
-  grep -h "^kiln: shadow:\|fallback\|warning" "$out"/train.log 2>/dev/null | head -20
+  grep -h "^kiln: shadow:\|fallback\|warning" "$out"/train.log "$out"/bench.log 2>/dev/null | sort | uniq -c | head -20
   grep -h "^\[  FAILED\|tests ran\|PASSED\|SKIPPED" "$out"/cuda_tests.log 2>/dev/null | head -30
   echo '```'
 } >>"$summary"

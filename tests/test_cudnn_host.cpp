@@ -1,7 +1,8 @@
 // The host-side decisions of the cuDNN convolutions (src/backend/cuda/conv_plan.h), without a GPU
 // or cuDNN: which layout a call runs in, which operands are copied dense first (checked against
 // Tensor::is_contiguous on real tensors), the math types, a plan key that tells apart any two
-// calls differing in one size or attribute, and the order in which ranked algorithms are tried.
+// calls differing in one size or attribute, and the order in which ranked algorithms (and the
+// graph API's engines) are tried.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -177,6 +178,28 @@ TEST(CudnnHost, CandidatesKeepCudnnsOrderDeterministicFirst) {
 
   EXPECT_TRUE(cp::select_candidates({}, kFloat32, true, 1000, workspace).empty());
   EXPECT_TRUE(cp::select_candidates({{0, false, true, Math::Default}}, kFloat32, true, 1000, workspace).empty());
+}
+
+// The graph API's engines under the legacy path's rules: float32 takes TF32 engines only when
+// allowed and never down-converted inputs; 16-bit types never sum in 16 bits; deterministic first.
+TEST(CudnnHost, GraphEnginesFollowTheLegacyRulesDeterministicFirst) {
+  const cp::EngineNotes plain{}, tf32{.tensor_core = true}, down{.tensor_core = true, .down_convert = true},
+      half_sum{.tensor_core = true, .reduced_precision_reduction = true}, racy{.nondeterministic = true},
+      racy_tc{.tensor_core = true, .nondeterministic = true};
+  EXPECT_TRUE(cp::engine_allowed(kFloat32, false, plain));
+  EXPECT_FALSE(cp::engine_allowed(kFloat32, false, tf32));
+  EXPECT_TRUE(cp::engine_allowed(kFloat32, true, tf32));
+  EXPECT_FALSE(cp::engine_allowed(kFloat32, true, down));
+  for (ScalarType t : {kFloat16, kBFloat16}) {
+    EXPECT_TRUE(cp::engine_allowed(t, false, tf32));
+    EXPECT_TRUE(cp::engine_allowed(t, false, down));
+    EXPECT_FALSE(cp::engine_allowed(t, true, half_sum));
+  }
+  const std::vector<cp::EngineNotes> ranked{racy, tf32, down, plain, racy_tc, half_sum};
+  EXPECT_EQ(cp::engine_order(kFloat32, true, ranked), (std::vector<size_t>{1, 3, 5, 0, 4}));
+  EXPECT_EQ(cp::engine_order(kFloat32, false, ranked), (std::vector<size_t>{3, 0}));
+  EXPECT_EQ(cp::engine_order(kBFloat16, false, ranked), (std::vector<size_t>{1, 2, 3, 0, 4}));
+  EXPECT_TRUE(cp::engine_order(kFloat32, false, {tf32, down}).empty());
 }
 
 TEST(CudnnHost, LegacyApiLimitsAreIntRange) {

@@ -1,4 +1,5 @@
-// CUDA conv2d, its input gradient and its weight gradient through cuDNN's convolution API: the
+// CUDA conv2d, its input gradient and its weight gradient through cuDNN's convolution API (or,
+// with KILN_CUDNN_API=graph, its graph API first: conv_graph.h): the
 // operands of a call dense in one layout (channels-last; NCHW for float64), the algorithm from
 // cuDNN's heuristics (or timed, with kiln::cudnn::set_benchmark) chosen once per geometry, the
 // bias added by our elementwise kernel and its gradient summed by our reduction kernel.
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/conv_graph.h"
 #include "backend/cuda/conv_plan.h"
 #include "backend/cuda/cudnn.h"
 #include "backend/cuda/epilogue.h"
@@ -43,14 +45,11 @@ constexpr size_t kWorkspaceLimit = size_t{1} << 30;
 // the error when every layout and algorithm is refused.
 thread_local std::string t_last_refusal;
 
-// A refusal (cudnn_unsupported) while describing, ranking or running means "not in this layout"
-// or "not this algorithm": the caller tries the next. So does a BAD_PARAM, which the legacy API
-// gives for some layout/math/algorithm combinations it does not take (a real mistake of ours
-// is refused by every candidate and still ends in the error naming the last refusal). Any other
-// failure is an error that names the call.
+// A refusal while describing, ranking or running means "not in this layout" or "not this
+// algorithm": the caller tries the next (a real mistake of ours is refused by every candidate and
+// still ends in the error naming the last refusal). Any other failure is an error naming the call.
 bool usable(cudnnStatus_t st, const char* call) {
-  if (st == CUDNN_STATUS_SUCCESS) return true;
-  if (!cudnn_unsupported(st) && CUDNN_STATUS_CATEGORY(st) != CUDNN_STATUS_BAD_PARAM) cudnn_fail(call, st);
+  if (cudnn_accepts(st, call)) return true;
   t_last_refusal = cudnn_message(call, st);
   return false;
 }
@@ -391,6 +390,19 @@ void run_conv(const Conv& c, cudaStream_t stream) {
   try {
     CudnnHandle handle(device, stream);
     const cudnnHandle_t h = handle.get();
+    // KILN_CUDNN_API=graph: cuDNN's graph API first (heuristics only: benchmark mode times the
+    // legacy algorithms), channels-last; the legacy path below where it has no engine.
+    if (!bench && t != kFloat64 && graph_api_enabled()) {
+      const Operands o = prepare(c, Layout::NHWC);
+      GraphConv g{c.kind, t, Layout::NHWC, dims_of(c.x), dims_of(c.w), dims_of(c.y)};
+      g.xp = o.x.data_ptr(), g.wp = o.w.data_ptr(), g.yp = o.y.data_ptr();
+      g.attrs = c.attrs;
+      g.allow_tf32 = tf32;
+      if (run_conv_graph(h, g, key)) {
+        finish(c, o);
+        return;
+      }
+    }
     if (const std::shared_ptr<const Plan> plan = cached_plan(key)) {
       Descriptors d;
       if (set_descriptors(d, c, plan->layout, base)) {

@@ -146,6 +146,31 @@ std::vector<Candidate> select_candidates(const std::vector<Ranked>& ranked, Scal
   return first;
 }
 
+// What cuDNN's graph API says of an engine (its numerical notes) that decides whether Kiln runs it.
+struct EngineNotes {
+  bool tensor_core = false;                  // TF32 for float32 inputs
+  bool down_convert = false;                 // inputs converted to a narrower type first
+  bool reduced_precision_reduction = false;  // sums kept in the 16-bit type
+  bool nondeterministic = false;
+};
+
+// The legacy path's rules for the graph API's engines: float32 uses tensor cores (TF32) only when
+// allowed and is never converted down; float16/bfloat16 multiply in their type but sum in float32.
+inline bool engine_allowed(ScalarType t, bool allow_tf32, const EngineNotes& n) {
+  if (t == kFloat32) return !n.down_convert && (allow_tf32 || !n.tensor_core);
+  return !n.reduced_precision_reduction;
+}
+
+// The order to try the heuristics' engine configs in (their indices): the allowed ones, the
+// deterministic first, each group in cuDNN's order (as select_candidates does for algorithms).
+inline std::vector<size_t> engine_order(ScalarType t, bool allow_tf32, const std::vector<EngineNotes>& notes) {
+  std::vector<size_t> first, later;
+  for (size_t i = 0; i < notes.size(); ++i)
+    if (engine_allowed(t, allow_tf32, notes[i])) (notes[i].nondeterministic ? later : first).push_back(i);
+  first.insert(first.end(), later.begin(), later.end());
+  return first;
+}
+
 // cuDNN's legacy API takes sizes, strides and attributes as int: larger problems run on the CPU.
 inline bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 inline bool attrs_fit(const ConvAttrs& a) {

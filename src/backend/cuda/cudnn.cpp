@@ -32,6 +32,12 @@ std::string cudnn_message(const char* call, cudnnStatus_t status) {
 
 void cudnn_fail(const char* call, cudnnStatus_t status) { KILN_FAIL("cudnn", cudnn_message(call, status)); }
 
+bool cudnn_accepts(cudnnStatus_t status, const char* call) {
+  if (status == CUDNN_STATUS_SUCCESS) return true;
+  if (!cudnn_unsupported(status) && CUDNN_STATUS_CATEGORY(status) != CUDNN_STATUS_BAD_PARAM) cudnn_fail(call, status);
+  return false;
+}
+
 CudnnHandle::CudnnHandle(int device, cudaStream_t stream) : device_(device) {
   HandlePool& pool = g_pools[static_cast<size_t>(device)];
   {

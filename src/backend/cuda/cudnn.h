@@ -33,6 +33,11 @@ inline bool cudnn_unsupported(cudnnStatus_t s) {
   }
 }
 
+// A call's status: true on success; false for a refusal of this case (cudnn_unsupported, or a
+// BAD_PARAM, which cuDNN gives for layout/math/algorithm or engine combinations it does not take:
+// the caller tries another); anything else throws naming the call.
+bool cudnn_accepts(cudnnStatus_t status, const char* call);
+
 }  // namespace kiln::backend::cuda
 
 #define KILN_CUDNN_CHECK(expr)                                                                    \
