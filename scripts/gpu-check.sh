@@ -215,7 +215,7 @@ if grep -q "oneDNN:   not built" "$summary"; then
   printf '| bench_cpu | skipped: no oneDNN in this build |  |\n' >>"$summary"
 else
   stage bench_cpu bench.log 150 "$kiln" bench --models resnet50,bert-base,vgg16 --devices cpu --dtypes fp32 --warmup 1 \
-    --steps 2 --out "$work/bench-cpu"
+    --steps 1 --out "$work/bench-cpu"
 fi
 # The large batches (they must fit where PyTorch's do): one training step each, the peak
 # allocator bytes in the JSON lines.
