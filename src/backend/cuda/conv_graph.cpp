@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -104,41 +105,41 @@ Desc convolution(const ConvAttrs& a) {
   return c;
 }
 
+// The operation's descriptor type and its attributes for x, w, y (or their gradients), the
+// convolution, alpha and beta, per conv_plan::Kind.
+struct OperationAttrs {
+  cudnnBackendDescriptorType_t type;
+  cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+};
+constexpr OperationAttrs kOperations[] = {
+    {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
+    {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
+    {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
+};
+
+static_assert(static_cast<int>(cp::Kind::BackwardFilter) == 2 && std::size(kOperations) == 3);
+
 // The operation: y = conv(x, w), dx = conv_data(dy, w) or dw = conv_filter(x, dy); groups follow
 // from the channel counts (w's C_in / groups against x's C_in).
 Desc operation(cp::Kind k, const Desc& x, const Desc& w, const Desc& y, const Desc& conv) {
+  const OperationAttrs& a = kOperations[static_cast<int>(k)];
   const float alpha = 1.0f, beta = 0.0f;
-  switch (k) {
-    case cp::Kind::Forward: {
-      Desc op(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-      op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x);
-      op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w);
-      op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y);
-      op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv);
-      op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, &alpha);
-      op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, &beta);
-      return op;
-    }
-    case cp::Kind::BackwardData: {
-      Desc op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
-      op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, x);
-      op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, w);
-      op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, y);
-      op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv);
-      op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, &alpha);
-      op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, &beta);
-      return op;
-    }
-    case cp::Kind::BackwardFilter:
-      break;
-  }
-  Desc op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
-  op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, x);
-  op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, w);
-  op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, y);
-  op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv);
-  op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, &alpha);
-  op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, &beta);
+  Desc op(a.type);
+  op.set_desc(a.x, x);
+  op.set_desc(a.w, w);
+  op.set_desc(a.y, y);
+  op.set_desc(a.conv, conv);
+  op.set(a.alpha, CUDNN_TYPE_FLOAT, &alpha);
+  op.set(a.beta, CUDNN_TYPE_FLOAT, &beta);
   return op;
 }
 
