@@ -1,7 +1,9 @@
 // Fused scaled_dot_product_attention: forward against a float64 loop, gradients, dropout, errors.
 #include <cmath>
 #include <limits>
+#include <vector>
 
+#include "backend/cpu/attention_tile.h"
 #include "test_util.h"
 
 namespace {
@@ -229,6 +231,41 @@ TEST(Attention, Gradcheck) {
         {q, k, v}))
         << "q " << r.q << " causal " << r.causal;
   }
+}
+
+// The CPU kernels' tile products in both register shapes (AVX-512's 4 x 4 tiles of 64-byte
+// vectors, AVX2's 4 x 2 of 32-byte ones; a machine runs one of them), on odd row counts, partial
+// column groups, both read orders of A and accumulation, against a double loop.
+template <class T, int R, int NV, int W>
+void check_tile_product() {
+  namespace attn = kiln::backend::cpu::attn;
+  for (const bool transposed : {false, true}) {
+    for (const bool accumulate : {false, true}) {
+      const int64_t M = 7, K = 5, N = 3 * attn::kLanes<T>;  // N: a multiple of the 64-byte lanes
+      std::vector<T> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(K * N)), c(static_cast<size_t>(M * N));
+      for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<T>(std::sin(0.7 * static_cast<double>(i)));
+      for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<T>(std::cos(0.3 * static_cast<double>(i)));
+      for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<T>(0.5 * static_cast<double>(i % 7));
+      const std::vector<T> c0 = c;
+      // A(r, t) at a[r * ar + t * at]: row-major (ar = K, at = 1) or its transpose (ar = 1, at = M).
+      const int64_t ar = transposed ? 1 : K, at = transposed ? M : 1;
+      attn::gemm_tiles<T, R, NV, W>(a.data(), ar, at, M, b.data(), N, K, N, c.data(), N, accumulate);
+      for (int64_t r = 0; r < M; ++r)
+        for (int64_t j = 0; j < N; ++j) {
+          double want = accumulate ? static_cast<double>(c0[static_cast<size_t>(r * N + j)]) : 0.0;
+          for (int64_t t = 0; t < K; ++t)
+            want += static_cast<double>(a[static_cast<size_t>(r * ar + t * at)]) * b[static_cast<size_t>(t * N + j)];
+          EXPECT_NEAR(c[static_cast<size_t>(r * N + j)], want, 1e-5) << r << " " << j << " " << transposed;
+        }
+    }
+  }
+}
+
+TEST(Attention, TileProductsOfBothRegisterShapesMatchALoop) {
+  check_tile_product<float, 4, 4, 64>();
+  check_tile_product<float, 4, 2, 32>();
+  check_tile_product<double, 4, 4, 64>();
+  check_tile_product<double, 4, 2, 32>();
 }
 
 }  // namespace

@@ -10,67 +10,87 @@
 
 namespace kiln::backend::cpu::attn {
 
-// One 64-byte vector (16 floats or 8 doubles): one AVX-512 register; the compiler splits it
-// on narrower instruction sets.
-template <class T> struct VecOf;
-template <> struct VecOf<float> { using type = float __attribute__((vector_size(64))); };
-template <> struct VecOf<double> { using type = double __attribute__((vector_size(64))); };
-template <class T> using Vec = typename VecOf<T>::type;
-template <class T> inline constexpr int kLanes = static_cast<int>(64 / sizeof(T));
+// One W-byte vector (by default 64: 16 floats or 8 doubles, one AVX-512 register). GCC lowers a
+// 64-byte vector on AVX2 through the stack, so there the tile products use 32-byte ones.
+template <class T, int W>
+struct VecOf {
+  typedef T type __attribute__((vector_size(W)));
+};
+template <class T, int W = 64> using Vec = typename VecOf<T, W>::type;
+template <class T, int W = 64> inline constexpr int kLanes = static_cast<int>(W / sizeof(T));
 
-template <class T> KILN_VEC_INLINE Vec<T> loadu(const T* p) {
-  Vec<T> v;
+template <class T, int W = 64> KILN_VEC_INLINE Vec<T, W> loadu(const T* p) {
+  Vec<T, W> v;
   __builtin_memcpy(&v, p, sizeof v);
   return v;
 }
-template <class T> KILN_VEC_INLINE void storeu(T* p, Vec<T> v) { __builtin_memcpy(p, &v, sizeof v); }
+template <class T, int W = 64> KILN_VEC_INLINE void storeu(T* p, Vec<T, W> v) { __builtin_memcpy(p, &v, sizeof v); }
 
 // c[r][0, NV lanes) (+)= sum_t a[r ar + t at] * b[t ldb + 0, NV lanes): R rows of c stay in
 // registers while b's rows stream past, each a value broadcast once. a's two strides let one
 // kernel read a tile (at = 1) or its transpose (ar = 1).
-template <class T, int R, int NV>
+template <class T, int R, int NV, int W>
 KILN_VEC_INLINE void micro(const T* a, int64_t ar, int64_t at, const T* b, int64_t ldb, int64_t K, T* c,
                            int64_t ldc, bool accumulate) {
-  constexpr int L = kLanes<T>;
-  Vec<T> x[R][NV];
+  constexpr int L = kLanes<T, W>;
+  Vec<T, W> x[R][NV];
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) x[r][v] = accumulate ? loadu(c + r * ldc + v * L) : Vec<T>{};
+    for (int v = 0; v < NV; ++v) x[r][v] = accumulate ? loadu<T, W>(c + r * ldc + v * L) : Vec<T, W>{};
   for (int64_t t = 0; t < K; ++t) {
-    Vec<T> bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = loadu(b + t * ldb + v * L);
+    Vec<T, W> bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = loadu<T, W>(b + t * ldb + v * L);
     for (int r = 0; r < R; ++r) {
       const T s = a[r * ar + t * at];
       for (int v = 0; v < NV; ++v) x[r][v] += s * bv[v];
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) storeu(c + r * ldc + v * L, x[r][v]);
+    for (int v = 0; v < NV; ++v) storeu<T, W>(c + r * ldc + v * L, x[r][v]);
 }
 
-template <class T, int R>
+template <class T, int R, int W>
 KILN_VEC_INLINE void micro_nv(int nv, const T* a, int64_t ar, int64_t at, const T* b, int64_t ldb, int64_t K, T* c,
                               int64_t ldc, bool accumulate) {
   switch (nv) {
-    case 1: micro<T, R, 1>(a, ar, at, b, ldb, K, c, ldc, accumulate); break;
-    case 2: micro<T, R, 2>(a, ar, at, b, ldb, K, c, ldc, accumulate); break;
-    case 3: micro<T, R, 3>(a, ar, at, b, ldb, K, c, ldc, accumulate); break;
-    default: micro<T, R, 4>(a, ar, at, b, ldb, K, c, ldc, accumulate); break;
+    case 1: micro<T, R, 1, W>(a, ar, at, b, ldb, K, c, ldc, accumulate); break;
+    case 2: micro<T, R, 2, W>(a, ar, at, b, ldb, K, c, ldc, accumulate); break;
+    case 3: micro<T, R, 3, W>(a, ar, at, b, ldb, K, c, ldc, accumulate); break;
+    default: micro<T, R, 4, W>(a, ar, at, b, ldb, K, c, ldc, accumulate); break;
   }
 }
 
+// Tiles of R rows by up to NV W-byte vectors of C.
+template <class T, int R, int NV, int W>
+KILN_VEC_INLINE void gemm_tiles(const T* a, int64_t ar, int64_t at, int64_t M, const T* b, int64_t ldb, int64_t K,
+                                int64_t N, T* c, int64_t ldc, bool accumulate) {
+  constexpr int L = kLanes<T, W>;
+  for (int64_t c0 = 0; c0 < N; c0 += NV * L) {
+    const int nv = static_cast<int>(std::min<int64_t>(NV, (N - c0) / L));
+    int64_t r = 0;
+    for (; r + R <= M; r += R)
+      micro_nv<T, R, W>(nv, a + r * ar, ar, at, b + c0, ldb, K, c + r * ldc + c0, ldc, accumulate);
+    for (; r < M; ++r) micro_nv<T, 1, W>(nv, a + r * ar, ar, at, b + c0, ldb, K, c + r * ldc + c0, ldc, accumulate);
+  }
+}
+
+// Whether the CPU has AVX-512 (32 registers of 64 bytes, which hold the 4 x 4 tile of 64-byte
+// vectors); elsewhere 4 x 2 tiles of 32-byte vectors (AVX2's 16 registers of 32 bytes).
+inline bool wide_vectors() {
+#if defined(__x86_64__)
+  static const bool wide = __builtin_cpu_supports("avx512f");
+  return wide;
+#else
+  return false;
+#endif
+}
+
 // C[M, N] (+)= A[M, K] B[K, N] with A(r, t) = a[r ar + t at], B row-major (ldb), N a multiple of
-// the lane count (the callers pad their tiles with zeros).
+// the (64-byte) lane count (the callers pad their tiles with zeros).
 template <class T>
 KILN_VEC_INLINE void gemm(const T* a, int64_t ar, int64_t at, int64_t M, const T* b, int64_t ldb, int64_t K, int64_t N,
                           T* c, int64_t ldc, bool accumulate) {
-  constexpr int L = kLanes<T>, R = 4;
-  for (int64_t c0 = 0; c0 < N; c0 += 4 * L) {
-    const int nv = static_cast<int>(std::min<int64_t>(4, (N - c0) / L));
-    int64_t r = 0;
-    for (; r + R <= M; r += R)
-      micro_nv<T, R>(nv, a + r * ar, ar, at, b + c0, ldb, K, c + r * ldc + c0, ldc, accumulate);
-    for (; r < M; ++r) micro_nv<T, 1>(nv, a + r * ar, ar, at, b + c0, ldb, K, c + r * ldc + c0, ldc, accumulate);
-  }
+  if (wide_vectors()) gemm_tiles<T, 4, 4, 64>(a, ar, at, M, b, ldb, K, N, c, ldc, accumulate);
+  else gemm_tiles<T, 4, 2, 32>(a, ar, at, M, b, ldb, K, N, c, ldc, accumulate);
 }
 
 // exp over n elements (n a multiple of the lane count) of x - sub, in place; returns their sum.
