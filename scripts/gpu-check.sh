@@ -31,7 +31,7 @@ sanitize=0
 [[ ${2:-} == --sanitize ]] && sanitize=1
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 summary="$out/summary.md"
 t0=$SECONDS
 budget=${GPU_CHECK_BUDGET:-500}
