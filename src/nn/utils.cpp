@@ -21,16 +21,15 @@ std::vector<Tensor> grads_of(const std::vector<Tensor>& parameters, const char* 
   return grads;
 }
 
-// Per-tensor norms, then the norm of those, on the first tensor's device, as torch's foreach
-// path: the tensors grouped by device and dtype, each group's norms in one kernel (rounded to
-// the group's dtype, as torch's are; mixed dtypes promote). Undefined: there are none.
-Tensor total_norm(const std::vector<Tensor>& tensors, double norm_type, bool error_if_nonfinite, const char* where) {
-  KILN_CHECK(norm_type >= 0, where, "norm_type must be >= 0 or inf, got ", norm_type);
-  if (tensors.empty()) return Tensor();
-  const std::vector<optim::detail::StepBucket> groups = optim::detail::bucket_by_device_and_dtype(tensors);
+using optim::detail::StepBucket;
+
+// Per-tensor norms, then the norm of those, on `device`, as torch's foreach path: the tensors
+// grouped by device and dtype (`groups`, not empty), each group's norms in one kernel (rounded to
+// the group's dtype, as torch's are; mixed dtypes promote).
+Tensor total_norm(const std::vector<StepBucket>& groups, Device device, double norm_type, bool error_if_nonfinite,
+                  const char* where) {
   ScalarType total_t = groups[0].dtype;
   for (const auto& group : groups) total_t = promote_types(total_t, group.dtype);
-  const Device device = tensors[0].device();
   std::vector<Tensor> norms;
   for (const auto& group : groups)
     norms.push_back(
@@ -44,12 +43,15 @@ Tensor total_norm(const std::vector<Tensor>& tensors, double norm_type, bool err
   return total;
 }
 
-// The coefficient stays a tensor of the total's dtype, so float32 gradients are scaled by the
-// same float32 number PyTorch computes.
-void scale_by_norm(const std::vector<Tensor>& grads, double max_norm, const Tensor& total, const char* where) {
+// Each group's tensors times min(max_norm / (total + 1e-6), 1). The coefficient stays a tensor
+// of the total's dtype, so float32 gradients are scaled by the same float32 number PyTorch computes.
+void scale_by_norm(const std::vector<StepBucket>& groups, double max_norm, const Tensor& total, const char* where) {
   const Tensor coef = clamp_max(max_norm / (total + 1e-6), 1.0);
-  for (const auto& group : optim::detail::bucket_by_device_and_dtype(grads))
-    optim::detail::foreach_mul_(group.tensors, coef.to(group.device), where);
+  for (const auto& group : groups) optim::detail::foreach_mul_(group.tensors, coef.to(group.device), where);
+}
+
+void check_norm_type(double norm_type, const char* where) {
+  KILN_CHECK(norm_type >= 0, where, "norm_type must be >= 0 or inf, got ", norm_type);
 }
 
 void check_max_norm(double max_norm, const char* where) {
@@ -62,23 +64,28 @@ double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
                        bool error_if_nonfinite) {
   const char* where = "clip_grad_norm_";
   check_max_norm(max_norm, where);
+  check_norm_type(norm_type, where);
   NoGradGuard no_grad;
   const std::vector<Tensor> grads = grads_of(parameters, where);
-  const Tensor total = total_norm(grads, norm_type, error_if_nonfinite, where);
-  if (!total.defined()) return 0.0;
+  if (grads.empty()) return 0.0;
+  const std::vector<StepBucket> groups = optim::detail::bucket_by_device_and_dtype(grads);
+  const Tensor total = total_norm(groups, grads[0].device(), norm_type, error_if_nonfinite, where);
   // On a GPU the scaling is queued before the total is read, so the device is not left idle
   // while the host launches it.
-  scale_by_norm(grads, max_norm, total, where);
+  scale_by_norm(groups, max_norm, total, where);
   return total.item<double>();
 }
 
 Tensor get_total_norm(const std::vector<Tensor>& tensors, double norm_type, bool error_if_nonfinite) {
+  const char* where = "get_total_norm";
+  check_norm_type(norm_type, where);
   NoGradGuard no_grad;
   std::vector<Tensor> defined;
   for (const Tensor& t : tensors)
     if (t.defined()) defined.push_back(t.detach());
-  const Tensor total = total_norm(defined, norm_type, error_if_nonfinite, "get_total_norm");
-  return total.defined() ? total : zeros({});
+  if (defined.empty()) return zeros({});
+  return total_norm(optim::detail::bucket_by_device_and_dtype(defined), defined[0].device(), norm_type,
+                    error_if_nonfinite, where);
 }
 
 void clip_grads_with_norm_(const std::vector<Tensor>& parameters, double max_norm, const Tensor& total_norm) {
@@ -90,7 +97,8 @@ void clip_grads_with_norm_(const std::vector<Tensor>& parameters, double max_nor
   NoGradGuard no_grad;
   const std::vector<Tensor> grads = grads_of(parameters, where);
   if (grads.empty()) return;
-  scale_by_norm(grads, max_norm, total_norm.detach().reshape({}).to(grads[0].device()), where);
+  scale_by_norm(optim::detail::bucket_by_device_and_dtype(grads), max_norm,
+                total_norm.detach().reshape({}).to(grads[0].device()), where);
 }
 
 void clip_grad_value_(const std::vector<Tensor>& parameters, double clip_value) {

@@ -87,12 +87,17 @@ Workload bert_workload(const WorkloadOptions& o) {
           },
           "adamw"};
 }
+// The 16-bit type a bench dtype computes in (bf16, fp16), or float32 (fp32, tf32).
+ScalarType compute_type(const std::string& dtype) {
+  return dtype == "bf16" ? kBFloat16 : dtype == "fp16" ? kFloat16 : kFloat32;
+}
+
 // BERT-base's attention: 12 heads of 64.
 constexpr int64_t kSdpaHeads = 12, kSdpaHeadDim = 64;
 
 Workload sdpa_workload(const WorkloadOptions& o) {
   KILN_CHECK(o.seq >= 1, "kiln bench", "--seq must be at least 1, got ", o.seq);
-  const ScalarType t = o.dtype == "bf16" ? kBFloat16 : o.dtype == "fp16" ? kFloat16 : kFloat32;
+  const ScalarType t = compute_type(o.dtype);
   const Shape shape{o.batch, kSdpaHeads, o.seq, kSdpaHeadDim};
   const bool train = o.mode == "train";
   auto input = [&] { return randn(shape).to(t).to(o.device).requires_grad_(train); };
@@ -151,7 +156,7 @@ void run_with_dtype(const std::string& dtype, const std::function<void()>& fn) {
     } tf32;
     return fn();
   }
-  AutocastGuard guard(dtype == "bf16" ? kBFloat16 : kFloat16, /*enabled=*/true);
+  AutocastGuard guard(compute_type(dtype), /*enabled=*/true);
   fn();
 }
 

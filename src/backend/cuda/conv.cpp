@@ -392,8 +392,10 @@ void run_conv(const Conv& c, cudaStream_t stream) {
     const cudnnHandle_t h = handle.get();
     // KILN_CUDNN_API=graph: cuDNN's graph API first (heuristics only: benchmark mode times the
     // legacy algorithms), channels-last; the legacy path below where it has no engine.
+    // Its channels-last operands are kept for the legacy path in that layout (no second copy).
+    std::optional<Operands> nhwc;
     if (!bench && t != kFloat64 && graph_api_enabled()) {
-      const Operands o = prepare(c, Layout::NHWC);
+      const Operands& o = nhwc.emplace(prepare(c, Layout::NHWC));
       GraphConv g{c.kind, t, Layout::NHWC, dims_of(c.x), dims_of(c.w), dims_of(c.y)};
       g.xp = o.x.data_ptr(), g.wp = o.w.data_ptr(), g.yp = o.y.data_ptr();
       g.attrs = c.attrs;
@@ -403,10 +405,11 @@ void run_conv(const Conv& c, cudaStream_t stream) {
         return;
       }
     }
+    const auto operands = [&](Layout l) { return l == Layout::NHWC && nhwc ? *nhwc : prepare(c, l); };
     if (const std::shared_ptr<const Plan> plan = cached_plan(key)) {
       Descriptors d;
       if (set_descriptors(d, c, plan->layout, base)) {
-        const Operands o = prepare(c, plan->layout);
+        const Operands o = operands(plan->layout);
         const Ran ran = run_candidates(h, c.kind, d, o, plan->candidates, oom);
         if (ran.index >= 0) {
           if (ran.index > 0 && !ran.skipped_for_memory)
@@ -423,12 +426,12 @@ void run_conv(const Conv& c, cudaStream_t stream) {
       Descriptors d;
       if (!set_descriptors(d, c, l, base)) continue;
       std::optional<Operands> o;
-      if (bench) o = prepare(c, l);  // timing runs the algorithms on the real operands
+      if (bench) o = operands(l);  // timing runs the algorithms on the real operands
       const std::vector<cp::Ranked> ranked = bench ? timed(h, c.kind, d, *o, base) : heuristics(h, c.kind, d);
       const std::vector<cp::Candidate> candidates = cp::select_candidates(
           ranked, t, tf32, kWorkspaceLimit, [&](int algo, Math m) { return workspace_size(h, c.kind, d, algo, m); });
       if (candidates.empty()) continue;
-      if (!o) o = prepare(c, l);
+      if (!o) o = operands(l);
       const Ran ran = run_candidates(h, c.kind, d, *o, candidates, oom);
       if (ran.index < 0) {
         short_of_memory = short_of_memory || ran.skipped_for_memory;
