@@ -42,7 +42,7 @@ struct Stats {
 };
 KILN_HOST_DEVICE inline Stats stats_from_sums(double sum, double sum_sq, double count, double eps) {
   const double m = sum / count, d = sum_sq / count - m * m, v = d > 0.0 ? d : 0.0;
-  return {m, v, 1.0 / sqrt(v + eps)};
+  return {m, v, 1.0 / std::sqrt(v + eps)};
 }
 
 // PyTorch's update of a channel's running statistics from the batch's, in double:
