@@ -1,9 +1,11 @@
 // Fused scaled_dot_product_attention: forward against a float64 loop, gradients, dropout, errors.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "backend/cpu/attention_tile.h"
+#include "core/philox.h"
 #include "test_util.h"
 
 namespace {
@@ -233,12 +235,13 @@ TEST(Attention, Gradcheck) {
   }
 }
 
+namespace attn = kiln::backend::cpu::attn;
+
 // The CPU kernels' tile products in both register shapes (AVX-512's 4 x 4 tiles of 64-byte
 // vectors, AVX2's 4 x 2 of 32-byte ones; a machine runs one of them), on odd row counts, partial
 // column groups, both read orders of A and accumulation, against a double loop.
 template <class T, int R, int NV, int W>
 void check_tile_product() {
-  namespace attn = kiln::backend::cpu::attn;
   for (const bool transposed : {false, true}) {
     for (const bool accumulate : {false, true}) {
       const int64_t M = 7, K = 5, N = 3 * attn::kLanes<T>;  // N: a multiple of the 64-byte lanes
@@ -266,6 +269,38 @@ TEST(Attention, TileProductsOfBothRegisterShapesMatchALoop) {
   check_tile_product<float, 4, 2, 32>();
   check_tile_product<double, 4, 4, 64>();
   check_tile_product<double, 4, 2, 32>();
+}
+
+// The row operations in both widths: exp(x - m) and its sum, the row maximum, and the dropout's
+// Philox words (16 counters as 1 x 16 or 2 x 8 lanes, their low word wrapping into the high
+// one), against scalar loops.
+template <int W>
+void check_row_operations() {
+  std::vector<float> x(64);
+  for (size_t j = 0; j < x.size(); ++j) x[j] = std::sin(static_cast<float>(j) * 0.37f) * 5.0f;
+  const float mx = attn::row_max_w<float, W>(x.data(), 64);
+  EXPECT_EQ(mx, *std::max_element(x.begin(), x.end())) << W;
+  std::vector<float> e = x;
+  const float sum = attn::exp_sub_sum_w<float, W>(e.data(), 64, mx);
+  double want = 0;
+  for (size_t j = 0; j < x.size(); ++j) {
+    EXPECT_NEAR(e[j], std::exp(static_cast<double>(x[j]) - mx), 1e-6) << W << " at " << j;
+    want += e[j];
+  }
+  EXPECT_NEAR(sum, want, 1e-5) << W;
+  for (uint64_t ctr : {uint64_t{0}, uint64_t{0xfffffff5}, (uint64_t{7} << 32) + 12345}) {
+    uint32_t words[64];
+    attn::philox16_w<W>(42, ctr, words);
+    for (uint64_t c = 0; c < 16; ++c) {
+      const philox::U32x4 r = philox::philox(42, ctr + c);
+      for (int k = 0; k < 4; ++k) EXPECT_EQ(words[4 * c + k], r.v[k]) << W << " counter " << ctr + c << " word " << k;
+    }
+  }
+}
+
+TEST(Attention, RowOperationsOfBothWidthsMatchScalarLoops) {
+  check_row_operations<64>();
+  check_row_operations<32>();
 }
 
 }  // namespace

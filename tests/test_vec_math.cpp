@@ -1,8 +1,12 @@
 // The vectorized float32 exp/tanh/erf behind exp, sigmoid, silu, tanh and gelu: accuracy over
-// the whole range, special values, and the same result in a vector body and a scalar tail.
+// the whole range, special values, and the same result in a vector body and a scalar tail, in
+// both vector widths (this CPU's loops use one of them; the other is called directly here).
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <vector>
 
+#include "backend/math.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -81,4 +85,54 @@ TEST(VecMath, VectorBodyAndScalarTailAgree) {
     auto shifted = test::values(c.op(x.narrow(0, 1, 36).contiguous()));
     for (size_t i = 0; i < shifted.size(); ++i) EXPECT_EQ(shifted[i], whole[i + 1]) << c.name << " element " << i + 1;
   }
+}
+
+namespace {
+
+// Inputs across exp's, tanh's and erf's ranges, special values among them.
+std::vector<float> width_inputs() {
+  std::vector<float> xs;
+  for (int i = 0; i < 4000; ++i) xs.push_back(-110.0f + 220.0f * static_cast<float>(i) / 4000.0f);
+  for (float v : {0.0f, -0.0f, 1e-30f, 88.7f, 88.73f, -104.0f, NAN, INFINITY, -INFINITY}) xs.push_back(v);
+  while (xs.size() % 16 != 5) xs.push_back(0.5f);  // whole vectors of either width, and a tail
+  return xs;
+}
+
+bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+// The functor f over xs in W-byte vectors (the loops' body) against f on each float alone.
+template <int W, class F>
+void expect_vector_body_is_scalar(const char* name, F f) {
+  std::vector<float> xs = width_inputs(), ys = xs, out(xs.size(), -1.0f), out2(xs.size(), -1.0f);
+  std::reverse(ys.begin(), ys.end());
+  const int64_t n = static_cast<int64_t>(xs.size());
+  const int64_t end = kiln::math::map_vectors<W>(out.data(), xs.data(), n, f);
+  const int64_t end2 =
+      kiln::math::map_vectors<W>(out2.data(), xs.data(), ys.data(), n, [&](auto a, auto b) { return f(a) * b; });
+  const int64_t lanes = kiln::math::kLanes<float, W>;
+  EXPECT_EQ(end, n / lanes * lanes) << name << ", " << W << " bytes";
+  EXPECT_EQ(end2, end) << name << ", " << W << " bytes";
+  for (int64_t i = 0; i < end; ++i) {
+    EXPECT_PRED2(same_float, out[i], f(xs[i])) << name << ", " << W << " bytes, at " << xs[i];
+    EXPECT_PRED2(same_float, out2[i], f(xs[i]) * ys[i]) << name << ", " << W << " bytes, at " << xs[i];
+  }
+  for (int64_t i = end; i < n; ++i) EXPECT_EQ(out[i], -1.0f) << name << ": the tail is the caller's";
+}
+
+template <int W>
+void expect_width_is_scalar() {
+  expect_vector_body_is_scalar<W>("exp", [](auto x) { return kiln::math::exp(x); });
+  expect_vector_body_is_scalar<W>("tanh", [](auto x) { return kiln::math::tanh(x); });
+  expect_vector_body_is_scalar<W>("erf", [](auto x) { return kiln::math::erf(x); });
+  expect_vector_body_is_scalar<W>("gelu", kiln::math::GeluErf{});
+  expect_vector_body_is_scalar<W>("silu", kiln::math::Silu{});
+}
+
+}  // namespace
+
+// Both widths' vector bodies give the scalar function's bits (whose accuracy the tests above check
+// through the ops), whichever width this CPU's loops use.
+TEST(VecMath, BothVectorWidthsGiveTheScalarBits) {
+  expect_width_is_scalar<32>();
+  expect_width_is_scalar<64>();
 }

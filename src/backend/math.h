@@ -18,7 +18,7 @@ template <class T, class V> KILN_HOST_DEVICE constexpr T K(V v) { return static_
 }  // namespace kiln::math
 #else
 #define KILN_MATH_INLINE __attribute__((always_inline))  // see vec_math.h: no vector calls across ISAs
-// exp, tanh, erf for float that vectorize, and math::vfloat, the CPU loops' 16-lane type.
+// exp, tanh, erf for float that vectorize, and math::Vec, the CPU loops' 16- or 8-lane type.
 #include "backend/vec_math.h"
 #endif
 
@@ -78,7 +78,7 @@ inline constexpr double kSqrt2OverPi = 0.79788456080286535588;
 inline constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
 // Backward helpers: (incoming gradient, saved value) -> gradient of the input. Those marked
-// kVector also run on math::vfloat (16 lanes) in the CPU loops; their constants are K<T>(...).
+// kVector also run on math::Vec (16 or 8 floats) in the CPU loops; their constants are K<T>(...).
 struct ReluBackward { KILN_FN { return b > T(0) ? a : T(0); } };          // b = relu output
 struct SigmoidBackward {                                                   // b = sigmoid output
   static constexpr bool kVector = true;

@@ -1,6 +1,8 @@
 // exp, tanh and erf for float32 that vectorize: one algorithm written on the scalar float and on
-// a 16-lane GCC vector type (libm's are scalar calls the compiler cannot vectorize).
-// exp and tanh are within a few ulp; erf within 1.5e-7 absolute (used by GELU).
+// GCC vector types of 16 floats (64 bytes, one AVX-512 register) and 8 (32 bytes, one AVX2
+// register); libm's are scalar calls the compiler cannot vectorize. exp and tanh are within a few
+// ulp; erf within 1.5e-7 absolute (used by GELU). Also the vector type itself, unaligned loads and
+// stores, and the width a loop should use on this CPU.
 #pragma once
 
 #include <cmath>
@@ -13,28 +15,83 @@
 
 namespace kiln::math {
 
-// 16 floats; on AVX-512 one register, on AVX2 two, on SSE four (the compiler splits it).
-using vfloat = float __attribute__((vector_size(64)));
-using vint = int32_t __attribute__((vector_size(64)));
+// W bytes of T. A 64-byte vector is one AVX-512 register; GCC lowers it on AVX2 through the stack
+// (several times slower than two 32-byte halves would be), so loops pick W by wide_vectors().
+template <class T, int W>
+struct VecOf {
+  typedef T type __attribute__((vector_size(W)));
+};
+template <class T, int W = 64> using Vec = typename VecOf<T, W>::type;
+template <class T, int W = 64> inline constexpr int kLanes = static_cast<int>(W / sizeof(T));
+using vfloat = Vec<float, 64>;
+using vfloat8 = Vec<float, 32>;
+
+template <class T, int W = 64> KILN_VEC_INLINE Vec<T, W> loadu(const T* p) {
+  Vec<T, W> v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T, int W = 64> KILN_VEC_INLINE void storeu(T* p, Vec<T, W> v) { __builtin_memcpy(p, &v, sizeof v); }
+
+// o[i] = f(a[i]) (or f(a[i], b[i])) over the whole W-byte vectors of [0, n): the vector bodies of
+// the CPU's elementwise loops. Returns where they end; the caller does the tail.
+template <int W, class F>
+KILN_VEC_INLINE int64_t map_vectors(float* __restrict o, const float* __restrict a, int64_t n, F f) {
+  constexpr int L = kLanes<float, W>;
+  int64_t i = 0;
+  for (; i + L <= n; i += L) storeu<float, W>(o + i, f(loadu<float, W>(a + i)));
+  return i;
+}
+template <int W, class F>
+KILN_VEC_INLINE int64_t map_vectors(float* __restrict o, const float* __restrict a, const float* __restrict b,
+                                    int64_t n, F f) {
+  constexpr int L = kLanes<float, W>;
+  int64_t i = 0;
+  for (; i + L <= n; i += L) storeu<float, W>(o + i, f(loadu<float, W>(a + i), loadu<float, W>(b + i)));
+  return i;
+}
+
+// Whether loops should use 64-byte vectors: the code that runs is AVX-512 code (32 registers of
+// 64 bytes). A build for AVX-512 knows it; in a build with target_clones the AVX-512 clone runs
+// exactly where the CPU has AVX-512; any other build (baseline x86-64, AVX2, another
+// architecture) uses 32-byte vectors, which SSE's 16-byte registers also hold well.
+inline bool wide_vectors() {
+#if defined(__AVX512F__)
+  return true;
+#elif defined(__x86_64__) && !defined(__clang__) && !defined(KILN_NO_TARGET_CLONES)
+  static const bool wide = __builtin_cpu_supports("avx512f");
+  return wide;
+#else
+  return false;
+#endif
+}
+
+// The float vector types the functions below take.
+template <class F> inline constexpr bool kFloatVec = std::is_same_v<F, vfloat> || std::is_same_v<F, vfloat8>;
 
 template <class T> struct ElemOf { using type = T; };
-template <> struct ElemOf<vfloat> { using type = float; };
+template <class T> requires kFloatVec<T> struct ElemOf<T> { using type = float; };
 // A constant of T's element type: scalar arithmetic broadcasts over vectors.
 template <class T, class V> KILN_VEC_INLINE constexpr typename ElemOf<T>::type K(V v) { return static_cast<typename ElemOf<T>::type>(v); }
 
 namespace detail {
+// The int32 vector of a float vector's lanes (comparison results, conversions, bit patterns).
+template <class F> using IntVec = Vec<int32_t, sizeof(F)>;
+template <class I> using FloatOfInt = Vec<float, sizeof(I)>;
+template <class I> inline constexpr bool kIntVec = std::is_same_v<I, Vec<int32_t, 64>> || std::is_same_v<I, Vec<int32_t, 32>>;
+
 KILN_VEC_INLINE float select(bool c, float a, float b) { return c ? a : b; }
-KILN_VEC_INLINE vfloat select(vint c, vfloat a, vfloat b) { return c ? a : b; }
+template <class F> requires kFloatVec<F> KILN_VEC_INLINE F select(IntVec<F> c, F a, F b) { return c ? a : b; }
 KILN_VEC_INLINE int32_t to_int(float x) { return static_cast<int32_t>(x); }
-KILN_VEC_INLINE vint to_int(vfloat x) { return __builtin_convertvector(x, vint); }
+template <class F> requires kFloatVec<F> KILN_VEC_INLINE IntVec<F> to_int(F x) { return __builtin_convertvector(x, IntVec<F>); }
 KILN_VEC_INLINE float to_float(int32_t x) { return static_cast<float>(x); }
-KILN_VEC_INLINE vfloat to_float(vint x) { return __builtin_convertvector(x, vfloat); }
+template <class I> requires kIntVec<I> KILN_VEC_INLINE FloatOfInt<I> to_float(I x) { return __builtin_convertvector(x, FloatOfInt<I>); }
 KILN_VEC_INLINE float from_bits(int32_t x) { return __builtin_bit_cast(float, x); }
-KILN_VEC_INLINE vfloat from_bits(vint x) { return reinterpret_cast<vfloat>(x); }
+template <class I> requires kIntVec<I> KILN_VEC_INLINE FloatOfInt<I> from_bits(I x) { return reinterpret_cast<FloatOfInt<I>>(x); }
 KILN_VEC_INLINE float splat(float v, float) { return v; }
-KILN_VEC_INLINE vfloat splat(float v, vfloat) { return vfloat{} + v; }
+template <class F> requires kFloatVec<F> KILN_VEC_INLINE F splat(float v, F) { return F{} + v; }
 KILN_VEC_INLINE float abs(float x) { return std::fabs(x); }
-KILN_VEC_INLINE vfloat abs(vfloat x) { return select(x < 0.0f, -x, x); }
+template <class F> requires kFloatVec<F> KILN_VEC_INLINE F abs(F x) { return select(x < 0.0f, -x, x); }
 
 // exp by x = n ln2 + r, |r| <= ln2/2, and a degree-6 polynomial (Cephes' expf coefficients);
 // 2^n is built in the exponent bits, in two steps at the ends of the range (n = 128 overflows
@@ -88,6 +145,9 @@ template <class F> KILN_VEC_INLINE F erf_f(F x) {
 KILN_VEC_INLINE vfloat exp(vfloat x) { return detail::exp_f(x); }
 KILN_VEC_INLINE vfloat tanh(vfloat x) { return detail::tanh_f(x); }
 KILN_VEC_INLINE vfloat erf(vfloat x) { return detail::erf_f(x); }
+KILN_VEC_INLINE vfloat8 exp(vfloat8 x) { return detail::exp_f(x); }
+KILN_VEC_INLINE vfloat8 tanh(vfloat8 x) { return detail::tanh_f(x); }
+KILN_VEC_INLINE vfloat8 erf(vfloat8 x) { return detail::erf_f(x); }
 // Scalar float uses the same algorithm, so an array's vector body and scalar tail agree.
 KILN_VEC_INLINE float exp(float x) { return detail::exp_f(x); }
 KILN_VEC_INLINE float tanh(float x) { return detail::tanh_f(x); }

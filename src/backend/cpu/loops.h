@@ -3,10 +3,8 @@
 #pragma once
 
 #include <algorithm>
-
 #include <array>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "backend/cpu/parallel.h"
@@ -66,23 +64,16 @@ void run_plan(const LoopPlan<N>& p, const Inner& inner, int64_t grain = kElement
   });
 }
 
-// Functors whose math calls exp/tanh/erf mark themselves kVector and run on 16 floats at a time
-// (the compiler cannot vectorize those calls itself); the rest rely on auto-vectorization.
+// Functors whose math calls exp/tanh/erf mark themselves kVector and run on W bytes of floats at a
+// time (the compiler cannot vectorize those calls itself); the rest rely on auto-vectorization.
 template <class F, class... T>
 inline constexpr bool kExplicitVector = requires { F::kVector; } && (std::is_same_v<T, float> && ...);
-
-__attribute__((always_inline)) inline math::vfloat load16(const float* p) {
-  math::vfloat v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-__attribute__((always_inline)) inline void store16(float* p, math::vfloat v) { std::memcpy(p, &v, sizeof v); }
 
 template <class To, class Ta, class F>
 KILN_VECTORIZE void unary_contig(To* __restrict o, const Ta* __restrict a, int64_t n, F f) {
   int64_t i = 0;
   if constexpr (kExplicitVector<F, To, Ta>)
-    for (; i + 16 <= n; i += 16) store16(o + i, f(load16(a + i)));
+    i = math::wide_vectors() ? math::map_vectors<64>(o, a, n, f) : math::map_vectors<32>(o, a, n, f);
   for (; i < n; ++i) o[i] = static_cast<To>(f(static_cast<compute_t<Ta>>(a[i])));
 }
 
@@ -91,7 +82,7 @@ KILN_VECTORIZE void binary_contig(To* __restrict o, const Ta* __restrict a, cons
                                   int64_t n, F f) {
   int64_t i = 0;
   if constexpr (kExplicitVector<F, To, Ta, Tb>)
-    for (; i + 16 <= n; i += 16) store16(o + i, f(load16(a + i), load16(b + i)));
+    i = math::wide_vectors() ? math::map_vectors<64>(o, a, b, n, f) : math::map_vectors<32>(o, a, b, n, f);
   for (; i < n; ++i)
     o[i] = static_cast<To>(f(static_cast<compute_t<Ta>>(a[i]), static_cast<compute_t<Tb>>(b[i])));
 }

@@ -29,26 +29,47 @@ KILN_VECTORIZE A row_max(const T* __restrict x, int64_t n) {
   return m;
 }
 
-// sum of exp(x - mx), 16 floats at a time with the vectorizing exp for float32.
+// row_sum_exp's float32 body, W bytes at a time with the vectorizing exp; returns where its whole
+// vectors end.
+template <int W>
+__attribute__((always_inline)) inline int64_t sum_exp_vectors(const float* __restrict x, int64_t n, float mx,
+                                                              float& s) {
+  constexpr int L = math::kLanes<float, W>;
+  math::Vec<float, W> acc = {};
+  int64_t i = 0;
+  for (; i + L <= n; i += L) acc += math::exp(math::loadu<float, W>(x + i) - mx);
+  for (int j = 0; j < L; ++j) s += acc[j];
+  return i;
+}
+// sum of exp(x - mx).
 template <class T, class A>
 KILN_VECTORIZE A row_sum_exp(const T* __restrict x, int64_t n, A mx) {
   int64_t i = 0;
   A s = 0;
-  if constexpr (std::is_same_v<T, float>) {
-    math::vfloat acc = {};
-    for (; i + 16 <= n; i += 16) acc += math::exp(load16(x + i) - mx);
-    for (int j = 0; j < 16; ++j) s += acc[j];
-  }
+  if constexpr (std::is_same_v<T, float>)
+    i = math::wide_vectors() ? sum_exp_vectors<64>(x, n, mx, s) : sum_exp_vectors<32>(x, n, mx, s);
   for (; i < n; ++i) s += math::exp(static_cast<A>(x[i]) - mx);
   return s;
 }
+
+// scale * exp(v - lse) on a vector, force-inlined (a lambda's call could stay out of line, compiled
+// for the baseline instruction set: see vec_math.h).
+struct ScaledExp {
+  float lse, scale;
+  template <class V>
+  KILN_VEC_INLINE V operator()(V v) const {
+    return math::exp(v - lse) * scale;
+  }
+};
 
 // gx = scale * exp(x - lse), i.e. scale * softmax(x).
 template <class T, class A>
 KILN_VECTORIZE void row_scaled_softmax(const T* __restrict x, T* __restrict gx, int64_t n, A lse, A scale) {
   int64_t i = 0;
-  if constexpr (std::is_same_v<T, float>)
-    for (; i + 16 <= n; i += 16) store16(gx + i, math::exp(load16(x + i) - lse) * scale);
+  if constexpr (std::is_same_v<T, float>) {
+    const ScaledExp f{lse, scale};
+    i = math::wide_vectors() ? math::map_vectors<64>(gx, x, n, f) : math::map_vectors<32>(gx, x, n, f);
+  }
   for (; i < n; ++i) gx[i] = static_cast<T>(math::exp(static_cast<A>(x[i]) - lse) * scale);
 }
 
