@@ -103,24 +103,28 @@ constexpr int64_t kSplitReduceMin = 1 << 16;
 template <class T> using red_acc_t = std::conditional_t<std::is_floating_point_v<compute_t<T>>,
                                                           compute_t<T>, int64_t>;
 
-// Sum with eight partial sums per block of 1024 elements (vectorizes), blocks added in double:
-// float32 sums of millions of elements stay accurate to a few ulps of the total.
+// Sum with sixteen partial sums per block of 1024 elements, blocks added in double: float32 sums
+// of millions of elements stay accurate to a few ulps of the total. Sixteen: one AVX-512 register
+// of floats, two of AVX2 (with eight, GCC's AVX-512 clone folded each 16-float load into the eight
+// through the stack, at half the speed of the AVX2 clone); the same sums, bit for bit, on both.
 template <class T, class A>
 KILN_VECTORIZE A sum_contig(const T* __restrict x, int64_t n) {
   constexpr int64_t kBlock = 1024;
+  constexpr int kParts = 16;
   using Total = std::conditional_t<std::is_floating_point_v<A>, double, A>;  // integers stay exact
   Total total = 0;
   for (int64_t start = 0; start < n; start += kBlock) {
     const int64_t m = std::min(kBlock, n - start);
     const T* xb = x + start;
-    A s[8] = {};
+    A s[kParts] = {};
     int64_t i = 0;
-    for (; i + 8 <= m; i += 8)
-      for (int j = 0; j < 8; ++j) s[j] += static_cast<A>(static_cast<compute_t<T>>(xb[i + j]));
+    for (; i + kParts <= m; i += kParts)
+      for (int j = 0; j < kParts; ++j) s[j] += static_cast<A>(static_cast<compute_t<T>>(xb[i + j]));
     A block = 0;
     for (; i < m; ++i) block += static_cast<A>(static_cast<compute_t<T>>(xb[i]));
-    block += ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-    total += static_cast<Total>(block);
+    for (int w = kParts / 2; w >= 1; w /= 2)  // a pairwise tree: s[j] += s[j + w]
+      for (int j = 0; j < w; ++j) s[j] += s[j + w];
+    total += static_cast<Total>(block + s[0]);
   }
   return static_cast<A>(total);
 }
