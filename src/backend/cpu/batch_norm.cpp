@@ -14,6 +14,40 @@ namespace {
 using bn::Geometry;
 using bn::geometry;
 
+// The element loops of the two below, compiled for each instruction set (target_clones; f is
+// inlined into each clone). Rows [b, e) of channels-last data: f adds element i of channel c into
+// la[c], lb[c] (vectorised across the channels).
+template <class F>
+KILN_VECTORIZE void sum_rows(int64_t b, int64_t e, int64_t C, double* __restrict la, double* __restrict lb,
+                             const F& f) {
+  for (int64_t o = b; o < e; ++o)
+    for (int64_t c = 0; c < C; ++c) f(o * C + c, c, la[c], lb[c]);
+}
+// Channel c of [outer, C, inner] data, its sums into a and b.
+template <class F>
+KILN_VECTORIZE void sum_channel(const Geometry& g, int64_t c, double& a, double& b, const F& f) {
+  double x = 0, y = 0;
+  for (int64_t o = 0; o < g.outer; ++o) {
+    const int64_t base = (o * g.c + c) * g.inner;
+    for (int64_t s = 0; s < g.inner; ++s) f(base + s, c, x, y);
+  }
+  a = x, b = y;
+}
+// f(i, c) over rows [b, e) of channels-last data.
+template <class F>
+KILN_VECTORIZE void map_rows(int64_t b, int64_t e, int64_t C, const F& f) {
+  for (int64_t o = b; o < e; ++o)
+    for (int64_t c = 0; c < C; ++c) f(o * C + c, c);
+}
+// f(i, c) over runs [b, e) of [outer, C, inner] data (run p: channel p % C).
+template <class F>
+KILN_VECTORIZE void map_runs(int64_t b, int64_t e, int64_t C, int64_t inner, const F& f) {
+  for (int64_t p = b; p < e; ++p) {
+    const int64_t c = p % C;
+    for (int64_t s = 0; s < inner; ++s) f(p * inner + s, c);
+  }
+}
+
 // Per-channel sums of f(o, c, s) -> (a, b) pairs into double accumulators: split over rows
 // when channels are innermost, over channels otherwise.
 template <class F>
@@ -24,8 +58,7 @@ void channel_sums(const Geometry& g, std::vector<double>& sa, std::vector<double
     std::mutex m;
     parallel_for(g.outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(g.c, 1)), [&](int64_t b, int64_t e) {
       std::vector<double> la(g.c, 0.0), lb(g.c, 0.0);
-      for (int64_t o = b; o < e; ++o)
-        for (int64_t c = 0; c < g.c; ++c) f(o * g.c + c, c, la[c], lb[c]);
+      sum_rows(b, e, g.c, la.data(), lb.data(), f);
       std::lock_guard<std::mutex> lock(m);
       for (int64_t c = 0; c < g.c; ++c) {
         sa[c] += la[c];
@@ -34,15 +67,7 @@ void channel_sums(const Geometry& g, std::vector<double>& sa, std::vector<double
     });
   } else {
     parallel_for(g.c, 1, [&](int64_t b, int64_t e) {
-      for (int64_t c = b; c < e; ++c) {
-        double a = 0, bb = 0;
-        for (int64_t o = 0; o < g.outer; ++o) {
-          const int64_t base = (o * g.c + c) * g.inner;
-          for (int64_t s = 0; s < g.inner; ++s) f(base + s, c, a, bb);
-        }
-        sa[c] = a;
-        sb[c] = bb;
-      }
+      for (int64_t c = b; c < e; ++c) sum_channel(g, c, sa[c], sb[c], f);
     });
   }
 }
@@ -51,17 +76,11 @@ void channel_sums(const Geometry& g, std::vector<double>& sa, std::vector<double
 template <class F>
 void channel_map(const Geometry& g, const F& f) {
   if (g.inner == 1) {
-    parallel_for(g.outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(g.c, 1)), [&](int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o)
-        for (int64_t c = 0; c < g.c; ++c) f(o * g.c + c, c);
-    });
+    parallel_for(g.outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(g.c, 1)),
+                 [&](int64_t b, int64_t e) { map_rows(b, e, g.c, f); });
   } else {
-    parallel_for(g.outer * g.c, std::max<int64_t>(1, 32768 / g.inner), [&](int64_t b, int64_t e) {
-      for (int64_t p = b; p < e; ++p) {
-        const int64_t c = p % g.c;
-        for (int64_t s = 0; s < g.inner; ++s) f(p * g.inner + s, c);
-      }
-    });
+    parallel_for(g.outer * g.c, std::max<int64_t>(1, 32768 / g.inner),
+                 [&](int64_t b, int64_t e) { map_runs(b, e, g.c, g.inner, f); });
   }
 }
 
