@@ -142,12 +142,9 @@ template <class F> KILN_VEC_INLINE F erf_f(F x) {
 }
 }  // namespace detail
 
-KILN_VEC_INLINE vfloat exp(vfloat x) { return detail::exp_f(x); }
-KILN_VEC_INLINE vfloat tanh(vfloat x) { return detail::tanh_f(x); }
-KILN_VEC_INLINE vfloat erf(vfloat x) { return detail::erf_f(x); }
-KILN_VEC_INLINE vfloat8 exp(vfloat8 x) { return detail::exp_f(x); }
-KILN_VEC_INLINE vfloat8 tanh(vfloat8 x) { return detail::tanh_f(x); }
-KILN_VEC_INLINE vfloat8 erf(vfloat8 x) { return detail::erf_f(x); }
+template <class F> requires kFloatVec<F> KILN_VEC_INLINE F exp(F x) { return detail::exp_f(x); }
+template <class F> requires kFloatVec<F> KILN_VEC_INLINE F tanh(F x) { return detail::tanh_f(x); }
+template <class F> requires kFloatVec<F> KILN_VEC_INLINE F erf(F x) { return detail::erf_f(x); }
 // Scalar float uses the same algorithm, so an array's vector body and scalar tail agree.
 KILN_VEC_INLINE float exp(float x) { return detail::exp_f(x); }
 KILN_VEC_INLINE float tanh(float x) { return detail::tanh_f(x); }
@@ -155,5 +152,21 @@ KILN_VEC_INLINE float erf(float x) { return detail::erf_f(x); }
 KILN_VEC_INLINE double exp(double x) { return std::exp(x); }
 KILN_VEC_INLINE double tanh(double x) { return std::tanh(x); }
 KILN_VEC_INLINE double erf(double x) { return std::erf(x); }
+
+// s += the sum of exp(x[i] - sub) over the whole W-byte vectors of [0, n), each exp also written
+// to y[i] when kStore (y may be x): softmax's denominator. Returns where the vectors end.
+template <int W, bool kStore>
+KILN_VEC_INLINE int64_t exp_sum_vectors(const float* x, float* y, int64_t n, float sub, float& s) {
+  constexpr int L = kLanes<float, W>;
+  Vec<float, W> acc{};
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const Vec<float, W> e = exp(loadu<float, W>(x + i) - sub);
+    if constexpr (kStore) storeu<float, W>(y + i, e);
+    acc += e;
+  }
+  for (int l = 0; l < L; ++l) s += acc[l];
+  return i;
+}
 
 }  // namespace kiln::math

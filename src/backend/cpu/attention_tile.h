@@ -10,7 +10,7 @@
 
 namespace kiln::backend::cpu::attn {
 
-// W-byte vectors (vec_math.h): 64 bytes where the CPU has AVX-512, 32 elsewhere (wide_vectors()).
+// W-byte vectors (vec_math.h): 64 bytes where AVX-512 code runs, 32 elsewhere (wide_vectors()).
 using math::kLanes;
 using math::loadu;
 using math::storeu;
@@ -75,27 +75,16 @@ KILN_VEC_INLINE void gemm(const T* a, int64_t ar, int64_t at, int64_t M, const T
 
 // exp over n elements (n a multiple of the 64-byte lane count) of x - sub, in place; returns their
 // sum. float uses the vectorised exp of vec_math.h; double uses libm.
-template <class T, int W>
-KILN_VEC_INLINE T exp_sub_sum_w(T* x, int64_t n, T sub) {
-  Vec<T, W> acc{};
-  for (int64_t j = 0; j < n; j += kLanes<T, W>) {
-    Vec<T, W> e = math::exp(loadu<T, W>(x + j) - sub);
-    storeu<T, W>(x + j, e);
-    acc += e;
-  }
-  T s = 0;
-  for (int l = 0; l < kLanes<T, W>; ++l) s += acc[l];
-  return s;
-}
 template <class T>
 KILN_VEC_INLINE T exp_sub_sum(T* x, int64_t n, T sub) {
+  T s = 0;
   if constexpr (sizeof(T) == 4) {
-    return wide_vectors() ? exp_sub_sum_w<T, 64>(x, n, sub) : exp_sub_sum_w<T, 32>(x, n, sub);
+    if (wide_vectors()) math::exp_sum_vectors<64, true>(x, x, n, sub, s);
+    else math::exp_sum_vectors<32, true>(x, x, n, sub, s);
   } else {
-    T s = 0;
     for (int64_t j = 0; j < n; ++j) s += (x[j] = std::exp(x[j] - sub));
-    return s;
   }
+  return s;
 }
 
 template <class T, int W>
@@ -115,9 +104,6 @@ KILN_VEC_INLINE T row_max(const T* x, int64_t n) {
   return wide_vectors() ? row_max_w<T, 64>(x, n) : row_max_w<T, 32>(x, n);
 }
 
-}  // namespace kiln::backend::cpu::attn
-
-namespace kiln::backend::cpu::attn {
 
 // W/4 lanes of a * b as 64-bit products, split into low and high words: the even and odd lanes
 // are multiplied as W/8 zero-extended 64-bit lanes each (one vpmuludq apiece).
@@ -167,10 +153,8 @@ KILN_VEC_INLINE void philox16_w(uint64_t seed, uint64_t ctr, uint32_t* words) {
   }
 }
 KILN_VEC_INLINE void philox16(uint64_t seed, uint64_t ctr, uint32_t* words) {
-  if (wide_vectors())
-    philox16_w<64>(seed, ctr, words);
-  else
-    philox16_w<32>(seed, ctr, words);
+  if (wide_vectors()) philox16_w<64>(seed, ctr, words);
+  else philox16_w<32>(seed, ctr, words);
 }
 
 }  // namespace kiln::backend::cpu::attn

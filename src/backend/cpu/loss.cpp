@@ -29,25 +29,14 @@ KILN_VECTORIZE A row_max(const T* __restrict x, int64_t n) {
   return m;
 }
 
-// row_sum_exp's float32 body, W bytes at a time with the vectorizing exp; returns where its whole
-// vectors end.
-template <int W>
-__attribute__((always_inline)) inline int64_t sum_exp_vectors(const float* __restrict x, int64_t n, float mx,
-                                                              float& s) {
-  constexpr int L = math::kLanes<float, W>;
-  math::Vec<float, W> acc = {};
-  int64_t i = 0;
-  for (; i + L <= n; i += L) acc += math::exp(math::loadu<float, W>(x + i) - mx);
-  for (int j = 0; j < L; ++j) s += acc[j];
-  return i;
-}
 // sum of exp(x - mx).
 template <class T, class A>
 KILN_VECTORIZE A row_sum_exp(const T* __restrict x, int64_t n, A mx) {
   int64_t i = 0;
   A s = 0;
   if constexpr (std::is_same_v<T, float>)
-    i = math::wide_vectors() ? sum_exp_vectors<64>(x, n, mx, s) : sum_exp_vectors<32>(x, n, mx, s);
+    i = math::wide_vectors() ? math::exp_sum_vectors<64, false>(x, nullptr, n, mx, s)
+                             : math::exp_sum_vectors<32, false>(x, nullptr, n, mx, s);
   for (; i < n; ++i) s += math::exp(static_cast<A>(x[i]) - mx);
   return s;
 }
