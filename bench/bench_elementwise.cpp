@@ -101,12 +101,13 @@ BENCHMARK(BM_KilnAddInplace)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KilnAddBroadcastRow)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KilnSum)->UseRealTime()->Unit(benchmark::kMillisecond);
 // Batch norm then ReLU, forward and backward, at ResNet-50's first bottleneck (batch 16,
-// channels-last, training): the two ops one after the other (range(0) = 0) against
-// batch_norm_relu (1).
+// training): the two ops one after the other (range(0) = 0) against batch_norm_relu (1), in the
+// layout range(1) says (0 row-major, 1 channels-last).
 void BM_BatchNormRelu(benchmark::State& state) {
   kiln::manual_seed(0);
-  const kiln::Tensor x0 = kiln::randn({16, 64, 56, 56}).contiguous(kiln::MemoryFormat::ChannelsLast);
-  const kiln::Tensor gy = kiln::randn({16, 64, 56, 56}).contiguous(kiln::MemoryFormat::ChannelsLast);
+  const kiln::MemoryFormat f = state.range(1) ? kiln::MemoryFormat::ChannelsLast : kiln::MemoryFormat::Contiguous;
+  const kiln::Tensor x0 = kiln::randn({16, 64, 56, 56}).contiguous(f);
+  const kiln::Tensor gy = kiln::randn({16, 64, 56, 56}).contiguous(f);
   kiln::Tensor w = kiln::ones({64}).requires_grad_(), b = kiln::zeros({64}).requires_grad_();
   for (auto _ : state) {
     kiln::Tensor x = x0.detach().requires_grad_();
@@ -117,7 +118,7 @@ void BM_BatchNormRelu(benchmark::State& state) {
   }
 }
 
-BENCHMARK(BM_BatchNormRelu)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BatchNormRelu)->ArgsProduct({{0, 1}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 // ResNet-50's stem pooling at batch 16 (3x3, stride 2, padding 1 over [16, 64, 112, 112]) in
 // the layout range(0) says (0 row-major, 1 channels-last); range(1) = 1 adds the backward pass.
 void BM_MaxPool2d(benchmark::State& state) {

@@ -269,39 +269,43 @@ TEST(Pool2d, Errors) {
 
 // ---- batch norm
 
+// Row-major sums take a vector's lanes in turn along each run of H x W: runs shorter than one
+// vector (5 x 2) and longer, not a multiple of it (7 x 5).
 TEST(BatchNorm, TrainingNormalisesAndUpdatesRunningStats) {
-  for (ScalarType dt : {kFloat64, kFloat32})
-    for (bool cl : {false, true}) {
-      Tensor x = rnd({4, 3, 5, 2}, kFloat64, -2, 3);
-      Tensor w = rnd({3}), b = rnd({3});
-      Tensor rm = zeros({3}, dt), rv = ones({3}, dt);
-      Tensor xin = cl ? x.to(dt).contiguous(MemoryFormat::ChannelsLast) : x.to(dt);
-      Tensor y = batch_norm(xin, rm, rv, w.to(dt), b.to(dt), true, 0.1, 1e-5);
-      EXPECT_EQ(y.strides(), xin.strides());
-      auto xv = values(x), wv = values(w), bv = values(b);
-      std::vector<double> mean(3, 0), var(3, 0), expect(xv.size());
-      const int64_t m = 4 * 5 * 2;
-      for (size_t i = 0; i < xv.size(); ++i) mean[(i / 10) % 3] += xv[i] / m;
-      for (size_t i = 0; i < xv.size(); ++i) var[(i / 10) % 3] += std::pow(xv[i] - mean[(i / 10) % 3], 2) / m;
-      for (size_t i = 0; i < xv.size(); ++i) {
-        const size_t c = (i / 10) % 3;
-        expect[i] = (xv[i] - mean[c]) / std::sqrt(var[c] + 1e-5) * wv[c] + bv[c];
+  for (const auto [H, W] : {std::pair<int64_t, int64_t>{5, 2}, {7, 5}})
+    for (ScalarType dt : {kFloat64, kFloat32})
+      for (bool cl : {false, true}) {
+        const int64_t inner = H * W, m = 4 * inner;
+        Tensor x = rnd({4, 3, H, W}, kFloat64, -2, 3);
+        Tensor w = rnd({3}), b = rnd({3});
+        Tensor rm = zeros({3}, dt), rv = ones({3}, dt);
+        Tensor xin = cl ? x.to(dt).contiguous(MemoryFormat::ChannelsLast) : x.to(dt);
+        Tensor y = batch_norm(xin, rm, rv, w.to(dt), b.to(dt), true, 0.1, 1e-5);
+        EXPECT_EQ(y.strides(), xin.strides());
+        auto xv = values(x), wv = values(w), bv = values(b);
+        std::vector<double> mean(3, 0), var(3, 0), expect(xv.size());
+        auto channel = [&](size_t i) { return static_cast<size_t>(static_cast<int64_t>(i) / inner % 3); };
+        for (size_t i = 0; i < xv.size(); ++i) mean[channel(i)] += xv[i] / m;
+        for (size_t i = 0; i < xv.size(); ++i) var[channel(i)] += std::pow(xv[i] - mean[channel(i)], 2) / m;
+        for (size_t i = 0; i < xv.size(); ++i) {
+          const size_t c = channel(i);
+          expect[i] = (xv[i] - mean[c]) / std::sqrt(var[c] + 1e-5) * wv[c] + bv[c];
+        }
+        const double tol = dt == kFloat32 ? 1e-5 : 1e-12;
+        expect_close(y, expect, x.shape(), tol, tol);
+        std::vector<double> erm(3), erv(3);
+        for (int c = 0; c < 3; ++c) erm[c] = 0.1 * mean[c], erv[c] = 0.9 + 0.1 * var[c] * m / (m - 1);
+        expect_close(rm, erm, {3}, tol, tol);
+        expect_close(rv, erv, {3}, tol, tol);
+        // Evaluation uses the running statistics.
+        Tensor ye = batch_norm(xin, rm, rv, w.to(dt), b.to(dt), false);
+        auto rmv = values(rm), rvv = values(rv);
+        for (size_t i = 0; i < xv.size(); ++i) {
+          const size_t c = channel(i);
+          expect[i] = (xv[i] - rmv[c]) / std::sqrt(rvv[c] + 1e-5) * wv[c] + bv[c];
+        }
+        expect_close(ye, expect, x.shape(), tol, tol);
       }
-      const double tol = dt == kFloat32 ? 1e-5 : 1e-12;
-      expect_close(y, expect, x.shape(), tol, tol);
-      std::vector<double> erm(3), erv(3);
-      for (int c = 0; c < 3; ++c) erm[c] = 0.1 * mean[c], erv[c] = 0.9 + 0.1 * var[c] * m / (m - 1);
-      expect_close(rm, erm, {3}, tol, tol);
-      expect_close(rv, erv, {3}, tol, tol);
-      // Evaluation uses the running statistics.
-      Tensor ye = batch_norm(xin, rm, rv, w.to(dt), b.to(dt), false);
-      auto rmv = values(rm), rvv = values(rv);
-      for (size_t i = 0; i < xv.size(); ++i) {
-        const size_t c = (i / 10) % 3;
-        expect[i] = (xv[i] - rmv[c]) / std::sqrt(rvv[c] + 1e-5) * wv[c] + bv[c];
-      }
-      expect_close(ye, expect, x.shape(), tol, tol);
-    }
 }
 
 // The running statistics are updated in place, in their own dtype (bfloat16 buffers of a converted
@@ -354,17 +358,21 @@ TEST(BatchNorm, Gradcheck) {
 }
 
 TEST(BatchNorm, Float32GradientsMatchFloat64) {
-  Tensor x = rnd({4, 5, 3, 3}, kFloat64, -1, 2), w = rnd({5}), b = rnd({5}), gy = rnd({4, 5, 3, 3});
-  std::vector<double> g[2][3];
-  for (int k = 0; k < 2; ++k) {
-    ScalarType dt = k ? kFloat32 : kFloat64;
-    Tensor xs = x.to(dt).contiguous(MemoryFormat::ChannelsLast).detach().requires_grad_();
-    Tensor ws = w.to(dt).detach().requires_grad_(), bs = b.to(dt).detach().requires_grad_();
-    (batch_norm(xs, {}, {}, ws, bs, true) * gy.to(dt)).sum().backward();
-    g[k][0] = values(xs.grad()), g[k][1] = values(ws.grad()), g[k][2] = values(bs.grad());
+  Tensor x = rnd({4, 5, 6, 7}, kFloat64, -1, 2), w = rnd({5}), b = rnd({5}), gy = rnd({4, 5, 6, 7});
+  for (bool cl : {false, true}) {
+    std::vector<double> g[2][3];
+    for (int k = 0; k < 2; ++k) {
+      ScalarType dt = k ? kFloat32 : kFloat64;
+      Tensor xs = x.to(dt);
+      if (cl) xs = xs.contiguous(MemoryFormat::ChannelsLast);
+      xs = xs.detach().requires_grad_();
+      Tensor ws = w.to(dt).detach().requires_grad_(), bs = b.to(dt).detach().requires_grad_();
+      (batch_norm(xs, {}, {}, ws, bs, true) * gy.to(dt)).sum().backward();
+      g[k][0] = values(xs.grad()), g[k][1] = values(ws.grad()), g[k][2] = values(bs.grad());
+    }
+    for (int i = 0; i < 3; ++i)
+      for (size_t j = 0; j < g[0][i].size(); ++j) EXPECT_NEAR(g[1][i][j], g[0][i][j], 1e-4) << cl << " " << i;
   }
-  for (int i = 0; i < 3; ++i)
-    for (size_t j = 0; j < g[0][i].size(); ++j) EXPECT_NEAR(g[1][i][j], g[0][i][j], 1e-4);
 }
 
 TEST(BatchNorm, Errors) {

@@ -1,6 +1,7 @@
 // Whole-tensor reductions large enough to be split across threads match a float64 loop,
 // whatever the thread count, and keep NaN and logical semantics across the split.
 #include <cmath>
+#include <utility>
 
 #include "core/tensor_util.h"
 #include "test_util.h"
@@ -67,4 +68,29 @@ TEST(ReduceSplit, TooManyUnmergeableDimsIsAnError) {
   Tensor w = make_view(base, Shape(25, 2), Shape(25, 1), 0);  // at the limit: fine
   // Element i is reached once per choice of the dims at index 1 summing to i: sum = 25 * 2^24.
   EXPECT_NEAR(w.sum().item<double>(), 25.0 * 16777216.0, 1.0);
+}
+
+// Per-thread partial sums are added in the threads' order, not in the order they finish: with a
+// large value in the first and third of four slices (+F, -F) and 1 in the second and fourth, that
+// order gives ((F + 1) - F) + 1 = 1 every time (others would give 0 or 2). Batch norm's
+// statistics over channels-last rows and layer norm's bias gradient over rows are split so.
+TEST(ReduceSplit, ThreadsPartialSumsAreAddedInTheirOrder) {
+  Threads t(4);
+  const float F = 1e17f;  // F + 1 == F in double
+  for (int run = 0; run < 20; ++run) {
+    // [16, 2, 64, 64] channels-last: 65536 rows of 2 channels, 16384 rows to a thread.
+    Tensor x = zeros({16, 2, 64, 64}).contiguous(MemoryFormat::ChannelsLast);
+    Tensor rm = zeros({2}), rv = ones({2});
+    for (auto [n, v] : {std::pair<int64_t, float>{0, F}, {4, 1.0f}, {8, -F}, {12, 1.0f}})
+      x.select(0, n).select(0, 0).select(0, 0).narrow(0, 0, 1).fill_(v);
+    batch_norm(x, rm, rv, {}, {}, true, /*momentum=*/1.0);
+    EXPECT_EQ(rm.select(0, 0).item<float>(), 1.0f / 65536) << "run " << run;
+    // layer norm over 1024 rows of 64: 256 rows to a thread.
+    Tensor g = zeros({1024, 64});
+    for (auto [r, v] : {std::pair<int64_t, float>{0, F}, {256, 1.0f}, {512, -F}, {768, 1.0f}})
+      g.select(0, r).narrow(0, 0, 1).fill_(v);
+    Tensor w = ones({64}).requires_grad_(), b = zeros({64}).requires_grad_();
+    layer_norm(randn({1024, 64}), {64}, w, b).backward(g);
+    EXPECT_EQ(b.grad().select(0, 0).item<float>(), 1.0f) << "run " << run;
+  }
 }

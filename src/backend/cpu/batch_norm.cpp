@@ -1,7 +1,6 @@
 // CPU kernels for batch norm: per-channel statistics, the normalising pass and the backward pass,
 // over row-major [N, C, S] or channels-last [N, C, H, W] (rows of C contiguous channels).
 #include <cmath>
-#include <mutex>
 #include <vector>
 
 #include "backend/batch_norm_math.h"
@@ -23,15 +22,25 @@ KILN_VECTORIZE void sum_rows(int64_t b, int64_t e, int64_t C, double* __restrict
   for (int64_t o = b; o < e; ++o)
     for (int64_t c = 0; c < C; ++c) f(o * C + c, c, la[c], lb[c]);
 }
-// Channel c of [outer, C, inner] data, its sums into a and b.
+// Channel c of [outer, C, inner] data, its sums into a and b: sixteen partial sums, element s
+// of a run into sum s % 16, then added pairwise (one fixed order, vectorised).
 template <class F>
 KILN_VECTORIZE void sum_channel(const Geometry& g, int64_t c, double& a, double& b, const F& f) {
-  double x = 0, y = 0;
+  constexpr int64_t kParts = 16;
+  double x[kParts] = {}, y[kParts] = {};
   for (int64_t o = 0; o < g.outer; ++o) {
     const int64_t base = (o * g.c + c) * g.inner;
-    for (int64_t s = 0; s < g.inner; ++s) f(base + s, c, x, y);
+    int64_t s = 0;
+    for (; s + kParts <= g.inner; s += kParts)
+      for (int64_t k = 0; k < kParts; ++k) f(base + s + k, c, x[k], y[k]);
+    for (int64_t k = 0; s + k < g.inner; ++k) f(base + s + k, c, x[k], y[k]);
   }
-  a = x, b = y;
+  for (int64_t w = kParts / 2; w > 0; w /= 2)
+    for (int64_t k = 0; k < w; ++k) {
+      x[k] += x[k + w];
+      y[k] += y[k + w];
+    }
+  a = x[0], b = y[0];
 }
 // f(i, c) over rows [b, e) of channels-last data.
 template <class F>
@@ -52,20 +61,16 @@ KILN_VECTORIZE void map_runs(int64_t b, int64_t e, int64_t C, int64_t inner, con
 // when channels are innermost, over channels otherwise.
 template <class F>
 void channel_sums(const Geometry& g, std::vector<double>& sa, std::vector<double>& sb, const F& f) {
-  sa.assign(g.c, 0.0);
-  sb.assign(g.c, 0.0);
+  const size_t C = static_cast<size_t>(g.c);
   if (g.inner == 1) {
-    std::mutex m;
-    parallel_for(g.outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(g.c, 1)), [&](int64_t b, int64_t e) {
-      std::vector<double> la(g.c, 0.0), lb(g.c, 0.0);
-      sum_rows(b, e, g.c, la.data(), lb.data(), f);
-      std::lock_guard<std::mutex> lock(m);
-      for (int64_t c = 0; c < g.c; ++c) {
-        sa[c] += la[c];
-        sb[c] += lb[c];
-      }
-    });
+    const std::vector<double> s =
+        parallel_sums(g.outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(g.c, 1)), 2 * C,
+                      [&](int64_t b, int64_t e, double* partial) { sum_rows(b, e, g.c, partial, partial + C, f); });
+    sa.assign(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(C));
+    sb.assign(s.begin() + static_cast<std::ptrdiff_t>(C), s.end());
   } else {
+    sa.assign(C, 0.0);
+    sb.assign(C, 0.0);
     parallel_for(g.c, 1, [&](int64_t b, int64_t e) {
       for (int64_t c = b; c < e; ++c) sum_channel(g, c, sa[c], sb[c], f);
     });

@@ -2,7 +2,6 @@
 // normalised, scaled, shifted row, while the row is in cache) and one backward pass giving the
 // input gradient and the per-thread partial sums of the weight and bias gradients.
 #include <cmath>
-#include <mutex>
 #include <vector>
 
 #include "backend/cpu/loops.h"
@@ -102,17 +101,15 @@ void layer_norm_backward(KernelArgs& a) {
     const A* rstd = a.inputs[3].data_ptr<A>();
     const T* w = at.has_weight ? a.inputs[4].data_ptr<T>() : nullptr;
     T* gx = a.outputs[0].data_ptr<T>();
-    std::vector<double> dw(at.grad_weight ? n : 0, 0.0), db(at.grad_bias ? n : 0, 0.0);
-    std::mutex m;
-    parallel_for(rows, row_grain(n), [&](int64_t r0, int64_t r1) {
-      std::vector<double> lw(dw.size(), 0.0), lb(db.size(), 0.0);
+    // The weight's and the bias's gradients: sums over the rows, in double.
+    const size_t nw = at.grad_weight ? static_cast<size_t>(n) : 0, nb = at.grad_bias ? static_cast<size_t>(n) : 0;
+    const std::vector<double> sums = parallel_sums(rows, row_grain(n), nw + nb, [&](int64_t r0, int64_t r1, double* p) {
       for (int64_t r = r0; r < r1; ++r)
-        backward_row<T, A>(gp + r * n, xp + r * n, w, gx + r * n, lw.empty() ? nullptr : lw.data(),
-                           lb.empty() ? nullptr : lb.data(), n, mean[r], rstd[r]);
-      std::lock_guard<std::mutex> lock(m);
-      for (size_t i = 0; i < lw.size(); ++i) dw[i] += lw[i];
-      for (size_t i = 0; i < lb.size(); ++i) db[i] += lb[i];
+        backward_row<T, A>(gp + r * n, xp + r * n, w, gx + r * n, nw ? p : nullptr, nb ? p + nw : nullptr, n, mean[r],
+                           rstd[r]);
     });
+    const double* dw = sums.data();
+    const double* db = sums.data() + nw;
     size_t k = 1;
     if (at.grad_weight) {
       T* o = a.outputs[k++].data_ptr<T>();
