@@ -135,4 +135,21 @@ void BM_MaxPool2d(benchmark::State& state) {
 }
 BENCHMARK(BM_MaxPool2d)->ArgsProduct({{0, 1}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// ResNet-50's stem convolution at batch 16 (3 -> 64 channels, 7x7, stride 2, padding 3), forward
+// and the weight's gradient, fed images in the layout range(0) says (0 row-major: what a model gets
+// from an NCHW data pipeline; 1 channels-last); the weights are channels-last, as kiln bench's.
+void BM_Conv2dStem(benchmark::State& state) {
+  kiln::manual_seed(0);
+  const kiln::MemoryFormat f = state.range(0) ? kiln::MemoryFormat::ChannelsLast : kiln::MemoryFormat::Contiguous;
+  const kiln::Tensor x = kiln::randn({16, 3, 224, 224}).contiguous(f);
+  kiln::Tensor w = kiln::randn({64, 3, 7, 7}).contiguous(kiln::MemoryFormat::ChannelsLast).requires_grad_();
+  const kiln::Tensor gy = kiln::randn({16, 64, 112, 112}).contiguous(kiln::MemoryFormat::ChannelsLast);
+  for (auto _ : state) {
+    w.set_grad(kiln::Tensor());
+    kiln::conv2d(x, w, {}, {2, 2}, {3, 3}).backward(gy);
+    benchmark::DoNotOptimize(w.grad().data_ptr());
+  }
+}
+BENCHMARK(BM_Conv2dStem)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 BENCHMARK_MAIN();
