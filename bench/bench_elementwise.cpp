@@ -135,6 +135,21 @@ void BM_MaxPool2d(benchmark::State& state) {
 }
 BENCHMARK(BM_MaxPool2d)->ArgsProduct({{0, 1}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// Layout changes: ResNet-50's first bottleneck activation [16, 256, 56, 56] from row-major to
+// channels-last (range(0) = 0) and back (1), as .contiguous(format) copies it.
+void BM_CopyLayout(benchmark::State& state) {
+  kiln::manual_seed(0);
+  const bool to_cl = state.range(0) == 0;
+  const kiln::Tensor x = kiln::randn({16, 256, 56, 56})
+                             .contiguous(to_cl ? kiln::MemoryFormat::Contiguous : kiln::MemoryFormat::ChannelsLast);
+  for (auto _ : state) {
+    kiln::Tensor y = x.contiguous(to_cl ? kiln::MemoryFormat::ChannelsLast : kiln::MemoryFormat::Contiguous);
+    benchmark::DoNotOptimize(y.data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * x.numel() * 4);
+}
+BENCHMARK(BM_CopyLayout)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // ResNet-50's stem convolution at batch 16 (3 -> 64 channels, 7x7, stride 2, padding 3), forward
 // and the weight's gradient, fed images in the layout range(0) says (0 row-major: what a model gets
 // from an NCHW data pipeline; 1 channels-last); the weights are channels-last, as kiln bench's.

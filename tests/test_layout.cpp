@@ -77,3 +77,41 @@ TEST(Layout, GradientsInGradAreDense) {
   EXPECT_EQ(w.grad().strides(), kNhwcStrides);
   test::expect_close(w.grad(), std::vector<double>(120, 3.0), {2, 3, 4, 5});
 }
+
+// Copies between layouts put every element where its indices say: row-major to channels-last and
+// back, and 2-D transposes, with runs long enough for the CPU's tiled transposing copy (more than
+// 512 elements) and sizes that leave partial tiles, with and without a change of dtype.
+TEST(Layout, CopiesBetweenLayoutsPutEveryElementInPlace) {
+  for (const Shape& s : {Shape{3, 5, 33, 17}, Shape{2, 700, 3, 7}, Shape{1, 1000, 1, 1}, Shape{2, 3, 4, 5}}) {
+    SCOPED_TRACE(::testing::Message() << "shape " << s);
+    const int64_t N = s[0], C = s[1], H = s[2], W = s[3];
+    // Row-major to channels-last: element [n, c, h, w] (value its row-major index) lands at
+    // n H W C + (h W + w) C + c.
+    Tensor x = arange(N * C * H * W, kFloat32).reshape(s);
+    Tensor y = x.contiguous(MemoryFormat::ChannelsLast);
+    ASSERT_TRUE(y.is_contiguous(MemoryFormat::ChannelsLast));
+    const float* yp = y.data_ptr<float>();
+    int64_t bad = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t w = 0; w < W; ++w)
+            bad += yp[n * H * W * C + (h * W + w) * C + c] != static_cast<float>(((n * C + c) * H + h) * W + w);
+    EXPECT_EQ(bad, 0);
+    // And back, into float64.
+    Tensor z = empty(s, kFloat64);
+    z.copy_(y);
+    const double* zp = z.data_ptr<double>();
+    bad = 0;
+    for (int64_t i = 0; i < N * C * H * W; ++i) bad += zp[i] != static_cast<double>(i);
+    EXPECT_EQ(bad, 0);
+  }
+  for (const auto [R, C] : {std::pair<int64_t, int64_t>{600, 37}, {37, 600}, {1024, 1024}}) {
+    Tensor t = arange(R * C, kInt64).reshape({R, C}).t().contiguous();  // [C, R]
+    const int64_t* tp = t.data_ptr<int64_t>();
+    int64_t bad = 0;
+    for (int64_t i = 0; i < C; ++i)
+      for (int64_t j = 0; j < R; ++j) bad += tp[i * R + j] != j * C + i;
+    EXPECT_EQ(bad, 0) << R << " x " << C;
+  }
+}
