@@ -44,7 +44,8 @@ memory::desc act_md(const Tensor& t, memory::data_type dt) {
 // oneDNN's fast kernels want the source and the destination in one layout, and conv2d's outputs
 // and gradients are channels-last: an activation in another layout is copied channels-last first.
 // (oneDNN 2.6 runs an NCHW source into a channels-last destination with its reference kernel:
-// ResNet-50's stem, fed NCHW images, took 20 s a step instead of 0.1 s.)
+// ResNet-50's stem at batch 16, fed NCHW images, took 32 s for its forward pass and weight
+// gradient instead of 40 ms; BM_Conv2dStem.)
 Tensor channels_last(const Tensor& t) {
   return t.is_contiguous(MemoryFormat::ChannelsLast) ? t : t.contiguous(MemoryFormat::ChannelsLast);
 }
