@@ -300,7 +300,7 @@ TEST(Pool2d, Errors) {
 // Row-major sums take a vector's lanes in turn along each run of H x W: runs shorter than one
 // vector (5 x 2) and longer, not a multiple of it (7 x 5).
 TEST(BatchNorm, TrainingNormalisesAndUpdatesRunningStats) {
-  for (const auto [H, W] : {std::pair<int64_t, int64_t>{5, 2}, {7, 5}})
+  for (const auto& [H, W] : {std::pair<int64_t, int64_t>{5, 2}, {7, 5}})
     for (ScalarType dt : {kFloat64, kFloat32})
       for (bool cl : {false, true}) {
         const int64_t inner = H * W, m = 4 * inner;

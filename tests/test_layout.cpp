@@ -106,7 +106,7 @@ TEST(Layout, CopiesBetweenLayoutsPutEveryElementInPlace) {
     for (int64_t i = 0; i < N * C * H * W; ++i) bad += zp[i] != static_cast<double>(i);
     EXPECT_EQ(bad, 0);
   }
-  for (const auto [R, C] : {std::pair<int64_t, int64_t>{600, 37}, {37, 600}, {1024, 1024}}) {
+  for (const auto& [R, C] : {std::pair<int64_t, int64_t>{600, 37}, {37, 600}, {1024, 1024}}) {
     Tensor t = arange(R * C, kInt64).reshape({R, C}).t().contiguous();  // [C, R]
     const int64_t* tp = t.data_ptr<int64_t>();
     int64_t bad = 0;

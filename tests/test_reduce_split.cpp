@@ -81,13 +81,13 @@ TEST(ReduceSplit, ThreadsPartialSumsAreAddedInTheirOrder) {
     // [16, 2, 64, 64] channels-last: 65536 rows of 2 channels, 16384 rows to a thread.
     Tensor x = zeros({16, 2, 64, 64}).contiguous(MemoryFormat::ChannelsLast);
     Tensor rm = zeros({2}), rv = ones({2});
-    for (auto [n, v] : {std::pair<int64_t, float>{0, F}, {4, 1.0f}, {8, -F}, {12, 1.0f}})
+    for (const auto& [n, v] : {std::pair<int64_t, float>{0, F}, {4, 1.0f}, {8, -F}, {12, 1.0f}})
       x.select(0, n).select(0, 0).select(0, 0).narrow(0, 0, 1).fill_(v);
     batch_norm(x, rm, rv, {}, {}, true, /*momentum=*/1.0);
     EXPECT_EQ(rm.select(0, 0).item<float>(), 1.0f / 65536) << "run " << run;
     // layer norm over 1024 rows of 64: 256 rows to a thread.
     Tensor g = zeros({1024, 64});
-    for (auto [r, v] : {std::pair<int64_t, float>{0, F}, {256, 1.0f}, {512, -F}, {768, 1.0f}})
+    for (const auto& [r, v] : {std::pair<int64_t, float>{0, F}, {256, 1.0f}, {512, -F}, {768, 1.0f}})
       g.select(0, r).narrow(0, 0, 1).fill_(v);
     Tensor w = ones({64}).requires_grad_(), b = zeros({64}).requires_grad_();
     layer_norm(randn({1024, 64}), {64}, w, b).backward(g);
