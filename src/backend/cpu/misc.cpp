@@ -17,8 +17,11 @@ namespace {
 template <class To, class Ti, class F>
 bool copy_transposed(const Tensor& out, const Tensor& in, F f) {
   constexpr int64_t kTile = 16, kShortRun = 512;
+  // Most copies (casts, broadcasts of small tensors) are decided here, without a plan of their own
+  // besides the elementwise loop's.
+  if (out.numel() <= kShortRun || out.strides() == in.strides()) return false;
   const LoopPlan<2> p = make_plan<2>({&out, &in});
-  if (p.ndim < 2 || p.numel < kTile * kTile) return false;
+  if (p.ndim < 2) return false;
   const int last = p.ndim - 1;
   if (p.strides[last][0] != static_cast<int64_t>(sizeof(To)) ||
       p.strides[last][1] == static_cast<int64_t>(sizeof(Ti)) || p.sizes[last] <= kShortRun)

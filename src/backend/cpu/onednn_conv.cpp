@@ -41,15 +41,6 @@ memory::desc act_md(const Tensor& t, memory::data_type dt) {
   return memory::desc(Dims(t.shape().begin(), t.shape().end()), dt, Dims(st.begin(), st.end()));
 }
 
-// oneDNN's fast kernels want the source and the destination in one layout, and conv2d's outputs
-// and gradients are channels-last: an activation in another layout is copied channels-last first.
-// (oneDNN 2.6 runs an NCHW source into a channels-last destination with its reference kernel:
-// ResNet-50's stem at batch 16, fed NCHW images, took 32 s for its forward pass and weight
-// gradient instead of 40 ms; BM_Conv2dStem.)
-Tensor channels_last(const Tensor& t) {
-  return t.is_contiguous(MemoryFormat::ChannelsLast) ? t : t.contiguous(MemoryFormat::ChannelsLast);
-}
-
 struct Geometry {
   Dims strides, dilates, pad;
   explicit Geometry(const ConvAttrs& a)
@@ -112,7 +103,12 @@ memory weights_for(const Entry& e, memory user, dnnl::stream& s, std::optional<S
 bool onednn_conv_forward(const Tensor& x_in, const Tensor& w, const Tensor& b, const Tensor& y, const ConvAttrs& a) {
   memory::data_type dt;
   if (!to_dnnl_type(x_in.dtype(), &dt)) return false;
-  const Tensor x = channels_last(x_in);
+  // oneDNN's fast kernels want the source and the destination in one layout, and conv2d's outputs
+  // and gradients are channels-last: activations in another layout are copied channels-last here
+  // and below. (oneDNN 2.6 runs an NCHW source into a channels-last destination with its reference
+  // kernel: ResNet-50's stem at batch 16, fed NCHW images, took 32 s for its forward pass and
+  // weight gradient instead of 40 ms; BM_Conv2dStem.)
+  const Tensor x = x_in.contiguous(MemoryFormat::ChannelsLast);
   static PrimitiveCache<Entry> cache;
   auto xmd = act_md(x, dt), wmd = weights_md(w, a.groups, dt), ymd = act_md(y, dt);
   memory::desc bmd = b.defined() ? md(b, dt) : memory::desc();
@@ -136,7 +132,7 @@ bool onednn_conv_forward(const Tensor& x_in, const Tensor& w, const Tensor& b, c
 bool onednn_conv_backward_input(const Tensor& gy_in, const Tensor& w, const Tensor& gx_out, const ConvAttrs& a) {
   memory::data_type dt;
   if (!to_dnnl_type(gy_in.dtype(), &dt)) return false;
-  const Tensor gy = channels_last(gy_in);
+  const Tensor gy = gy_in.contiguous(MemoryFormat::ChannelsLast);
   // The input's gradient takes the input's layout: computed channels-last, then copied there.
   const bool dense = gx_out.is_contiguous(MemoryFormat::ChannelsLast);
   const Tensor gx = dense ? gx_out
@@ -173,7 +169,7 @@ bool onednn_conv_backward_weight(const Tensor& gy_in, const Tensor& x_in, const 
                                  const ConvAttrs& a) {
   memory::data_type dt;
   if (!to_dnnl_type(gy_in.dtype(), &dt)) return false;
-  const Tensor gy = channels_last(gy_in), x = channels_last(x_in);
+  const Tensor gy = gy_in.contiguous(MemoryFormat::ChannelsLast), x = x_in.contiguous(MemoryFormat::ChannelsLast);
   static PrimitiveCache<Entry> cache;
   auto xmd = act_md(x, dt), gwmd = weights_md(gw, a.groups, dt), gymd = act_md(gy, dt);
   memory::desc gbmd = gb.defined() ? md(gb, dt) : memory::desc();
