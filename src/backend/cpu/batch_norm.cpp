@@ -35,12 +35,7 @@ KILN_VECTORIZE void sum_channel(const Geometry& g, int64_t c, double& a, double&
       for (int64_t k = 0; k < kParts; ++k) f(base + s + k, c, x[k], y[k]);
     for (int64_t k = 0; s + k < g.inner; ++k) f(base + s + k, c, x[k], y[k]);
   }
-  for (int64_t w = kParts / 2; w > 0; w /= 2)
-    for (int64_t k = 0; k < w; ++k) {
-      x[k] += x[k + w];
-      y[k] += y[k + w];
-    }
-  a = x[0], b = y[0];
+  a = fold_pairwise(x), b = fold_pairwise(y);
 }
 // f(i, c) over rows [b, e) of channels-last data.
 template <class F>

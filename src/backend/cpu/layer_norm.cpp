@@ -20,8 +20,7 @@ __attribute__((always_inline)) inline A lane_sum(int64_t n, const F& f) {
     for (int j = 0; j < 16; ++j) acc[j] += f(i + j);
   A s = 0;
   for (; i < n; ++i) s += f(i);
-  for (int j = 0; j < 16; ++j) s += acc[j];
-  return s;
+  return s + fold_pairwise(acc);
 }
 
 // One row: mean and variance in two passes over the cached row (no cancellation), then y.

@@ -23,6 +23,16 @@ namespace kiln::backend::cpu {
 // Below this many elements an elementwise op runs on one thread.
 inline constexpr int64_t kElementwiseGrain = 32768;
 
+// The partial sums of a vectorised loop (element j of each step into s[j]) added pairwise,
+// s[j] += s[j + w] for w = N/2, ..., 1: one fixed order, itself vectorised. Returns the total.
+template <class A, int N>
+__attribute__((always_inline)) inline A fold_pairwise(A (&s)[N]) {
+  static_assert(N > 0 && (N & (N - 1)) == 0, "fold_pairwise: N must be a power of two");
+  for (int w = N / 2; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) s[j] += s[j + w];
+  return s[0];
+}
+
 // Runs inner(ptrs, inner_strides, n) over every innermost run of the plan, in parallel chunks
 // of the flat index space when the op is large enough.
 template <int N, class Inner>

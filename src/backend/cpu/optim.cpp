@@ -240,8 +240,7 @@ KILN_VECTORIZE double sum_squares(const T* __restrict x, int64_t n) {
     const double v = static_cast<double>(static_cast<compute_t<T>>(x[i]));
     s += v * v;
   }
-  for (int k = 0; k < kLanes; ++k) s += lane[k];
-  return s;
+  return s + fold_pairwise(lane);
 }
 
 void foreach_norm(KernelArgs& a) {

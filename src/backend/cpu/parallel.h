@@ -15,6 +15,7 @@ namespace kiln::backend::cpu {
 // `grain` items, and one where there is a single thread or we are already inside a parallel region.
 inline int64_t parallel_chunks(int64_t n, int64_t grain) {
   const int threads = omp_get_max_threads();
+  grain = std::max<int64_t>(grain, 1);  // a grain of 0 or less: one item per chunk at least
   if (n <= grain || threads <= 1 || omp_in_parallel()) return 1;
   return std::min<int64_t>(threads, (n + grain - 1) / grain);
 }
