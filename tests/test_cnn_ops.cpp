@@ -284,6 +284,25 @@ TEST(Pool2d, Gradcheck) {
   EXPECT_TRUE(autograd::gradcheck([](V t) { return adaptive_avg_pool2d(t[0], {1}); }, {x}));
 }
 
+// A 16-bit input gradient that several windows feed is summed in float32 and rounded once, as
+// the CUDA kernels do. The four 2x2 windows of a 3x3 input all hold its centre; their gradients
+// 1 and three of 2^-8 sum to 1 + 3 * 2^-8, which bfloat16 rounds to 1 + 2^-6 (a tie, to even);
+// rounding after each add kept 1 (1 + 2^-8 is a tie that rounds to 1).
+TEST(Pool2d, HalfPrecisionGradientsOfOverlappingWindowsRoundOnce) {
+  const double t = 1.0 / 256;
+  for (bool cl : {false, true}) {
+    Tensor x = tensor(std::vector<double>{0, 0, 0, 0, 1, 0, 0, 0, 0}, {1, 1, 3, 3}).to(kBFloat16);
+    if (cl) x = x.contiguous(MemoryFormat::ChannelsLast);
+    x.requires_grad_();
+    max_pool2d(x, {2}, {1}).backward(tensor(std::vector<double>{1, t, t, t}, {1, 1, 2, 2}).to(kBFloat16));
+    EXPECT_EQ(x.grad().to(kFloat64).flatten().select(0, 4).item<double>(), 1.015625) << "max, channels-last " << cl;
+    x.set_grad(Tensor());
+    avg_pool2d(x, {2}, {1}).backward(tensor(std::vector<double>{4, 4 * t, 4 * t, 4 * t}, {1, 1, 2, 2}).to(kBFloat16));
+    EXPECT_EQ(x.grad().to(kFloat64).flatten().select(0, 4).item<double>(), 1.015625) << "avg, channels-last " << cl;
+    EXPECT_EQ(x.grad().to(kFloat64).flatten().select(0, 0).item<double>(), 1.0) << "avg corner, channels-last " << cl;
+  }
+}
+
 TEST(Pool2d, Errors) {
   Tensor x = rnd({1, 2, 4, 4});
   expect_error([&] { max_pool2d(x, {3}, {1}, {2}); }, "[max_pool2d] padding [2] must be at most half");

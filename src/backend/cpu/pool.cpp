@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/loops.h"
@@ -104,27 +105,52 @@ void max_pool_forward(KernelArgs& args) {
   });
 }
 
-// grad_x[idx] += grad_y (idx -1: none); batch items write disjoint planes, so they run in parallel.
+// The backward passes add output gradients into their windows' inputs: body(n, at) adds batch
+// item n's, at(p, c) naming the A accumulator of channel c's input gradient at position
+// p = ih * W + iw (grad_x is dense, NCHW or channels-last, so p needs no division). Items write
+// disjoint planes, so they run in parallel. Float16/bfloat16 planes are summed in float32 and
+// rounded once (rounding after each add lost the small terms of overlapping windows), as the CUDA
+// kernels do.
+template <class T, class Body>
+void add_into_planes(const Tensor& gx, const Dims& d, const Body& body) {
+  using A = compute_t<T>;
+  T* xp = static_cast<T*>(gx.data_ptr());
+  const int64_t cs = gx.stride(1), ps = gx.stride(3), hw = d.h * d.w;
+  KILN_CHECK(gx.stride(2) == d.w * ps, "pool2d_backward", "a dense input gradient, got strides ", gx.strides());
+  if constexpr (std::is_same_v<T, A>) zero_dense(gx);  // 16-bit planes are written whole below
+  parallel_for(d.n, 1, [&](int64_t b, int64_t e) {
+    std::vector<A> plane(std::is_same_v<T, A> ? 0 : hw * d.c);
+    for (int64_t n = b; n < e; ++n) {
+      T* item = xp + n * gx.stride(0);
+      if constexpr (std::is_same_v<T, A>) {
+        body(n, [&](int64_t p, int64_t c) -> A& { return item[c * cs + p * ps]; });
+      } else {
+        std::fill(plane.begin(), plane.end(), A(0));
+        body(n, [&](int64_t p, int64_t c) -> A& { return plane[p * d.c + c]; });
+        for (int64_t p = 0; p < hw; ++p)
+          for (int64_t c = 0; c < d.c; ++c) item[c * cs + p * ps] = static_cast<T>(plane[p * d.c + c]);
+      }
+    }
+  });
+}
+
+// grad_x[idx] += grad_y (idx -1: none).
 void max_pool_backward(KernelArgs& args) {
   const Tensor &g = args.inputs[0], &ind = args.inputs[1], &gx = args.outputs[0];
   const Dims d = dims_of(gx, g);
-  zero_dense(gx);
   visit_float_dtype(g.dtype(), "max_pool2d_backward", [&]<class T>() {
     using A = compute_t<T>;
     const T* gp = static_cast<const T*>(g.data_ptr());
     const int64_t* ip = ind.data_ptr<int64_t>();
-    T* xp = static_cast<T*>(gx.data_ptr());
-    const Shape &gs = g.strides(), &is = ind.strides(), &xs = gx.strides();
-    parallel_for(d.n, 1, [&](int64_t b, int64_t e) {
-      for (int64_t n = b; n < e; ++n)
-        for (int64_t oh = 0; oh < d.oh; ++oh)
-          for (int64_t ow = 0; ow < d.ow; ++ow)
-            for (int64_t c = 0; c < d.c; ++c) {
-              const int64_t flat = ip[n * is[0] + c * is[1] + oh * is[2] + ow * is[3]];
-              if (flat < 0) continue;  // a window wholly in the padding: no input to take the gradient
-              T& dst = xp[n * xs[0] + c * xs[1] + (flat / d.w) * xs[2] + (flat % d.w) * xs[3]];
-              dst = static_cast<T>(static_cast<A>(dst) + static_cast<A>(gp[n * gs[0] + c * gs[1] + oh * gs[2] + ow * gs[3]]));
-            }
+    const Shape &gs = g.strides(), &is = ind.strides();
+    add_into_planes<T>(gx, d, [&](int64_t n, const auto& at) {
+      for (int64_t oh = 0; oh < d.oh; ++oh)
+        for (int64_t ow = 0; ow < d.ow; ++ow)
+          for (int64_t c = 0; c < d.c; ++c) {
+            const int64_t flat = ip[n * is[0] + c * is[1] + oh * is[2] + ow * is[3]];
+            if (flat < 0) continue;  // a window wholly in the padding: no input to take the gradient
+            at(flat, c) += static_cast<A>(gp[n * gs[0] + c * gs[1] + oh * gs[2] + ow * gs[3]]);
+          }
     });
   });
 }
@@ -165,30 +191,24 @@ void avg_pool_backward(KernelArgs& args) {
   const Tensor &g = args.inputs[0], &gx = args.outputs[0];
   const auto& a = *static_cast<const PoolAttrs*>(args.attrs);
   const Dims d = dims_of(gx, g);
-  zero_dense(gx);
   visit_float_dtype(g.dtype(), "avg_pool2d_backward", [&]<class T>() {
     using A = compute_t<T>;
     const T* gp = static_cast<const T*>(g.data_ptr());
-    T* xp = static_cast<T*>(gx.data_ptr());
-    const Shape &gs = g.strides(), &xs = gx.strides();
-    parallel_for(d.n, 1, [&](int64_t b, int64_t e) {
-      for (int64_t n = b; n < e; ++n)
-        for (int64_t oh = 0; oh < d.oh; ++oh) {
-          const Window wh = avg_window(a, 0, oh, d.h, d.oh);
-          for (int64_t ow = 0; ow < d.ow; ++ow) {
-            const Window ww = avg_window(a, 1, ow, d.w, d.ow);
-            const int64_t count = avg_count(a, wh, ww);
-            if (count <= 0) continue;
-            const A inv = A(1) / static_cast<A>(count);
-            const T* src = gp + n * gs[0] + oh * gs[2] + ow * gs[3];
-            for (int64_t ih = wh.start; ih < wh.end; ++ih)
-              for (int64_t iw = ww.start; iw < ww.end; ++iw) {
-                T* dst = xp + n * xs[0] + ih * xs[2] + iw * xs[3];
-                for (int64_t c = 0; c < d.c; ++c)
-                  dst[c * xs[1]] = static_cast<T>(static_cast<A>(dst[c * xs[1]]) + static_cast<A>(src[c * gs[1]]) * inv);
-              }
-          }
+    const Shape& gs = g.strides();
+    add_into_planes<T>(gx, d, [&](int64_t n, const auto& at) {
+      for (int64_t oh = 0; oh < d.oh; ++oh) {
+        const Window wh = avg_window(a, 0, oh, d.h, d.oh);
+        for (int64_t ow = 0; ow < d.ow; ++ow) {
+          const Window ww = avg_window(a, 1, ow, d.w, d.ow);
+          const int64_t count = avg_count(a, wh, ww);
+          if (count <= 0) continue;
+          const A inv = A(1) / static_cast<A>(count);
+          const T* src = gp + n * gs[0] + oh * gs[2] + ow * gs[3];
+          for (int64_t ih = wh.start; ih < wh.end; ++ih)
+            for (int64_t iw = ww.start; iw < ww.end; ++iw)
+              for (int64_t c = 0; c < d.c; ++c) at(ih * d.w + iw, c) += static_cast<A>(src[c * gs[1]]) * inv;
         }
+      }
     });
   });
 }
