@@ -20,7 +20,8 @@ ScalarType autocast_dtype();
 //    prod, norm, exp, expm1, log, log1p, rsqrt, reciprocal and pow (torch's float32 list, as far
 //    as Kiln has those ops) cast float16/bfloat16 operands to float32 and return float32; mean
 //    and the other elementwise ops run in the dtype they are given, as in torch;
-//  - batch_norm keeps its input's dtype and computes its statistics in float32 anyway;
+//  - batch_norm keeps its input's dtype; its per-channel sums are in double and its statistics
+//    float32 anyway;
 //  - float64 tensors are never cast; everything else runs in the dtype it is given.
 // The casts are ordinary differentiable ops, so gradients reach float32 parameters as float32
 // (the optimizer keeps float32 master weights). backward() runs with autocast off.
