@@ -1,5 +1,6 @@
 // BERT-base-sized transformer ops on the CPU: linear with fused bias/activation (eval) against the
-// unfused ops, cross_entropy over a 30522-word vocabulary, layer_norm, masked_softmax, embedding.
+// unfused ops, cross_entropy over a 30522-word vocabulary, layer_norm, masked_softmax, softmax,
+// embedding.
 #include <benchmark/benchmark.h>
 
 #include "kiln/kiln.h"
@@ -51,6 +52,22 @@ void masked_softmax_step(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * s.numel() * 4 * 5);
 }
 BENCHMARK(masked_softmax_step)->Unit(benchmark::kMillisecond);
+
+// softmax (range(1) = 1: log_softmax), forward and backward: over the last dim of BERT's
+// [B, H, S, S] scores (range(0) = 0), or over the classes of a [16, 21, 64, 64] segmentation
+// map (dim 1, range(0) = 1).
+void softmax_step(benchmark::State& state) {
+  const bool rows = state.range(0) == 0, log = state.range(1) != 0;
+  const Shape shape = rows ? Shape{16, 12, 128, 128} : Shape{16, 21, 64, 64};
+  const int64_t dim = rows ? -1 : 1;
+  Tensor x = randn(shape), g = randn(shape);
+  for (auto _ : state) {
+    Tensor a = x.detach().requires_grad_();
+    (log ? log_softmax(a, dim) : softmax(a, dim)).backward(g);
+  }
+  state.SetBytesProcessed(state.iterations() * x.numel() * 4 * 5);  // x, y; g, y, gx
+}
+BENCHMARK(softmax_step)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
 
 void embedding_step(benchmark::State& state) {
   Tensor w = randn({kVocab, kHidden}).requires_grad_();

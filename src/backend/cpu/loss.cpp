@@ -5,62 +5,11 @@
 #include <limits>
 
 #include "backend/cpu/loops.h"
+#include "backend/cpu/softmax_rows.h"
 #include "backend/dispatch.h"
 
 namespace kiln::backend::cpu {
 namespace {
-
-template <class T, class A>
-KILN_VECTORIZE A row_max(const T* __restrict x, int64_t n) {
-  A acc[16];
-  for (auto& v : acc) v = -std::numeric_limits<A>::infinity();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) {
-      const A v = static_cast<A>(x[i + j]);
-      acc[j] = (v > acc[j] || v != v) ? v : acc[j];
-    }
-  A m = -std::numeric_limits<A>::infinity();
-  for (; i < n; ++i) {
-    const A v = static_cast<A>(x[i]);
-    m = (v > m || v != v) ? v : m;
-  }
-  for (A v : acc) m = (v > m || v != v) ? v : m;
-  return m;
-}
-
-// sum of exp(x - mx).
-template <class T, class A>
-KILN_VECTORIZE A row_sum_exp(const T* __restrict x, int64_t n, A mx) {
-  int64_t i = 0;
-  A s = 0;
-  if constexpr (std::is_same_v<T, float>)
-    i = math::wide_vectors() ? math::exp_sum_vectors<64, false>(x, nullptr, n, mx, s)
-                             : math::exp_sum_vectors<32, false>(x, nullptr, n, mx, s);
-  for (; i < n; ++i) s += math::exp(static_cast<A>(x[i]) - mx);
-  return s;
-}
-
-// scale * exp(v - lse) on a vector, force-inlined (a lambda's call could stay out of line, compiled
-// for the baseline instruction set: see vec_math.h).
-struct ScaledExp {
-  float lse, scale;
-  template <class V>
-  KILN_VEC_INLINE V operator()(V v) const {
-    return math::exp(v - lse) * scale;
-  }
-};
-
-// gx = scale * exp(x - lse), i.e. scale * softmax(x).
-template <class T, class A>
-KILN_VECTORIZE void row_scaled_softmax(const T* __restrict x, T* __restrict gx, int64_t n, A lse, A scale) {
-  int64_t i = 0;
-  if constexpr (std::is_same_v<T, float>) {
-    const ScaledExp f{lse, scale};
-    i = math::wide_vectors() ? math::map_vectors<64>(gx, x, n, f) : math::map_vectors<32>(gx, x, n, f);
-  }
-  for (; i < n; ++i) gx[i] = static_cast<T>(math::exp(static_cast<A>(x[i]) - lse) * scale);
-}
 
 // Targets in [0, C) or ignore_index, checked before any thread starts (an error cannot leave a
 // parallel region).

@@ -1,8 +1,11 @@
 // CPU kernels for softmax, log_softmax and masked softmax over one dim, and their backward passes.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "backend/cpu/loops.h"
+#include "backend/cpu/softmax_rows.h"
 #include "backend/dispatch.h"
 
 namespace kiln::backend::cpu {
@@ -23,6 +26,28 @@ Around around(const Tensor& t, int64_t dim) {
   return r;
 }
 
+// Rows per parallel chunk: about 16384 elements.
+int64_t row_grain(int64_t n) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)); }
+
+// Blocks of [n, w] columns (about 64K elements each, w <= inner) of a [outer, n, inner] tensor
+// with inner > 1: f(offset of the block's first column, w, scratch of 3 * w A values), the
+// blocks in parallel.
+template <class A, class F>
+void for_column_blocks(const Around& g, const F& f) {
+  const int64_t w = std::min(g.inner, std::max<int64_t>(16, 65536 / std::max<int64_t>(g.n, 1) / 16 * 16));
+  const int64_t per_outer = (g.inner + w - 1) / w;
+  parallel_for(g.outer * per_outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(g.n * w, 1)),
+               [&](int64_t b, int64_t e) {
+                 std::vector<A> scratch(static_cast<size_t>(3 * w));
+                 for (int64_t t = b; t < e; ++t) {
+                   const int64_t o = t / per_outer, j0 = (t % per_outer) * w;
+                   f(o * g.n * g.inner + j0, std::min(w, g.inner - j0), scratch.data());
+                 }
+               });
+}
+
+// Softmax over the last dim (contiguous rows): the vectorised row kernels of softmax_rows.h.
+// Over another dim: blocks of columns, the columns innermost (softmax_columns).
 template <bool kLog>
 void softmax_forward(KernelArgs& a) {
   const Tensor& x = a.inputs[0];
@@ -32,29 +57,36 @@ void softmax_forward(KernelArgs& a) {
     using A = compute_t<T>;
     const T* xp = static_cast<const T*>(x.data_ptr());
     T* yp = static_cast<T*>(y.data_ptr());
-    parallel_for(g.outer * g.inner, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.n, 1)),
-                 [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        const int64_t base = (r / g.inner) * g.n * g.inner + r % g.inner;
-        const T* xr = xp + base;
-        T* yr = yp + base;
-        A mx = -std::numeric_limits<A>::infinity();
-        for (int64_t i = 0; i < g.n; ++i) {
-          A v = static_cast<A>(xr[i * g.inner]);
-          mx = (v > mx || v != v) ? v : mx;
+    // An infinite max: -inf (every element -inf) gives 0/0 = NaN as torch; +inf gives inf/inf.
+    auto finite_max = [](A mx) { return std::isinf(mx) ? (mx > 0 ? mx : A(0)) : mx; };
+    if (g.inner == 1) {
+      auto row = [&](const A* xr, A* yr) {
+        const A mx = finite_max(row_max<A, A>(xr, g.n));
+        const A sum = row_sum_exp<A, A>(xr, g.n, mx);
+        if constexpr (kLog)
+          row_shift<A, A>(xr, yr, g.n, mx + std::log(sum));
+        else
+          row_scaled_softmax<A, A>(xr, yr, g.n, mx, A(1) / sum);
+      };
+      parallel_for(g.outer, row_grain(g.n), [&](int64_t b, int64_t e) {
+        // float16/bfloat16 rows through float32 copies, which the vectorised kernels take
+        std::vector<A> bx(std::is_same_v<T, A> ? 0 : g.n), by(bx.size());
+        for (int64_t r = b; r < e; ++r) {
+          const T* xr = xp + r * g.n;
+          T* yr = yp + r * g.n;
+          if constexpr (std::is_same_v<T, A>) {
+            row(xr, yr);
+          } else {
+            for (int64_t i = 0; i < g.n; ++i) bx[i] = static_cast<A>(xr[i]);
+            row(bx.data(), by.data());
+            for (int64_t i = 0; i < g.n; ++i) yr[i] = static_cast<T>(by[i]);
+          }
         }
-        if (std::isinf(mx)) mx = mx > 0 ? mx : A(0);
-        A sum = 0;
-        for (int64_t i = 0; i < g.n; ++i) sum += std::exp(static_cast<A>(xr[i * g.inner]) - mx);
-        if constexpr (kLog) {
-          A lse = mx + std::log(sum);
-          for (int64_t i = 0; i < g.n; ++i) yr[i * g.inner] = static_cast<T>(static_cast<A>(xr[i * g.inner]) - lse);
-        } else {
-          A inv = A(1) / sum;
-          for (int64_t i = 0; i < g.n; ++i)
-            yr[i * g.inner] = static_cast<T>(std::exp(static_cast<A>(xr[i * g.inner]) - mx) * inv);
-        }
-      }
+      });
+      return;
+    }
+    for_column_blocks<A>(g, [&](int64_t base, int64_t w, A* scratch) {
+      softmax_columns<kLog, T, A>(xp + base, yp + base, g.n, g.inner, w, scratch, scratch + w, scratch + 2 * w);
     });
   });
 }
@@ -71,21 +103,17 @@ void softmax_backward(KernelArgs& a) {
     const T* gyp = static_cast<const T*>(gy.data_ptr());
     const T* yp = static_cast<const T*>(y.data_ptr());
     T* gxp = static_cast<T*>(gx.data_ptr());
-    parallel_for(g.outer * g.inner, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.n, 1)),
-                 [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        const int64_t base = (r / g.inner) * g.n * g.inner + r % g.inner;
-        A dot = 0;
-        for (int64_t i = 0; i < g.n; ++i) {
-          int64_t k = base + i * g.inner;
-          dot += kLog ? static_cast<A>(gyp[k]) : static_cast<A>(gyp[k]) * static_cast<A>(yp[k]);
+    if (g.inner == 1) {
+      parallel_for(g.outer, row_grain(g.n), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          const int64_t o = r * g.n;
+          row_grad<kLog, T, A>(gyp + o, yp + o, gxp + o, g.n, row_grad_dot<kLog, T, A>(gyp + o, yp + o, g.n));
         }
-        for (int64_t i = 0; i < g.n; ++i) {
-          int64_t k = base + i * g.inner;
-          A yv = static_cast<A>(yp[k]), gv = static_cast<A>(gyp[k]);
-          gxp[k] = static_cast<T>(kLog ? gv - std::exp(yv) * dot : yv * (gv - dot));
-        }
-      }
+      });
+      return;
+    }
+    for_column_blocks<A>(g, [&](int64_t base, int64_t w, A* scratch) {
+      softmax_grad_columns<kLog, T, A>(gyp + base, yp + base, gxp + base, g.n, g.inner, w, scratch);
     });
   });
 }
@@ -120,41 +148,32 @@ void masked_softmax_forward(KernelArgs& a) {
       const T* xp = x.data_ptr<T>();
       const M* mp = mask.data_ptr<M>();
       T* yp = y.data_ptr<T>();
-      parallel_for(g.outer * g.inner, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.n, 1)),
-                   [&](int64_t b, int64_t e) {
+      constexpr A kNegInf = -std::numeric_limits<A>::infinity();
+      parallel_for(g.outer * g.inner, row_grain(g.n), [&](int64_t b, int64_t e) {
+        std::vector<A> scores(static_cast<size_t>(g.n)), p(scores.size());
         for (int64_t r = b; r < e; ++r) {
           const int64_t base = (r / g.inner) * g.n * g.inner + r % g.inner;
           const T* xr = xp + base;
           const M* mr = mp + mask_offset(r);
           T* yr = yp + base;
-          constexpr A kNegInf = -std::numeric_limits<A>::infinity();
-          // the masked score of element i, -inf where the bool mask drops it
-          auto score = [&](int64_t i) -> A {
-            A v = static_cast<A>(xr[i * g.inner]);
-            if constexpr (std::is_same_v<M, bool>) v = mr[i * mstep] ? v : kNegInf;
-            else v += static_cast<A>(mr[i * mstep]);
-            return v;
-          };
-          A mx = kNegInf;
+          // the masked scores, -inf where the bool mask drops an element; then the row kernels
           for (int64_t i = 0; i < g.n; ++i) {
-            const A v = score(i);
-            mx = (v > mx || v != v) ? v : mx;
+            A v = static_cast<A>(xr[i * g.inner]);
+            if constexpr (std::is_same_v<M, bool>)
+              v = mr[i * mstep] ? v : kNegInf;
+            else
+              v += static_cast<A>(mr[i * mstep]);
+            scores[i] = v;
           }
-          if (mx == kNegInf) {
+          A mx = row_max<A, A>(scores.data(), g.n);  // skips NaN
+          if (mx == kNegInf && std::none_of(scores.begin(), scores.end(), [](A v) { return v != v; })) {
             for (int64_t i = 0; i < g.n; ++i) yr[i * g.inner] = T(0);
             continue;
           }
-          if (std::isinf(mx)) mx = A(0);  // +inf: let exp give inf/inf = NaN as plain softmax does
-          A sum = 0;
-          if constexpr (std::is_same_v<T, A>) {  // keep exp in y, then scale
-            for (int64_t i = 0; i < g.n; ++i) sum += (yr[i * g.inner] = std::exp(score(i) - mx));
-            const A inv = A(1) / sum;
-            for (int64_t i = 0; i < g.n; ++i) yr[i * g.inner] *= inv;
-          } else {  // y's type would round the unscaled exp: compute it twice
-            for (int64_t i = 0; i < g.n; ++i) sum += std::exp(score(i) - mx);
-            const A inv = A(1) / sum;
-            for (int64_t i = 0; i < g.n; ++i) yr[i * g.inner] = static_cast<T>(std::exp(score(i) - mx) * inv);
-          }
+          if (std::isinf(mx)) mx = A(0);  // +inf (or a NaN among -infs): NaN, as plain softmax gives
+          const A sum = row_sum_exp<A, A>(scores.data(), g.n, mx);
+          row_scaled_softmax<A, A>(scores.data(), p.data(), g.n, mx, A(1) / sum);
+          for (int64_t i = 0; i < g.n; ++i) yr[i * g.inner] = static_cast<T>(p[i]);
         }
       });
     };
