@@ -167,4 +167,32 @@ void BM_Conv2dStem(benchmark::State& state) {
 }
 BENCHMARK(BM_Conv2dStem)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// Indexing and selection on [4096, 1024] float32: gather and scatter_add along dim 1 with random
+// indices (range(0) = 0, 1), where with a random mask (2), and bfloat16 GELU (3).
+void BM_IndexAndSelect(benchmark::State& state) {
+  kiln::manual_seed(0);
+  const int64_t r = 4096, c = 1024;
+  const kiln::Tensor x = kiln::randn({r, c}), y = kiln::randn({r, c}), xb = x.to(kiln::kBFloat16);
+  const kiln::Tensor idx = kiln::randint(0, c, {r, c}), mask = kiln::rand({r, c}).gt(0.5);
+  for (auto _ : state) {
+    kiln::Tensor out;
+    switch (state.range(0)) {
+      case 0:
+        out = kiln::gather(x, 1, idx);
+        break;
+      case 1:
+        out = kiln::scatter_add(kiln::zeros({r, c}), 1, idx, x);
+        break;
+      case 2:
+        out = kiln::where(mask, x, y);
+        break;
+      default:
+        out = kiln::gelu(xb);
+        break;
+    }
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+}
+BENCHMARK(BM_IndexAndSelect)->DenseRange(0, 3)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 BENCHMARK_MAIN();

@@ -344,6 +344,9 @@ TEST(OpTableIndex, GatherAndScatterAdd) {
       {{2, 3, 4}, Layout::Contig, -2, {1, 4, 2}, {2, 4, 4}, Layout::Expanded},
       {{5}, Layout::Contig, 0, {8}, {8}, Layout::Contig},
       {{3, 4}, Layout::Contig, 1, {3, 0}, {3, 0}, Layout::Contig},
+      // the CPU's parallel split: blocks of 1024 inner elements; rows of outer coordinates
+      {{6, 3000}, Layout::Contig, 0, {40, 3000}, {40, 3000}, Layout::Transposed},
+      {{300, 7, 5}, Layout::Permuted, 1, {300, 9, 5}, {300, 9, 5}, Layout::Contig},
   };
   for (Device dev : test::devices())
     for (ScalarType dt : kFloatsInts)

@@ -136,3 +136,31 @@ TEST(VecMath, BothVectorWidthsGiveTheScalarBits) {
   expect_width_is_scalar<32>();
   expect_width_is_scalar<64>();
 }
+
+// float16/bfloat16 data take the same float32 functions (in float32 blocks, vectorised) and are
+// rounded once: the bits of the op on float32 copies, rounded. Forward, and the backward of the
+// ops differentiated through their input (two operands); several blocks of 256 and a tail.
+TEST(VecMath, HalfPrecisionDataGetTheFloat32ResultRoundedOnce) {
+  std::vector<float> xs;
+  for (int i = 0; i < 1000; ++i) xs.push_back(-12.0f + 24.0f * static_cast<float>(i) / 1000.0f);
+  for (float v : {0.0f, -0.0f, -104.0f, 100.0f, NAN, INFINITY, -INFINITY}) xs.push_back(v);
+  manual_seed(9);
+  for (ScalarType dt : {kBFloat16, kFloat16}) {
+    Tensor x = tensor(xs).to(dt), g = randn({static_cast<int64_t>(xs.size())}).to(dt);
+    for (const Case& c : cases()) {
+      const std::string what = std::string(c.name) + " " + dtype_name(dt);
+      std::vector<double> got = test::values(c.op(x)), want = test::values(c.op(x.to(kFloat32)).to(dt));
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_PRED2(same_float, static_cast<float>(got[i]), static_cast<float>(want[i])) << what << " at " << xs[i];
+      // exp, tanh and sigmoid differentiate through their (rounded) output, the others their input
+      if (std::string(c.name) == "exp" || std::string(c.name) == "tanh" || std::string(c.name) == "sigmoid") continue;
+      Tensor a = x.detach().requires_grad_(), a32 = x.to(kFloat32).requires_grad_();
+      c.op(a).backward(g);
+      c.op(a32).backward(g.to(kFloat32));
+      got = test::values(a.grad()), want = test::values(a32.grad().to(dt));
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_PRED2(same_float, static_cast<float>(got[i]), static_cast<float>(want[i]))
+            << what << " backward at " << xs[i];
+    }
+  }
+}

@@ -79,11 +79,46 @@ void run_plan(const LoopPlan<N>& p, const Inner& inner, int64_t grain = kElement
 template <class F, class... T>
 inline constexpr bool kExplicitVector = requires { F::kVector; } && (std::is_same_v<T, float> && ...);
 
+// The same functors on float16/bfloat16 data (every operand computes in float32, not all are
+// float32): blocks widened to float32 for the vector body, rounded back once. Scalar, a bfloat16
+// GELU ran at 0.3 GB/s.
+template <class F, class... T>
+inline constexpr bool kWidenedVector = requires { F::kVector; } &&
+                                       (std::is_same_v<compute_t<T>, float> && ...) && !kExplicitVector<F, T...>;
+inline constexpr int64_t kWidenBlock = 256;
+
+// o[i] = f(a[i]) (or f(a[i], b[i]) with one b) over float32 blocks of 16-bit data.
+template <class To, class F, class Ta, class... Tb>
+KILN_VEC_INLINE void widened_map(To* __restrict o, int64_t n, F f, const Ta* __restrict a, const Tb*... b) {
+  static_assert(sizeof...(Tb) <= 1);
+  float wa[kWidenBlock], wo[kWidenBlock];
+  for (int64_t i = 0; i < n; i += kWidenBlock) {
+    const int64_t m = std::min(kWidenBlock, n - i);
+    for (int64_t j = 0; j < m; ++j) wa[j] = static_cast<float>(a[i + j]);
+    int64_t j = 0;
+    if constexpr (sizeof...(Tb) == 1) {
+      const auto* bp = (b, ...);
+      float wb[kWidenBlock];
+      for (int64_t k = 0; k < m; ++k) wb[k] = static_cast<float>(bp[i + k]);
+      j = math::wide_vectors() ? math::map_vectors<64>(wo, wa, wb, m, f) : math::map_vectors<32>(wo, wa, wb, m, f);
+      for (; j < m; ++j) wo[j] = f(wa[j], wb[j]);
+    } else {
+      j = math::wide_vectors() ? math::map_vectors<64>(wo, wa, m, f) : math::map_vectors<32>(wo, wa, m, f);
+      for (; j < m; ++j) wo[j] = f(wa[j]);
+    }
+    for (int64_t k = 0; k < m; ++k) o[i + k] = static_cast<To>(wo[k]);
+  }
+}
+
 template <class To, class Ta, class F>
 KILN_VECTORIZE void unary_contig(To* __restrict o, const Ta* __restrict a, int64_t n, F f) {
   int64_t i = 0;
   if constexpr (kExplicitVector<F, To, Ta>)
     i = math::wide_vectors() ? math::map_vectors<64>(o, a, n, f) : math::map_vectors<32>(o, a, n, f);
+  if constexpr (kWidenedVector<F, To, Ta>) {
+    widened_map(o, n, f, a);
+    return;
+  }
   for (; i < n; ++i) o[i] = static_cast<To>(f(static_cast<compute_t<Ta>>(a[i])));
 }
 
@@ -93,6 +128,10 @@ KILN_VECTORIZE void binary_contig(To* __restrict o, const Ta* __restrict a, cons
   int64_t i = 0;
   if constexpr (kExplicitVector<F, To, Ta, Tb>)
     i = math::wide_vectors() ? math::map_vectors<64>(o, a, b, n, f) : math::map_vectors<32>(o, a, b, n, f);
+  if constexpr (kWidenedVector<F, To, Ta, Tb>) {
+    widened_map(o, n, f, a, b);
+    return;
+  }
   for (; i < n; ++i)
     o[i] = static_cast<To>(f(static_cast<compute_t<Ta>>(a[i]), static_cast<compute_t<Tb>>(b[i])));
 }

@@ -1,4 +1,8 @@
 // CPU kernels for copy/convert, fill, clamp, where, triangular masks, number generation and dropout.
+#include <bit>
+#include <cstdint>
+#include <type_traits>
+
 #include "backend/cpu/loops.h"
 #include "backend/dispatch.h"
 #include "backend/dropout_math.h"
@@ -128,11 +132,44 @@ void clamp(KernelArgs& a) {
 }
 
 // out = cond ? x : y, all broadcast to out.
+// A run of where with the condition and output dense, each value operand dense (kX, kY) or one
+// broadcast element (masked_fill's value): compiled for each instruction set, a select per vector.
+template <class T, bool kX, bool kY>
+KILN_VECTORIZE void where_run(T* __restrict o, const bool* __restrict c, const T* __restrict x, const T* __restrict y,
+                              int64_t n) {
+  // Bit masks from the bools: GCC 12 turns `c[i] ? x : y` into a branch per element, which a
+  // random mask mispredicts half the time (7.8 ms for 4M floats, 8x an add).
+  using U = std::conditional_t<
+      sizeof(T) == 1, uint8_t,
+      std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
+  static_assert(sizeof(U) == sizeof(T));
+  for (int64_t i = 0; i < n; ++i) {
+    const U m = static_cast<U>(U(0) - static_cast<U>(c[i]));  // all ones where c[i]
+    const U xb = std::bit_cast<U>(x[kX ? i : 0]), yb = std::bit_cast<U>(y[kY ? i : 0]);
+    o[i] = std::bit_cast<T>(static_cast<U>((xb & m) | (yb & static_cast<U>(~m))));
+  }
+}
+
 void where(KernelArgs& a) {
   const Tensor& out = a.outputs[0];
   visit_dtype(out.dtype(), "where", [&]<class T>() {
     auto plan = make_plan<4>({&out, &a.inputs[0], &a.inputs[1], &a.inputs[2]});
     run_plan(plan, [&](char** p, const int64_t* s, int64_t n) {
+      constexpr int64_t e = sizeof(T);
+      if (s[0] == e && s[1] == sizeof(bool) && (s[2] == e || s[2] == 0) && (s[3] == e || s[3] == 0)) {
+        auto* o = reinterpret_cast<T*>(p[0]);
+        const auto* c = reinterpret_cast<const bool*>(p[1]);
+        const auto *x = reinterpret_cast<const T*>(p[2]), *y = reinterpret_cast<const T*>(p[3]);
+        if (s[2] && s[3])
+          where_run<T, true, true>(o, c, x, y, n);
+        else if (s[2])
+          where_run<T, true, false>(o, c, x, y, n);
+        else if (s[3])
+          where_run<T, false, true>(o, c, x, y, n);
+        else
+          where_run<T, false, false>(o, c, x, y, n);
+        return;
+      }
       for (int64_t i = 0; i < n; ++i) {
         bool c = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
         *reinterpret_cast<T*>(p[0] + i * s[0]) = c ? *reinterpret_cast<const T*>(p[2] + i * s[2])
