@@ -10,19 +10,6 @@
 namespace kiln::backend::cpu {
 namespace {
 
-// Sums f(i) for i in [0, n) with 16 partial sums, which the compiler keeps in vector registers
-// (a single accumulator would serialise on the add's latency and not vectorize).
-template <class A, class F>
-__attribute__((always_inline)) inline A lane_sum(int64_t n, const F& f) {
-  A acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) acc[j] += f(i + j);
-  A s = 0;
-  for (; i < n; ++i) s += f(i);
-  return s + fold_pairwise(acc);
-}
-
 // One row: mean and variance in two passes over the cached row (no cancellation), then y.
 template <class T, class A>
 KILN_VECTORIZE void forward_row(const T* __restrict x, T* __restrict y, const T* __restrict w,

@@ -33,6 +33,20 @@ __attribute__((always_inline)) inline A fold_pairwise(A (&s)[N]) {
   return s[0];
 }
 
+// Sums f(i) for i in [0, n) with 16 partial sums, which the compiler keeps in vector registers
+// (a single accumulator would serialise on the add's latency and not vectorize), then the tail's
+// and the folded partial sums.
+template <class A, class F>
+__attribute__((always_inline)) inline A lane_sum(int64_t n, const F& f) {
+  A acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) acc[j] += f(i + j);
+  A s = 0;
+  for (; i < n; ++i) s += f(i);
+  return s + fold_pairwise(acc);
+}
+
 // Runs inner(ptrs, inner_strides, n) over every innermost run of the plan, in parallel chunks
 // of the flat index space when the op is large enough.
 template <int N, class Inner>

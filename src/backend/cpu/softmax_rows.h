@@ -87,14 +87,9 @@ KILN_VECTORIZE void row_shift(const T* __restrict x, T* __restrict y, int64_t n,
 // The backward passes' dot: sum(gy * y) for softmax, sum(gy) for log_softmax (kLog).
 template <bool kLog, class T, class A>
 KILN_VECTORIZE A row_grad_dot(const T* __restrict gy, const T* __restrict y, int64_t n) {
-  auto term = [&](int64_t i) { return kLog ? static_cast<A>(gy[i]) : static_cast<A>(gy[i]) * static_cast<A>(y[i]); };
-  A acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) acc[j] += term(i + j);
-  A s = 0;
-  for (; i < n; ++i) s += term(i);
-  return s + fold_pairwise(acc);
+  return lane_sum<A>(n, [&](int64_t i) {
+    return kLog ? static_cast<A>(gy[i]) : static_cast<A>(gy[i]) * static_cast<A>(y[i]);
+  });
 }
 
 // gy - exp(y) * dot on vectors: log_softmax's gradient.
