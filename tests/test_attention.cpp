@@ -291,7 +291,7 @@ void check_row_operations() {
   EXPECT_NEAR(sum, want, 1e-5) << W;
   for (uint64_t ctr : {uint64_t{0}, uint64_t{0xfffffff5}, (uint64_t{7} << 32) + 12345}) {
     uint32_t words[64];
-    attn::philox16_w<W>(42, ctr, words);
+    kiln::backend::cpu::philox16_w<W>(42, ctr, words);
     for (uint64_t c = 0; c < 16; ++c) {
       const philox::U32x4 r = philox::philox(42, ctr + c);
       for (int k = 0; k < 4; ++k) EXPECT_EQ(words[4 * c + k], r.v[k]) << W << " counter " << ctr + c << " word " << k;

@@ -112,7 +112,7 @@ struct Problem {
   // rule). The (at most 17) counters of a row run 16 at a time in vector registers.
   KILN_VEC_INLINE const uint32_t* keep_words(int64_t b, int64_t i, int64_t j0, int64_t nk, uint32_t* flat) const {
     const uint64_t n = (static_cast<uint64_t>(b) * L + i) * S + j0, c0 = n >> 2;
-    attn::philox16(seed, offset + c0, flat);
+    philox16(seed, offset + c0, flat);
     if (((n + nk - 1) >> 2) - c0 >= 16) {
       const philox::U32x4 r = philox::philox(seed, offset + c0 + 16);
       for (int k = 0; k < 4; ++k) flat[64 + k] = r.v[k];

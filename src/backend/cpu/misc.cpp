@@ -1,9 +1,11 @@
 // CPU kernels for copy/convert, fill, clamp, where, triangular masks, number generation and dropout.
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <type_traits>
 
 #include "backend/cpu/loops.h"
+#include "backend/cpu/philox_lanes.h"
 #include "backend/dispatch.h"
 #include "backend/dropout_math.h"
 #include "backend/math.h"
@@ -273,6 +275,22 @@ void randint(KernelArgs& a) {
   });
 }
 
+// Dropout over counters [c0, c1): elements 4c .. 4c + 3 (below n) of counter c take its four
+// words (dropout_math.h's rule), sixteen counters' words at a time in vector registers.
+template <class T, class S>
+KILN_VECTORIZE void dropout_counters(uint64_t seed, uint64_t offset, uint32_t threshold, S scale, const T* __restrict x,
+                                     T* __restrict y, bool* __restrict keep, int64_t n, int64_t c0, int64_t c1) {
+  uint32_t words[64];
+  for (int64_t c = c0; c < c1; c += 16) {
+    philox16(seed, offset + static_cast<uint64_t>(c), words);
+    const int64_t i0 = 4 * c, i1 = std::min(n, 4 * std::min(c + 16, c1));
+    for (int64_t i = i0; i < i1; ++i) {
+      keep[i] = dropout_math::kept(words[i - i0], threshold);
+      y[i] = dropout_math::apply(x[i], keep[i], scale);
+    }
+  }
+}
+
 // y = x * scale where kept, keep = the mask (dropout_math.h), all contiguous: one pass, each
 // Philox counter's four words computed once.
 void dropout(KernelArgs& a) {
@@ -286,13 +304,7 @@ void dropout(KernelArgs& a) {
     T* y = static_cast<T*>(a.outputs[0].data_ptr());
     const auto scale = static_cast<compute_t<T>>(dropout_math::keep_scale(d.p));
     parallel_for((n + 3) / 4, 1024, [&](int64_t b, int64_t e) {
-      for (int64_t c = b; c < e; ++c) {
-        const philox::U32x4 w = philox::philox(d.seed, d.offset + static_cast<uint64_t>(c));
-        for (int64_t j = 0, i = 4 * c; j < 4 && i < n; ++j, ++i) {
-          keep[i] = dropout_math::kept(w.v[j], threshold);
-          y[i] = dropout_math::apply(xi[i], keep[i], scale);
-        }
-      }
+      dropout_counters(d.seed, d.offset, threshold, scale, xi, y, keep, n, b, e);
     });
   });
 }
