@@ -95,10 +95,11 @@ template <class F> requires kFloatVec<F> KILN_VEC_INLINE F abs(F x) { return sel
 
 // exp by x = n ln2 + r, |r| <= ln2/2, and a degree-6 polynomial (Cephes' expf coefficients);
 // 2^n is built in the exponent bits, in two steps at the ends of the range (n = 128 overflows
-// the field just below float's largest value; n < -126 gives subnormal results). Lanes outside
-// [lo, hi], whose results are set to 0 or inf at the end, compute exp(0) meanwhile: computed at
-// lo they made subnormal numbers, which cost a microcode assist per vector (a softmax over rows
-// with 30% of -inf, masked padding, took 1.85 times as long as without).
+// the field just below float's largest value; n < -126 gives subnormal results). Lanes below lo,
+// whose results are set to 0 at the end, compute exp(0) meanwhile: computed at lo they made
+// subnormal numbers, which cost a microcode assist per vector (a softmax over rows with 30% of
+// -inf, masked padding, took 1.85 times as long as without). Lanes above hi keep their clamp
+// (mapping them to 0 as well made GCC scalarise the loops that call this).
 template <class F> KILN_VEC_INLINE F exp_f(F x) {
   const float hi = 88.72283905206835f, lo = -103.972084f;
   F xc = select(x > hi, splat(hi, x), select(x < lo, splat(0.0f, x), x));

@@ -133,7 +133,6 @@ void clamp(KernelArgs& a) {
   });
 }
 
-// out = cond ? x : y, all broadcast to out.
 // A run of where with the condition and output dense, each value operand dense (kX, kY) or one
 // broadcast element (masked_fill's value): compiled for each instruction set, a select per vector.
 template <class T, bool kX, bool kY>
@@ -152,6 +151,7 @@ KILN_VECTORIZE void where_run(T* __restrict o, const bool* __restrict c, const T
   }
 }
 
+// out = cond ? x : y, all broadcast to out.
 void where(KernelArgs& a) {
   const Tensor& out = a.outputs[0];
   visit_dtype(out.dtype(), "where", [&]<class T>() {
