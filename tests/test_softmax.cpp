@@ -98,6 +98,12 @@ TEST(Softmax, NanAndInfinitiesAnywhereInARowOrColumn) {
           for (double v : values(softmax(make(row(kInf, 0.5)), 0))) EXPECT_TRUE(std::isnan(v)) << "+inf " << w;
           for (double v : values(softmax(make(row(-kInf, -kInf)), 0))) EXPECT_TRUE(std::isnan(v)) << "all -inf " << w;
           for (double v : values(log_softmax(make(row(kNaN, 0.5)), 0))) EXPECT_TRUE(std::isnan(v)) << "log NaN " << w;
+          // masked_softmax's unmasked +inf or NaN: NaN everywhere, as softmax
+          const Tensor keep_all = ones(column ? Shape{n, 17} : Shape{n}, kBool);
+          for (double v : values(masked_softmax(make(row(kInf, 0.5)), keep_all, 0)))
+            EXPECT_TRUE(std::isnan(v)) << "masked +inf " << w;
+          for (double v : values(masked_softmax(make(row(kNaN, -kInf)), keep_all, 0)))
+            EXPECT_TRUE(std::isnan(v)) << "masked NaN among -inf " << w;
           std::vector<double> p = values(softmax(make(row(-kInf, 0.5)), 0));
           std::vector<double> lp = values(log_softmax(make(row(-kInf, 0.5)), 0));
           for (int64_t i = 0; i < n; ++i) {

@@ -57,17 +57,8 @@ void softmax_forward(KernelArgs& a) {
     using A = compute_t<T>;
     const T* xp = static_cast<const T*>(x.data_ptr());
     T* yp = static_cast<T*>(y.data_ptr());
-    // An infinite max: -inf (every element -inf) gives 0/0 = NaN as torch; +inf gives inf/inf.
-    auto finite_max = [](A mx) { return std::isinf(mx) ? (mx > 0 ? mx : A(0)) : mx; };
     if (g.inner == 1) {
-      auto row = [&](const A* xr, A* yr) {
-        const A mx = finite_max(row_max<A, A>(xr, g.n));
-        const A sum = row_sum_exp<A, A>(xr, g.n, mx);
-        if constexpr (kLog)
-          row_shift<A, A>(xr, yr, g.n, mx + std::log(sum));
-        else
-          row_scaled_softmax<A, A>(xr, yr, g.n, mx, A(1) / sum);
-      };
+      auto row = [&](const A* xr, A* yr) { softmax_row<kLog, A>(xr, yr, g.n, row_max<A, A>(xr, g.n)); };
       parallel_for(g.outer, row_grain(g.n), [&](int64_t b, int64_t e) {
         // float16/bfloat16 rows through float32 copies, which the vectorised kernels take
         std::vector<A> bx(std::is_same_v<T, A> ? 0 : g.n), by(bx.size());
@@ -165,14 +156,12 @@ void masked_softmax_forward(KernelArgs& a) {
               v += static_cast<A>(mr[i * mstep]);
             scores[i] = v;
           }
-          A mx = row_max<A, A>(scores.data(), g.n);  // skips NaN
+          const A mx = row_max<A, A>(scores.data(), g.n);  // skips NaN
           if (mx == kNegInf && std::none_of(scores.begin(), scores.end(), [](A v) { return v != v; })) {
-            for (int64_t i = 0; i < g.n; ++i) yr[i * g.inner] = T(0);
+            for (int64_t i = 0; i < g.n; ++i) yr[i * g.inner] = T(0);  // every element masked
             continue;
           }
-          if (std::isinf(mx)) mx = A(0);  // +inf (or a NaN among -infs): NaN, as plain softmax gives
-          const A sum = row_sum_exp<A, A>(scores.data(), g.n, mx);
-          row_scaled_softmax<A, A>(scores.data(), p.data(), g.n, mx, A(1) / sum);
+          softmax_row<false, A>(scores.data(), p.data(), g.n, mx);  // +inf or NaN: NaN, as softmax
           for (int64_t i = 0; i < g.n; ++i) yr[i * g.inner] = static_cast<T>(p[i]);
         }
       });

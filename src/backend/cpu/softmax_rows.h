@@ -84,6 +84,18 @@ KILN_VECTORIZE void row_shift(const T* __restrict x, T* __restrict y, int64_t n,
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(static_cast<A>(x[i]) - lse);
 }
 
+// One row's softmax (log_softmax with kLog) from x into y, given the row's max: -inf (every
+// element -inf) gives 0/0 = NaN and +inf inf/inf = NaN, as torch.
+template <bool kLog, class A>
+inline void softmax_row(const A* x, A* y, int64_t n, A mx) {
+  if (std::isinf(mx) && mx < 0) mx = A(0);
+  const A sum = row_sum_exp<A, A>(x, n, mx);
+  if constexpr (kLog)
+    row_shift<A, A>(x, y, n, mx + std::log(sum));
+  else
+    row_scaled_softmax<A, A>(x, y, n, mx, A(1) / sum);
+}
+
 // The backward passes' dot: sum(gy * y) for softmax, sum(gy) for log_softmax (kLog).
 template <bool kLog, class T, class A>
 KILN_VECTORIZE A row_grad_dot(const T* __restrict gy, const T* __restrict y, int64_t n) {
