@@ -25,9 +25,12 @@ struct ReduceOut {
 
 inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-// Floats accumulate in their compute type (float, or double for float64), integers in int64.
+// sum and prod accumulate floats in double, integers in int64. One thread folds up to
+// thousands of elements (a sum over the batch of [2^20, 1024]: 4096 each), and a float32 running
+// sum of 4096 values of 0.1 is 3.9e-5 off; the CPU's sums are within 3e-7. The adds cost nothing
+// in a kernel bound by its loads.
 template <class T>
-using red_acc_t = std::conditional_t<std::is_floating_point_v<compute_t<T>>, compute_t<T>, int64_t>;
+using red_acc_t = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, int64_t>;
 
 // sum (mean: times scale) and prod.
 template <class T, bool kProd>
@@ -42,10 +45,10 @@ struct SumFold {
   KILN_HOST_DEVICE State merge(State a, State b) const { return kProd ? a * b : a + b; }
   KILN_HOST_DEVICE void store(State s, int64_t, const ReduceOut& out, int64_t off) const {
     if (scale != 1.0) {
-      if constexpr (std::is_floating_point_v<State>) s = static_cast<State>(s * scale);
+      if constexpr (std::is_floating_point_v<State>) s *= scale;
       else s = static_cast<State>(static_cast<double>(s) * scale);
     }
-    static_cast<T*>(out.values)[off] = static_cast<T>(s);
+    static_cast<T*>(out.values)[off] = static_cast<T>(static_cast<C>(s));
   }
 };
 
