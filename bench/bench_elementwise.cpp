@@ -195,4 +195,28 @@ void BM_IndexAndSelect(benchmark::State& state) {
 }
 BENCHMARK(BM_IndexAndSelect)->DenseRange(0, 3)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// Unary math on [4096, 1024] float32 in [0.5, 1.5): log (range(0) = 0), log1p (1), expm1 (2),
+// sqrt (3), x.pow(2) (4), x.pow(2.5) (libm's pow, 5), and x.pow(2) forward and backward (6).
+void BM_UnaryMath(benchmark::State& state) {
+  kiln::manual_seed(0);
+  const kiln::Tensor x = kiln::rand({4096, 1024}) + 0.5, xg = x.detach().requires_grad_(true);
+  for (auto _ : state) {
+    kiln::Tensor out;
+    switch (state.range(0)) {
+      case 0: out = kiln::log(x); break;
+      case 1: out = kiln::log1p(x); break;
+      case 2: out = kiln::expm1(x); break;
+      case 3: out = kiln::sqrt(x); break;
+      case 4: out = kiln::pow(x, 2.0); break;
+      case 5: out = kiln::pow(x, 2.5); break;
+      default:
+        out = kiln::pow(xg, 2.0).sum();
+        out.backward();
+        break;
+    }
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+}
+BENCHMARK(BM_UnaryMath)->DenseRange(0, 6)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 BENCHMARK_MAIN();

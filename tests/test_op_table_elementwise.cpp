@@ -99,6 +99,15 @@ std::vector<UnaryRow> unary_rows() {
        Out::Float, FI},
       {"pow_neg_float", [](T x) { return pow(x, -1.5); }, [](double x) { return std::pow(x, -1.5); },
        Dist::Positive, Out::Float, F},
+      // the exponents the CPU runs without libm's pow (products, sqrt, division)
+      {"pow_rsqrt", [](T x) { return pow(x, -0.5); }, [](double x) { return std::pow(x, -0.5); }, Dist::Positive,
+       Out::Float, F},
+      {"pow_reciprocal", [](T x) { return pow(x, -1.0); }, [](double x) { return 1 / x; }, Dist::NonZero, Out::Float,
+       F},
+      {"pow_neg_two", [](T x) { return x.pow(-2.0); }, [](double x) { return 1 / (x * x); }, Dist::NonZero,
+       Out::Float, F},
+      {"pow_one", [](T x) { return pow(x, 1.0); }, [](double x) { return x; }, Dist::Normal, Out::Float, F},
+      {"pow_zero", [](T x) { return pow(x, 0.0); }, [](double x) { return 1.0; }, Dist::Normal, Out::Float, F},
       {"scalar_pow", [](T x) { return pow(2.0, x); }, [](double x) { return std::pow(2.0, x); }, Dist::Normal,
        Out::Float, FI},
       {"maximum_scalar", [](T x) { return maximum(x, 0.25); }, [](double x) { return max_ref(x, 0.25); },
@@ -302,6 +311,37 @@ TEST(OpTableSpecialValues, ElementwiseRows) {
         });
       }
     }
+}
+
+// pow with one exponent: the CPU's products, sqrt and divisions for the common exponents keep
+// pow's results at signed zeros and infinities (pow(-0, 0.5) is +0, pow(-inf, 0.5) is +inf,
+// pow(-0, -0.5) is +inf), and are within an ulp of it elsewhere; an exponent tensor of one
+// element broadcast to more dims takes the same path.
+TEST(OpTableSpecialValues, PowWithOneExponentKeepsPowsResults) {
+  const Vec xs = {0.0, -0.0, kInf, -kInf, kNaN, 1.0, -1.0, 0.5, -2.0, 3.0, 1e-30, -1e30, 7.25};
+  for (double e : {2.0, 3.0, 1.0, 0.0, -1.0, -2.0, 0.5, -0.5, 2.5}) {
+    for (ScalarType dt : {kFloat32, kFloat64}) {
+      const std::string what = "pow(x, " + std::to_string(e) + ") " + dtype_name(dt);
+      const Tensor x = tensor_1d(xs, dt, Device::cpu());
+      const Vec got = test::values(pow(x, e));
+      const Vec got_tensor = test::values(pow(x, full({1, 1}, e, dt)).reshape({-1}));
+      for (size_t i = 0; i < xs.size(); ++i) {
+        double want = std::pow(xs[i], e);
+        if (dt == kFloat32) want = static_cast<float>(std::pow(static_cast<float>(xs[i]), static_cast<float>(e)));
+        const double g = got[i];
+        EXPECT_TRUE(got_tensor[i] == g || (std::isnan(got_tensor[i]) && std::isnan(g)))
+            << what << " with a [1, 1] exponent at " << xs[i] << ": " << got_tensor[i] << ", not " << g;
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(g)) << what << " at " << xs[i];
+          continue;
+        }
+        EXPECT_EQ(std::signbit(g), std::signbit(want)) << what << " at " << xs[i];
+        const double ulp = dt == kFloat32 ? 1.2e-7 : 2.3e-16;
+        if (std::isinf(want) || want == 0) EXPECT_EQ(g, want) << what << " at " << xs[i];
+        else EXPECT_NEAR(g, want, ulp * std::abs(want)) << what << " at " << xs[i];
+      }
+    }
+  }
 }
 
 // ==========================================================================================

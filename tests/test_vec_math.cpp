@@ -1,4 +1,5 @@
-// The vectorized float32 exp/tanh/erf behind exp, sigmoid, silu, tanh and gelu: accuracy over
+// The vectorized float32 exp/tanh/erf/log/log1p/expm1 behind exp, sigmoid, silu, tanh, gelu, log,
+// log1p and expm1: accuracy over
 // the whole range, special values, and the same result in a vector body and a scalar tail, in
 // both vector widths (this CPU's loops use one of them; the other is called directly here).
 #include <algorithm>
@@ -32,6 +33,11 @@ std::vector<Case> cases() {
        [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }, 1e-6, 5e-7},
       {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); },
        [](double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / kPi) * (v + 0.044715 * v * v * v))); }, 1e-6, 5e-7},
+      // on |x|, so that every input has a real result
+      {"log", [](const Tensor& x) { return log(x.abs()); }, [](double v) { return std::log(std::abs(v)); }, 3e-7, 0},
+      {"log1p", [](const Tensor& x) { return log1p(x.abs()); }, [](double v) { return std::log1p(std::abs(v)); },
+       3e-7, 0},
+      {"expm1", [](const Tensor& x) { return expm1(x); }, [](double v) { return std::expm1(v); }, 3e-7, 0},
   };
 }
 
@@ -74,6 +80,42 @@ TEST(VecMath, SpecialValues) {
   auto g = test::values(gelu(x));
   EXPECT_TRUE(std::isnan(g[0]));
   EXPECT_EQ(g[1], INFINITY);
+}
+
+// log over every binade (subnormals too), log1p from just above -1, and their special values.
+TEST(VecMath, LogAndLog1pOverTheWholeFloatRange) {
+  std::vector<float> xs;
+  for (double v = 1.4e-45; v < 3e38; v *= 1.0137) xs.push_back(static_cast<float>(v));
+  Tensor x = tensor(xs);
+  std::vector<double> got = test::values(log(x));
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double w = std::log(static_cast<double>(xs[i]));
+    EXPECT_NEAR(got[i], w, 2e-7 * std::abs(w)) << "log at " << xs[i];
+  }
+  std::vector<float> us;
+  for (double d = 1.0; d > 1e-7; d *= 0.83) us.push_back(static_cast<float>(d - 1.0));  // (-1, 0)
+  for (double v = 1e-38; v < 3e38; v *= 1.37) us.push_back(static_cast<float>(v)), us.push_back(static_cast<float>(-v));
+  got = test::values(log1p(tensor(us)));
+  for (size_t i = 0; i < us.size(); ++i) {
+    const double w = std::log1p(static_cast<double>(us[i]));
+    if (std::isnan(w)) EXPECT_TRUE(std::isnan(got[i])) << "log1p at " << us[i];
+    else EXPECT_NEAR(got[i], w, 3e-7 * std::abs(w)) << "log1p at " << us[i];
+  }
+  Tensor sp = tensor({0.0f, -0.0f, -1.0f, -2.0f, INFINITY, -INFINITY, NAN, 1.0f});
+  auto l = test::values(log(sp)), l1 = test::values(log1p(sp)), e1 = test::values(expm1(sp));
+  EXPECT_EQ(l[0], -INFINITY);
+  EXPECT_EQ(l[1], -INFINITY);
+  EXPECT_TRUE(std::isnan(l[2]) && std::isnan(l[3]) && std::isnan(l[5]) && std::isnan(l[6]));
+  EXPECT_EQ(l[4], INFINITY);
+  EXPECT_EQ(l[7], 0.0);
+  EXPECT_TRUE(l1[0] == 0.0 && !std::signbit(l1[0]) && l1[1] == 0.0 && std::signbit(l1[1]));
+  EXPECT_EQ(l1[2], -INFINITY);
+  EXPECT_TRUE(std::isnan(l1[3]) && std::isnan(l1[5]) && std::isnan(l1[6]));
+  EXPECT_EQ(l1[4], INFINITY);
+  EXPECT_TRUE(e1[0] == 0.0 && !std::signbit(e1[0]) && e1[1] == 0.0 && std::signbit(e1[1]));
+  EXPECT_EQ(e1[4], INFINITY);
+  EXPECT_EQ(e1[5], -1.0);
+  EXPECT_TRUE(std::isnan(e1[6]));
 }
 
 TEST(VecMath, VectorBodyAndScalarTailAgree) {
@@ -126,6 +168,9 @@ void expect_width_is_scalar() {
   expect_vector_body_is_scalar<W>("erf", [](auto x) { return kiln::math::erf(x); });
   expect_vector_body_is_scalar<W>("gelu", kiln::math::GeluErf{});
   expect_vector_body_is_scalar<W>("silu", kiln::math::Silu{});
+  expect_vector_body_is_scalar<W>("log", [](auto x) { return kiln::math::log(x); });
+  expect_vector_body_is_scalar<W>("log1p", [](auto x) { return kiln::math::log1p(x); });
+  expect_vector_body_is_scalar<W>("expm1", [](auto x) { return kiln::math::expm1(x); });
 }
 
 }  // namespace
@@ -152,8 +197,10 @@ TEST(VecMath, HalfPrecisionDataGetTheFloat32ResultRoundedOnce) {
       std::vector<double> got = test::values(c.op(x)), want = test::values(c.op(x.to(kFloat32)).to(dt));
       for (size_t i = 0; i < got.size(); ++i)
         EXPECT_PRED2(same_float, static_cast<float>(got[i]), static_cast<float>(want[i])) << what << " at " << xs[i];
-      // exp, tanh and sigmoid differentiate through their (rounded) output, the others their input
-      if (std::string(c.name) == "exp" || std::string(c.name) == "tanh" || std::string(c.name) == "sigmoid") continue;
+      // exp, expm1, tanh and sigmoid differentiate through their (rounded) output, log1p through
+      // 1 + x (another rounding), the others their input
+      const std::string name = c.name;
+      if (name == "exp" || name == "expm1" || name == "tanh" || name == "sigmoid" || name == "log1p") continue;
       Tensor a = x.detach().requires_grad_(), a32 = x.to(kFloat32).requires_grad_();
       c.op(a).backward(g);
       c.op(a32).backward(g.to(kFloat32));

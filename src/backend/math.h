@@ -14,11 +14,14 @@ namespace kiln::math {
 template <class T> KILN_HOST_DEVICE T exp(T x) { return ::exp(x); }
 template <class T> KILN_HOST_DEVICE T tanh(T x) { return ::tanh(x); }
 template <class T> KILN_HOST_DEVICE T erf(T x) { return ::erf(x); }
+template <class T> KILN_HOST_DEVICE T log(T x) { return ::log(x); }
+template <class T> KILN_HOST_DEVICE T log1p(T x) { return ::log1p(x); }
+template <class T> KILN_HOST_DEVICE T expm1(T x) { return ::expm1(x); }
 template <class T, class V> KILN_HOST_DEVICE constexpr T K(V v) { return static_cast<T>(v); }
 }  // namespace kiln::math
 #else
 #define KILN_MATH_INLINE __attribute__((always_inline))  // see vec_math.h: no vector calls across ISAs
-// exp, tanh, erf for float that vectorize, and math::Vec, the CPU loops' 16- or 8-lane type.
+// exp, tanh, erf, log, log1p, expm1 for float that vectorize, and math::Vec, the CPU loops' 16- or 8-lane type.
 #include "backend/vec_math.h"
 #endif
 
@@ -117,9 +120,9 @@ struct Neg { KILN_UN { return static_cast<T>(-a); } };
 struct Abs { KILN_UN { if constexpr (std::is_unsigned_v<T>) return a; else return a < T(0) ? static_cast<T>(-a) : a; } };
 struct Sign { KILN_UN { return static_cast<T>((T(0) < a) - (a < T(0))); } };
 struct Exp { static constexpr bool kVector = true; KILN_UN { return math::exp(a); } };
-struct Log { KILN_UN { return std::log(a); } };
-struct Log1p { KILN_UN { return std::log1p(a); } };
-struct Expm1 { KILN_UN { return std::expm1(a); } };
+struct Log { static constexpr bool kVector = true; KILN_UN { return math::log(a); } };
+struct Log1p { static constexpr bool kVector = true; KILN_UN { return math::log1p(a); } };
+struct Expm1 { static constexpr bool kVector = true; KILN_UN { return math::expm1(a); } };
 struct Sqrt { KILN_UN { return std::sqrt(a); } };
 struct Rsqrt { KILN_UN { return T(1) / std::sqrt(a); } };
 struct Square { KILN_UN { return static_cast<T>(a * a); } };

@@ -70,6 +70,15 @@ autograd::BackwardFn make_backward(Op op, const Tensor& a, const Tensor& b, cons
         return {ma.needs ? ma(g / bv) : Tensor(), gb};
       };
     case Op::Pow:
+      // One exponent on the host that needs no gradient (x.pow(2)): PyTorch's
+      // grad * (e * x^(e-1)), x^(e-1) again through pow's scalar paths, and no where() pass.
+      if (!mb.needs && b.dim() == 0 && b.device().is_cpu()) {
+        const double e = b.item<double>();
+        return [ma, sa = SavedTensor(a), e](const Tensor& g) -> TensorList {
+          if (e == 0) return {ma(zeros_like(g)), Tensor()};
+          return {ma(g * (pow(sa.get("PowBackward"), e - 1) * e)), Tensor()};
+        };
+      }
       return [ma, mb, sa = SavedTensor(a), sb = SavedTensor(b), so = SavedTensor(mb.needs ? out : Tensor())](
                  const Tensor& g) -> TensorList {
         Tensor av = sa.get("PowBackward"), bv = sb.get("PowBackward");
