@@ -168,12 +168,15 @@ void BM_Conv2dStem(benchmark::State& state) {
 BENCHMARK(BM_Conv2dStem)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Indexing and selection on [4096, 1024] float32: gather and scatter_add along dim 1 with random
-// indices (range(0) = 0, 1), where with a random mask (2), and bfloat16 GELU (3).
+// indices (range(0) = 0, 1), where with a random mask (2), bfloat16 GELU (3), and index_select
+// forward and backward along dim 0 (4) and dim 1 (5) with 4096 and 1024 random indices.
 void BM_IndexAndSelect(benchmark::State& state) {
   kiln::manual_seed(0);
   const int64_t r = 4096, c = 1024;
   const kiln::Tensor x = kiln::randn({r, c}), y = kiln::randn({r, c}), xb = x.to(kiln::kBFloat16);
   const kiln::Tensor idx = kiln::randint(0, c, {r, c}), mask = kiln::rand({r, c}).gt(0.5);
+  const kiln::Tensor xg = x.detach().requires_grad_(true), rows = kiln::randint(0, r, {r}),
+                     cols = kiln::randint(0, c, {c});
   for (auto _ : state) {
     kiln::Tensor out;
     switch (state.range(0)) {
@@ -186,14 +189,18 @@ void BM_IndexAndSelect(benchmark::State& state) {
       case 2:
         out = kiln::where(mask, x, y);
         break;
-      default:
+      case 3:
         out = kiln::gelu(xb);
+        break;
+      default:
+        out = kiln::index_select(xg, state.range(0) == 4 ? 0 : 1, state.range(0) == 4 ? rows : cols);
+        out.backward(y);
         break;
     }
     benchmark::DoNotOptimize(out.data_ptr());
   }
 }
-BENCHMARK(BM_IndexAndSelect)->DenseRange(0, 3)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_IndexAndSelect)->DenseRange(0, 5)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Unary math on [4096, 1024] float32 in [0.5, 1.5): log (range(0) = 0), log1p (1), expm1 (2),
 // sqrt (3), x.pow(2) (4), x.pow(2.5) (libm's pow, 5), and x.pow(2) forward and backward (6).

@@ -327,6 +327,55 @@ TEST(OpTableIndex, IndexSelect) {
   }
 }
 
+// index_select's gradient: each slice of x sums the gradient slices that picked it (repeats,
+// unpicked slices 0), in float32 for 16-bit data and rounded once, along any dim and with a
+// non-contiguous incoming gradient, on every device.
+TEST(OpTableIndex, IndexSelectGradientSumsThePicksOfEachSlice) {
+  struct Case {
+    Shape shape;
+    int64_t dim;
+    std::vector<int64_t> index;
+  };
+  const std::vector<Case> cases = {
+      {{5, 3}, 0, {3, 0, 3, 3, 1}}, {{4, 6}, 1, {5, 5, 0}}, {{3, 4, 5}, 1, {2, 2, 0, 2, 2, 2}},
+      {{3, 4, 5}, 2, {4}},          {{7}, 0, {6, 6, 2}},     {{4, 5}, 0, {}},
+      {{0, 3}, 1, {1, 1}},          {{300, 64}, 0, std::vector<int64_t>(500, 7)},
+  };
+  for (Device dev : test::devices())
+    for (ScalarType dt : kFloats)
+      for (const Case& c : cases) {
+        const std::string what = std::string("index_select backward ") + dtype_name(dt) + " " + str(c.shape) +
+                                 " dim " + std::to_string(c.dim) + " on " + dev.str();
+        run_case(what, [&] {
+          Input x = make_input(c.shape, Dist::Normal, dt, dev);
+          Tensor xg = x.t.detach().requires_grad_(true);
+          Tensor index = tensor(c.index, Shape{static_cast<int64_t>(c.index.size())}, TensorOptions(kInt64).device(dev));
+          Tensor y = index_select(xg, c.dim, index);
+          // The incoming gradient as the transpose of a contiguous tensor, where it has two dims.
+          Shape gshape = y.shape();
+          Tensor g;
+          if (gshape.size() >= 2) {
+            std::swap(gshape[0], gshape[1]);
+            g = make_input(gshape, Dist::Normal, dt, dev).t.transpose(0, 1);
+          } else {
+            g = make_input(gshape, Dist::Normal, dt, dev).t;
+          }
+          y.backward(g);
+          const Vec gv = test::values(g);
+          Vec want(static_cast<size_t>(numel_of(c.shape)), 0.0);
+          for (int64_t i = 0; i < numel_of(y.shape()); ++i) {
+            Shape idx = unravel(i, y.shape());
+            idx[c.dim] = c.index[idx[c.dim]];
+            want[ravel(idx, c.shape)] += gv[i];
+          }
+          // Rounded once to the dtype: sums of a few 16-bit values are exact in float32 (500 are not).
+          const Tensor want_t = tensor(want, c.shape, TensorOptions(kFloat64)).to(dt);
+          const Tol tol = c.index.size() > 8 ? sum_tol_for(dt) : dt == kFloat32 ? Tol{1e-6, 1e-6} : Tol{0, 0};
+          check(xg.grad(), test::values(want_t), c.shape, dt, dev, tol, what);
+        });
+      }
+}
+
 TEST(OpTableIndex, GatherAndScatterAdd) {
   struct Case {
     Shape x;

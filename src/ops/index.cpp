@@ -48,13 +48,29 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   if (autograd::needs_grad({&x}))
     autograd::record("IndexSelectBackward", {&x}, out, [shape = x.shape(), d, si = SavedTensor(ic), xdev = x.device()](const Tensor& g) -> TensorList {
       Tensor idx = si.get("IndexSelectBackward");
-      Tensor z = zeros(shape, g.options());
       if (shape.empty()) return {g.reshape(shape).to(xdev)};
+      const int64_t n = idx.numel();
+      if (n == 0 || g.numel() == 0) return {zeros(shape, g.options())};
+      // Each slice of x along d sums the gradient slices that picked it, in index order, in
+      // float32 for 16-bit data, rounded once (scatter_add in 16 bits rounded every add).
+      int64_t outer = 1;
+      for (int64_t k = 0; k < d; ++k) outer *= shape[k];
+      if (outer == 1) {
+        // Rows of x (d = 0, as the MLM head's picks, or only size-1 dims before d): embedding's
+        // backward, without atomics on CUDA. Moving a later d to the front and back cost more
+        // than the scatter_add below (BM_IndexAndSelect/5).
+        Tensor gx = make_empty(shape, g.dtype(), g.device());
+        Tensor rows = gx.view({shape[d], gx.numel() / shape[d]});
+        backend::EmbeddingAttrs no_padding{-1};
+        ops::run1(Op::EmbeddingBackward, g.device(), {g.contiguous().view({n, g.numel() / n}), idx}, rows, &no_padding);
+        return {gx};
+      }
       // scatter_add along d with the index broadcast over the other dims
+      const ScalarType acc = g.dtype() == kFloat16 || g.dtype() == kBFloat16 ? kFloat32 : g.dtype();
       Shape view(shape.size(), 1);
-      view[d] = idx.numel();
+      view[d] = n;
       Tensor full_idx = idx.reshape(view).expand(g.shape()).contiguous();
-      return {scatter_add(z, d, full_idx, g)};
+      return {scatter_add(zeros(shape, g.options().dtype(acc)), d, full_idx, g.to(acc)).to(g.dtype())};
     });
   return out;
 }
