@@ -1,7 +1,4 @@
 // CPU kernels for the elementwise ops: arithmetic, comparisons, unary math and their backward helpers.
-#include <cmath>
-#include <limits>
-
 #include "backend/cpu/loops.h"
 #include "backend/dispatch.h"
 #include "backend/math.h"
@@ -42,27 +39,13 @@ void unary_float(KernelArgs& a) {
   });
 }
 
-// pow with one exponent for all elements (x.pow(2), a scalar): the exponents PyTorch also
-// special-cases run as products, sqrt or a division, which vectorize (libm's pow took 20 times as
-// long as an add), with pow's results at -0 and -inf; any other exponent calls pow.
+// pow with one exponent for all elements (a number, or a tensor of one element): math.h's cases.
 void pow_kernel(KernelArgs& a) {
   const Tensor& b = a.inputs[1];
   if (b.numel() != 1 || !is_floating_point(b.dtype())) return arith<math::Pow>(a);
   visit_float_dtype(b.dtype(), "pow", [&]<class T>() {
-    using C = compute_t<T>;
-    const C e = static_cast<C>(*static_cast<const T*>(b.data_ptr()));
-    const C inf = std::numeric_limits<C>::infinity();
-    auto run = [&](auto f) { unary_loop<T, T>(a.outputs[0], a.inputs[0], f); };
-    // sqrt(x) + 0: pow(-0, +-0.5) is +0 (+inf), not sqrt's -0 (-inf); pow(-inf, 0.5) is +inf.
-    if (e == C(2)) run([](C x) { return x * x; });
-    else if (e == C(3)) run([](C x) { return x * x * x; });
-    else if (e == C(1)) run([](C x) { return x; });
-    else if (e == C(0)) run([](C) { return C(1); });
-    else if (e == C(-1)) run([](C x) { return C(1) / x; });
-    else if (e == C(-2)) run([](C x) { return C(1) / (x * x); });
-    else if (e == C(0.5)) run([inf](C x) { return x == -inf ? inf : std::sqrt(x) + C(0); });
-    else if (e == C(-0.5)) run([inf](C x) { return x == -inf ? C(0) : C(1) / (std::sqrt(x) + C(0)); });
-    else run([e](C x) { return std::pow(x, e); });
+    const auto e = static_cast<compute_t<T>>(*static_cast<const T*>(b.data_ptr()));
+    math::with_pow_exponent(e, [&](auto f) { unary_loop<T, T>(a.outputs[0], a.inputs[0], f); });
   });
 }
 
