@@ -146,7 +146,7 @@ struct Cos { KILN_UN { return std::cos(a); } };
 
 // pow(x, e) with one exponent for every element (x.pow(2), a number): the exponents PyTorch also
 // special-cases run as products, sqrt or a division, which vectorize on the CPU (libm's pow took
-// 20 times as long as an add) and give the same bits on every device; pow's results at -0 and
+// 15 times as long as an add) and give the same bits on every device; pow's results at -0 and
 // -inf are kept: sqrt(x) + 0 is +0 at -0 (sqrt's is -0), and -inf takes pow's value.
 struct PowSquare { KILN_UN { return a * a; } };
 struct PowCube { KILN_UN { return a * a * a; } };

@@ -27,8 +27,8 @@ inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // sum and prod accumulate floats in double, integers in int64. One thread folds up to
 // thousands of elements (a sum over the batch of [2^20, 1024]: 4096 each), and a float32 running
-// sum of 4096 values of 0.1 is 3.9e-5 off; the CPU's sums are within 3e-7. The adds cost nothing
-// in a kernel bound by its loads.
+// sum of 4096 values of 0.1 is 3.9e-5 off (the CPU's sum of 2^16 of them: 6e-7). The adds cost
+// nothing in a kernel bound by its loads.
 template <class T>
 using red_acc_t = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, int64_t>;
 
