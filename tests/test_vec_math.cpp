@@ -1,7 +1,7 @@
 // The vectorized float32 exp/tanh/erf/log/log1p/expm1 behind exp, sigmoid, silu, tanh, gelu, log,
-// log1p and expm1: accuracy over
-// the whole range, special values, and the same result in a vector body and a scalar tail, in
-// both vector widths (this CPU's loops use one of them; the other is called directly here).
+// log1p and expm1: accuracy over the whole range, special values, and the same result in a vector
+// body and a scalar tail, in both vector widths (this CPU's loops use one of them; the other is
+// called directly here).
 #include <algorithm>
 #include <cmath>
 #include <functional>

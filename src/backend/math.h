@@ -148,7 +148,6 @@ struct Cos { KILN_UN { return std::cos(a); } };
 // special-cases run as products, sqrt or a division, which vectorize on the CPU (libm's pow took
 // 15 times as long as an add) and give the same bits on every device; pow's results at -0 and
 // -inf are kept: sqrt(x) + 0 is +0 at -0 (sqrt's is -0), and -inf takes pow's value.
-struct PowSquare { KILN_UN { return a * a; } };
 struct PowCube { KILN_UN { return a * a * a; } };
 struct PowOne { KILN_UN { return a; } };
 struct PowZero { KILN_UN { return T(1); } };
@@ -163,7 +162,7 @@ struct PowBy {
 // Calls run(f) with f(x) = pow(x, e) for a floating exponent e (run launches the loop or kernel).
 template <class C, class Run>
 void with_pow_exponent(C e, Run&& run) {
-  if (e == C(2)) run(PowSquare{});
+  if (e == C(2)) run(Square{});
   else if (e == C(3)) run(PowCube{});
   else if (e == C(1)) run(PowOne{});
   else if (e == C(0)) run(PowZero{});
