@@ -54,24 +54,23 @@ void* CachingAllocator::allocate(size_t nbytes) {
     p = it->second.back();
     it->second.pop_back();
   } else {
-    if (limit_ && reserved_ + cls > limit_) {
-      ++retries_;
+    if (n_.over_limit(cls)) {
+      ++n_.retries;
       release_cache_locked();
     }
-    if (limit_ && reserved_ + cls > limit_) out_of_memory_locked(nbytes, false);
+    if (n_.over_limit(cls)) n_.out_of_memory(device_name_, nbytes, false);
     p = raw_alloc_(cls);
     if (!p) {  // out of memory: give the cache back and try once more
-      ++retries_;
+      ++n_.retries;
       release_cache_locked();
       p = raw_alloc_(cls);
     }
-    if (!p) out_of_memory_locked(nbytes, true);
-    reserved_ += cls;
-    ++os_allocations_;
+    if (!p) n_.out_of_memory(device_name_, nbytes, true);
+    n_.reserved += cls;
+    ++n_.os_allocations;
     if (mode_ == Mode::System && raw_fill_) raw_fill_(p, 0xFF, cls);
   }
-  allocated_ += cls;
-  if (allocated_ > peak_) peak_ = allocated_;
+  n_.hand_out(cls);
   return p;
 }
 
@@ -79,52 +78,56 @@ void CachingAllocator::deallocate(void* p, size_t nbytes) {
   if (!p) return;
   const size_t cls = size_class(nbytes);
   std::lock_guard<std::mutex> lock(mutex_);
-  allocated_ -= cls;
+  n_.allocated -= cls;
   if (mode_ == Mode::System) {
     raw_free_(p);
-    reserved_ -= cls;
+    n_.reserved -= cls;
     return;
   }
   free_[cls].push_back(p);
 }
 
-void CachingAllocator::out_of_memory_locked(size_t nbytes, bool system_refused) {
-  ++ooms_;
+void AllocatorCounts::out_of_memory(const std::string& device_name, size_t asked, bool refused) {
+  ++ooms;
   // "[cpu] out of memory: ..." / "[cuda] out of memory on cuda:0: ..."
-  const size_t colon = device_name_.find(':');
-  const std::string kind = device_name_.substr(0, colon);
-  const std::string on = colon == std::string::npos ? "" : " on " + device_name_;
-  const std::string usage = format_bytes(allocated_) + " in use, " + format_bytes(reserved_) + " reserved";
-  if (system_refused)
-    throw OutOfMemoryError(detail::cat("[", kind, "] out of memory", on, ": asked ", format_bytes(nbytes), ", which the ",
+  const size_t colon = device_name.find(':');
+  const std::string kind = device_name.substr(0, colon);
+  const std::string on = colon == std::string::npos ? "" : " on " + device_name;
+  const std::string usage = format_bytes(allocated) + " in use, " + format_bytes(reserved) + " reserved";
+  if (refused)
+    throw OutOfMemoryError(detail::cat("[", kind, "] out of memory", on, ": asked ", format_bytes(asked), ", which the ",
                                        kind == "cpu" ? "system" : "driver", " refused; ", usage,
-                                       limit_ ? ", limit " + format_bytes(limit_) : std::string()));
-  throw OutOfMemoryError(detail::cat("[", kind, "] out of memory", on, ": asked ", format_bytes(nbytes), ", limit ",
-                                     format_bytes(limit_), ", ", usage));
+                                       limit ? ", limit " + format_bytes(limit) : std::string()));
+  throw OutOfMemoryError(detail::cat("[", kind, "] out of memory", on, ": asked ", format_bytes(asked), ", limit ",
+                                     format_bytes(limit), ", ", usage));
+}
+
+MemoryStats AllocatorCounts::stats(bool caching) const {
+  MemoryStats m;
+  m.allocated = allocated;
+  m.reserved = reserved;
+  m.peak = peak;
+  m.limit = limit;
+  m.os_allocations = os_allocations;
+  m.allocation_retries = retries;
+  m.out_of_memory = ooms;
+  m.caching = caching;
+  return m;
 }
 
 MemoryStats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  MemoryStats m;
-  m.allocated = allocated_;
-  m.reserved = reserved_;
-  m.peak = peak_;
-  m.limit = limit_;
-  m.os_allocations = os_allocations_;
-  m.allocation_retries = retries_;
-  m.out_of_memory = ooms_;
-  m.caching = mode_ == Mode::Caching;
-  return m;
+  return n_.stats(mode_ == Mode::Caching);
 }
 
 void CachingAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mutex_);
-  peak_ = allocated_;
+  n_.peak = n_.allocated;
 }
 
 void CachingAllocator::set_limit(size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  limit_ = bytes;
+  n_.limit = bytes;
 }
 
 void CachingAllocator::empty_cache() {
@@ -135,7 +138,7 @@ void CachingAllocator::empty_cache() {
 void CachingAllocator::release_cache_locked() {
   for (auto& [cls, list] : free_) {
     for (void* p : list) raw_free_(p);
-    reserved_ -= cls * list.size();
+    n_.reserved -= cls * list.size();
     list.clear();
   }
 }

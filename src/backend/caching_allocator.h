@@ -16,6 +16,23 @@ namespace kiln::backend {
 // A byte count for messages: "512 bytes", "1.50 GiB", "21.6 GiB".
 std::string format_bytes(size_t n);
 
+// What an allocator counts, under its own lock: bytes handed out (and their peak), bytes held
+// from the OS or the driver, the limit (0: none), and the events memory_stats reports.
+struct AllocatorCounts {
+  size_t allocated = 0, reserved = 0, peak = 0, limit = 0;
+  uint64_t os_allocations = 0, retries = 0, ooms = 0;
+
+  void hand_out(size_t n) {
+    allocated += n;
+    if (allocated > peak) peak = allocated;
+  }
+  bool over_limit(size_t more) const { return limit && reserved + more > limit; }
+  MemoryStats stats(bool caching) const;
+  // Counts it and throws "[cpu] out of memory: asked 5.61 GiB, limit 21.6 GiB, 0.20 GiB in use,
+  // ..." or "[cuda] out of memory on cuda:0: asked ..., which the driver refused; ...".
+  [[noreturn]] void out_of_memory(const std::string& device_name, size_t asked, bool refused);
+};
+
 // Blocks come from raw_alloc and go back through raw_free only on empty_cache() or when the
 // limit needs room. Sizes round up to 2^k * {1, 1.25, 1.5, 1.75}: at most 25% waste and few
 // distinct classes, so a training step that frees and reallocates the same shapes is served
@@ -56,8 +73,6 @@ class CachingAllocator {
 
  private:
   void release_cache_locked();
-  // Throws "[cpu] out of memory: asked 5.61 GiB, limit 21.6 GiB, 0.20 GiB in use, ..." and counts it.
-  [[noreturn]] void out_of_memory_locked(size_t nbytes, bool system_refused);
 
   const std::string device_name_;
   RawAlloc raw_alloc_;
@@ -66,8 +81,7 @@ class CachingAllocator {
   const Mode mode_;
   mutable std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> free_;
-  size_t allocated_ = 0, reserved_ = 0, peak_ = 0, limit_ = 0;
-  uint64_t os_allocations_ = 0, retries_ = 0, ooms_ = 0;
+  AllocatorCounts n_;
 };
 
 }  // namespace kiln::backend

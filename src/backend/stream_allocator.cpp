@@ -64,7 +64,7 @@ StreamAllocator::Block* StreamAllocator::new_segment_locked(size_t size, bool sm
   void* ptr = nullptr;
   for (int attempt = 0; attempt < 2 && !ptr; ++attempt) {
     if (attempt == 1) {  // free what the cache holds, then try once more
-      ++retries_;
+      ++n_.retries;
       device_->synchronize();
       process_events_locked();
       // A block that other streams have now finished with may fit, in a segment still partly in
@@ -73,12 +73,12 @@ StreamAllocator::Block* StreamAllocator::new_segment_locked(size_t size, bool sm
         if (Block* b = find_free_locked(size, small, stream)) return b;
       release_cached_locked();
     }
-    if (limit_ && reserved_ + seg > limit_) continue;
+    if (n_.over_limit(seg)) continue;
     ptr = device_->raw_alloc(seg);
   }
-  if (!ptr) out_of_memory_locked(asked, !(limit_ && reserved_ + seg > limit_));
-  reserved_ += seg;
-  ++segments_;
+  if (!ptr) n_.out_of_memory(device_name_, asked, !n_.over_limit(seg));
+  n_.reserved += seg;
+  ++n_.os_allocations;
   if (mode_ == CachingAllocator::Mode::System) device_->fill(ptr, 0xFF, seg);
   auto* b = new Block;
   b->ptr = ptr;
@@ -113,8 +113,7 @@ void* StreamAllocator::allocate(size_t nbytes, StreamId stream) {
   }
   b->allocated = true;
   allocated_blocks_[b->ptr] = b;
-  allocated_ += b->size;
-  if (allocated_ > peak_) peak_ = allocated_;
+  n_.hand_out(b->size);
   return b->ptr;
 }
 
@@ -127,11 +126,11 @@ void StreamAllocator::deallocate(void* p) {
   Block* b = it->second;
   allocated_blocks_.erase(it);
   b->allocated = false;
-  allocated_ -= b->size;
+  n_.allocated -= b->size;
   if (mode_ == CachingAllocator::Mode::System) {
     // The block is its own segment; the driver's free waits for the device, other streams too.
     device_->raw_free(b->ptr);
-    reserved_ -= b->size;
+    n_.reserved -= b->size;
     delete b;
     return;
   }
@@ -201,48 +200,26 @@ void StreamAllocator::release_cached_locked() {
         continue;
       }
       device_->raw_free(b->ptr);
-      reserved_ -= b->size;
+      n_.reserved -= b->size;
       it = p->erase(it);
       delete b;
     }
   }
 }
 
-void StreamAllocator::out_of_memory_locked(size_t asked, bool refused) {
-  ++ooms_;
-  const std::string usage = format_bytes(allocated_) + " in use, " + format_bytes(reserved_) + " reserved";
-  const size_t colon = device_name_.find(':');
-  const std::string kind = device_name_.substr(0, colon);
-  if (refused)
-    throw OutOfMemoryError(detail::cat("[", kind, "] out of memory on ", device_name_, ": asked ", format_bytes(asked),
-                                       ", which the driver refused; ", usage,
-                                       limit_ ? ", limit " + format_bytes(limit_) : std::string()));
-  throw OutOfMemoryError(detail::cat("[", kind, "] out of memory on ", device_name_, ": asked ", format_bytes(asked),
-                                     ", limit ", format_bytes(limit_), ", ", usage));
-}
-
 MemoryStats StreamAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  MemoryStats m;
-  m.allocated = allocated_;
-  m.reserved = reserved_;
-  m.peak = peak_;
-  m.limit = limit_;
-  m.os_allocations = segments_;
-  m.allocation_retries = retries_;
-  m.out_of_memory = ooms_;
-  m.caching = mode_ == CachingAllocator::Mode::Caching;
-  return m;
+  return n_.stats(mode_ == CachingAllocator::Mode::Caching);
 }
 
 void StreamAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mutex_);
-  peak_ = allocated_;
+  n_.peak = n_.allocated;
 }
 
 void StreamAllocator::set_limit(size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  limit_ = bytes;
+  n_.limit = bytes;
 }
 
 void StreamAllocator::empty_cache() {

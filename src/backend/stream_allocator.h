@@ -86,7 +86,6 @@ class StreamAllocator {
   void free_block_locked(Block* b);
   void process_events_locked();
   void release_cached_locked();  // unsplit free segments back to the device
-  [[noreturn]] void out_of_memory_locked(size_t asked, bool refused);
   Pool& pool(bool small) { return small ? small_pool_ : large_pool_; }
 
   const std::string device_name_;
@@ -96,8 +95,7 @@ class StreamAllocator {
   Pool small_pool_, large_pool_;
   std::unordered_map<void*, Block*> allocated_blocks_;
   std::deque<std::pair<void*, Block*>> pending_;  // (event, block) in recording order
-  size_t allocated_ = 0, reserved_ = 0, peak_ = 0, limit_ = 0;
-  uint64_t segments_ = 0, retries_ = 0, ooms_ = 0;
+  AllocatorCounts n_;
 };
 
 }  // namespace kiln::backend
