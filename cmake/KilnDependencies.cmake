@@ -69,8 +69,32 @@ function(kiln_wheel_dir module out)
 endfunction()
 
 if(KILN_HAVE_CUDA)
-  # sm_90 code and its PTX by default (the H100/H200); -DKILN_CUDA_ARCHITECTURES=80;90 for more.
-  set(KILN_CUDA_ARCHITECTURES "90" CACHE STRING "CUDA architectures to build for (CMAKE_CUDA_ARCHITECTURES)")
+  # By default sm_90 code and its PTX (the H100/H200, and newer GPUs through the PTX), plus machine
+  # code for each other GPU this machine has that nvcc can build for (as a PyTorch source build
+  # does); -DKILN_CUDA_ARCHITECTURES="80;90" chooses (quoted: a shell ends the command at an
+  # unquoted ';'). A GPU the build has no code for is refused with that hint at run time.
+  if(NOT DEFINED CACHE{KILN_CUDA_ARCHITECTURES})
+    set(kiln_archs 90)
+    find_program(KILN_NVIDIA_SMI nvidia-smi)
+    if(KILN_NVIDIA_SMI)
+      execute_process(COMMAND ${KILN_NVIDIA_SMI} --query-gpu=compute_cap --format=csv,noheader
+                      OUTPUT_VARIABLE kiln_caps RESULT_VARIABLE kiln_smi ERROR_QUIET)
+      execute_process(COMMAND ${CMAKE_CUDA_COMPILER} --list-gpu-code OUTPUT_VARIABLE kiln_nvcc_codes ERROR_QUIET)
+      if(kiln_smi EQUAL 0)
+        string(REGEX MATCHALL "[0-9]+\\.[0-9]+" kiln_caps "${kiln_caps}")
+        foreach(cap IN LISTS kiln_caps)
+          string(REPLACE "." "" cc "${cap}")
+          string(REGEX MATCH "sm_${cc}\n" known "${kiln_nvcc_codes}\n")
+          if(known AND NOT cc EQUAL 90)
+            list(APPEND kiln_archs "${cc}-real")
+          endif()
+        endforeach()
+        list(REMOVE_DUPLICATES kiln_archs)
+      endif()
+    endif()
+    message(STATUS "Kiln: CUDA architectures ${kiln_archs}")
+  endif()
+  set(KILN_CUDA_ARCHITECTURES "${kiln_archs}" CACHE STRING "CUDA architectures to build for (CMAKE_CUDA_ARCHITECTURES)")
   set(CMAKE_CUDA_ARCHITECTURES ${KILN_CUDA_ARCHITECTURES})
   enable_language(CUDA)
   # C++20 as the rest of Kiln: CMake 3.25 does not know nvcc's flag for it, so it is named here.

@@ -43,6 +43,9 @@ class HostBackedRuntime final : public backend::cpu::HostRuntime {
   std::atomic<int> worker_device_sets{0};
   // Kernels that depend on the GPU's generation see an H200's.
   int compute_capability(int) const override { return 90; }
+  // What a real runtime says of a GPU its build has no code for; empty: usable.
+  std::string incompatible(int) const override { return incompatible_reason; }
+  std::string incompatible_reason;
   // Pinned memory: plain host memory, as all of this device's.
   void* allocate_pinned(size_t n) override { return std::malloc(n); }
   void free_pinned(void* p) override { std::free(p); }

@@ -2,6 +2,7 @@
 // tensor.to(device), cross-device copies and the CPU fallback with its counts.
 #include <memory>
 
+#include "backend/cuda/arch_support.h"
 #include "backend/dispatch.h"
 #include "kiln/cudnn.h"
 #include "kiln/models.h"
@@ -248,6 +249,17 @@ TEST_F(Fallback, DefaultDeviceIsAGpuOnlyWhenItRunsTheJobNatively) {
   EXPECT_EQ(train::choose_device("cuda", probe).device, Device::cuda(0));  // asked for: taken
   EXPECT_EQ(train::choose_device("cpu", probe).device, Device::cpu());
   test::expect_error([&] { train::choose_device("cuda:3", probe); }, "[kiln train] device cuda:3 is not present");
+}
+
+// A GPU older than every architecture the build has code for is not the default: the note says
+// how to rebuild, and the job runs on the CPU.
+TEST_F(Fallback, DefaultDeviceIsTheCpuOnAGpuTheBuildHasNoCodeFor) {
+  stand_in_->runtime().incompatible_reason = backend::cuda::arch_list_problem("90", 80, "cuda:0 (stand-in)");
+  const train::DeviceChoice c = train::choose_device("", [] { (ones({2}) * 2).sum(); });
+  EXPECT_EQ(c.device, Device::cpu());
+  EXPECT_EQ(c.note, "cuda:0 (stand-in) has compute capability 8.0, and this build of Kiln has GPU code for sm_90, "
+                    "compute_90 only: rebuild with -DKILN_CUDA_ARCHITECTURES=\"90;80\"");
+  EXPECT_EQ(train::choose_device("cuda", [] {}).device, Device::cuda(0));  // asked for: its allocations will say
 }
 
 // Shadow mode on the stand-in device: a "device" kernel registered for Add that is off by one in

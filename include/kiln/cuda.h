@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kiln/runtime.h"
 #include "kiln/tensor.h"
@@ -23,8 +24,16 @@ struct DeviceProperties {
   int multiprocessors = 0;
   size_t l2_cache_bytes = 0;
   size_t shared_memory_per_block_optin = 0;
+  // Empty, or why this build's GPU code cannot run on the device (its compute capability is not
+  // covered by get_arch_list()) and how to rebuild; such a device refuses allocations.
+  std::string incompatible;
 };
 DeviceProperties get_device_properties(int device = -1);
+
+// The GPU code in this build, as torch.cuda.get_arch_list(): "sm_90" (machine code),
+// "compute_90" (PTX, which the driver compiles for newer GPUs); from -DKILN_CUDA_ARCHITECTURES.
+// Empty without CUDA.
+std::vector<std::string> get_arch_list();
 
 // A CUDA stream of one device (cudaStream_t). Work Kiln queues on a device goes to that device's
 // current stream; ops return once their kernels are queued, and item(), to(kiln::Device::cpu()),

@@ -33,6 +33,8 @@ class DeviceRuntime {
   // The device's compute capability as major * 10 + minor (CUDA: 90 for an H100 or H200), which
   // decides what its kernels support; 0 for a runtime with no such notion or a failed query.
   virtual int compute_capability(int /*index*/) const { return 0; }
+  // Empty, or why this build's kernels cannot run on the device (CUDA: built for other GPUs).
+  virtual std::string incompatible(int /*index*/) const { return ""; }
   // The stream the calling thread's work on this device goes to (KernelArgs::stream); the CPU
   // has none.
   virtual void* current_stream(int /*index*/) { return nullptr; }

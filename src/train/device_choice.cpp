@@ -1,6 +1,7 @@
 // Choosing a training job's device: the one asked for, or a GPU only when it runs the job natively.
 #include "kiln/train/device_choice.h"
 
+#include "core/device_runtime.h"
 #include "kiln/error.h"
 #include "kiln/profiler.h"
 #include "kiln/random.h"
@@ -19,6 +20,8 @@ Device parse_device(const std::string& name, const char* where) {
 DeviceChoice choose_device(const std::string& requested, const std::function<void()>& probe) {
   if (!requested.empty()) return {parse_device(requested), ""};
   if (!cuda::is_available()) return {Device::cpu(), ""};
+  // A GPU the build has no GPU code for (built for other architectures): say how to rebuild.
+  if (std::string why = find_runtime(DeviceType::CUDA)->incompatible(0); !why.empty()) return {Device::cpu(), why};
   std::vector<std::string> ops;
   {
     const GeneratorState rng = get_rng_state();

@@ -22,7 +22,8 @@ int info(int argc, char** argv) {
   if (b.cuda) {
     std::cout << ", runtime " << cuda::runtime_version() << ", cuBLAS " << cuda::cublas_version() << ", cuDNN "
               << (cuda::cudnn_version().empty() ? std::string("not built") : cuda::cudnn_version()) << "; "
-              << cuda::device_count() << " device(s) present";
+              << cuda::device_count() << " device(s) present; GPU code:";
+    for (const std::string& a : cuda::get_arch_list()) std::cout << " " << a;
   }
   std::cout << "\n";
   std::cout << "devices:  cpu";
@@ -32,6 +33,7 @@ int info(int argc, char** argv) {
     const cuda::DeviceProperties p = cuda::get_device_properties(i);
     std::cout << "cuda:" << i << ":   " << p.name << ", " << (p.total_memory >> 20) << " MiB, compute capability "
               << p.major << "." << p.minor << ", " << p.multiprocessors << " SMs\n";
+    if (!p.incompatible.empty()) std::cout << "          not usable: " << p.incompatible << "\n";
   }
   std::cout << "distributed: " << distributed::transports() << "\n";
   MemoryStats m = memory_stats(Device::cpu());

@@ -21,7 +21,8 @@ struct DeviceChoice {
 // `requested` non-empty: that device. Empty: cuda:0 when it is present and has a kernel for every
 // op kind that `probe` dispatches (probe runs one small step of the job on the CPU, with the
 // random generator's state restored afterwards), else the CPU with a note such as
-// "cuda:0 present but lacks kernels for 37 ops; --device cuda to use it anyway".
+// "cuda:0 present but lacks kernels for 37 ops; --device cuda to use it anyway", or one that
+// says the build has no GPU code for cuda:0's architecture and how to rebuild.
 DeviceChoice choose_device(const std::string& requested, const std::function<void()>& probe);
 
 }  // namespace kiln::train

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "backend/cuda/arch_support.h"
 #include "backend/cuda/index_check.h"
 #include "backend/cuda/pinned.h"
 #include "backend/cuda/state.h"
@@ -92,9 +93,16 @@ class CudaRuntime final : public DeviceRuntime {
         major = minor = 0;
       }
       capabilities_.push_back(major * 10 + minor);
+      // A failed query (0) is not a reason to refuse the device: its kernels' errors will say.
+      runs_.push_back(major == 0 || arch_list_runs_on(built_arch_list(), major * 10 + minor));
     }
   }
   int compute_capability(int index) const override { return capabilities_.at(static_cast<size_t>(index)); }
+  std::string incompatible(int index) const override {
+    if (runs_.at(static_cast<size_t>(index))) return "";
+    return arch_list_problem(built_arch_list(), compute_capability(index),
+                             "cuda:" + std::to_string(index) + " (" + device_name(index) + ")");
+  }
   int device_count() const override { return static_cast<int>(allocators_.size()); }
   std::string device_name(int index) const override {
     cudaDeviceProp prop{};
@@ -102,6 +110,9 @@ class CudaRuntime final : public DeviceRuntime {
     return prop.name;
   }
   void* allocate(size_t nbytes, int index) override {
+    // No tensor on a GPU that none of this build's kernels could run on: the error comes at
+    // model.to(device), not as "no kernel image" at the first op.
+    if (!runs_.at(static_cast<size_t>(index))) KILN_FAIL("cuda", incompatible(index));
     return allocators_.at(index)->allocate(nbytes, cuda::current_stream(index));
   }
   void deallocate(void* p, size_t, int index) override { allocators_.at(index)->deallocate(p); }
@@ -182,6 +193,7 @@ class CudaRuntime final : public DeviceRuntime {
  private:
   std::vector<std::unique_ptr<StreamAllocator>> allocators_;
   std::vector<int> capabilities_;  // per device, major * 10 + minor
+  std::vector<bool> runs_;         // per device, whether the build's GPU code runs on it
 };
 
 // Never destroyed, like the CPU runtime: tensors freed at exit still find it.
@@ -238,6 +250,8 @@ DeviceGuard::~DeviceGuard() {
 
 cudaStream_t current_stream(int device) { return t_current[static_cast<size_t>(device)]; }
 void set_current_stream(int device, cudaStream_t stream) { t_current[static_cast<size_t>(device)] = stream; }
+
+const char* built_arch_list() { return KILN_CUDA_ARCHITECTURES; }
 
 StreamAllocator& allocator(int device) {
   check_device(device, "cuda allocator");

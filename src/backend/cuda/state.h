@@ -38,4 +38,8 @@ void set_current_stream(int device, cudaStream_t stream);
 // The device's caching allocator (stream-ordered).
 StreamAllocator& allocator(int device);
 
+// The CMake architecture list the device code was built for (KILN_CUDA_ARCHITECTURES, ';' or ','
+// between entries; backend/cuda/arch_support.h reads it).
+const char* built_arch_list();
+
 }  // namespace kiln::backend::cuda

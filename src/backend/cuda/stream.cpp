@@ -9,8 +9,10 @@
 #include <atomic>
 #include <mutex>
 
+#include "backend/cuda/arch_support.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/state.h"
+#include "core/device_runtime.h"
 #include "kiln/cuda.h"
 
 namespace kiln::cuda {
@@ -57,8 +59,11 @@ DeviceProperties get_device_properties(int device) {
   d.multiprocessors = p.multiProcessorCount;
   d.l2_cache_bytes = static_cast<size_t>(p.l2CacheSize);
   d.shared_memory_per_block_optin = p.sharedMemPerBlockOptin;
+  d.incompatible = find_runtime(DeviceType::CUDA)->incompatible(device);
   return d;
 }
+
+std::vector<std::string> get_arch_list() { return be::arch_names(be::built_arch_list()); }
 
 Stream Stream::default_stream(int device) { return Stream(nullptr, be::resolve(device, "cuda::Stream::default_stream")); }
 

@@ -37,6 +37,7 @@ void set_memory_fraction(double, int) { absent("cuda::set_memory_fraction"); }
 void record_stream(const Tensor&, const Stream&) { absent("record_stream"); }
 void set_allow_tf32(bool) {}
 bool allow_tf32() { return false; }
+std::vector<std::string> get_arch_list() { return {}; }
 std::string runtime_version() { return ""; }
 std::string cublas_version() { return ""; }
 std::string cudnn_version() { return ""; }
