@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <set>
 #include <string>
@@ -268,6 +269,40 @@ TEST(CudaHostCnn, ChannelChunksCoverEveryElementOnce) {
             }
         for (uint8_t v : seen) ASSERT_EQ(v, 1) << what;
       }
+}
+
+// The CPU's fused-ReLU gradient mask compares the unrounded output with the largest value the
+// storage type rounds to +0; the GPU's (and the forward's) rounds it to that type and compares
+// with 0. The two agree at the rounding boundary and on random outputs, subnormal ones included.
+template <class T>
+void expect_mask_is_the_rounded_outputs_sign() {
+  auto rounded_positive = [](T x, bn::Affine<float> f) { return static_cast<float>(bn::apply(x, f, false)) > 0.0f; };
+  auto kept = [](T x, bn::Affine<float> f) { return bn::relu_masked(1.0f, x, f, true) == 1.0f; };
+  const float edge = bn::kRoundsToZero<T>;
+  for (float shift : {edge, std::nextafter(edge, 1.0f), std::nextafter(edge, 0.0f), 0.0f, -0.0f, -edge,
+                      std::nextafter(edge, 1.0f) * 3, std::numeric_limits<float>::denorm_min(), NAN, INFINITY,
+                      -INFINITY, 1e-30f, 6e-8f, 3e-8f}) {
+    const bn::Affine<float> f{1.0f, shift};
+    EXPECT_EQ(kept(T(0.0f), f), rounded_positive(T(0.0f), f)) << shift;
+  }
+  EXPECT_FALSE(kept(T(0.0f), bn::Affine<float>{1.0f, edge}));                       // rounds to +0: cut
+  EXPECT_TRUE(kept(T(0.0f), bn::Affine<float>{1.0f, std::nextafter(edge, 1.0f)}));  // rounds up: kept
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::uniform_int_distribution<int> e(-150, 4);
+  int differ = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const T x(std::ldexp(u(gen), e(gen)));
+    const bn::Affine<float> f{std::ldexp(u(gen), e(gen) / 2), std::ldexp(u(gen), e(gen))};
+    differ += kept(x, f) != rounded_positive(x, f);
+  }
+  EXPECT_EQ(differ, 0);
+}
+
+TEST(CudaHostCnn, BatchNormReluMaskIsTheRoundedOutputsSign) {
+  expect_mask_is_the_rounded_outputs_sign<float>();
+  expect_mask_is_the_rounded_outputs_sign<BFloat16>();
+  expect_mask_is_the_rounded_outputs_sign<Half>();
 }
 
 // The per-channel arithmetic the CUDA kernels finish with, from sums taken in another order (a

@@ -90,19 +90,28 @@ KILN_HOST_DEVICE inline T apply(T x, Affine<A> f, bool relu) {
   return relu ? static_cast<T>(math::Relu{}(static_cast<A>(y))) : y;
 }
 
+// The largest value of the compute type that T rounds to +0: T(v) > 0 exactly when v is above it
+// (rounding to nearest keeps signs, and NaN compares false either way). bfloat16's smallest
+// subnormal is 2^-133 and float16's 2^-24; half of it ties to the even +0.
+template <class T> inline constexpr float kRoundsToZero = 0.0f;
+template <> inline constexpr float kRoundsToZero<BFloat16> = 0x1p-134f;
+template <> inline constexpr float kRoundsToZero<Half> = 0x1p-25f;
+
 // The gradient reaching batch norm's output under the fused ReLU: g where the output was
-// positive, else 0 (ReluBackward's rule), the output recomputed from x exactly as apply() did.
+// positive, else 0 (ReluBackward's rule), the output recomputed from x as apply() did.
 template <class T, class A>
 KILN_HOST_DEVICE inline A relu_masked(A g, T x, Affine<A> f, bool relu) {
   if (!relu) return g;
-  const A y = static_cast<A>(apply(x, f, false));
 #if defined(__CUDA_ARCH__)
-  return math::ReluBackward{}(g, y);
+  return math::ReluBackward{}(g, static_cast<A>(apply(x, f, false)));
 #else
-  // The same choice as ReluBackward, as a bit mask rather than the branch the compiler makes of
-  // it: half of a ReLU's outputs are cut, at random, so a branch mispredicts half the time.
+  // The output's sign without rounding it to T, which g++ does not vectorise here: in bfloat16
+  // the fused backward took 34 ms, 7 times its 4.7 ms without the ReLU ([16, 256, 56, 56]).
+  // The choice as a bit mask rather than the branch the compiler makes of it: half of a ReLU's
+  // outputs are cut, at random, so a branch mispredicts half the time.
+  const A v = static_cast<A>(x) * f.scale + f.shift;
   using Bits = std::conditional_t<sizeof(A) == 4, uint32_t, uint64_t>;
-  return std::bit_cast<A>(std::bit_cast<Bits>(g) & (Bits{0} - static_cast<Bits>(y > A(0))));
+  return std::bit_cast<A>(std::bit_cast<Bits>(g) & (Bits{0} - static_cast<Bits>(v > A(kRoundsToZero<T>))));
 #endif
 }
 
