@@ -16,6 +16,11 @@ The workloads are the seed's, as Kiln runs them (tools/kiln/bench*.cpp, bench/be
     [batch, 12 heads, seq, 64], no mask, created in the run's dtype: float32, bfloat16 or
     float16); train step = forward and backward of a fixed random output gradient (no
     optimizer); eval step = forward under no_grad.
+  bn-relu, maxpool: ResNet-50's batch norm + ReLU ([batch, 256, 56, 56]: nn.BatchNorm2d(256) with
+    float32 parameters, then relu) and its stem max pooling ([batch, 64, 112, 112], 3x3, stride 2,
+    padding 1) alone, the input channels-last in the run's dtype; train step = forward (batch
+    statistics) and backward of a fixed output gradient, eval step = forward (running statistics)
+    under no_grad. PyTorch runs cuDNN's batch norm in float32, its own kernels in bfloat16.
   bf16: torch.autocast(device, torch.bfloat16) around forward and loss, float32 master weights and
     optimizer; fp16 (CUDA only): the same with float16 and a GradScaler for training; tf32 (CUDA
     only): float32 with torch.backends.cuda.matmul.allow_tf32 = True (fp32 keeps PyTorch's defaults).
@@ -103,7 +108,8 @@ def device_arg(text):
 def parse_args(argv):
     p = OneLineParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True,
-                   help="resnet50, vgg16, any torchvision classification model, bert-tiny|mini|small|base, sdpa")
+                   help="resnet50, vgg16, any torchvision classification model, bert-tiny|mini|small|base, sdpa, "
+                        "bn-relu, maxpool")
     p.add_argument("--mode", default="train", choices=["train", "eval"])
     p.add_argument("--device", default="cpu", type=device_arg, help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "tf32", "bf16", "fp16"])
@@ -261,11 +267,41 @@ def make_sdpa_step(torch, a, device):
     return step, {"seq": a.seq, "optimizer": "none"}
 
 
+def make_cnn_op_step(torch, a, device):
+    """ResNet-50's batch norm + ReLU or max pooling alone (kiln bench's "bn-relu", "maxpool")."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.dtype, torch.float32)
+    bn = a.model == "bn-relu"
+    shape = (a.batch, 256, 56, 56) if bn else (a.batch, 64, 112, 112)
+    train = a.mode == "train"
+    x = torch.randn(shape, device=device, dtype=dtype).contiguous(memory_format=torch.channels_last)
+    x.requires_grad_(train)
+    norm = torch.nn.BatchNorm2d(256).to(device).train(train) if bn else None
+
+    def forward():
+        return torch.nn.functional.relu(norm(x)) if bn else torch.nn.functional.max_pool2d(x, 3, 2, 1)
+
+    if train:
+        grad = torch.randn(forward().shape, device=device, dtype=dtype).contiguous(memory_format=torch.channels_last)
+
+        def step():
+            x.grad = None
+            if norm is not None:
+                norm.zero_grad(set_to_none=True)
+            forward().backward(grad)
+    else:
+        def step():
+            with torch.no_grad():
+                forward()
+    return step, {"optimizer": "none"}
+
+
 def make_step(torch, a, device):
     """The model, data and optimizer as one step function, plus the run's extra JSON fields."""
     torch.manual_seed(0)
     if a.model == "sdpa":
         return make_sdpa_step(torch, a, device)
+    if a.model in ("bn-relu", "maxpool"):
+        return make_cnn_op_step(torch, a, device)
     make = make_bert if a.is_bert else make_cnn
     model, opt, loss_fn, forward, extra = make(torch, a, device)
     amp_dtype = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]

@@ -216,6 +216,11 @@ stage bench_cudnn_graph bench.log 90 env KILN_FALLBACK=error KILN_CUDNN_API=grap
 # speed), forward and backward.
 stage bench_sdpa bench.log 90 env KILN_FALLBACK=error "$kiln" bench --models sdpa --devices cuda --dtypes bf16,fp32 \
   --warmup 2 --steps 10 --vs-pytorch --out "$work/bench-sdpa"
+# ResNet-50's batch norm + ReLU and max pooling alone: Kiln's own kernels beside PyTorch's (cuDNN's
+# batch norm in fp32, PyTorch's native kernels in bf16) -- issue 14's "cuDNN or ours, whichever
+# is faster on the H200".
+stage bench_cnn_ops bench.log 90 env KILN_FALLBACK=error "$kiln" bench --models bn-relu,maxpool --devices cuda \
+  --dtypes fp32,bf16 --warmup 2 --steps 10 --vs-pytorch --out "$work/bench-cnn-ops"
 # The same workloads on this machine's CPU for the GPU's speed-up (the seed's figure), with oneDNN
 # only: without it (47 s a BERT-base step at batch 8 on the first H200 machine) it says nothing.
 if grep -q "oneDNN:   not built" "$summary"; then
@@ -257,7 +262,7 @@ cp "$work/bench-bf16/chart.svg" "$out/chart.svg" 2>/dev/null
   echo
   echo '```'
   grep -h "test accuracy" "$out/train.log" 2>/dev/null
-  grep -h "^model \|^resnet50 \|^bert-base \|^vgg16 \|^sdpa " "$out/bench.log" 2>/dev/null
+  grep -h "^model \|^resnet50 \|^bert-base \|^vgg16 \|^sdpa \|^bn-relu \|^maxpool " "$out/bench.log" 2>/dev/null
   echo '```'
 } >>"$summary"
 

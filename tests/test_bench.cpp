@@ -78,15 +78,17 @@ RunSpec tiny(const std::string& model, const std::string& mode) {
 TEST(Bench, CnnAndBertRunsGiveJsonLinesWithEveryField) {
   const Environment env = environment();
   for (const auto& [model, mode] : std::vector<std::pair<std::string, std::string>>{
-           {"resnet18", "eval"}, {"bert-tiny", "train"}, {"bert-tiny", "eval"}, {"sdpa", "train"}, {"sdpa", "eval"}}) {
+           {"resnet18", "eval"}, {"bert-tiny", "train"}, {"bert-tiny", "eval"}, {"sdpa", "train"}, {"sdpa", "eval"},
+           {"bn-relu", "train"}, {"bn-relu", "eval"}, {"maxpool", "train"}, {"maxpool", "eval"}}) {
     SCOPED_TRACE(model + " " + mode);
     const RunSpec spec = tiny(model, mode);
     RunResult r = run(spec);
     ASSERT_EQ(r.step_s.size(), 2u);
-    EXPECT_EQ(r.optimizer, mode == "eval" || model == "sdpa" ? "none" : "adamw");
+    const bool op_alone = model == "sdpa" || model == "bn-relu" || model == "maxpool";
+    EXPECT_EQ(r.optimizer, mode == "eval" || op_alone ? "none" : "adamw");
     const std::string line = to_json(r, env);
     expect_run_line(line, spec);
-    if (model != "resnet18") EXPECT_EQ(member(io::json::parse(line, "test", ""), "seq").integer, 16);
+    if (model == "sdpa" || model.rfind("bert", 0) == 0) EXPECT_EQ(member(io::json::parse(line, "test", ""), "seq").integer, 16);
     // The attention's FLOPs, counted by the profiler: 4 S^2 E per head forward (QK^T and PV),
     // 2.5 times that with the backward (10 S^2 E: its five products).
     if (model == "sdpa") {

@@ -239,11 +239,12 @@ TEST_F(GpuPaths, PinningWorkersMakeTheGpuCurrent) {
   EXPECT_GE(runtime().worker_device_sets.load(), 3);  // before each batch's pinning
 }
 
-// kiln bench --devices cuda: the benchmark's workloads (BERT's, ResNet's, the attention's) in each of its dtypes,
+// kiln bench --devices cuda: the benchmark's workloads (BERT's, ResNet's, the attention's, ResNet's batch norm and
+// max pooling alone) in each of its dtypes,
 // with a per-op profile, on the GPU path (a CNN in float16 is left out: 224-pixel images in
 // float16 take long on a CPU, and the CNN test above runs its ops).
 TEST_F(GpuPaths, TheBenchmarksWorkloadsRunWithoutFallback) {
-  for (const char* model : {"bert-tiny", "resnet18", "sdpa"}) {
+  for (const char* model : {"bert-tiny", "resnet18", "sdpa", "bn-relu", "maxpool"}) {
     for (const char* mode : {"train", "eval"}) {
       for (const char* dtype : {"fp32", "tf32", "bf16", "fp16"}) {
         if (std::string(model) == "resnet18" && std::string(dtype) == "fp16") continue;

@@ -85,7 +85,7 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
 
 int64_t default_batch(const std::string& model, bool quick) {
   if (quick) return takes_seq(model) || model.rfind("vgg", 0) == 0 ? 2 : 4;
-  return model == "resnet50" ? 128 : 64;
+  return model == "resnet50" || is_cnn_op(model) ? 128 : 64;
 }
 
 std::vector<RunSpec> plan(const SuiteOptions& o) {

@@ -116,7 +116,45 @@ Workload sdpa_workload(const WorkloadOptions& o) {
           },
           "none"};
 }
+
+// ResNet-50's memory-bound ops alone, channels-last, in the run's dtype (float32 parameters): the
+// batch norm and ReLU after its first stage (256 channels at 56 x 56) and its stem's max pooling
+// (3 x 3, stride 2, padding 1, over 64 channels at 112 x 112). On CUDA these are Kiln's own
+// kernels; PyTorch's peer runs cuDNN's batch norm in float32 and its native kernels in 16 bits.
+// train = forward (batch statistics) and backward of a fixed output gradient, eval = forward
+// (running statistics) under NoGradGuard; no optimizer.
+Workload cnn_op_workload(const WorkloadOptions& o) {
+  const bool bn = o.model == "bn-relu", train = o.mode == "train";
+  const Shape shape = bn ? Shape{o.batch, 256, 56, 56} : Shape{o.batch, 64, 112, 112};
+  Tensor x = randn(shape).to(compute_type(o.dtype)).to(o.device).contiguous(MemoryFormat::ChannelsLast);
+  x.requires_grad_(train);
+  std::shared_ptr<nn::BatchNorm2d> norm;
+  if (bn) {
+    norm = std::make_shared<nn::BatchNorm2d>(256);
+    (*norm)->to(o.device);
+    (*norm)->train(train);
+  }
+  auto forward = [norm, x] { return norm ? (*norm)->forward_relu(x) : max_pool2d(x, {3, 3}, {2, 2}, {1, 1}); };
+  if (!train) {
+    return {[forward] {
+              NoGradGuard ng;
+              forward();
+            },
+            "none"};
+  }
+  Tensor y = forward();
+  Tensor grad = randn(y.shape()).to(y.dtype()).to(o.device).contiguous(MemoryFormat::ChannelsLast);
+  return {[forward, grad, norm, x]() mutable {
+            x.set_grad(Tensor());  // as the peer: set to none
+            if (norm)
+              for (Tensor t : {(*norm)->weight, (*norm)->bias}) t.set_grad(Tensor());
+            forward().backward(grad);
+          },
+          "none"};
+}
 }  // namespace
+
+bool is_cnn_op(const std::string& model) { return model == "bn-relu" || model == "maxpool"; }
 
 bool is_bert(const std::string& model) {
   return model == "bert-tiny" || model == "bert-mini" || model == "bert-small" || model == "bert-base";
@@ -125,8 +163,8 @@ bool is_bert(const std::string& model) {
 bool takes_seq(const std::string& model) { return is_bert(model) || model == "sdpa"; }
 
 void check_model(const std::string& model) {
-  if (takes_seq(model) || is_cnn(model)) return;
-  std::string known = "sdpa, bert-tiny, bert-mini, bert-small, bert-base";
+  if (takes_seq(model) || is_cnn(model) || is_cnn_op(model)) return;
+  std::string known = "sdpa, bn-relu, maxpool, bert-tiny, bert-mini, bert-small, bert-base";
   for (const auto& n : models::model_names()) known += ", " + n;
   KILN_FAIL("kiln bench", "unknown model '", model, "'; known models: ", known);
 }
@@ -137,6 +175,7 @@ Workload make_workload(const WorkloadOptions& o) {
   KILN_CHECK(o.batch >= 1, "kiln bench", "batch must be at least 1, got ", o.batch);
   manual_seed(0);
   if (o.model == "sdpa") return sdpa_workload(o);
+  if (is_cnn_op(o.model)) return cnn_op_workload(o);
   return is_bert(o.model) ? bert_workload(o) : cnn_workload(o);
 }
 

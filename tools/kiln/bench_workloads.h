@@ -13,6 +13,8 @@ namespace kiln::cli::bench {
 
 // True for the BERT presets bench knows (bert-tiny, bert-mini, bert-small, bert-base).
 bool is_bert(const std::string& model);
+// True for "bn-relu" and "maxpool", ResNet-50's batch norm + ReLU and max pooling alone.
+bool is_cnn_op(const std::string& model);
 // True for the workloads with a sequence length (--seq): BERT and "sdpa".
 bool takes_seq(const std::string& model);
 // Throws kiln::Error "[kiln bench] unknown model ..." listing the known names.
@@ -35,7 +37,9 @@ struct WorkloadOptions {
 // + backward + AdamW (lr 1e-4, weight decay 0.01); eval = forward under NoGradGuard. "sdpa": the
 // fused attention alone at BERT-base's shapes (q, k, v [batch, 12 heads, seq, 64], no mask, in
 // the run's dtype: float32, or bfloat16/float16 for bf16/fp16); train = forward and backward
-// (no optimizer), eval = forward under NoGradGuard.
+// (no optimizer), eval = forward under NoGradGuard. "bn-relu" and "maxpool": ResNet-50's batch
+// norm + ReLU ([batch, 256, 56, 56]) and stem max pooling ([batch, 64, 112, 112]) alone,
+// channels-last in the run's dtype, the same way (bench_workloads.cpp).
 struct Workload {
   std::function<void()> step;
   std::string optimizer;  // "sgd", "adamw" or "none"
