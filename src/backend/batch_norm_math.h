@@ -83,11 +83,13 @@ KILN_HOST_DEVICE inline Affine<A> affine(S mean, S invstd, S w, S b) {
   return {static_cast<A>(invstd * w), static_cast<A>(b - mean * invstd * w)};
 }
 
-// One output element, rounded to T, with the ReLU that batch_norm_relu fuses into the pass.
+// One output element, rounded to T, with the ReLU that batch_norm_relu fuses into the pass. The
+// ReLU before the rounding gives the bits of the ReLU after it (rounding keeps signs, a value
+// that rounds to +0 gives +0 either way, NaN stays NaN), for one conversion per element.
 template <class T, class A>
 KILN_HOST_DEVICE inline T apply(T x, Affine<A> f, bool relu) {
-  const T y = static_cast<T>(static_cast<A>(x) * f.scale + f.shift);
-  return relu ? static_cast<T>(math::Relu{}(static_cast<A>(y))) : y;
+  const A v = static_cast<A>(x) * f.scale + f.shift;
+  return static_cast<T>(relu ? math::Relu{}(v) : v);
 }
 
 // The largest value of the compute type that T rounds to +0: T(v) > 0 exactly when v is above it
