@@ -23,9 +23,13 @@ KILN_HOST_DEVICE inline double keep_scale(double p) { return p < 1.0 ? 1.0 / (1.
 
 // A kept element times the scale, in C (float for the 16-bit types and float32, double for
 // float64, with the scale rounded once to C, as PyTorch's fused dropout); +0 where dropped.
+// The product is taken for dropped elements too, and the choice made in C before the one
+// rounding to T: a multiply under the condition, or a choice between two rounded values, is a
+// branch to g++, which kept the CPU loops scalar.
 template <class T, class C>
 KILN_HOST_DEVICE inline T apply(T x, bool keep, C scale) {
-  return keep ? static_cast<T>(static_cast<C>(x) * scale) : static_cast<T>(C(0));
+  const C y = static_cast<C>(x) * scale;
+  return static_cast<T>(keep ? y : C(0));
 }
 
 }  // namespace kiln::dropout_math

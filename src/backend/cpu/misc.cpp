@@ -309,6 +309,15 @@ void dropout(KernelArgs& a) {
   });
 }
 
+// o = g * scale where kept, over [b, e), compiled per instruction set, the mask read as bytes (g++
+// vectorises no load of bool here): in the kernel's lambda it ran scalar, 1.8 ms for 3M floats.
+template <class T, class S>
+KILN_VECTORIZE void dropout_scale(const T* __restrict g, const bool* keep, S scale, T* __restrict o, int64_t b,
+                                  int64_t e) {
+  const auto* __restrict k = reinterpret_cast<const uint8_t*>(keep);
+  for (int64_t i = b; i < e; ++i) o[i] = dropout_math::apply(g[i], k[i] != 0, scale);
+}
+
 void dropout_backward(KernelArgs& a) {
   const auto& d = *static_cast<const DropoutAttrs*>(a.attrs);
   const Tensor& g = a.inputs[0];
@@ -317,9 +326,7 @@ void dropout_backward(KernelArgs& a) {
     const T* gi = static_cast<const T*>(g.data_ptr());
     T* o = static_cast<T*>(a.outputs[0].data_ptr());
     const auto scale = static_cast<compute_t<T>>(dropout_math::keep_scale(d.p));
-    parallel_for(g.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) o[i] = dropout_math::apply(gi[i], keep[i], scale);
-    });
+    parallel_for(g.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) { dropout_scale(gi, keep, scale, o, b, e); });
   });
 }
 
