@@ -31,58 +31,68 @@ void zero_dense(const Tensor& t) { std::memset(t.data_ptr(), 0, t.nbytes()); }
 // channels at once, the channel loop over unit-stride data (vectorised, with the index in I: 32
 // bits when H * W allows, so that it vectorises with float values too). The first element of the
 // window initialises, then NaN wins and stays (the last NaN's index), as in pool::max_at.
+// Output row p = (n, oh), compiled per instruction set (in the kernel's lambda it was baseline
+// x86-64 code, and bfloat16 ran slower than float32); best and arg hold C values each.
 template <class T, class I, bool kIndices>
-void max_pool_channels_last(const Tensor& x, const Tensor& y, const Tensor* ind, const PoolAttrs& a, const Dims& d) {
+KILN_VECTORIZE void max_pool_row(const T* xp, T* yp, int64_t* ip, const int64_t* xs, const int64_t* ys,
+                                 const int64_t* is, const PoolAttrs& a, const Dims& d, int64_t p,
+                                 compute_t<T>* __restrict bp, I* __restrict ap) {
   using A = compute_t<T>;
-  const T* xp = static_cast<const T*>(x.data_ptr());
-  T* yp = static_cast<T*>(y.data_ptr());
-  int64_t* ip = kIndices ? ind->data_ptr<int64_t>() : nullptr;
-  const Shape &xs = x.strides(), &ys = y.strides();
-  const Shape no_strides(4, 0), &is = kIndices ? ind->strides() : no_strides;
-  parallel_for(d.n * d.oh, std::max<int64_t>(1, 4096 / std::max<int64_t>(d.c * d.ow, 1)), [&](int64_t b, int64_t e) {
-    std::vector<A> best(d.c);
-    std::vector<I> arg(kIndices ? d.c : 0);
-    A* __restrict bp = best.data();
-    I* __restrict ap = arg.data();
-    for (int64_t p = b; p < e; ++p) {
-      const int64_t n = p / d.oh, oh = p % d.oh;
-      for (int64_t ow = 0; ow < d.ow; ++ow) {
-        const int64_t h0 = oh * a.stride[0] - a.padding[0], w0 = ow * a.stride[1] - a.padding[1];
-        bool first = true;
-        for (int64_t kh = 0; kh < a.kernel[0]; ++kh) {
-          const int64_t ih = h0 + kh * a.dilation[0];
-          if (ih < 0 || ih >= d.h) continue;
-          for (int64_t kw = 0; kw < a.kernel[1]; ++kw) {
-            const int64_t iw = w0 + kw * a.dilation[1];
-            if (iw < 0 || iw >= d.w) continue;
-            const T* __restrict src = xp + n * xs[0] + ih * xs[2] + iw * xs[3];
-            const I flat = static_cast<I>(ih * d.w + iw);
-            if (first) {
-              for (int64_t c = 0; c < d.c; ++c) bp[c] = static_cast<A>(src[c]);
-              if constexpr (kIndices) std::fill(ap, ap + d.c, flat);
-              first = false;
-              continue;
-            }
-            for (int64_t c = 0; c < d.c; ++c) {  // branch-free, so that it vectorises
-              const A v = static_cast<A>(src[c]);
-              const bool take = v > bp[c] || v != v;
-              bp[c] = take ? v : bp[c];
-              if constexpr (kIndices) ap[c] = take ? flat : ap[c];
-            }
-          }
+  const int64_t n = p / d.oh, oh = p % d.oh;
+  for (int64_t ow = 0; ow < d.ow; ++ow) {
+    const int64_t h0 = oh * a.stride[0] - a.padding[0], w0 = ow * a.stride[1] - a.padding[1];
+    bool first = true;
+    for (int64_t kh = 0; kh < a.kernel[0]; ++kh) {
+      const int64_t ih = h0 + kh * a.dilation[0];
+      if (ih < 0 || ih >= d.h) continue;
+      for (int64_t kw = 0; kw < a.kernel[1]; ++kw) {
+        const int64_t iw = w0 + kw * a.dilation[1];
+        if (iw < 0 || iw >= d.w) continue;
+        const T* __restrict src = xp + n * xs[0] + ih * xs[2] + iw * xs[3];
+        const I flat = static_cast<I>(ih * d.w + iw);
+        if (first) {
+          for (int64_t c = 0; c < d.c; ++c) bp[c] = static_cast<A>(src[c]);
+          if constexpr (kIndices) std::fill(ap, ap + d.c, flat);
+          first = false;
+          continue;
         }
-        if (first) {  // a window wholly in the padding (pool::max_at's result)
-          std::fill(bp, bp + d.c, -std::numeric_limits<A>::infinity());
-          if constexpr (kIndices) std::fill(ap, ap + d.c, I{-1});
-        }
-        T* dst = yp + n * ys[0] + oh * ys[2] + ow * ys[3];
-        for (int64_t c = 0; c < d.c; ++c) dst[c * ys[1]] = static_cast<T>(bp[c]);
-        if constexpr (kIndices) {
-          int64_t* idst = ip + n * is[0] + oh * is[2] + ow * is[3];
-          for (int64_t c = 0; c < d.c; ++c) idst[c * is[1]] = ap[c];
+        for (int64_t c = 0; c < d.c; ++c) {  // branch-free, so that it vectorises
+          const A v = static_cast<A>(src[c]);
+          const bool take = v > bp[c] || v != v;
+          bp[c] = take ? v : bp[c];
+          if constexpr (kIndices) ap[c] = take ? flat : ap[c];
         }
       }
     }
+    if (first) {  // a window wholly in the padding (pool::max_at's result)
+      std::fill(bp, bp + d.c, -std::numeric_limits<A>::infinity());
+      if constexpr (kIndices) std::fill(ap, ap + d.c, I{-1});
+    }
+    T* __restrict dst = yp + n * ys[0] + oh * ys[2] + ow * ys[3];
+    if (ys[1] == 1) {
+      for (int64_t c = 0; c < d.c; ++c) dst[c] = static_cast<T>(bp[c]);
+    } else {
+      for (int64_t c = 0; c < d.c; ++c) dst[c * ys[1]] = static_cast<T>(bp[c]);
+    }
+    if constexpr (kIndices) {
+      int64_t* idst = ip + n * is[0] + oh * is[2] + ow * is[3];
+      for (int64_t c = 0; c < d.c; ++c) idst[c * is[1]] = ap[c];
+    }
+  }
+}
+
+template <class T, class I, bool kIndices>
+void max_pool_channels_last(const Tensor& x, const Tensor& y, const Tensor* ind, const PoolAttrs& a, const Dims& d) {
+  const T* xp = static_cast<const T*>(x.data_ptr());
+  T* yp = static_cast<T*>(y.data_ptr());
+  int64_t* ip = kIndices ? ind->data_ptr<int64_t>() : nullptr;
+  const Shape no_strides(4, 0), &is = kIndices ? ind->strides() : no_strides;
+  parallel_for(d.n * d.oh, std::max<int64_t>(1, 4096 / std::max<int64_t>(d.c * d.ow, 1)), [&](int64_t b, int64_t e) {
+    std::vector<compute_t<T>> best(d.c);
+    std::vector<I> arg(kIndices ? d.c : 0);
+    for (int64_t p = b; p < e; ++p)
+      max_pool_row<T, I, kIndices>(xp, yp, ip, x.strides().data(), y.strides().data(), is.data(), a, d, p, best.data(),
+                                   arg.data());
   });
 }
 
