@@ -70,28 +70,27 @@ struct Half {
       return h;
     }
 #endif
+    // Every case computed and one chosen, without branches, so that loops of conversions
+    // vectorise (with branches, a float32 to float16 cast ran at 2.7 GB/s, bfloat16's at 53).
     uint32_t u;
     std::memcpy(&u, &f, 4);
-    uint32_t sign = (u >> 16) & 0x8000u;
-    uint32_t abs = u & 0x7fffffffu;
-    if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
-    if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow to inf
-    if (abs < 0x38800000u) {                                              // subnormal or zero
-      if (abs < 0x33000000u) return static_cast<uint16_t>(sign);
-      uint32_t e = abs >> 23;
-      uint32_t m = (abs & 0x7fffffu) | 0x800000u;
-      uint32_t shift = 126 - e;  // 14..24
-      uint32_t half = m >> shift;
-      uint32_t rem = m & ((1u << shift) - 1);
-      uint32_t mid = 1u << (shift - 1);
-      if (rem > mid || (rem == mid && (half & 1u))) ++half;
-      return static_cast<uint16_t>(sign | half);
-    }
-    uint32_t r = abs - 0x38000000u;  // rebias exponent 127 -> 15
-    uint32_t half = r >> 13;
-    uint32_t rem = r & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;
-    return static_cast<uint16_t>(sign | half);
+    const uint32_t sign = (u >> 16) & 0x8000u;
+    const uint32_t abs = u & 0x7fffffffu;
+    // Normal results: exponent rebiased 127 -> 15, rounded to nearest even at bit 13.
+    const uint32_t r = abs - 0x38000000u;
+    const uint32_t normal = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
+    // Subnormal results (and zero): |f| + 0.5 puts the half's subnormal significand in the low
+    // bits of 0.5's, the addition rounding it to nearest even.
+    float a, sum;
+    std::memcpy(&a, &abs, 4);
+    sum = a + 0.5f;
+    uint32_t s;
+    std::memcpy(&s, &sum, 4);
+    const uint32_t subnormal = s - 0x3f000000u;
+    uint32_t h = abs < 0x38800000u ? subnormal : normal;
+    h = abs >= 0x477ff000u ? 0x7c00u : h;  // overflow to inf
+    h = abs > 0x7f800000u ? 0x7e00u : h;   // NaN
+    return static_cast<uint16_t>(sign | h);
   }
   KILN_HOST_DEVICE static float to_float(uint16_t h) {
 #if defined(__CUDA_ARCH__)
@@ -101,25 +100,23 @@ struct Half {
       return f;
     }
 #endif
-    uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu;
-    uint32_t m = h & 0x3ffu;
-    uint32_t u;
-    if (e == 0) {
-      if (m == 0) {
-        u = sign;
-      } else {  // subnormal: normalise
-        e = 113;
-        while ((m & 0x400u) == 0) { m <<= 1; --e; }
-        u = sign | (e << 23) | ((m & 0x3ffu) << 13);
-      }
-    } else if (e == 31) {
-      u = sign | 0x7f800000u | (m << 13);
-    } else {
-      u = sign | ((e + 112) << 23) | (m << 13);
-    }
+    // Without branches, as from_float: the bits shifted into place and rebiased, then inf/NaN
+    // rebiased again, and zero/subnormal renormalised by an exact float subtraction.
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+    const uint32_t bits = (static_cast<uint32_t>(h) & 0x7fffu) << 13;
+    const uint32_t exp = bits & 0x0f800000u;
+    const uint32_t u = bits + 0x38000000u;  // exponent 15 -> 127
+    float low;
+    const uint32_t lu = u + 0x00800000u;
+    std::memcpy(&low, &lu, 4);
+    low -= 6.103515625e-05f;  // 2^-14
+    uint32_t lb;
+    std::memcpy(&lb, &low, 4);
+    uint32_t out = exp == 0x0f800000u ? u + 0x38000000u : u;  // inf and NaN: exponent 255
+    out = exp == 0 ? lb : out;
+    out |= sign;
     float f;
-    std::memcpy(&f, &u, 4);
+    std::memcpy(&f, &out, 4);
     return f;
   }
 };
