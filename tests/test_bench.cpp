@@ -13,6 +13,7 @@
 #include "tools/kiln/bench_runner.h"
 #include "tools/kiln/bench_suite.h"
 #include "tools/kiln/bench_workloads.h"
+#include "tools/kiln/bench_workloads.h"
 
 namespace kiln::cli::bench {
 namespace {
@@ -84,11 +85,11 @@ TEST(Bench, CnnAndBertRunsGiveJsonLinesWithEveryField) {
     const RunSpec spec = tiny(model, mode);
     RunResult r = run(spec);
     ASSERT_EQ(r.step_s.size(), 2u);
-    const bool op_alone = model == "sdpa" || model == "bn-relu" || model == "maxpool";
+    const bool op_alone = model == "sdpa" || is_cnn_op(model);
     EXPECT_EQ(r.optimizer, mode == "eval" || op_alone ? "none" : "adamw");
     const std::string line = to_json(r, env);
     expect_run_line(line, spec);
-    if (model == "sdpa" || model.rfind("bert", 0) == 0) EXPECT_EQ(member(io::json::parse(line, "test", ""), "seq").integer, 16);
+    if (takes_seq(model)) EXPECT_EQ(member(io::json::parse(line, "test", ""), "seq").integer, 16);
     // The attention's FLOPs, counted by the profiler: 4 S^2 E per head forward (QK^T and PV),
     // 2.5 times that with the backward (10 S^2 E: its five products).
     if (model == "sdpa") {
