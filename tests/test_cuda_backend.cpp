@@ -84,6 +84,12 @@ TEST_F(Cuda, TheSameSeedGivesTheSameRandomNumbersOnBothDevices) {
   for (auto make : {+[](Device d) { return rand({1000}, TensorOptions().device(d)); },
                     +[](Device d) { return randn({1001}, TensorOptions().device(d)); },
                     +[](Device d) { return randint(0, 7, {999}, TensorOptions(kInt64).device(d)); },
+                    // 64-bit integers (not through a double): the top 53 bits as doubles, then
+                    // the low 32 (the same draw, wrapped to int32)
+                    +[](Device d) { return randint(INT64_MIN, INT64_MAX, {999}, TensorOptions(kInt64).device(d)); },
+                    +[](Device d) {
+                      return randint(INT64_MIN, INT64_MAX, {999}, TensorOptions(kInt64).device(d)).to(kInt32);
+                    },
                     +[](Device d) { return dropout(ones({513}, TensorOptions().device(d)), 0.3); },
                     // float64 affine steps, rounded twice on both devices (no fused multiply-add)
                     +[](Device d) { return empty({1000}, TensorOptions(kFloat64).device(d)).uniform_(-0.37, 0.71); },

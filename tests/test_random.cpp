@@ -3,6 +3,7 @@
 // against those scalar formulas (what each CUDA thread computes), bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -154,6 +155,51 @@ TEST(Random, TheCpusUniformAndIntegerDrawsAreTheScalarFormulasBitForBit) {
     const auto want = -5 + static_cast<int64_t>((static_cast<unsigned __int128>(bits) * 1000000012u) >> 64);
     ASSERT_EQ(rv[static_cast<size_t>(i)], want) << "element " << i;
   }
+}
+
+// int64 draws are 64-bit integers all the way (they went through a double, which holds 53 bits:
+// randint(2^60 + 1, 2^60 + 4) gave 2^60, below low).
+TEST(Random, Int64DrawsKeepEveryBit) {
+  const int64_t base = (int64_t{1} << 60) + 1;
+  const std::vector<int64_t> small = values_of<int64_t>(randint(base, base + 3, {3000}, kInt64));
+  for (int64_t v : {base, base + 1, base + 2})
+    EXPECT_NE(std::find(small.begin(), small.end(), v), small.end()) << v << " never drawn";
+  for (int64_t v : small) ASSERT_TRUE(v >= base && v < base + 3) << v;
+  // The whole of int64 but its last value: high - low = 2^64 - 1.
+  manual_seed(14);
+  const GeneratorState g = get_rng_state();
+  const std::vector<int64_t> all = values_of<int64_t>(randint(INT64_MIN, INT64_MAX, {1001}, kInt64));
+  int64_t odd = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const philox::U32x4 w = philox::philox(g.seed, g.offset + i / 2);
+    const int j = static_cast<int>(i % 2);
+    const uint64_t bits = (static_cast<uint64_t>(w.v[2 * j]) << 32) | w.v[2 * j + 1];
+    const uint64_t x = static_cast<uint64_t>((static_cast<unsigned __int128>(bits) * ~uint64_t{0}) >> 64);
+    ASSERT_EQ(all[i], static_cast<int64_t>(static_cast<uint64_t>(INT64_MIN) + x)) << "element " << i;
+    odd += all[i] & 1;
+  }
+  EXPECT_GT(odd, 400);  // the low bits are random too
+  EXPECT_LT(odd, 600);
+}
+
+// A range the dtype cannot hold is an error naming the op, not wrapped values (as torch's).
+TEST(Random, RandintRangesMustFitTheDtype) {
+  EXPECT_THROW(randint(0, 1000, {4}, kUInt8), Error);
+  EXPECT_THROW(randint(-1, 5, {4}, kUInt8), Error);
+  EXPECT_THROW(randint(0, (int64_t{1} << 31) + 1, {4}, kInt32), Error);
+  try {
+    randint(0, 257, {4}, kUInt8);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("randint"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[0, 257)"), std::string::npos) << e.what();
+  }
+  // The edges themselves fit.
+  const std::vector<uint8_t> bytes = values_of<uint8_t>(randint(0, 256, {4000}, kUInt8));
+  EXPECT_EQ(*std::max_element(bytes.begin(), bytes.end()), 255);
+  EXPECT_EQ(*std::min_element(bytes.begin(), bytes.end()), 0);
+  const std::vector<int32_t> ints = values_of<int32_t>(randint(INT32_MIN, int64_t{INT32_MAX} + 1, {100}, kInt32));
+  EXPECT_EQ(ints.size(), 100u);
 }
 
 // The distribution itself: mean, variance and tails of a million normals.

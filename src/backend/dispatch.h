@@ -95,7 +95,12 @@ struct ReduceAttrs {
 struct DimAttrs { int64_t dim = 0; };
 struct TriAttrs { int64_t diagonal = 0; };
 struct ArangeAttrs { double start = 0, step = 1; };
-struct RandomAttrs { uint64_t seed = 0, offset = 0; double a = 0, b = 1; };
+struct RandomAttrs {
+  uint64_t seed = 0, offset = 0;
+  double a = 0, b = 1;     // uniform: [a, b); normal: mean a, std b
+  int64_t low = 0;         // randint: [low, low + range), in 64-bit integers (a double holds 53 bits)
+  uint64_t range = 0;
+};
 // dropout: {x} -> {y, keep (bool)}, all contiguous, element i kept by Philox word i of the
 // reserved counters (dropout_math.h); backward {grad_y, keep} -> {grad_x}, all contiguous.
 struct DropoutAttrs { uint64_t seed = 0, offset = 0; double p = 0; };

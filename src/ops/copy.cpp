@@ -53,7 +53,7 @@ void record_identity(const char* name, const Tensor& x, const Tensor& out) {
 }
 
 // Fills `self` with random numbers from `op`, using counters reserved from the global generator.
-Tensor& random_fill(Tensor& self, Op op, double a, double b, const char* name, uint64_t words_per_element) {
+Tensor& random_fill(Tensor& self, Op op, const backend::RandomAttrs& how, const char* name, uint64_t words_per_element) {
   ops::check_defined(self, name);
   // New values replace self's history (their gradient is zero), as with fill_.
   const bool rec = autograd::needs_grad({&self});
@@ -61,7 +61,9 @@ Tensor& random_fill(Tensor& self, Op op, double a, double b, const char* name, u
   Tensor target = self.is_contiguous() ? self : make_empty(self.shape(), self.dtype(), self.device());
   uint64_t words = static_cast<uint64_t>(self.numel()) * words_per_element;
   GeneratorState st = detail::reserve_counters((words + 3) / 4);
-  backend::RandomAttrs attrs{st.seed, st.offset, a, b};
+  backend::RandomAttrs attrs = how;
+  attrs.seed = st.seed;
+  attrs.offset = st.offset;
   ops::run1(op, self.device(), {}, target, &attrs);
   if (!target.is_same(self)) {
     NoGradGuard ng;
@@ -179,21 +181,29 @@ Tensor& Tensor::zero_() { return fill_(0); }
 Tensor& Tensor::uniform_(double from, double to) {
   KILN_CHECK(is_floating_point(), "uniform_", "needs a floating-point tensor, got ", dtype());
   KILN_CHECK(from <= to, "uniform_", "from (", from, ") must not exceed to (", to, ")");
-  return random_fill(*this, Op::Uniform, from, to, "uniform_", 1);
+  return random_fill(*this, Op::Uniform, {.a = from, .b = to}, "uniform_", 1);
 }
 
 Tensor& Tensor::normal_(double mean, double std) {
   KILN_CHECK(is_floating_point(), "normal_", "needs a floating-point tensor, got ", dtype());
   KILN_CHECK(std >= 0, "normal_", "std must be >= 0, got ", std);
-  return random_fill(*this, Op::Normal, mean, std, "normal_", 1);
+  return random_fill(*this, Op::Normal, {.a = mean, .b = std}, "normal_", 1);
 }
 
 namespace detail {
 Tensor random_int(const Shape& shape, int64_t low, int64_t high, TensorOptions o) {
   KILN_CHECK(low < high, "randint", "low (", low, ") must be below high (", high, ")");
   KILN_CHECK(o.dtype() != kBool, "randint", "cannot make bool integers");
+  // Integers must fit the dtype (as torch's check; a uint8 draw below 1000 would wrap).
+  const auto [min, max] = o.dtype() == kUInt8   ? std::pair<int64_t, int64_t>{0, 255}
+                          : o.dtype() == kInt32 ? std::pair<int64_t, int64_t>{INT32_MIN, INT32_MAX}
+                                                : std::pair<int64_t, int64_t>{INT64_MIN, INT64_MAX};
+  KILN_CHECK(low >= min && high - 1 <= max, "randint", "[", low, ", ", high, ") does not fit ", o.dtype(), " (", min,
+             " to ", max, ")");
   Tensor t = make_empty(shape, o.dtype(), o.device());
-  return random_fill(t, Op::RandInt, static_cast<double>(low), static_cast<double>(high), "randint", 2);
+  // high - low as unsigned: up to 2^64 - 1 for int64's whole range.
+  const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
+  return random_fill(t, Op::RandInt, {.low = low, .range = range}, "randint", 2);
 }
 }  // namespace detail
 

@@ -218,16 +218,17 @@ void arange(KernelArgs& a) {
 
 // Random kernels: out contiguous; element i uses Philox word i of the reserved counters (two
 // words for randint). Counters [c0, c1) of a draw, sixteen at a time (philox16: the 64 words in
-// vector registers), then fill(words, vals) turns those 64 words into the 16 * kPer values that
-// go to elements kPer c0 ... in order, compiled per instruction set so that fill's loops
-// vectorise (in the kernel's lambda they ran as baseline x86-64 code).
+// vector registers), then fill(words, vals) turns those 64 words into the 16 * kPer values (of
+// type V: double, or int64_t for randint) that go to elements kPer c0 ... in order, compiled per
+// instruction set so that fill's loops vectorise (in the kernel's lambda they ran as baseline
+// x86-64 code).
 #define KILN_VEC_INLINE_LAMBDA __attribute__((always_inline))
 
-template <int kPer, class T, class Fill>
+template <int kPer, class V, class T, class Fill>
 KILN_VECTORIZE void generate_counters(uint64_t seed, uint64_t offset, T* __restrict o, int64_t n, int64_t c0,
                                       int64_t c1, const Fill& fill) {
   uint32_t words[64];
-  double vals[16 * kPer];
+  V vals[16 * kPer];
   for (int64_t c = c0; c < c1; c += 16) {
     philox16(seed, offset + static_cast<uint64_t>(c), words);
     fill(words, vals);
@@ -236,13 +237,13 @@ KILN_VECTORIZE void generate_counters(uint64_t seed, uint64_t offset, T* __restr
   }
 }
 
-template <int kPer, class Fill>
+template <int kPer, class V = double, class Fill>
 void generate(KernelArgs& a, uint64_t seed, uint64_t offset, const Fill& fill) {
   const Tensor& out = a.outputs[0];
   const int64_t n = out.numel(), counters = (n + kPer - 1) / kPer;
   visit_dtype(out.dtype(), "random", [&]<class T>() {
     T* o = static_cast<T*>(out.data_ptr());
-    parallel_for(counters, 1024, [&](int64_t b, int64_t e) { generate_counters<kPer>(seed, offset, o, n, b, e, fill); });
+    parallel_for(counters, 1024, [&](int64_t b, int64_t e) { generate_counters<kPer, V>(seed, offset, o, n, b, e, fill); });
   });
 }
 
@@ -276,13 +277,14 @@ void normal(KernelArgs& a) {
 
 void randint(KernelArgs& a) {
   const auto& r = *static_cast<const RandomAttrs*>(a.attrs);
-  const auto low = static_cast<int64_t>(r.a);
-  const auto range = static_cast<uint64_t>(static_cast<int64_t>(r.b) - low);
-  generate<2>(a, r.seed, r.offset, [=](const uint32_t* w, double* v) KILN_VEC_INLINE_LAMBDA {
-    // Two words give 64 random bits; the multiply-shift maps them to [0, range).
+  const auto low = static_cast<uint64_t>(r.low);
+  const uint64_t range = r.range;
+  generate<2, int64_t>(a, r.seed, r.offset, [=](const uint32_t* w, int64_t* v) KILN_VEC_INLINE_LAMBDA {
+    // Two words give 64 random bits; the multiply-shift maps them to [0, range); the sum wraps
+    // as two's complement (unsigned), to [low, low + range).
     for (int j = 0; j < 32; ++j) {
       const uint64_t bits = (static_cast<uint64_t>(w[2 * j]) << 32) | w[2 * j + 1];
-      v[j] = static_cast<double>(low + static_cast<int64_t>((static_cast<unsigned __int128>(bits) * range) >> 64));
+      v[j] = static_cast<int64_t>(low + static_cast<uint64_t>((static_cast<unsigned __int128>(bits) * range) >> 64));
     }
   });
 }

@@ -127,6 +127,7 @@ void arange(KernelArgs& a) {
 struct UniformGen {
   double a, b;
   int bits;
+  using Value = double;
   static constexpr int kPer = 4;
   __device__ void operator()(const philox::U32x4& w, double* v) const {
     for (int j = 0; j < 4; ++j) {
@@ -137,6 +138,7 @@ struct UniformGen {
 };
 struct NormalGen {
   double mean, std;
+  using Value = double;
   static constexpr int kPer = 4;
   __device__ void operator()(const philox::U32x4& w, double* v) const {
     for (int pair = 0; pair < 2; ++pair) {
@@ -148,13 +150,13 @@ struct NormalGen {
   }
 };
 struct RandIntGen {
-  int64_t low;
-  uint64_t range;
+  uint64_t low, range;  // [low, low + range) in two's complement
+  using Value = int64_t;
   static constexpr int kPer = 2;
-  __device__ void operator()(const philox::U32x4& w, double* v) const {
+  __device__ void operator()(const philox::U32x4& w, int64_t* v) const {
     for (int j = 0; j < 2; ++j) {
       const uint64_t bits = (static_cast<uint64_t>(w.v[2 * j]) << 32) | w.v[2 * j + 1];
-      v[j] = static_cast<double>(low + static_cast<int64_t>(__umul64hi(bits, range)));
+      v[j] = static_cast<int64_t>(low + __umul64hi(bits, range));
     }
   }
 };
@@ -163,7 +165,7 @@ template <class T, class Gen>
 __global__ void generate_kernel(T* o, int64_t n, uint64_t seed, uint64_t offset, Gen gen) {
   const int64_t blocks = (n + Gen::kPer - 1) / Gen::kPer;
   KILN_GRID_STRIDE(c, blocks) {
-    double v[Gen::kPer];
+    typename Gen::Value v[Gen::kPer];
     gen(philox::philox(seed, offset + static_cast<uint64_t>(c)), v);
     const int64_t first = c * Gen::kPer;
     for (int j = 0; j < Gen::kPer && first + j < n; ++j) o[first + j] = static_cast<T>(v[j]);
@@ -193,8 +195,7 @@ void normal(KernelArgs& a) {
 }
 void randint(KernelArgs& a) {
   const auto& r = *static_cast<const RandomAttrs*>(a.attrs);
-  const auto low = static_cast<int64_t>(r.a);
-  generate(a, RandIntGen{low, static_cast<uint64_t>(static_cast<int64_t>(r.b) - low)});
+  generate(a, RandIntGen{static_cast<uint64_t>(r.low), r.range});
 }
 
 // dropout: thread c computes counter offset + c and handles its four elements (the CPU kernel's
