@@ -60,7 +60,7 @@ KILN_HOST_DEVICE KILN_PHILOX_INLINE double uniform01(uint32_t w, int bits) {
 
 // Box-Muller's logarithm, sine and cosine, written out so that every device rounds them alike:
 // libm's and CUDA's double functions agree only to an ulp or two, which a float64 draw shows and a
-// float32 draw now and then. Each step is an IEEE operation (+, -, *, /, sqrt, floor, or fma
+// float32 draw now and then. Each step is an IEEE operation (+, -, *, /, sqrt, or fma
 // spelled out); where nvcc would contract a product and a sum into one fused multiply-add, the
 // product is exact, so that contraction cannot change a bit. Branch-free, so that the CPU's loops
 // of them vectorise. Accuracy: within 2 ulp of the exact function (tests/test_random.cpp).
