@@ -115,33 +115,58 @@ void max_pool_forward(KernelArgs& args) {
   });
 }
 
-// The backward passes add output gradients into their windows' inputs: body(n, at) adds batch
+// The backward passes add output gradients into their windows' inputs: body(n, at, cl) adds batch
 // item n's, at(p, c) naming the A accumulator of channel c's input gradient at position
-// p = ih * W + iw (grad_x is dense, NCHW or channels-last, so p needs no division). Items write
-// disjoint planes, so they run in parallel. Float16/bfloat16 planes are summed in float32 and
-// rounded once (rounding after each add lost the small terms of overlapping windows), as the CUDA
-// kernels do.
+// p = ih * W + iw (grad_x is dense, NCHW or channels-last, so p needs no division), and cl, where
+// not null, the same accumulators as one channels-last plane (at(p, c) is cl[p * C + c]). Items
+// write disjoint planes, so they run in parallel; each item's plane is zeroed by its thread just
+// before its adds (in cache, not a whole-tensor memset first and a second trip to memory for the
+// adds). Float16/bfloat16 planes are summed in float32 and rounded once (rounding after each add
+// lost the small terms of overlapping windows), as the CUDA kernels do.
 template <class T, class Body>
 void add_into_planes(const Tensor& gx, const Dims& d, const Body& body) {
   using A = compute_t<T>;
   T* xp = static_cast<T*>(gx.data_ptr());
   const int64_t cs = gx.stride(1), ps = gx.stride(3), hw = d.h * d.w;
   KILN_CHECK(gx.stride(2) == d.w * ps, "pool2d_backward", "a dense input gradient, got strides ", gx.strides());
-  if constexpr (std::is_same_v<T, A>) zero_dense(gx);  // 16-bit planes are written whole below
+  constexpr bool kDirect = std::is_same_v<T, A>;  // 16-bit planes go through a float32 one
+  const bool item_blocks = gx.stride(0) == hw * d.c, channels_last = cs == 1 && ps == d.c;
+  if (kDirect && !item_blocks) zero_dense(gx);
   parallel_for(d.n, 1, [&](int64_t b, int64_t e) {
-    std::vector<A> plane(std::is_same_v<T, A> ? 0 : hw * d.c);
+    std::vector<A> plane(kDirect ? 0 : hw * d.c);
     for (int64_t n = b; n < e; ++n) {
       T* item = xp + n * gx.stride(0);
-      if constexpr (std::is_same_v<T, A>) {
-        body(n, [&](int64_t p, int64_t c) -> A& { return item[c * cs + p * ps]; });
+      if constexpr (kDirect) {
+        if (item_blocks) std::memset(item, 0, sizeof(T) * static_cast<size_t>(hw * d.c));
+        body(n, [&](int64_t p, int64_t c) -> A& { return item[c * cs + p * ps]; }, channels_last ? item : nullptr);
       } else {
         std::fill(plane.begin(), plane.end(), A(0));
-        body(n, [&](int64_t p, int64_t c) -> A& { return plane[p * d.c + c]; });
+        body(n, [&](int64_t p, int64_t c) -> A& { return plane[p * d.c + c]; }, plane.data());
         for (int64_t p = 0; p < hw; ++p)
           for (int64_t c = 0; c < d.c; ++c) item[c * cs + p * ps] = static_cast<T>(plane[p * d.c + c]);
       }
     }
   });
+}
+
+// Output row (n, oh) of a channels-last max pooling's gradient into a channels-last plane:
+// plane[flat * C + c] += g[c] at each output position. A position's channels have distinct
+// targets, so the channel loop has no conflicts (ivdep): a gather, an add and a scatter. In the
+// kernel's lambda this ran as baseline x86-64 code with a stride multiply per element.
+template <class T, class A>
+KILN_VECTORIZE void max_pool_backward_row(const T* __restrict g, const int64_t* __restrict ind, A* __restrict plane,
+                                          int64_t ow_count, int64_t g_step, int64_t ind_step, int64_t c_count) {
+  for (int64_t ow = 0; ow < ow_count; ++ow) {
+    const T* gr = g + ow * g_step;
+    const int64_t* ir = ind + ow * ind_step;
+#pragma GCC ivdep
+    for (int64_t c = 0; c < c_count; ++c) {
+      // -1: a window wholly in the padding, whose gradient no input takes: it adds 0 to position
+      // 0 instead (branch-free: g++ vectorises no conditional scatter).
+      const int64_t flat = ir[c];
+      plane[(flat < 0 ? 0 : flat) * c_count + c] += flat < 0 ? A(0) : static_cast<A>(gr[c]);
+    }
+  }
 }
 
 // grad_x[idx] += grad_y (idx -1: none).
@@ -153,7 +178,13 @@ void max_pool_backward(KernelArgs& args) {
     const T* gp = static_cast<const T*>(g.data_ptr());
     const int64_t* ip = ind.data_ptr<int64_t>();
     const Shape &gs = g.strides(), &is = ind.strides();
-    add_into_planes<T>(gx, d, [&](int64_t n, const auto& at) {
+    const bool rows = gs[1] == 1 && is[1] == 1;  // channels-last gradient and indices (the op layer's rule)
+    add_into_planes<T>(gx, d, [&](int64_t n, const auto& at, A* cl) {
+      if (rows && cl) {
+        for (int64_t oh = 0; oh < d.oh; ++oh)
+          max_pool_backward_row(gp + n * gs[0] + oh * gs[2], ip + n * is[0] + oh * is[2], cl, d.ow, gs[3], is[3], d.c);
+        return;
+      }
       for (int64_t oh = 0; oh < d.oh; ++oh)
         for (int64_t ow = 0; ow < d.ow; ++ow)
           for (int64_t c = 0; c < d.c; ++c) {
@@ -205,7 +236,7 @@ void avg_pool_backward(KernelArgs& args) {
     using A = compute_t<T>;
     const T* gp = static_cast<const T*>(g.data_ptr());
     const Shape& gs = g.strides();
-    add_into_planes<T>(gx, d, [&](int64_t n, const auto& at) {
+    add_into_planes<T>(gx, d, [&](int64_t n, const auto& at, A*) {
       for (int64_t oh = 0; oh < d.oh; ++oh) {
         const Window wh = avg_window(a, 0, oh, d.h, d.oh);
         for (int64_t ow = 0; ow < d.ow; ++ow) {
