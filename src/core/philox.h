@@ -46,17 +46,15 @@ KILN_HOST_DEVICE inline U32x4 philox(uint64_t seed, uint64_t ctr) {
 // Element i of a draw that started at counter `offset` uses word i % 4 of counter offset + i / 4
 // (the kernels compute each counter once and use its four words).
 
-// Uniform in [0, 1) with 24 random bits (exact in float32).
-// (Through int32, which the words' top bits fit: CPUs convert vectors of int32 to double, not of uint32.)
-KILN_HOST_DEVICE KILN_PHILOX_INLINE double uniform01(uint32_t w) {
-  return static_cast<int32_t>(w >> 8) * (1.0 / 16777216.0);
-}
-
 // Uniform in [0, 1) with `bits` (1 to 24) random bits: with no more bits than a float type's
-// significand holds, rounding to that type cannot reach 1.
+// significand holds, rounding to that type cannot reach 1. (Through int32, which the bits fit:
+// CPUs convert vectors of int32 to double, not of uint32.)
 KILN_HOST_DEVICE KILN_PHILOX_INLINE double uniform01(uint32_t w, int bits) {
   return static_cast<int32_t>(w >> (32 - bits)) * (1.0 / static_cast<double>(1u << bits));  // exact: a power of 2
 }
+
+// Uniform in [0, 1) with 24 random bits (exact in float32).
+KILN_HOST_DEVICE KILN_PHILOX_INLINE double uniform01(uint32_t w) { return uniform01(w, 24); }
 
 // Box-Muller's logarithm, sine and cosine, written out so that every device rounds them alike:
 // libm's and CUDA's double functions agree only to an ulp or two, which a float64 draw shows and a

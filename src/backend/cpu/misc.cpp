@@ -216,25 +216,34 @@ void arange(KernelArgs& a) {
   });
 }
 
-// Random kernels: out contiguous; element i uses Philox word i of the reserved counters (two
-// words for randint). Counters [c0, c1) of a draw, sixteen at a time (philox16: the 64 words in
-// vector registers), then fill(words, vals) turns those 64 words into the 16 * kPer values (of
-// type V: double, or int64_t for randint) that go to elements kPer c0 ... in order, compiled per
-// instruction set so that fill's loops vectorise (in the kernel's lambda they ran as baseline
-// x86-64 code).
+// Counters [c0, c1) of a draw of n elements, kPer elements a counter, sixteen counters at a time:
+// block(words, i0, i1) gets counters c .. c + 15's 64 words (philox16, in vector registers: word
+// k of counter c + j is words[4 j + k]) and the elements [i0, i1) they cover, i0 = kPer c. Both
+// this and block are inlined into the caller, a loop compiled per instruction set.
 #define KILN_VEC_INLINE_LAMBDA __attribute__((always_inline))
 
+template <int kPer, class Block>
+KILN_VEC_INLINE void counter_blocks(uint64_t seed, uint64_t offset, int64_t n, int64_t c0, int64_t c1,
+                                    const Block& block) {
+  uint32_t words[64];
+  for (int64_t c = c0; c < c1; c += 16) {
+    philox16(seed, offset + static_cast<uint64_t>(c), words);
+    block(words, kPer * c, std::min(n, kPer * std::min(c + 16, c1)));
+  }
+}
+
+// Random kernels: out contiguous; element i uses Philox word i of the reserved counters (two
+// words for randint). fill(words, vals) turns a block's 64 words into its 16 * kPer values (of
+// type V: double, or int64_t for randint), in order, compiled per instruction set so that fill's
+// loops vectorise (in the kernel's lambda they ran as baseline x86-64 code).
 template <int kPer, class V, class T, class Fill>
 KILN_VECTORIZE void generate_counters(uint64_t seed, uint64_t offset, T* __restrict o, int64_t n, int64_t c0,
                                       int64_t c1, const Fill& fill) {
-  uint32_t words[64];
   V vals[16 * kPer];
-  for (int64_t c = c0; c < c1; c += 16) {
-    philox16(seed, offset + static_cast<uint64_t>(c), words);
+  counter_blocks<kPer>(seed, offset, n, c0, c1, [&](const uint32_t* words, int64_t i0, int64_t i1) KILN_VEC_INLINE_LAMBDA {
     fill(words, vals);
-    const int64_t i0 = kPer * c, i1 = std::min(n, kPer * std::min(c + 16, c1));
     for (int64_t i = i0; i < i1; ++i) o[i] = static_cast<T>(vals[i - i0]);
-  }
+  });
 }
 
 template <int kPer, class V = double, class Fill>
@@ -290,19 +299,16 @@ void randint(KernelArgs& a) {
 }
 
 // Dropout over counters [c0, c1): elements 4c .. 4c + 3 (below n) of counter c take its four
-// words (dropout_math.h's rule), sixteen counters' words at a time in vector registers.
+// words (dropout_math.h's rule).
 template <class T, class S>
 KILN_VECTORIZE void dropout_counters(uint64_t seed, uint64_t offset, uint32_t threshold, S scale, const T* __restrict x,
                                      T* __restrict y, bool* __restrict keep, int64_t n, int64_t c0, int64_t c1) {
-  uint32_t words[64];
-  for (int64_t c = c0; c < c1; c += 16) {
-    philox16(seed, offset + static_cast<uint64_t>(c), words);
-    const int64_t i0 = 4 * c, i1 = std::min(n, 4 * std::min(c + 16, c1));
+  counter_blocks<4>(seed, offset, n, c0, c1, [&](const uint32_t* words, int64_t i0, int64_t i1) KILN_VEC_INLINE_LAMBDA {
     for (int64_t i = i0; i < i1; ++i) {
       keep[i] = dropout_math::kept(words[i - i0], threshold);
       y[i] = dropout_math::apply(x[i], keep[i], scale);
     }
-  }
+  });
 }
 
 // y = x * scale where kept, keep = the mask (dropout_math.h), all contiguous: one pass, each
