@@ -45,6 +45,12 @@ if(NOT KILN_WITH_ONEDNN STREQUAL "OFF")
   if(KILN_WITH_ONEDNN STREQUAL "ON" AND NOT KILN_HAVE_ONEDNN)
     message(FATAL_ERROR "KILN_WITH_ONEDNN=ON but oneDNN was not found (apt-get install libdnnl-dev)")
   endif()
+  if(NOT KILN_HAVE_ONEDNN)
+    # Not an error (a GPU machine may have no oneDNN), but not something to miss either.
+    message(WARNING "Kiln: oneDNN was not found: CPU convolutions and matmuls will run on Kiln's own "
+                    "loops, many times slower. apt-get install libdnnl-dev (or scripts/install-deps.sh), "
+                    "then configure again; -DKILN_WITH_ONEDNN=OFF says that this is meant.")
+  endif()
 endif()
 message(STATUS "Kiln: oneDNN ${KILN_HAVE_ONEDNN}")
 

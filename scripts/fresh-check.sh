@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Proves the README's commands work on a bare Debian 12: debootstraps a fresh minbase root, copies the committed checkout in, runs them there.
+# Proves the README's commands work on a bare Debian 12 (or 13): debootstraps a fresh minbase root, copies the committed checkout in, runs them there.
 set -euo pipefail
 
 usage() {
   cat <<'EOF'
-usage: scripts/fresh-check.sh [--reduced]
+usage: scripts/fresh-check.sh [--reduced] [--suite bookworm|trixie]
 
-Builds a bare Debian 12 (bookworm) root with `debootstrap --variant=minbase` in
+Builds a bare Debian 12 (bookworm, the default) or Debian 13 (trixie: g++ 14,
+--suite trixie) root with `debootstrap --variant=minbase` in
 ${KILN_FRESH_DIR:-/var/tmp/kiln-fresh}/root (recreated on every run; the downloaded
 base packages are cached there as a debootstrap tarball), copies the checkout's
 committed files (`git archive HEAD`) to /root/kiln in it and, chrooted there as root,
@@ -25,10 +26,15 @@ stage that failed. The root is left in place for inspection and removed by the n
 EOF
 }
 
-reduced=0
+reduced=0 suite=bookworm
 while (($#)); do
   case $1 in
     --reduced) reduced=1 ;;
+    --suite)
+      (($# >= 2)) || { echo "fresh-check: --suite needs a value (bookworm or trixie)" >&2; exit 2; }
+      suite=$2; shift
+      [[ $suite == bookworm || $suite == trixie ]] \
+        || { echo "fresh-check: unknown suite '$suite' (bookworm or trixie)" >&2; exit 2; } ;;
     -h|--help) usage; exit 0 ;;
     *) echo "fresh-check: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -50,7 +56,6 @@ case "$work/" in
 esac
 root=$work/root
 mirror=http://deb.debian.org/debian
-suite=bookworm
 arch=$(dpkg --print-architecture)
 tarball=$work/debootstrap-$suite-minbase-$arch.tgz
 chroot_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -185,7 +190,7 @@ mount_root() {
 summary() {
   local rc=$1 i
   echo
-  echo "==================== fresh-check summary ($([[ $reduced == 1 ]] && echo reduced || echo full) form) ===================="
+  echo "==================== fresh-check summary ($([[ $reduced == 1 ]] && echo reduced || echo full) form, Debian $suite) ===================="
   for i in "${!stage_names[@]}"; do
     printf '  %-46s %-11s %s\n' "${stage_names[$i]}" "${stage_status[$i]}" "$(fmt_secs "${stage_secs[$i]}")"
   done
@@ -271,7 +276,7 @@ in_root() {
 }
 
 # ---------------------------------------------------------------- main
-log "fresh-check ($([[ $reduced == 1 ]] && echo reduced || echo full) form): work folder $work, checkout $repo"
+log "fresh-check ($([[ $reduced == 1 ]] && echo reduced || echo full) form, Debian $suite): work folder $work, checkout $repo"
 
 current_stage="host: debootstrap present" stage_t0=$SECONDS
 ensure_debootstrap

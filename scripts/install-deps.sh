@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what a fresh Debian 12 machine lacks to build and test Kiln (needs root).
+# Installs what a fresh Debian 12 or 13 machine lacks to build and test Kiln (needs root).
 set -euo pipefail
 packages=(build-essential cmake git pkg-config libgtest-dev libgmock-dev libbenchmark-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers zlib1g-dev
           libopenmpi-dev openmpi-bin

@@ -201,9 +201,15 @@ TEST(Autocast, HalfLossesAccumulateInFloat32) {
       Tensor loss = cross_entropy(logits, target, {}, r, -100, smoothing);
       EXPECT_EQ(loss.dtype(), kFloat16);
       const double v = loss.item<double>();
-      if (smoothing == 0.0 && r == Reduction::Mean) EXPECT_NEAR(v, want, 0.01);
-      if (r == Reduction::Mean) EXPECT_TRUE(std::isfinite(v)) << "smoothing " << smoothing;
-      if (r == Reduction::Sum) EXPECT_TRUE(std::isinf(v)) << "the sum itself is past float16";
+      if (smoothing == 0.0 && r == Reduction::Mean) {
+        EXPECT_NEAR(v, want, 0.01);
+      }
+      if (r == Reduction::Mean) {
+        EXPECT_TRUE(std::isfinite(v)) << "smoothing " << smoothing;
+      }
+      if (r == Reduction::Sum) {
+        EXPECT_TRUE(std::isinf(v)) << "the sum itself is past float16";
+      }
     }
   }
   EXPECT_NEAR(nll_loss(log_softmax(logits.to(kFloat32), 1).to(kFloat16), target).item<double>(), want, 0.01);

@@ -20,7 +20,7 @@ namespace {
 
 using io::json::Value;
 
-const Value& member(const Value& v, const std::string& key) {
+const Value& member(const Value& v, std::string_view key) {  // a view: see test_text_tokenizer.cpp
   for (const auto& m : v.members)
     if (m.key == key) return m.value;
   ADD_FAILURE() << "no field " << key;
@@ -89,7 +89,9 @@ TEST(Bench, CnnAndBertRunsGiveJsonLinesWithEveryField) {
     EXPECT_EQ(r.optimizer, mode == "eval" || op_alone ? "none" : "adamw");
     const std::string line = to_json(r, env);
     expect_run_line(line, spec);
-    if (takes_seq(model)) EXPECT_EQ(member(io::json::parse(line, "test", ""), "seq").integer, 16);
+    if (takes_seq(model)) {
+      EXPECT_EQ(member(io::json::parse(line, "test", ""), "seq").integer, 16);
+    }
     // The attention's FLOPs, counted by the profiler: 4 S^2 E per head forward (QK^T and PV),
     // 2.5 times that with the backward (10 S^2 E: its five products).
     if (model == "sdpa") {

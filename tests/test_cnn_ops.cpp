@@ -437,7 +437,9 @@ void expect_same(const Tensor& a, const Tensor& b, const std::string& what) {
   ASSERT_EQ(a.shape(), b.shape()) << what;
   const auto av = values(a), bv = values(b);
   for (size_t i = 0; i < av.size(); ++i)
-    if (!(std::isnan(av[i]) && std::isnan(bv[i]))) ASSERT_EQ(av[i], bv[i]) << what << " at " << i;
+    if (!(std::isnan(av[i]) && std::isnan(bv[i]))) {
+      ASSERT_EQ(av[i], bv[i]) << what << " at " << i;
+    }
 }
 
 // batch_norm_relu against relu(batch_norm(...)): the same values, gradients and running
@@ -473,7 +475,9 @@ TEST(BatchNormRelu, EqualsReluOfBatchNormBitForBit) {
         }
         EXPECT_EQ(y[1].strides(), y[0].strides());
         expect_same(y[1], y[0], "output");
-        if (training) EXPECT_GE((y[1] == 0).sum().item<int64_t>(), 40);  // all of channel 1
+        if (training) {
+          EXPECT_GE((y[1] == 0).sum().item<int64_t>(), 40);  // all of channel 1
+        }
         for (int i = 0; i < 3; ++i) expect_same(grads[1][i], grads[0][i], "gradient " + std::to_string(i));
         expect_same(rm[1], rm[0], "running_mean");
         expect_same(rv[1], rv[0], "running_var");

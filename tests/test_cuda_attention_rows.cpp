@@ -166,7 +166,9 @@ void expect_near_all(const Tensor& got, const Tensor& want, double rtol, const s
   for (double v : w)
     if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
   for (size_t n = 0; n < g.size(); ++n) {
-    if (std::isinf(w[n])) EXPECT_EQ(g[n], w[n]) << what << " element " << n;
+    if (std::isinf(w[n])) {
+      EXPECT_EQ(g[n], w[n]) << what << " element " << n;
+    }
     else EXPECT_NEAR(g[n], w[n], rtol * (std::abs(w[n]) + scale)) << what << " element " << n;
   }
 }

@@ -198,7 +198,9 @@ TEST(CudaHostCnn, PoolPerElementMathMatchesTheCpuKernels) {
                 if (max) {
                   const pool::MaxAt<float> m = pool::max_at<float>(cfg.a, oh, ow, cfg.h, cfg.w, xa);
                   ASSERT_EQ(m.arg, ia(oh, ow)) << what << " output " << oh << "," << ow;
-                  if (std::isnan(want)) ASSERT_TRUE(std::isnan(m.value)) << what;
+                  if (std::isnan(want)) {
+                    ASSERT_TRUE(std::isnan(m.value)) << what;
+                  }
                   else ASSERT_EQ(m.value, want) << what;
                 } else {
                   const float v = pool::avg_at<float>(cfg.a, oh, ow, cfg.h, cfg.w, cfg.oh, cfg.ow, xa);

@@ -295,7 +295,9 @@ TEST(CudaHostMath, ReduceLaunchShapeIsConsistent) {
                                  (columns ? " columns" : " rows");
         expect_bijection(c.tg, kc::kThreads, what);
         const bool lanes_across = g.nk > 0 && (g.nr == 0 || columns);
-        if (inner <= 16) EXPECT_EQ(c.tg.group, 1) << what;
+        if (inner <= 16) {
+          EXPECT_EQ(c.tg.group, 1) << what;
+        }
         else EXPECT_EQ(c.tg.interleaved, lanes_across) << what;
         EXPECT_GE(c.out_blocks * c.tg.slots, outer) << what;
         EXPECT_LT((c.out_blocks - 1) * c.tg.slots, outer) << what;

@@ -77,7 +77,9 @@ TEST(DistributedWorldOfOne, TransportsNameTheBuiltLibraries) {
   EXPECT_EQ(t.rfind("MPI (", 0), 0u) << t;
   EXPECT_EQ(t.find("MPI ()"), std::string::npos) << t;
 #endif
-  if (t.find("MPI") == std::string::npos && t.find("NCCL") == std::string::npos) EXPECT_EQ(t, "none (a world of one only)");
+  if (t.find("MPI") == std::string::npos && t.find("NCCL") == std::string::npos) {
+    EXPECT_EQ(t, "none (a world of one only)");
+  }
   EXPECT_FALSE(distributed::is_initialized());
 }
 
@@ -188,7 +190,7 @@ TEST_F(TwoRanks, MismatchedCollectivesAreAnErrorOnEveryRank) { expect_ok("mismat
 TEST_F(TwoRanks, DistributedDataParallelEqualsOneProcessOnTheSameSamples) { expect_ok("ddp"); }
 // The transport a job across machines uses: TCP over the loopback interface, no shared memory.
 TEST_F(TwoRanks, DistributedDataParallelOverTcpLoopback) {
-  expect_ok("ddp", "--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo");
+  expect_ok("ddp", "--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo");
 }
 // Three ranks: a world size whose inverse no float type holds exactly.
 TEST_F(TwoRanks, DistributedDataParallelAveragesEveryFloatTypeInAWorldOfThree) { expect_ok("average", "", 3); }

@@ -29,8 +29,11 @@ namespace kiln::test {
 namespace {
 
 // Kiln may be this many times PyTorch's float32 error, parameter by parameter. A defect of the
-// kind these tests exist for (a kernel off in one tile: errors of 1e-3) is 100x and more.
-constexpr double kFactor = 3.0;
+// kind these tests exist for (a kernel off in one tile: errors of 1e-3) is 100x and more. The
+// ratio depends on the oneDNN kernels the CPU gets: on an AMD EPYC all stay under 3; on an Intel
+// Xeon with AMX, oneDNN 2.6 put VGG-11-BN's last bias gradient (a sum of 4 softmax differences,
+// 18 float32 ulps off) at 3.07 and every weight under 1.2.
+constexpr double kFactor = 4.0;
 // Below this relative error a parameter passes whatever PyTorch's was (a few float32 ulps).
 constexpr double kFloor = 2e-7;
 // Gradients that are zero in exact arithmetic (a conv bias before batch norm, the attention key

@@ -282,7 +282,10 @@ TEST(NnTransformerEncoder, StateDictNamesAndShapesArePyTorchs) {
     std::vector<std::string> out;
     for (auto& [n, t] : m.ordered_state_dict()) {
       std::string s;
-      for (int64_t d : t.shape()) s += (s.empty() ? "" : "x") + std::to_string(d);
+      for (int64_t d : t.shape()) {
+        if (!s.empty()) s += 'x';
+        s += std::to_string(d);
+      }
       out.push_back(n + " " + s);
     }
     return out;

@@ -335,7 +335,9 @@ TEST(OpTableSpecialValues, PowWithOneExponentKeepsPowsResults) {
           if (dt == kFloat32) want = static_cast<float>(std::pow(static_cast<float>(xs[i]), static_cast<float>(e)));
           const double g = got[i];
           const bool same = got_tensor[i] == g || (std::isnan(got_tensor[i]) && std::isnan(g));
-          if (dev.is_cpu()) EXPECT_TRUE(same) << what << " with a [1, 1] exponent at " << xs[i] << ": " << got_tensor[i];
+          if (dev.is_cpu()) {
+            EXPECT_TRUE(same) << what << " with a [1, 1] exponent at " << xs[i] << ": " << got_tensor[i];
+          }
           else EXPECT_TRUE(same || std::abs(got_tensor[i] - g) <= 4 * eps * std::abs(g))
               << what << " with a [1, 1] exponent at " << xs[i] << ": " << got_tensor[i] << ", not " << g;
           if (std::isnan(want)) {
@@ -343,7 +345,9 @@ TEST(OpTableSpecialValues, PowWithOneExponentKeepsPowsResults) {
             continue;
           }
           EXPECT_EQ(std::signbit(g), std::signbit(want)) << what << " at " << xs[i];
-          if (std::isinf(want) || want == 0) EXPECT_EQ(g, want) << what << " at " << xs[i];
+          if (std::isinf(want) || want == 0) {
+            EXPECT_EQ(g, want) << what << " at " << xs[i];
+          }
           else EXPECT_NEAR(g, want, rtol * std::abs(want)) << what << " at " << xs[i];
         }
       }

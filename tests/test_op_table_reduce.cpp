@@ -246,7 +246,9 @@ TEST(OpTableReduceIndex, WithIndices) {
                 });
                 Vec idx = reduce_ref(x.v, c.shape, {dim}, keepdim, [&](const Vec& g) { return pick(g).second; }).first;
                 if (empty_group) {
-                  if (row.has_values) EXPECT_THROW(row.is_max ? max(x.t, dim, keepdim) : min(x.t, dim, keepdim), Error);
+                  if (row.has_values) {
+                    EXPECT_THROW(row.is_max ? max(x.t, dim, keepdim) : min(x.t, dim, keepdim), Error);
+                  }
                   else EXPECT_THROW(row.is_max ? argmax(x.t, dim, keepdim) : argmin(x.t, dim, keepdim), Error);
                   return;
                 }

@@ -104,7 +104,7 @@ TEST(ResNetFixture, SgdTrainingMatchesPyTorch) {
     double l_want = losses.values[static_cast<size_t>(step)];
     EXPECT_NEAR(l, l_want, 1e-3 * std::abs(l_want)) << "loss of step " << step;
     Expected e{{2, 10}, {step_logits.values.begin() + step * 20, step_logits.values.begin() + (step + 1) * 20}};
-    expect_rel(logits, e, 1e-3, "train-mode logits of step " + std::to_string(step));
+    expect_rel(logits, e, 1e-3, std::string("train-mode logits of step ") + std::to_string(step));
   }
   // Batch-norm running statistics after three train-mode forwards (unbiased variance, momentum 0.1).
   auto sd = model->state_dict();

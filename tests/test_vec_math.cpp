@@ -98,7 +98,9 @@ TEST(VecMath, LogAndLog1pOverTheWholeFloatRange) {
   got = test::values(log1p(tensor(us)));
   for (size_t i = 0; i < us.size(); ++i) {
     const double w = std::log1p(static_cast<double>(us[i]));
-    if (std::isnan(w)) EXPECT_TRUE(std::isnan(got[i])) << "log1p at " << us[i];
+    if (std::isnan(w)) {
+      EXPECT_TRUE(std::isnan(got[i])) << "log1p at " << us[i];
+    }
     else EXPECT_NEAR(got[i], w, 3e-7 * std::abs(w)) << "log1p at " << us[i];
   }
   Tensor sp = tensor({0.0f, -0.0f, -1.0f, -2.0f, INFINITY, -INFINITY, NAN, 1.0f});

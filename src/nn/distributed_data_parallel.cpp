@@ -144,7 +144,9 @@ void DistributedDataParallel::setup() {
   for (auto it = named.rbegin(); it != named.rend(); ++it) {
     if (!it->second.requires_grad()) continue;
     const size_t index = state_->params.size();
-    state_->params.push_back({it->first, it->second});
+    State::Param& p = state_->params.emplace_back();
+    p.name = it->first;
+    p.tensor = it->second;
     const Tensor& t = it->second;
     const bool fits = !groups.empty() && bytes + static_cast<double>(t.nbytes()) <= cap;
     const Tensor* last = groups.empty() ? nullptr : &state_->params[groups.back().back()].tensor;

@@ -36,9 +36,9 @@ double calculate_gain(Nonlinearity nonlinearity, double param) {
 }
 
 std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& tensor) {
-  KILN_CHECK(tensor.defined() && tensor.dim() >= 2, "calculate_fan_in_and_fan_out",
-             "fan in and fan out need a tensor with at least 2 dims, got shape ",
-             tensor.defined() ? tensor.shape() : Shape{});
+  KILN_CHECK(tensor.defined(), "calculate_fan_in_and_fan_out", "the tensor is undefined");
+  KILN_CHECK(tensor.dim() >= 2, "calculate_fan_in_and_fan_out",
+             "fan in and fan out need a tensor with at least 2 dims, got shape ", tensor.shape());
   int64_t receptive = 1;
   for (int64_t d = 2; d < tensor.dim(); ++d) receptive *= tensor.size(d);
   return {tensor.size(1) * receptive, tensor.size(0) * receptive};
