@@ -4,6 +4,7 @@
 
 #ifdef KILN_HAVE_ONEDNN
 #include "backend/cpu/onednn_util.h"
+#include "backend/dispatch.h"
 #endif
 
 namespace kiln::backend::cpu {
@@ -14,11 +15,38 @@ using namespace onednn;
 namespace {
 // A matrix operand oneDNN accepts: unit stride along one of the two matrix dims.
 bool plain_matrix(const Tensor& t) { return t.stride(2) == 1 || t.stride(1) == 1; }
+
+// oneDNN 2.x runs a 16-bit matmul on its AMX kernels only when both operands are row-major; a
+// transposed one (linear's weight, a weight gradient's g^T) goes to gemm:jit, about 5x slower
+// (docs/perf.md, "oneDNN 2.6 on an Intel Xeon with AMX"). On such a CPU such an operand is copied
+// row-major first: rows x cols elements against the product's rows x cols x n multiply-adds.
+bool wants_row_major(dnnl::memory::data_type dt) {
+#if DNNL_VERSION_MAJOR >= 3
+  (void)dt;
+  return false;
+#else
+  static const bool amx = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto amx_isa = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+    return (isa & amx_isa) == amx_isa;  // the ISA values are cumulative bit masks
+  }();
+  return amx && (dt == dnnl::memory::data_type::bf16 || dt == dnnl::memory::data_type::f16);
+#endif
+}
+
+Tensor row_major(const Tensor& t) {
+  if (t.stride(2) == 1) return t;
+  Tensor dense = make_empty(t.shape(), t.dtype(), t.device());
+  run(Op::Copy, t.device(), std::span<const Tensor>(&t, 1), std::span<Tensor>(&dense, 1), nullptr);
+  return dense;
+}
 }  // namespace
 
-bool onednn_matmul(const Tensor& a, const Tensor& w, const Tensor& out, const Tensor& bias, int activation) {
+bool onednn_matmul(const Tensor& a_in, const Tensor& w_in, const Tensor& out, const Tensor& bias, int activation) {
   dnnl::memory::data_type dt;
-  if (!to_dnnl_type(a.dtype(), &dt) || !plain_matrix(a) || !plain_matrix(w)) return false;
+  if (!to_dnnl_type(a_in.dtype(), &dt) || !plain_matrix(a_in) || !plain_matrix(w_in)) return false;
+  const bool copy = wants_row_major(dt);
+  const Tensor a = copy ? row_major(a_in) : a_in, w = copy ? row_major(w_in) : w_in;
   static PrimitiveCache<Primitive> cache;
   std::string key{static_cast<char>('0' + static_cast<int>(a.dtype())), bias.defined() ? 'b' : '-',
                   static_cast<char>('0' + activation)};
