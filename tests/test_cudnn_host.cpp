@@ -181,7 +181,8 @@ TEST(CudnnHost, CandidatesKeepCudnnsOrderDeterministicFirst) {
 }
 
 // The graph API's engines under the legacy path's rules: float32 takes TF32 engines only when
-// allowed and never down-converted inputs; 16-bit types never sum in 16 bits; deterministic first.
+// allowed; no type has its inputs converted down; 16-bit types never sum in 16 bits; deterministic
+// first.
 TEST(CudnnHost, GraphEnginesFollowTheLegacyRulesDeterministicFirst) {
   const cp::EngineNotes plain{}, tf32{.tensor_core = true}, down{.tensor_core = true, .down_convert = true},
       half_sum{.tensor_core = true, .reduced_precision_reduction = true}, racy{.nondeterministic = true},
@@ -192,13 +193,13 @@ TEST(CudnnHost, GraphEnginesFollowTheLegacyRulesDeterministicFirst) {
   EXPECT_FALSE(cp::engine_allowed(kFloat32, true, down));
   for (ScalarType t : {kFloat16, kBFloat16}) {
     EXPECT_TRUE(cp::engine_allowed(t, false, tf32));
-    EXPECT_TRUE(cp::engine_allowed(t, false, down));
+    EXPECT_FALSE(cp::engine_allowed(t, false, down));
     EXPECT_FALSE(cp::engine_allowed(t, true, half_sum));
   }
   const std::vector<cp::EngineNotes> ranked{racy, tf32, down, plain, racy_tc, half_sum};
   EXPECT_EQ(cp::engine_order(kFloat32, true, ranked), (std::vector<size_t>{1, 3, 5, 0, 4}));
   EXPECT_EQ(cp::engine_order(kFloat32, false, ranked), (std::vector<size_t>{3, 0}));
-  EXPECT_EQ(cp::engine_order(kBFloat16, false, ranked), (std::vector<size_t>{1, 2, 3, 0, 4}));
+  EXPECT_EQ(cp::engine_order(kBFloat16, false, ranked), (std::vector<size_t>{1, 3, 0, 4}));
   EXPECT_TRUE(cp::engine_order(kFloat32, false, {tf32, down}).empty());
 }
 

@@ -394,7 +394,7 @@ void run_conv(const Conv& c, cudaStream_t stream) {
     // legacy algorithms), channels-last; the legacy path below where it has no engine.
     // Its channels-last operands are kept for the legacy path in that layout (no second copy).
     std::optional<Operands> nhwc;
-    if (!bench && t != kFloat64 && graph_api_enabled()) {
+    if (!bench && t != kFloat64 && graph_api_enabled() && !graph_has_no_engine(key)) {
       const Operands& o = nhwc.emplace(prepare(c, Layout::NHWC));
       GraphConv g{c.kind, t, Layout::NHWC, dims_of(c.x), dims_of(c.w), dims_of(c.y)};
       g.xp = o.x.data_ptr(), g.wp = o.w.data_ptr(), g.yp = o.y.data_ptr();

@@ -1,7 +1,9 @@
 // conv2d through cuDNN's graph (backend) API: see conv_graph.h. Per plan key and handle, once: the
 // operand and convolution descriptors, a one-operation graph, heuristics mode A's engine configs
 // tried in conv_plan::engine_order until one's execution plan finalizes and runs; then each call
-// only builds a variant pack (the call's pointers and workspace) and executes the kept plan.
+// only builds a variant pack (the call's pointers and workspace) and executes the kept plan. An
+// engine that cuDNN cannot build is skipped (cudnn_engine_accepts); one whose workspace memory is
+// not to be had this time is skipped without the choice being kept, as conv.cpp's legacy path does.
 #if defined(KILN_HAVE_CUDNN)
 #include "backend/cuda/conv_graph.h"
 
@@ -13,6 +15,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +33,15 @@ namespace cp = conv_plan;
 // The most workspace one engine may ask for (conv.cpp's limit for the legacy algorithms).
 constexpr int64_t kWorkspaceLimit = int64_t{1} << 30;
 constexpr int64_t kX = 1, kW = 2, kY = 3;  // the operands' unique ids
+
+// This thread's last refusal (cuDNN's message), for the warning when no engine takes a case.
+thread_local std::string t_last_refusal;
+
+bool accepted(cudnnStatus_t st, const char* call, bool engine) {
+  if (engine ? cudnn_engine_accepts(st, call) : cudnn_accepts(st, call)) return true;
+  t_last_refusal = cudnn_message(call, st);
+  return false;
+}
 
 // A backend descriptor, destroyed with its owner; movable, not copyable.
 class Desc {
@@ -55,8 +68,8 @@ class Desc {
   // The handle attributes are deprecated from cuDNN 9.x on (a device-properties descriptor may
   // replace them) but still honoured; the handle tells the plan which device it is for.
   void set_handle(cudnnBackendAttributeName_t name, cudnnHandle_t h) { set(name, CUDNN_TYPE_HANDLE, &h); }
-  // False when cuDNN refuses the case.
-  bool finalize(const char* what) { return cudnn_accepts(cudnnBackendFinalize(d_), what); }
+  // False when cuDNN refuses the case (for an engine's plan: cudnn_engine_accepts).
+  bool finalize(const char* what, bool engine = false) { return accepted(cudnnBackendFinalize(d_), what, engine); }
 
  private:
   cudnnBackendDescriptor_t d_ = nullptr;
@@ -76,6 +89,7 @@ struct Plan {
 
 std::mutex g_mutex;
 std::map<std::pair<cp::PlanKey, cudnnHandle_t>, std::shared_ptr<Plan>> g_plans;
+std::set<cp::PlanKey> g_no_engine;  // geometries no engine takes (on any handle: the legacy API runs them)
 constexpr size_t kMaxPlans = 4096;
 
 Desc tensor(int64_t uid, const cp::Dims& d, cp::Layout l, cudnnDataType_t dt) {
@@ -143,16 +157,21 @@ Desc operation(cp::Kind k, const Desc& x, const Desc& w, const Desc& y, const De
   return op;
 }
 
-cp::EngineNotes notes_of(const Desc& config) {
+// The engine's numerical notes; nullopt when cuDNN cannot say (the engine is skipped).
+std::optional<cp::EngineNotes> notes_of(const Desc& config) {
   Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t raw = engine.get();
   int64_t got = 0;
-  KILN_CUDNN_CHECK(cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                            &got, &raw));
+  if (!accepted(cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                         &got, &raw),
+                "cudnnBackendGetAttribute(CUDNN_ATTR_ENGINECFG_ENGINE)", true))
+    return std::nullopt;
   cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
   int64_t n = 0;
-  KILN_CUDNN_CHECK(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                                            CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes));
+  if (!accepted(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                         CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes),
+                "cudnnBackendGetAttribute(CUDNN_ATTR_ENGINE_NUMERICAL_NOTE)", true))
+    return std::nullopt;
   cp::EngineNotes e;
   for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; ++i) {
     switch (notes[i]) {
@@ -175,16 +194,17 @@ cp::EngineNotes notes_of(const Desc& config) {
   return e;
 }
 
+enum class Outcome { Ran, Refused, NoMemory };
+
 // Executes `plan` with the call's pointers and a workspace from the caching allocator (freed on
-// return: the next user of the block is ordered after this stream's work). False when cuDNN
-// refuses it or the workspace memory is not to be had.
-bool execute(cudnnHandle_t h, const Desc& plan, int64_t workspace, const GraphConv& c, Device device) {
+// return: the next user of the block is ordered after this stream's work).
+Outcome execute(cudnnHandle_t h, const Desc& plan, int64_t workspace, const GraphConv& c, Device device) {
   Tensor ws;
   if (workspace > 0) {
     try {
       ws = make_empty(Shape{workspace}, kUInt8, device);
     } catch (const OutOfMemoryError&) {
-      return false;
+      return Outcome::NoMemory;
     }
   }
   const int64_t uids[3] = {kX, kW, kY};
@@ -194,14 +214,22 @@ bool execute(cudnnHandle_t h, const Desc& plan, int64_t workspace, const GraphCo
   pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids, 3);
   pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers, 3);
   pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &wsp);
-  if (!pack.finalize("cudnnBackendFinalize(variant pack)")) return false;
-  return cudnn_accepts(cudnnBackendExecute(h, plan.get(), pack.get()), "cudnnBackendExecute");
+  if (!pack.finalize("cudnnBackendFinalize(variant pack)")) return Outcome::Refused;
+  return accepted(cudnnBackendExecute(h, plan.get(), pack.get()), "cudnnBackendExecute", false) ? Outcome::Ran
+                                                                                                : Outcome::Refused;
 }
 
-// Builds the graph and runs the engine configs in order until one runs: that plan, or an empty
-// one when none does.
-std::shared_ptr<Plan> plan_and_run(cudnnHandle_t h, const GraphConv& c, Device device) {
-  auto p = std::make_shared<Plan>();
+// A plan that ran (or an empty one: no engine did), and whether an engine ranked before it (or
+// any, when none ran) was skipped for want of workspace memory this time.
+struct Planned {
+  std::shared_ptr<Plan> plan;
+  bool short_of_memory = false;
+};
+
+// Builds the graph and runs the engine configs in order until one runs.
+Planned plan_and_run(cudnnHandle_t h, const GraphConv& c, Device device) {
+  Planned r{std::make_shared<Plan>()};
+  Plan* p = r.plan.get();
   auto keep = [&](Desc d) -> Desc& { return p->parts.emplace_back(std::move(d)); };
   // Reserved so that the references handed out stay valid (every part below, and the configs).
   p->parts.reserve(64);
@@ -211,21 +239,21 @@ std::shared_ptr<Plan> plan_and_run(cudnnHandle_t h, const GraphConv& c, Device d
   Desc& y = keep(tensor(kY, c.y, c.layout, dt));
   Desc& conv = keep(convolution(*c.attrs));
   for (Desc* d : {&x, &w, &y, &conv})
-    if (!d->finalize("cudnnBackendFinalize(tensor or convolution)")) return p;
+    if (!d->finalize("cudnnBackendFinalize(tensor or convolution)")) return r;
   Desc& op = keep(operation(c.kind, x, w, y, conv));
-  if (!op.finalize("cudnnBackendFinalize(convolution operation)")) return p;
+  if (!op.finalize("cudnnBackendFinalize(convolution operation)")) return r;
   Desc& graph = keep(Desc(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR));
   graph.set_desc(CUDNN_ATTR_OPERATIONGRAPH_OPS, op);
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
   graph.set_handle(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, h);
 #pragma GCC diagnostic pop
-  if (!graph.finalize("cudnnBackendFinalize(operation graph)")) return p;
+  if (!graph.finalize("cudnnBackendFinalize(operation graph)")) return r;
   Desc& heur = keep(Desc(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR));
   const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
   heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
   heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode);
-  if (!heur.finalize("cudnnBackendFinalize(engine heuristics)")) return p;
+  if (!heur.finalize("cudnnBackendFinalize(engine heuristics)")) return r;
   int64_t count = 0;
   KILN_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
                                             &count, nullptr));
@@ -237,26 +265,38 @@ std::shared_ptr<Plan> plan_and_run(cudnnHandle_t h, const GraphConv& c, Device d
   KILN_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                             count, &got, raw.data()));
   while (static_cast<int64_t>(configs.size()) > std::clamp<int64_t>(got, 0, count)) configs.pop_back();
+  // The configs whose notes cuDNN gives, and the notes (an engine it cannot describe is skipped).
+  std::vector<Desc> described;
   std::vector<cp::EngineNotes> notes;
-  for (const Desc& cfg : configs) notes.push_back(notes_of(cfg));
+  for (Desc& cfg : configs) {
+    if (const std::optional<cp::EngineNotes> n = notes_of(cfg)) {
+      notes.push_back(*n);
+      described.push_back(std::move(cfg));
+    }
+  }
   for (const size_t i : cp::engine_order(c.dtype, c.allow_tf32, notes)) {
     Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
     plan.set_handle(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, h);
 #pragma GCC diagnostic pop
-    plan.set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[i]);
-    if (!plan.finalize("cudnnBackendFinalize(execution plan)")) continue;
+    plan.set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, described[i]);
+    if (!plan.finalize("cudnnBackendFinalize(execution plan)", true)) continue;
     int64_t workspace = 0;
-    KILN_CUDNN_CHECK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
-                                              &got, &workspace));
-    if (workspace > kWorkspaceLimit || !execute(h, plan, workspace, c, device)) continue;
-    keep(std::move(configs[i]));
+    if (!accepted(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                                           &got, &workspace),
+                  "cudnnBackendGetAttribute(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)", true) ||
+        workspace > kWorkspaceLimit)
+      continue;
+    const Outcome o = execute(h, plan, workspace, c, device);
+    r.short_of_memory = r.short_of_memory || o == Outcome::NoMemory;
+    if (o != Outcome::Ran) continue;
+    keep(std::move(described[i]));
     p->plan = &keep(std::move(plan));
     p->workspace = workspace;
-    return p;
+    return r;
   }
-  return p;
+  return r;
 }
 
 // "forward float32 x [N, C, H, W] w [...] y [...] stride [..] padding [..] dilation [..]": the
@@ -284,24 +324,42 @@ bool graph_api_enabled() {
   return mode == 1;
 }
 
+bool graph_has_no_engine(const cp::PlanKey& key) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_no_engine.count(key) > 0;
+}
+
 bool run_conv_graph(cudnnHandle_t h, const GraphConv& c, const cp::PlanKey& key) {
   const Device device = Device::cuda(static_cast<int>(key[1]));
   std::shared_ptr<Plan> plan;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_no_engine.count(key)) return false;
     auto it = g_plans.find({key, h});
     if (it != g_plans.end()) plan = it->second;
   }
   // A kept plan whose run is refused now (e.g. its workspace not to be had) tries the legacy API.
-  if (plan) return plan->plan && execute(h, *plan->plan, plan->workspace, c, device);
-  plan = plan_and_run(h, c, device);
-  if (!plan->plan)
-    std::cerr << "kiln: warning: [conv2d] cuDNN's graph API has no engine for the " << describe(c)
-              << "; using the legacy API for it\n";
+  if (plan) return execute(h, *plan->plan, plan->workspace, c, device) == Outcome::Ran;
+  t_last_refusal.clear();
+  const Planned planned = plan_and_run(h, c, device);
+  const bool ran = planned.plan->plan != nullptr;
+  // Not kept when a better engine (or every one) lacked workspace memory this time: the next call
+  // plans afresh rather than keeping a worse engine, or none, for good.
+  if (planned.short_of_memory) return ran;
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_plans.size() >= kMaxPlans) g_plans.clear();
-  g_plans[{key, h}] = plan;
-  return plan->plan != nullptr;
+  if (!ran) {
+    if (g_no_engine.insert(key).second)
+      std::cerr << "kiln: warning: [conv2d] cuDNN's graph API has no engine for the " << describe(c)
+                << "; using the legacy API for it"
+                << (t_last_refusal.empty() ? "" : " (the last refusal: " + t_last_refusal + ")") << "\n";
+    return false;
+  }
+  if (g_plans.size() >= kMaxPlans) {
+    g_plans.clear();
+    g_no_engine.clear();
+  }
+  g_plans[{key, h}] = planned.plan;
+  return true;
 }
 
 }  // namespace kiln::backend::cuda

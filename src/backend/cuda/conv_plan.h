@@ -154,10 +154,12 @@ struct EngineNotes {
   bool nondeterministic = false;
 };
 
-// The legacy path's rules for the graph API's engines: float32 uses tensor cores (TF32) only when
-// allowed and is never converted down; float16/bfloat16 multiply in their type but sum in float32.
+// The legacy path's rules for the graph API's engines: no type is converted down (as PyTorch's
+// filter); float32 uses tensor cores (TF32) only when allowed; float16/bfloat16 multiply in their
+// type but sum in float32.
 inline bool engine_allowed(ScalarType t, bool allow_tf32, const EngineNotes& n) {
-  if (t == kFloat32) return !n.down_convert && (allow_tf32 || !n.tensor_core);
+  if (n.down_convert) return false;
+  if (t == kFloat32) return allow_tf32 || !n.tensor_core;
   return !n.reduced_precision_reduction;
 }
 

@@ -38,6 +38,10 @@ bool cudnn_accepts(cudnnStatus_t status, const char* call) {
   return false;
 }
 
+bool cudnn_engine_accepts(cudnnStatus_t status, const char* call) {
+  return CUDNN_STATUS_CATEGORY(status) == CUDNN_STATUS_INTERNAL_ERROR ? false : cudnn_accepts(status, call);
+}
+
 CudnnHandle::CudnnHandle(int device, cudaStream_t stream) : device_(device) {
   HandlePool& pool = g_pools[static_cast<size_t>(device)];
   {

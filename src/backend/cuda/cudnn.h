@@ -37,6 +37,11 @@ inline bool cudnn_unsupported(cudnnStatus_t s) {
 // BAD_PARAM, which cuDNN gives for layout/math/algorithm or engine combinations it does not take:
 // the caller tries another); anything else throws naming the call.
 bool cudnn_accepts(cudnnStatus_t status, const char* call);
+// cudnn_accepts for the steps that build one engine of the graph API (its numerical notes, its
+// execution plan, its workspace size): there an internal error (a runtime-compiled kernel that
+// fails to compile, an allocation inside cuDNN) refuses that engine only and the next is tried,
+// as PyTorch and cudnn-frontend do.
+bool cudnn_engine_accepts(cudnnStatus_t status, const char* call);
 
 }  // namespace kiln::backend::cuda
 

@@ -1,7 +1,10 @@
 // The reductions of the CUDA reduce kernels as folds over a partial state: init() (the identity),
 // step(state, x, index) for one element, merge(a, b) for two partial states (commutative, so
-// any tree of lanes, warps and blocks gives the result), store() for the output. Accumulator
-// types, NaN rules and finishing formulas are the CPU kernels' (backend/cpu/reduce.cpp).
+// any tree of lanes, warps and blocks gives the result), store() for the output. NaN rules and
+// finishing formulas are the CPU kernels' (backend/cpu/reduce.cpp); so are the accumulator types
+// but for sum, mean and prod of floats, which fold in double here (red_acc_t, below): a float32
+// prod whose running product passes float32's range on the way is finite here and inf on the
+// CPU, and a 16-bit mean is rounded twice (double to float to the 16-bit type).
 // Plain C++ as well as device code: the CPU tests fold with them in the kernels' merge orders
 // and compare with the CPU ops (tests/test_cuda_host_math.cpp).
 #pragma once
