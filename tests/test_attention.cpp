@@ -175,6 +175,36 @@ TEST(Attention, FullyMaskedRowGivesZerosAndZeroGradient) {
   expect_close(v.grad(), values(v2.grad()), v.shape(), 1e-12, 1e-12, "grad v");
 }
 
+// A NaN reaches what it touches, as in torch: a NaN in a query row makes that row's output and
+// gradient NaN (not the zeros of a row with nothing attended), and a NaN in key 0, which every
+// causal row sees, makes every row of its head NaN, row 0 (whose one key it is) included; the
+// other head stays finite. Over several tiles of queries and keys, in both CPU float types.
+TEST(Attention, NaNInputsGiveNaNRowsNotZeros) {
+  for (ScalarType dt : {kFloat64, kFloat32}) {
+    for (const bool in_key : {false, true}) {
+      manual_seed(17);
+      Tensor q = randn({1, 2, 70, 8}).to(dt), k = randn({1, 2, 80, 8}).to(dt), v = randn({1, 2, 80, 8}).to(dt);
+      (in_key ? k.narrow(1, 0, 1).narrow(2, 0, 1) : q.narrow(1, 0, 1).narrow(2, 5, 1)).narrow(3, 0, 1).fill_(NAN);
+      q.requires_grad_();
+      Tensor y = scaled_dot_product_attention(q, k, v, {}, 0.0, /*causal=*/in_key);
+      y.sum().backward();
+      const std::vector<double> out = values(y.to(kFloat64)), gq = values(q.grad().to(kFloat64));
+      for (int64_t h = 0; h < 2; ++h) {
+        for (int64_t i = 0; i < 70; ++i) {
+          const bool nan_row = h == 0 && (in_key || i == 5);
+          for (int64_t e = 0; e < 8; ++e) {
+            const size_t at = static_cast<size_t>((h * 70 + i) * 8 + e);
+            const std::string where = std::string(dtype_name(dt)) + (in_key ? " NaN key" : " NaN query") + ", head " +
+                                      std::to_string(h) + " row " + std::to_string(i);
+            EXPECT_EQ(std::isnan(out[at]), nan_row) << where << " output " << out[at];
+            EXPECT_EQ(std::isnan(gq[at]), nan_row) << where << " grad q " << gq[at];
+          }
+        }
+      }
+    }
+  }
+}
+
 // Gradients (float64) against the composite's autograd, for shapes too big for finite differences.
 TEST(Attention, GradientsMatchCompositeAcrossTiles) {
   for (const Case& c : forward_cases()) {

@@ -238,6 +238,26 @@ TEST(Loss, EdgeCases) {
   // large logits stay finite (log_softmax, not log(softmax))
   Tensor big = tensor({{1000.0, 0.0}, {0.0, 1000.0}}, kFloat32);
   expect_close(cross_entropy(big, tensor({1, 1}), {}, Reduction::None), {1000.0, 0.0}, {2}, 1e-6, 1e-4);
+  // a +inf logit makes its row's loss and gradient NaN (log_softmax's inf - inf), as torch's; the
+  // fused path (2-D, no smoothing) and the composed one (3-D) agree; a row of -inf is NaN too
+  for (ScalarType dt : {kFloat32, kFloat64}) {
+    Tensor inf_row = tensor({{INFINITY, 0.0, 1.0}, {0.5, -0.5, 2.0}, {-INFINITY, -INFINITY, -INFINITY}}, dt);
+    for (const bool composed : {false, true}) {
+      Tensor xi = (composed ? inf_row.unsqueeze(2) : inf_row).detach().requires_grad_();
+      Tensor ti = composed ? tensor({1, 2, 0}).unsqueeze(1) : tensor({1, 2, 0});
+      const std::vector<double> per = test::values(cross_entropy(xi, ti, {}, Reduction::None).to(kFloat64));
+      const std::string what = std::string(dtype_name(dt)) + (composed ? " composed" : " fused");
+      EXPECT_TRUE(std::isnan(per[0])) << what << ": " << per[0];
+      EXPECT_TRUE(std::isfinite(per[1])) << what << ": " << per[1];
+      EXPECT_TRUE(std::isnan(per[2])) << what << ": " << per[2];
+      cross_entropy(xi, ti, {}, Reduction::Sum).backward();
+      const std::vector<double> g = test::values(xi.grad().to(kFloat64));
+      for (size_t j = 0; j < 3; ++j) {
+        EXPECT_TRUE(std::isnan(g[j])) << what << " grad [0, " << j << "]: " << g[j];
+        EXPECT_TRUE(std::isfinite(g[3 + j])) << what << " grad [1, " << j << "]: " << g[3 + j];
+      }
+    }
+  }
 }
 
 // ---- gradchecks: every option

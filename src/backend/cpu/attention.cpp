@@ -182,7 +182,9 @@ KILN_VECTORIZE void forward_block(const Problem<T>& P, int64_t b, int64_t i0, in
     for (int64_t r = 0; r < nq; ++r) {
       T* s = w.s.data() + r * kBlockK;
       P.mask_row(s, b, i0 + r, j0, nk);
-      const T m_new = std::max(w.m[r], attn::row_max(s, kBlockK));
+      // A NaN score makes m_new NaN, and with it the row's out and lse (torch's result), rather
+      // than being passed over as "nothing attended yet".
+      const T m_new = attn::max_or_nan(w.m[r], attn::row_max(s, kBlockK));
       if (m_new == ninf) {  // nothing attended yet: this tile adds nothing
         std::fill(s, s + kBlockK, T(0));
         continue;

@@ -88,18 +88,24 @@ KILN_VEC_INLINE T exp_sub_sum(T* x, int64_t n, T sub) {
   return s;
 }
 
+// max(a, b), NaN when b is (a NaN a stays: the running maximum keeps a NaN once it has one).
+template <class T>
+inline T max_or_nan(T a, T b) {
+  return b > a || b != b ? b : a;
+}
+
 template <class T, int W>
 KILN_VEC_INLINE T row_max_w(const T* x, int64_t n) {
   Vec<T, W> m = Vec<T, W>{} - std::numeric_limits<T>::infinity();
   for (int64_t j = 0; j < n; j += kLanes<T, W>) {
     Vec<T, W> v = loadu<T, W>(x + j);
-    m = v > m ? v : m;
+    m = (v > m) | (v != v) ? v : m;
   }
   T r = -std::numeric_limits<T>::infinity();
-  for (int l = 0; l < kLanes<T, W>; ++l) r = std::max(r, m[l]);
+  for (int l = 0; l < kLanes<T, W>; ++l) r = max_or_nan(r, m[l]);
   return r;
 }
-// The largest of n elements (n a multiple of the 64-byte lane count).
+// The largest of n elements (n a multiple of the 64-byte lane count); NaN if any is NaN.
 template <class T>
 KILN_VEC_INLINE T row_max(const T* x, int64_t n) {
   return wide_vectors() ? row_max_w<T, 64>(x, n) : row_max_w<T, 32>(x, n);

@@ -43,7 +43,9 @@ void cross_entropy_forward(KernelArgs& a) {
         }
         const T* row = xp + r * c;
         A mx = row_max<T, A>(row, c);
-        if (std::isinf(mx)) mx = A(0);  // all -inf (or an inf): let the sum give inf/NaN as log_softmax does
+        // All -inf: the sum is 0 and the loss NaN; a +inf logit stays, so that exp(inf - inf) makes
+        // the loss NaN, as torch's cross_entropy (through log_softmax) gives.
+        if (mx == -std::numeric_limits<A>::infinity()) mx = A(0);
         lse[r] = mx + std::log(row_sum_exp<T, A>(row, c, mx));
         loss[r] = static_cast<T>((lse[r] - static_cast<A>(row[t[r]])) * (w ? static_cast<A>(w[t[r]]) : A(1)));
       }

@@ -171,7 +171,7 @@ KILN_HOST_DEVICE void online_keys(const Rows& R, int64_t b, int64_t i, int64_t m
     for (int t = 0; t < nc; ++t) {
       const int64_t j = keys.j0 + c0 + t;
       s[t] = masked_score(R, dot(q, keys.k + (c0 + t) * keys.krs, E), i, j, moff);
-      mx = s[t] > mx ? s[t] : mx;
+      mx = s[t] > mx || s[t] != s[t] ? s[t] : mx;  // a NaN wins: the row's out and lse become NaN, as torch's
     }
     if (mx == -inf<T>()) continue;  // nothing attended yet: the chunk adds nothing
     const T alpha = dev_exp(st.m - mx);  // 0 the first time (m = -inf)

@@ -40,7 +40,9 @@ __global__ void cross_entropy_forward_kernel(const T* __restrict__ x, const int6
     A m = -INFINITY;
     for (int64_t i = grp.lane(); i < c; i += grp.size()) m = MaxOp{}(m, static_cast<A>(xr[i]));  // NaN wins
     m = grp.reduce(m, MaxOp{}, A(-INFINITY), shared);
-    if (isinf(m)) m = A(0);  // all -inf (or an inf): the sum then gives inf/NaN, as log_softmax does
+    // All -inf: the sum is 0 and the loss NaN; a +inf logit stays, so that exp(inf - inf) makes the
+    // loss NaN, as torch's cross_entropy (through log_softmax) gives.
+    if (m == A(-INFINITY)) m = A(0);
     A s = 0;
     for (int64_t i = grp.lane(); i < c; i += grp.size()) s += dev_exp(static_cast<A>(xr[i]) - m);
     s = grp.reduce(s, SumOp{}, A(0), shared);
