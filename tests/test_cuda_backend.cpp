@@ -330,6 +330,35 @@ TEST_F(Cuda, AttentionOnEveryPathMatchesTheCpuWithoutFallback) {
   EXPECT_EQ(total_fallbacks(), before);
 }
 
+// Embedding's gradient where rows are picked thousands of times (as token_type_ids put 8192
+// positions on two rows), which the GPU sums in parallel segments: the CPU's bits, in every float dtype,
+// with and without a padding row, and index_select's backward (the same kernel).
+TEST_F(Cuda, EmbeddingGradientOfFrequentRowsIsTheCpusBitForBit) {
+  const uint64_t before = total_fallbacks();
+  // Row 0 at every 7th position (1,171), row 2 + j % 28 at every 13th (few each), row 1 elsewhere.
+  std::vector<int64_t> id_values(8192);
+  for (int64_t j = 0; j < 8192; ++j) id_values[static_cast<size_t>(j)] = j % 7 == 0 ? 0 : j % 13 == 0 ? 2 + j % 28 : 1;
+  const Tensor ids_cpu = tensor(id_values, {64, 128}, kInt64);
+  for (ScalarType dt : {kFloat32, kFloat64, kBFloat16, kFloat16}) {
+    for (const int64_t padding : {int64_t{-1}, int64_t{1}}) {
+      auto run = [&](Device d) {
+        Tensor table = input({30, 96}, 71, d).detach().to(dt).requires_grad_();
+        Tensor ids = ids_cpu.to(d);
+        Tensor g = input({64, 128, 96}, 73, d, false).to(dt);
+        embedding(table, ids, padding).backward(g);
+        Tensor rows = input({8192, 96}, 74, d).detach().to(dt).requires_grad_();
+        rows.index_select(0, ids.reshape({8192}).add(5)).backward(g.reshape({8192, 96}));
+        return std::vector<std::vector<double>>{values(table.grad().to(kFloat64).cpu()),
+                                                values(rows.grad().to(kFloat64).cpu())};
+      };
+      const auto got = run(Device::cuda(0)), want = run(Device::cpu());
+      EXPECT_EQ(got[0], want[0]) << dtype_name(dt) << " embedding, padding " << padding;
+      EXPECT_EQ(got[1], want[1]) << dtype_name(dt) << " index_select";
+    }
+  }
+  EXPECT_EQ(total_fallbacks(), before);
+}
+
 TEST_F(Cuda, BertTinyTrainsAsOnTheCpuWithoutFallback) {
   std::vector<double> losses[2];
   int k = 0;

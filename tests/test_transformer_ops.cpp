@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "backend/embedding_math.h"
 #include "test_util.h"
 
 namespace {
@@ -89,6 +90,82 @@ TEST(Embedding, ValuesAndGradientAgainstLoops) {
       }
     }
   }
+}
+
+// A row picked more than 64 times is summed in segments of 64 positions (each from 0 in the
+// compute type), whose sums are then added in order: the order the GPU kernel keeps too (it sums
+// a frequent row's segments in parallel), so both give these bits. Rows of 64 positions or fewer
+// are one running sum. Row 4 is the padding row, picked 300 times: zeros.
+TEST(Embedding, FrequentRowsSumInSegmentsOfSixtyFour) {
+  const int64_t num = 6, dim = 5;
+  std::vector<int64_t> iv;
+  const int64_t picks[num] = {64, 65, 1000, 129, 300, 1};
+  for (int64_t round = 0; round < 1000; ++round)
+    for (int64_t r = 0; r < num; ++r)
+      if (round < picks[r]) iv.push_back(r);
+  const auto m = static_cast<int64_t>(iv.size());
+  Tensor idx = tensor(iv, {m}, kInt64);
+  for (ScalarType dt : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor w = rnd({num, dim}, kFloat32).to(dt).requires_grad_();
+    Tensor g = rnd({m, dim}, kFloat32).mul(1000).to(dt);
+    embedding(w, idx, 4).backward(g);
+    const std::vector<double> gv = values(g.to(kFloat64)), got = values(w.grad().to(kFloat64));
+    for (int64_t r = 0; r < num; ++r) {
+      for (int64_t c = 0; c < dim; ++c) {
+        float acc = 0, part = 0;
+        int64_t in_part = 0;
+        for (int64_t j = 0; j < m; ++j) {
+          if (iv[static_cast<size_t>(j)] != r) continue;
+          const auto x = static_cast<float>(gv[static_cast<size_t>(j * dim + c)]);
+          if (picks[r] <= 64) {
+            acc += x;
+            continue;
+          }
+          part += x;
+          if (++in_part == 64) {
+            acc += part;
+            part = 0, in_part = 0;
+          }
+        }
+        if (in_part > 0) acc += part;
+        const double want = r == 4 ? 0.0 : values(tensor(std::vector<double>{acc}, {1}).to(dt).to(kFloat64))[0];
+        EXPECT_EQ(got[static_cast<size_t>(r * dim + c)], want) << "row " << r << " column " << c;
+      }
+    }
+  }
+}
+
+// The GPU kernel's segment bookkeeping (embedding_math.h): how many segments a row takes, that
+// segment_bound covers any counts adding up to m (the partial sums' buffer is sized by it
+// without reading the counts back), and that row_of_segment finds each segment's row past rows
+// with none.
+TEST(Embedding, SegmentBookkeeping) {
+  namespace e = kiln::emb;
+  EXPECT_EQ(e::segments(0), 0);
+  EXPECT_EQ(e::segments(64), 0);
+  EXPECT_EQ(e::segments(65), 2);
+  EXPECT_EQ(e::segments(128), 2);
+  EXPECT_EQ(e::segments(129), 3);
+  std::mt19937_64 gen(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t num = 1 + static_cast<int64_t>(gen() % 40);
+    std::vector<int64_t> first(static_cast<size_t>(num) + 1, 0);
+    int64_t m = 0;
+    for (int64_t r = 0; r < num; ++r) {
+      const int64_t count = gen() % 3 == 0 ? static_cast<int64_t>(gen() % 400) : static_cast<int64_t>(gen() % 70);
+      m += count;
+      first[static_cast<size_t>(r) + 1] = first[static_cast<size_t>(r)] + e::segments(count);
+    }
+    const int64_t total = first.back();
+    ASSERT_LE(total, e::segment_bound(m)) << "m " << m;
+    for (int64_t q = 0; q < total; ++q) {
+      const int64_t r = e::row_of_segment(first.data(), num, q);
+      ASSERT_TRUE(first[static_cast<size_t>(r)] <= q && q < first[static_cast<size_t>(r) + 1]) << "segment " << q;
+    }
+  }
+  // The bound is tight where every row has 65 positions (2 segments of 65 / 64 = ~1.02 each).
+  EXPECT_EQ(e::segment_bound(65 * 64), 130);
 }
 
 TEST(Embedding, NonContiguousInputsAndPaddingRowStillRead) {

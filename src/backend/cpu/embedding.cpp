@@ -1,10 +1,13 @@
 // CPU kernels for embedding: the row gather and its backward, which sums gradient rows per table
-// row (grouped by a counting sort, so threads own disjoint rows: no races, deterministic order).
+// row (grouped by a counting sort, so threads own disjoint rows: no races, deterministic order,
+// embedding_math.h's).
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "backend/cpu/loops.h"
 #include "backend/dispatch.h"
+#include "backend/embedding_math.h"
 
 namespace kiln::backend::cpu {
 namespace {
@@ -53,7 +56,7 @@ void embedding_backward(KernelArgs& a) {
     const T* gp = static_cast<const T*>(g.data_ptr());
     T* out = static_cast<T*>(gw.data_ptr());
     parallel_for(num, std::max<int64_t>(1, 16384 / std::max<int64_t>(dim, 1)), [&](int64_t b, int64_t e) {
-      std::vector<A> acc(static_cast<size_t>(dim));
+      std::vector<A> acc(static_cast<size_t>(dim)), part(static_cast<size_t>(dim));
       for (int64_t r = b; r < e; ++r) {
         T* orow = out + r * dim;
         const int64_t s0 = start[r], s1 = start[r + 1];
@@ -65,10 +68,19 @@ void embedding_backward(KernelArgs& a) {
           std::memcpy(orow, gp + pos[s0] * dim, sizeof(T) * dim);
           continue;
         }
+        // In segments (embedding_math.h: the GPU's order), each summed from 0 into part.
         std::fill(acc.begin(), acc.end(), A(0));
-        for (int64_t s = s0; s < s1; ++s) {
-          const T* grow = gp + pos[s] * dim;
-          for (int64_t c = 0; c < dim; ++c) acc[c] += static_cast<A>(grow[c]);
+        const bool segmented = emb::segments(s1 - s0) > 0;
+        for (int64_t k0 = s0; k0 < s1; k0 += emb::kEmbeddingSegment) {
+          const int64_t k1 = std::min(s1, k0 + emb::kEmbeddingSegment);
+          A* sum = segmented ? part.data() : acc.data();
+          if (segmented) std::fill(part.begin(), part.end(), A(0));
+          for (int64_t s = k0; s < k1; ++s) {
+            const T* grow = gp + pos[s] * dim;
+            for (int64_t c = 0; c < dim; ++c) sum[c] += static_cast<A>(grow[c]);
+          }
+          if (segmented)
+            for (int64_t c = 0; c < dim; ++c) acc[c] += part[c];
         }
         for (int64_t c = 0; c < dim; ++c) orow[c] = static_cast<T>(acc[c]);
       }

@@ -4,12 +4,14 @@
 // row sums its gradient rows in position order, as the CPU does). Out-of-range indices are never
 // followed: the element is skipped (a copy writes 0) and the index recorded (index_check.h).
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include <bit>
 
 #include "backend/cuda/device/atomic_add.cuh"
 #include "backend/cuda/device/block_reduce.cuh"
 #include "backend/cuda/device/index_error.cuh"
+#include "backend/embedding_math.h"
 #include "backend/loop_plan.h"
 #include "core/tensor_util.h"
 
@@ -242,17 +244,53 @@ __global__ void row_starts_kernel(const uint64_t* __restrict__ keys, int64_t m, 
   }
 }
 
+// count[r] = the segments row r is summed in (embedding_math.h; none for the padding row, which
+// is written as zeros), for r in [0, num], count[num] = 0: their exclusive prefix sum numbers them.
+__global__ void segment_counts_kernel(const int64_t* __restrict__ starts, int64_t num, int64_t padding_idx,
+                                      int64_t* __restrict__ count) {
+  KILN_GRID_STRIDE(r, num + 1) {
+    count[r] = r < num && r != padding_idx ? emb::segments(starts[r + 1] - starts[r]) : 0;
+  }
+}
+
+// A group of `group` threads per segment q < first[num] (at most `bound`): the positions of
+// segment q - first[r] of its row r, summed in order from 0 in A into partial row q.
+template <class T>
+__global__ void embedding_segments_kernel(const T* __restrict__ g, const int64_t* __restrict__ starts,
+                                          const int64_t* __restrict__ first, const int64_t* __restrict__ pos,
+                                          compute_t<T>* __restrict__ partial, int64_t num, int64_t dim, int64_t bound,
+                                          int group) {
+  using A = compute_t<T>;
+  const int lane = static_cast<int>(threadIdx.x) % group;
+  const int64_t per_block = blockDim.x / group, total = min(first[num], bound);
+  for (int64_t q = blockIdx.x * per_block + threadIdx.x / group; q < total; q += gridDim.x * per_block) {
+    const int64_t r = emb::row_of_segment(first, num, q);
+    const int64_t lo = starts[r] + (q - first[r]) * emb::kEmbeddingSegment;
+    const int64_t hi = min(lo + emb::kEmbeddingSegment, starts[r + 1]);
+    for (int64_t c = lane; c < dim; c += group) {
+      A acc = 0;
+#pragma unroll 8
+      for (int64_t s = lo; s < hi; ++s) acc += static_cast<A>(g[pos[s] * dim + c]);
+      partial[q * dim + c] = acc;
+    }
+  }
+}
+
 // A group of `group` threads per table row r: its positions are sorted[lo, hi) (in increasing
-// order: the radix sort is stable), summed in that order in A, as the CPU; every row written.
+// order: the radix sort is stable), summed in that order in A, or its segments' partial sums
+// first[r] .. first[r + 1] added in order (first null: no row has segments), as the CPU; every
+// row written.
 template <class T>
 __global__ void embedding_backward_kernel(const T* __restrict__ g, const int64_t* __restrict__ starts,
-                                          const int64_t* __restrict__ pos, T* __restrict__ gw, int64_t num,
+                                          const int64_t* __restrict__ pos, const int64_t* __restrict__ first,
+                                          const compute_t<T>* __restrict__ partial, T* __restrict__ gw, int64_t num,
                                           int64_t dim, int64_t padding_idx, int group) {
   using A = compute_t<T>;
   const int lane = static_cast<int>(threadIdx.x) % group;
   const int64_t per_block = blockDim.x / group;
   for (int64_t r = blockIdx.x * per_block + threadIdx.x / group; r < num; r += gridDim.x * per_block) {
     const int64_t lo = starts[r], hi = starts[r + 1];
+    const int64_t f0 = first ? first[r] : 0, f1 = first ? first[r + 1] : 0;
     const bool zero = r == padding_idx || lo == hi;
     T* out = gw + r * dim;
     for (int64_t c = lane; c < dim; c += group) {
@@ -260,8 +298,14 @@ __global__ void embedding_backward_kernel(const T* __restrict__ g, const int64_t
         out[c] = T(0);
       } else if (std::is_same_v<T, A> && hi - lo == 1) {
         out[c] = g[pos[lo] * dim + c];  // the CPU copies a single row (so -0.0 stays -0.0)
+      } else if (f1 > f0) {
+        A acc = 0;
+#pragma unroll 8
+        for (int64_t q = f0; q < f1; ++q) acc += partial[q * dim + c];
+        out[c] = static_cast<T>(acc);
       } else {
         A acc = 0;
+#pragma unroll 8
         for (int64_t s = lo; s < hi; ++s) acc += static_cast<A>(g[pos[s] * dim + c]);
         out[c] = static_cast<T>(acc);
       }
@@ -285,32 +329,58 @@ void embedding_backward(KernelArgs& a) {
     KILN_CUDA_CHECK(cudaMemsetAsync(gw.data_ptr(), 0, gw.nbytes(), stream));  // all-zero bits: 0 in every float type
     return;
   }
-  Tensor buf = make_empty({4 * m + num + 1}, kInt64, dev);  // keys in/out (as uint64), positions in/out, starts
+  // Only with more positions than a segment can a row have segments (embedding_math.h).
+  const bool segmented = m > emb::kEmbeddingSegment;
+  // keys in/out (as uint64), positions in/out, row starts; segment counts and their prefix sums
+  Tensor buf = make_empty({4 * m + (segmented ? 3 : 1) * (num + 1)}, kInt64, dev);
   auto* keys_in = static_cast<uint64_t*>(buf.data_ptr());
   uint64_t* keys_out = keys_in + m;
   auto* pos_in = reinterpret_cast<int64_t*>(keys_in + 2 * m);
   int64_t* pos_out = pos_in + m;
   int64_t* starts = pos_out + m;
+  int64_t* counts = segmented ? starts + num + 1 : nullptr;
+  int64_t* first = segmented ? counts + num + 1 : nullptr;
   embedding_keys_kernel<<<blocks_for(m), kThreads, 0, stream>>>(idx, m, num, keys_in, pos_in, slot);
   KILN_CUDA_LAUNCHED("embedding_backward (sort keys)");
   const int end_bit = static_cast<int>(std::bit_width(static_cast<uint64_t>(num)));  // keys are <= num
-  size_t temp_bytes = 0;
-  KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in, keys_out, pos_in, pos_out, m, 0,
+  size_t sort_bytes = 0, scan_bytes = 0;
+  KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys_in, keys_out, pos_in, pos_out, m, 0,
                                                   end_bit, stream));
-  Tensor temp = make_empty({static_cast<int64_t>(std::max<size_t>(temp_bytes, 1))}, kUInt8, dev);
-  KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, keys_in, keys_out, pos_in, pos_out, m, 0,
+  if (segmented) KILN_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, counts, first, num + 1, stream));
+  const size_t temp_bytes = std::max<size_t>({sort_bytes, scan_bytes, 1});
+  Tensor temp = make_empty({static_cast<int64_t>(temp_bytes)}, kUInt8, dev);
+  KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr(), sort_bytes, keys_in, keys_out, pos_in, pos_out, m, 0,
                                                   end_bit, stream));
   row_starts_kernel<<<blocks_for(num + 1), kThreads, 0, stream>>>(keys_out, m, num, starts);
   KILN_CUDA_LAUNCHED("embedding_backward (row starts)");
-  // Threads per row: the row's width rounded up to a power of two, from a warp to the block.
+  // Threads per row or segment: the row's width rounded up to a power of two, from a warp to the block.
   const int group = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(dim))),
                                                          kWarp, kThreads));
   const int64_t per_block = kThreads / group;
-  const auto blocks = static_cast<unsigned>(std::clamp<int64_t>((num + per_block - 1) / per_block, 1, int64_t{1} << 20));
+  auto blocks = [&](int64_t units) {
+    return static_cast<unsigned>(std::clamp<int64_t>((units + per_block - 1) / per_block, 1, int64_t{1} << 20));
+  };
+  const int64_t bound = emb::segment_bound(m);
+  if (segmented) {
+    segment_counts_kernel<<<blocks_for(num + 1), kThreads, 0, stream>>>(starts, num, padding_idx, counts);
+    KILN_CUDA_LAUNCHED("embedding_backward (segment counts)");
+    KILN_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.data_ptr(), scan_bytes, counts, first, num + 1, stream));
+  }
   visit_float_dtype(gw.dtype(), "embedding_backward", [&]<class T>() {
-    embedding_backward_kernel<T><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(g.data_ptr()), starts, pos_out,
-                                                                  static_cast<T*>(gw.data_ptr()), num, dim, padding_idx,
-                                                                  group);
+    using A = compute_t<T>;
+    const auto* gp = static_cast<const T*>(g.data_ptr());
+    Tensor partial;  // [bound, dim] in A: the segments' sums
+    A* pp = nullptr;
+    if (segmented) {
+      partial = make_empty({std::max<int64_t>(bound, 1) * dim}, dtype_of<A>, dev);
+      pp = static_cast<A*>(partial.data_ptr());
+      embedding_segments_kernel<T><<<blocks(bound), kThreads, 0, stream>>>(gp, starts, first, pos_out, pp, num, dim,
+                                                                            bound, group);
+      KILN_CUDA_LAUNCHED("embedding_backward (segments)");
+    }
+    embedding_backward_kernel<T><<<blocks(num), kThreads, 0, stream>>>(gp, starts, pos_out, first, pp,
+                                                                       static_cast<T*>(gw.data_ptr()), num, dim,
+                                                                       padding_idx, group);
   });
   KILN_CUDA_LAUNCHED("embedding_backward");
 }
