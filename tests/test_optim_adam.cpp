@@ -1,6 +1,7 @@
 // Adam and AdamW against PyTorch trajectories (tests/fixtures/optim/adam.txt), the fused
 // kernel against a float64 loop, state_dict round trips, and errors.
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "stand_in_device.h"
@@ -148,6 +149,20 @@ TEST(OptimAdam, StateDictKeysAndTypes) {
 
 // The fused kernel over many tensors of uneven sizes (some empty, some split across threads)
 // equals a per-element float64 loop of the update.
+// AMSGrad's running maximum keeps a NaN, as torch.maximum does: a NaN gradient's second moment
+// is NaN, and so is its maximum from then on (not the old value, as std::max would keep).
+TEST(OptimAdam, AmsgradMaximumKeepsANaN) {
+  Tensor p = tensor({1.0, 2.0}, kFloat32).requires_grad_();
+  AdamW opt({OptimizerParamGroup({p})}, {.amsgrad = true});
+  for (const double g1 : {std::numeric_limits<double>::quiet_NaN(), 0.25}) {
+    p.set_grad(tensor({0.5, g1}, kFloat32));
+    opt.step();
+    const std::vector<double> vmax = values(opt.state_dict().at("state.0.max_exp_avg_sq"));
+    EXPECT_TRUE(std::isfinite(vmax[0])) << vmax[0];
+    EXPECT_TRUE(std::isnan(vmax[1])) << "after a gradient of " << g1 << ": " << vmax[1];
+  }
+}
+
 TEST(OptimAdam, FusedKernelMatchesLoopOnManyTensors) {
   for (bool decoupled : {false, true})
     for (bool amsgrad : {false, true}) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -43,12 +44,21 @@ struct FakeDevice final : backend::StreamDevice {
     std::free(p);
     ++frees;
   }
-  void* record_event(StreamId s) override { return new Event{s, ++queued[s]}; }
+  StreamId failing = nullptr;  // record_event on this stream throws (e.g. destroyed since record_stream)
+  int events = 0;              // events recorded and not yet released
+  void* record_event(StreamId s) override {
+    if (s == failing && s != nullptr) KILN_FAIL("cuda", "cudaEventRecord failed: invalid resource handle");
+    ++events;
+    return new Event{s, ++queued[s]};
+  }
   bool event_done(void* e) override {
     auto* ev = static_cast<Event*>(e);
     return finished[ev->stream] >= ev->ticket;
   }
-  void release_event(void* e) override { delete static_cast<Event*>(e); }
+  void release_event(void* e) override {
+    --events;
+    delete static_cast<Event*>(e);
+  }
   void synchronize() override {
     for (auto& [s, q] : queued) finished[s] = q;
   }
@@ -174,6 +184,52 @@ TEST_F(StreamAllocatorTest, TheDriverRefusingIsAClearErrorAfterARetry) {
   alloc->deallocate(a);
   void* b = alloc->allocate(20 << 20, stream(0));  // the cached block serves it
   alloc->deallocate(b);
+}
+
+// Under a limit, a request whose shared 20 MiB segment would pass it gets a segment of its own
+// size (to 2 MiB): "asked 3 MiB, limit 30 MiB, 12 MiB in use" must not be an error.
+TEST_F(StreamAllocatorTest, ARequestUnderTheLimitGetsASegmentOfItsOwnSize) {
+  alloc->set_limit(size_t{30} << 20);
+  void* a = alloc->allocate(12 << 20, stream(0));
+  void* b = alloc->allocate(3 << 20, stream(0));
+  EXPECT_EQ(alloc->stats().reserved, size_t{16} << 20);
+  EXPECT_EQ(alloc->stats().out_of_memory, 0u);
+  alloc->deallocate(a);
+  alloc->deallocate(b);
+  // No limit: the shared segment as before.
+  alloc->set_limit(0);
+  void* c = alloc->allocate(3 << 20, stream(1));
+  EXPECT_EQ(alloc->stats().reserved, size_t{36} << 20);
+  alloc->deallocate(c);
+}
+
+// A free whose event cannot be recorded on one of the block's streams reports the error, keeps no
+// event, and frees the block after waiting for the device: not handed out while a stream may
+// still use it, not lost.
+TEST_F(StreamAllocatorTest, AFailedEventRecordWaitsThenFreesTheBlock) {
+  void* a = alloc->allocate(4096, stream(1));
+  alloc->record_stream(a, stream(2));
+  alloc->record_stream(a, stream(3));
+  dev->failing = stream(3);
+  dev->queued[stream(2)] = 5;  // stream 2 is still busy
+  expect_error([&] { alloc->deallocate(a); }, "cudaEventRecord failed");
+  EXPECT_EQ(dev->events, 0);
+  EXPECT_EQ(dev->finished[stream(2)], dev->queued[stream(2)]) << "the device was not waited for";
+  EXPECT_EQ(alloc->stats().allocated, 0u);
+  void* b = alloc->allocate(4096, stream(1));
+  EXPECT_EQ(b, a);
+  alloc->deallocate(b);
+}
+
+// Sizes near the address space's are refused before any rounding can wrap around.
+TEST_F(StreamAllocatorTest, AnImpossibleSizeIsOutOfMemory) {
+  for (size_t n : {std::numeric_limits<size_t>::max(), std::numeric_limits<size_t>::max() - 511,
+                   std::numeric_limits<size_t>::max() / 2}) {
+    EXPECT_THROW(alloc->allocate(n, stream(0)), OutOfMemoryError) << n;
+  }
+  EXPECT_EQ(alloc->stats().reserved, 0u);
+  alloc->set_limit(size_t{1} << 30);
+  EXPECT_THROW(alloc->allocate(std::numeric_limits<size_t>::max() / 8, stream(0)), OutOfMemoryError);
 }
 
 TEST_F(StreamAllocatorTest, PeakAndReset) {

@@ -46,7 +46,10 @@ class Stream {
   // A stream from the device's pool (round robin over 32, as torch.cuda.Stream), asynchronous
   // with the default stream; high_priority picks from the pool the scheduler favours.
   static Stream create(int device = -1, bool high_priority = false);
-  // A stream made elsewhere (a cudaStream_t from another library) on `device`.
+  // A stream made elsewhere (a cudaStream_t from another library) on `device`; it must outlive
+  // the tensors allocated or recorded on it. cudaStreamLegacy is the default stream;
+  // cudaStreamPerThread is refused (one handle for a different stream in every thread, which the
+  // allocator could not tell apart).
   static Stream from_native(void* stream, int device);
 
   int device() const { return device_; }

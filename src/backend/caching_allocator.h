@@ -26,7 +26,7 @@ struct AllocatorCounts {
     allocated += n;
     if (allocated > peak) peak = allocated;
   }
-  bool over_limit(size_t more) const { return limit && reserved + more > limit; }
+  bool over_limit(size_t more) const { return limit && (more > limit || reserved > limit - more); }
   MemoryStats stats(bool caching) const;
   // Counts it and throws "[cpu] out of memory: asked 5.61 GiB, limit 21.6 GiB, 0.20 GiB in use,
   // ..." or "[cuda] out of memory on cuda:0: asked ..., which the driver refused; ...".

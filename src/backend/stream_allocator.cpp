@@ -1,6 +1,8 @@
 // The stream-ordered caching allocator: pools, splitting, coalescing and deferred frees.
 #include "backend/stream_allocator.h"
 
+#include <limits>
+
 #include "kiln/error.h"
 
 namespace kiln::backend {
@@ -60,7 +62,10 @@ StreamAllocator::Block* StreamAllocator::find_free_locked(size_t size, bool smal
 }
 
 StreamAllocator::Block* StreamAllocator::new_segment_locked(size_t size, bool small, StreamId stream, size_t asked) {
-  const size_t seg = mode_ == CachingAllocator::Mode::System ? size : segment_size(size, small);
+  size_t seg = mode_ == CachingAllocator::Mode::System ? size : segment_size(size, small);
+  // A request that fits under the limit though its shared 20 MiB segment would not gets a
+  // segment of its own size (rounded to 2 MiB): the limit refuses only what does not fit.
+  const size_t tight = (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
   void* ptr = nullptr;
   for (int attempt = 0; attempt < 2 && !ptr; ++attempt) {
     if (attempt == 1) {  // free what the cache holds, then try once more
@@ -73,6 +78,7 @@ StreamAllocator::Block* StreamAllocator::new_segment_locked(size_t size, bool sm
         if (Block* b = find_free_locked(size, small, stream)) return b;
       release_cached_locked();
     }
+    if (!small && tight < seg && n_.over_limit(seg) && !n_.over_limit(tight)) seg = tight;
     if (n_.over_limit(seg)) continue;
     ptr = device_->raw_alloc(seg);
   }
@@ -91,6 +97,8 @@ StreamAllocator::Block* StreamAllocator::new_segment_locked(size_t size, bool sm
 void* StreamAllocator::allocate(size_t nbytes, StreamId stream) {
   if (nbytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(mutex_);
+  // No device has half the address space: refused before any rounding could wrap around.
+  if (nbytes > std::numeric_limits<size_t>::max() / 4) n_.out_of_memory(device_name_, nbytes, true);
   process_events_locked();
   const size_t size = round_size(nbytes);
   const bool small = size <= kSmallSize;
@@ -135,10 +143,21 @@ void StreamAllocator::deallocate(void* p) {
     return;
   }
   if (!b->uses.empty()) {
-    for (StreamId s : b->uses) {
-      pending_.emplace_back(device_->record_event(s), b);
-      ++b->pending_events;
+    // An event on each stream that used the block, all or none: a failed record (a stream
+    // destroyed since record_stream) must neither free the block while a stream it did fence
+    // still runs nor lose it. Then the device is waited for and the block freed now.
+    std::vector<void*> events;
+    try {
+      for (StreamId s : b->uses) events.push_back(device_->record_event(s));
+    } catch (...) {
+      for (void* e : events) device_->release_event(e);
+      b->uses.clear();
+      device_->synchronize();
+      free_block_locked(b);
+      throw;
     }
+    for (void* e : events) pending_.emplace_back(e, b);
+    b->pending_events = static_cast<int>(events.size());
     b->uses.clear();
     return;
   }

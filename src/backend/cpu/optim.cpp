@@ -73,7 +73,8 @@ KILN_VECTORIZE void adam_range(T* __restrict p, const T* __restrict g, T* __rest
     v[i] = static_cast<T>(vn);
     C vh = vn;
     if constexpr (kAmsgrad) {
-      vh = std::max(static_cast<C>(vmax[i]), vn);
+      const C old = static_cast<C>(vmax[i]);
+      vh = vn != vn || old < vn ? vn : old;  // torch.maximum(old, vn): a NaN either side stays
       vmax[i] = static_cast<T>(vh);
     }
     const C denom = std::sqrt(vh) / c.bc2_sqrt + c.eps;

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <shared_mutex>
 #include <utility>
 
 #include "backend/cuda/check.h"
@@ -24,7 +25,18 @@ namespace kiln::backend::cuda {
 cublasLtHandle_t blaslt_handle(int device);
 
 // cuBLASLt's workspace for work queued on `stream` of `device`: one buffer per stream (two
-// streams must not share one), from the device's allocator, kept for the process.
-std::pair<void*, size_t> blaslt_workspace(int device, cudaStream_t stream);
+// streams must not share one), from the device's allocator, kept until empty_cache. The lease
+// keeps release_blaslt_workspaces from freeing it before the call that uses it is queued.
+struct BlasltWorkspace {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  std::shared_lock<std::shared_mutex> lease;
+};
+BlasltWorkspace blaslt_workspace(int device, cudaStream_t stream);
+
+// Gives `device`'s workspaces back to its allocator (in stream order: work already queued with
+// them finishes first), as torch.cuda.empty_cache does with cuBLAS's; the next matmul on a
+// stream takes a new one.
+void release_blaslt_workspaces(int device);
 
 }  // namespace kiln::backend::cuda

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cuda/arch_support.h"
+#include "backend/cuda/context.h"
 #include "backend/cuda/index_check.h"
 #include "backend/cuda/pinned.h"
 #include "backend/cuda/state.h"
@@ -16,6 +17,14 @@ namespace kiln::backend::cuda {
 namespace {
 
 thread_local std::array<cudaStream_t, kMaxDevices> t_current{};  // zero: the default stream
+
+// The CUDA runtime or the device's context is gone (a tensor freed during static destruction, at
+// exit): its memory goes with the process, so a free or an event there is nothing to report.
+bool runtime_gone(cudaError_t st) {
+  if (st != cudaErrorCudartUnloading && st != cudaErrorContextIsDestroyed) return false;
+  cudaGetLastError();
+  return true;
+}
 
 // Device memory and events for the allocator. Events come from a small free list: creating
 // one per freed block would cost a driver call on every free of a cross-stream tensor.
@@ -36,8 +45,10 @@ class CudaStreamDevice final : public StreamDevice {
   }
   void raw_free(void* p) override {
     DeviceGuard g(index_);
-    KILN_CUDA_CHECK(cudaFree(p));
+    const cudaError_t st = cudaFree(p);
+    if (!runtime_gone(st)) KILN_CUDA_CHECK(st);
   }
+  // nullptr when the runtime is gone (an event that is done at once).
   void* record_event(StreamId stream) override {
     DeviceGuard g(index_);
     cudaEvent_t e = nullptr;
@@ -45,12 +56,20 @@ class CudaStreamDevice final : public StreamDevice {
       e = free_events_.back();
       free_events_.pop_back();
     } else {
-      KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      const cudaError_t st = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+      if (runtime_gone(st)) return nullptr;
+      KILN_CUDA_CHECK(st);
     }
-    KILN_CUDA_CHECK(cudaEventRecord(e, static_cast<cudaStream_t>(stream)));
+    const cudaError_t st = cudaEventRecord(e, static_cast<cudaStream_t>(stream));
+    if (st != cudaSuccess) {
+      free_events_.push_back(e);  // not lost: recording failed, the event is as it was
+      if (runtime_gone(st)) return nullptr;
+      KILN_CUDA_CHECK(st);
+    }
     return e;
   }
   bool event_done(void* event) override {
+    if (!event) return true;
     const cudaError_t st = cudaEventQuery(static_cast<cudaEvent_t>(event));
     if (st == cudaErrorNotReady) {
       cudaGetLastError();
@@ -59,7 +78,9 @@ class CudaStreamDevice final : public StreamDevice {
     KILN_CUDA_CHECK(st);
     return true;
   }
-  void release_event(void* event) override { free_events_.push_back(static_cast<cudaEvent_t>(event)); }
+  void release_event(void* event) override {
+    if (event) free_events_.push_back(static_cast<cudaEvent_t>(event));
+  }
   void synchronize() override {
     DeviceGuard g(index_);
     KILN_CUDA_CHECK(cudaDeviceSynchronize());
@@ -119,7 +140,10 @@ class CudaRuntime final : public DeviceRuntime {
   MemoryStats stats(int index) const override { return allocators_.at(index)->stats(); }
   void reset_peak(int index) override { allocators_.at(index)->reset_peak(); }
   void set_limit(int index, size_t bytes) override { allocators_.at(index)->set_limit(bytes); }
-  void empty_cache(int index) override { allocators_.at(index)->empty_cache(); }
+  void empty_cache(int index) override {
+    release_blaslt_workspaces(index);
+    allocators_.at(index)->empty_cache();
+  }
   // Copies are queued on the current stream. From pageable host memory the driver stages the
   // data before returning, so the caller may reuse its buffer at once; from pinned memory the
   // copy is truly asynchronous and the pinned allocator keeps the block until it is done. Into

@@ -89,8 +89,9 @@ using PlanKey = std::tuple<int, cudaStream_t, int, int, int, int, int64_t, int64
                            int64_t, int64_t, int64_t, int64_t, int, uint32_t, uint32_t, uint32_t, uint32_t>;
 // The heuristic's choice per geometry, or nullopt where it had none (asked once, not per call).
 // Bounded: a workload whose shapes never repeat starts the cache afresh now and then.
-std::mutex g_plan_mutex;
-std::map<PlanKey, std::optional<cublasLtMatmulAlgo_t>> g_plans;
+// Never destroyed: a matmul from a thread still running at exit finds them.
+std::mutex& g_plan_mutex = *new std::mutex;
+std::map<PlanKey, std::optional<cublasLtMatmulAlgo_t>>& g_plans = *new std::map<PlanKey, std::optional<cublasLtMatmulAlgo_t>>;
 constexpr size_t kMaxPlans = 4096;
 
 struct Gemm {
@@ -144,7 +145,9 @@ bool lt_matmul(const Gemm& g, cudaStream_t stream, bool fuse_epilogue) {
 
   const int device = out.device().index;
   cublasLtHandle_t handle = blaslt_handle(device);
-  auto [workspace, workspace_bytes] = blaslt_workspace(device, stream);
+  const BlasltWorkspace ws_lease = blaslt_workspace(device, stream);  // held until the matmul is queued
+  void* const workspace = ws_lease.ptr;
+  const size_t workspace_bytes = ws_lease.bytes;
   const uint32_t al_a = alignment(w.data_ptr()), al_b = alignment(a.data_ptr()), al_c = alignment(out.data_ptr());
   const uint32_t al_bias = g.bias ? alignment(g.bias->data_ptr()) : 256;
   const PlanKey key{device, stream, static_cast<int>(in_t), static_cast<int>(dt),

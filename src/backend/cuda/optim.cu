@@ -110,7 +110,7 @@ __global__ void adam_kernel(const __grid_constant__ AdamList<T, C> l, const Adam
     C vh = vn;
     if (c.amsgrad) {
       const C old = static_cast<C>(vmax[i]);
-      vh = old < vn ? vn : old;  // std::max(old, vn), NaN handling included
+      vh = vn != vn || old < vn ? vn : old;  // torch.maximum(old, vn): a NaN either side stays
       vmax[i] = static_cast<T>(vh);
     }
     const C denom = add(div(sqrt_(vh), bc2_sqrt), c.eps);

@@ -76,6 +76,9 @@ Stream Stream::create(int device, bool high_priority) {
 }
 
 Stream Stream::from_native(void* stream, int device) {
+  KILN_CHECK(stream != static_cast<void*>(cudaStreamPerThread), "cuda::Stream::from_native",
+             "cudaStreamPerThread names another stream in every thread; pass a stream of its own");
+  if (stream == static_cast<void*>(cudaStreamLegacy)) stream = nullptr;  // the default stream's other name
   return Stream(stream, be::resolve(device, "cuda::Stream::from_native"));
 }
 
@@ -177,7 +180,7 @@ double Event::elapsed_ms(const Event& end) const {
 
 MemoryStats memory_stats(int device) { return be::allocator(be::resolve(device, "cuda::memory_stats")).stats(); }
 void reset_peak_memory_stats(int device) { be::allocator(be::resolve(device, "cuda::reset_peak_memory_stats")).reset_peak(); }
-void empty_cache(int device) { be::allocator(be::resolve(device, "cuda::empty_cache")).empty_cache(); }
+void empty_cache(int device) { find_runtime(DeviceType::CUDA)->empty_cache(be::resolve(device, "cuda::empty_cache")); }
 
 void set_memory_fraction(double fraction, int device) {
   device = be::resolve(device, "cuda::set_memory_fraction");

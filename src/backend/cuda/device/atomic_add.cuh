@@ -1,7 +1,8 @@
 // atomic_add(p, v) for every dtype scatter_add takes, each rounding as the CPU kernel's
-// dst = T(compute_t(dst) + compute_t(v)) does: native atomics for 32/64-bit types and (on sm_70+ /
-// sm_80+) for float16/bfloat16; a compare-and-swap on the enclosing 32-bit word for bytes, bools
-// and 16-bit floats on older devices. That word is always inside the tensor's allocation: the
+// dst = T(compute_t(dst) + compute_t(v)) does, but for float32 subnormals: the native float atomic
+// (atom.add.f32) flushes them to zero, as PyTorch's CUDA scatter_add does too. Native atomics for
+// 32/64-bit types and (on sm_70+ / sm_80+) for float16/bfloat16; a compare-and-swap on the
+// enclosing 32-bit word for bytes, bools and 16-bit floats on older devices. That word is always inside the tensor's allocation: the
 // allocator hands out multiples of 512 bytes, aligned.
 #pragma once
 
