@@ -355,6 +355,23 @@ TEST(BatchNorm, TrainingNormalisesAndUpdatesRunningStats) {
       }
 }
 
+// A mean far from 0 against the spread: values 1e8 + x, x of variance about 0.33, in float64
+// (whose sum of squares, about 1e16 a value, cannot hold such a variance: the sums are taken
+// relative to each channel's first value). The output equals batch norm of x alone, and the
+// running variance moves by x's variance, in both layouts.
+TEST(BatchNorm, LargeMeanSmallSpreadKeepsItsVariance) {
+  for (bool cl : {false, true}) {
+    Tensor x = rnd({8, 3, 6, 5}, kFloat64, -1, 1);
+    Tensor shifted = cl ? x.add(1e8).contiguous(MemoryFormat::ChannelsLast) : x.add(1e8);
+    Tensor rm = zeros({3}, kFloat64), rv = zeros({3}, kFloat64), rm0 = zeros({3}, kFloat64), rv0 = zeros({3}, kFloat64);
+    Tensor y = batch_norm(shifted, rm, rv, {}, {}, true, 1.0, 1e-5);
+    Tensor want = batch_norm(x, rm0, rv0, {}, {}, true, 1.0, 1e-5);
+    expect_close(y, values(want), x.shape(), 1e-6, 1e-6, cl ? "channels-last" : "NCHW");
+    expect_close(rv, values(rv0), {3}, 1e-7, 1e-7, "running variance");
+    expect_close(rm, values(rm0.add(1e8)), {3}, 1e-7, 0, "running mean");
+  }
+}
+
 // The running statistics are updated in place, in their own dtype (bfloat16 buffers of a converted
 // model too), through a strided view as well, and their version moves (an in-place change).
 TEST(BatchNorm, RunningStatsInAnyDtypeAndLayout) {

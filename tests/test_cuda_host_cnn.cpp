@@ -341,7 +341,7 @@ TEST(CudaHostCnn, BatchNormFactorsFromChunkedSumsMatchTheCpuKernel) {
         }
         Tensor var = empty({5}, kFloat64);  // the biased batch variance, as evaluation's "running" one
         for (int c = 0; c < 5; ++c) {
-          const bn::Stats stats = bn::stats_from_sums(sum[c], sq[c], count, eps);
+          const bn::Stats stats = bn::stats_from_sums(sum[c], sq[c], count, eps, 0.0);  // unshifted sums
           EXPECT_NEAR(stats.mean, st[0].data_ptr<double>()[c], 1e-13);
           EXPECT_NEAR(stats.invstd, st[1].data_ptr<double>()[c], 1e-12);
           // PyTorch's running update: the unbiased variance.

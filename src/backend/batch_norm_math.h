@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "backend/math.h"
+#include "backend/visit_dtype.h"
 #include "kiln/tensor.h"
 
 namespace kiln::bn {
@@ -35,14 +36,23 @@ KILN_HOST_DEVICE inline int64_t channel_of(int64_t i, int64_t channels, int64_t 
   return inner == 1 ? i % channels : (i / inner) % channels;
 }
 
-// A channel's mean, biased variance and 1 / sqrt(var + eps) from the sums of x and x^2 over its
-// `count` values (in double: the sums' cancellation stays far below float32's precision).
+// The value channel c's sums are taken relative to, K: its first element, (0, c, 0) (0 for a
+// channel with no values). Sums of x - K and (x - K)^2 do not cancel as sum(x^2) - n mean^2 does
+// when the mean is far from 0 against the spread (values of 1e8 + N(0, 1) in float64: a variance
+// of 0 or noise, where torch's is 1); the CPU and GPU kernels both take them.
+template <class T>
+KILN_HOST_DEVICE inline double channel_shift(const T* x, int64_t c, int64_t inner, int64_t per_channel) {
+  return per_channel > 0 ? static_cast<double>(static_cast<backend::compute_t<T>>(x[c * inner])) : 0.0;
+}
+
+// A channel's mean, biased variance and 1 / sqrt(var + eps) from the sums of x - shift and
+// (x - shift)^2 over its `count` values, in double.
 struct Stats {
   double mean, var, invstd;
 };
-KILN_HOST_DEVICE inline Stats stats_from_sums(double sum, double sum_sq, double count, double eps) {
+KILN_HOST_DEVICE inline Stats stats_from_sums(double sum, double sum_sq, double count, double eps, double shift) {
   const double m = sum / count, d = sum_sq / count - m * m, v = d > 0.0 ? d : 0.0;
-  return {m, v, 1.0 / std::sqrt(v + eps)};
+  return {shift + m, v, 1.0 / std::sqrt(v + eps)};
 }
 
 // PyTorch's update of a channel's running statistics from the batch's, in double:

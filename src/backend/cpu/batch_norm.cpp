@@ -92,13 +92,14 @@ void batch_norm_stats(KernelArgs& a) {
   std::vector<bn::Stats> stats(static_cast<size_t>(g.c));
   visit_float_dtype(x.dtype(), "batch_norm", [&]<class T>() {
     const T* xp = static_cast<const T*>(x.data_ptr());
-    std::vector<double> sum, sq;
-    channel_sums(g, sum, sq, [&](int64_t i, int64_t, double& s1, double& s2) {
-      const double v = static_cast<double>(static_cast<compute_t<T>>(xp[i]));
+    std::vector<double> shift(static_cast<size_t>(g.c)), sum, sq;
+    for (int64_t c = 0; c < g.c; ++c) shift[c] = bn::channel_shift(xp, c, g.inner, g.per_channel());
+    channel_sums(g, sum, sq, [&](int64_t i, int64_t c, double& s1, double& s2) {
+      const double v = static_cast<double>(static_cast<compute_t<T>>(xp[i])) - shift[c];
       s1 += v;
       s2 += v * v;
     });
-    for (int64_t c = 0; c < g.c; ++c) stats[c] = bn::stats_from_sums(sum[c], sq[c], count, attrs.eps);
+    for (int64_t c = 0; c < g.c; ++c) stats[c] = bn::stats_from_sums(sum[c], sq[c], count, attrs.eps, shift[c]);
   });
   visit_float_dtype(a.outputs[0].dtype(), "batch_norm", [&]<class A>() {
     A* mean = static_cast<A*>(a.outputs[0].data_ptr());

@@ -19,24 +19,29 @@ struct ChannelOf {
   __device__ __forceinline__ int64_t operator()(int64_t i) const { return bn::channel_of(i, c, inner); }
 };
 
+// x - K and (x - K)^2, K the channel's shift (bn::channel_shift).
 template <class T>
 struct StatTerms {
   const T* x;
-  __device__ void operator()(int64_t i, int64_t, int64_t, double& s, double& q) const {
-    const double v = static_cast<double>(static_cast<compute_t<T>>(x[i]));
+  int64_t inner, per_channel;
+  __device__ void operator()(int64_t i, int64_t, int64_t c, double& s, double& q) const {
+    const double v = static_cast<double>(static_cast<compute_t<T>>(x[i])) - bn::channel_shift(x, c, inner, per_channel);
     s += v;
     q += v * v;
   }
 };
 // The batch's mean and invstd, and the running statistics' update when running_mean is given.
-template <class S, class R>
+template <class T, class S, class R>
 struct WriteStats {
+  const T* x;
+  int64_t inner, per_channel;
   S *mean, *invstd;
   R *running_mean, *running_var;
   double eps;
   bn::RunningUpdate update;  // its count is the channel's
   __device__ void operator()(int64_t c, double sum, double sum_sq) const {
-    const bn::Stats st = bn::stats_from_sums(sum, sum_sq, update.count, eps);
+    const bn::Stats st =
+        bn::stats_from_sums(sum, sum_sq, update.count, eps, bn::channel_shift(x, c, inner, per_channel));
     mean[c] = static_cast<S>(st.mean);
     invstd[c] = static_cast<S>(st.invstd);
     if (running_mean) update.template apply<compute_t<R>>(running_mean[c], running_var[c], st);
@@ -152,8 +157,10 @@ void batch_norm_stats(KernelArgs& a) {
   visit_float_dtype(x.dtype(), "batch_norm", [&]<class T>() {
     using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
     auto launch = [&]<class R>() {
-      channel_sums(geo.outer, geo.c, geo.inner, StatTerms<T>{x.data_ptr<T>()},
-                   WriteStats<S, R>{a.outputs[0].data_ptr<S>(), a.outputs[1].data_ptr<S>(),
+      const T* xp = x.data_ptr<T>();
+      channel_sums(geo.outer, geo.c, geo.inner, StatTerms<T>{xp, geo.inner, geo.per_channel()},
+                   WriteStats<T, S, R>{xp, geo.inner, geo.per_channel(), a.outputs[0].data_ptr<S>(),
+                                    a.outputs[1].data_ptr<S>(),
                                     running ? a.outputs[2].data_ptr<R>() : nullptr,
                                     running ? a.outputs[3].data_ptr<R>() : nullptr, attrs.eps,
                                     bn::RunningUpdate{attrs.momentum, count}},
