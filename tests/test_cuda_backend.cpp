@@ -359,6 +359,35 @@ TEST_F(Cuda, EmbeddingGradientOfFrequentRowsIsTheCpusBitForBit) {
   EXPECT_EQ(total_fallbacks(), before);
 }
 
+// A NaN in q (one row) or in k (key 0, which every causal row sees) gives NaN exactly where the
+// CPU gives it, on the composed path and on the fused kernels (whose running maximum once passed
+// NaN scores over, giving zeros), in float32 and bfloat16.
+TEST_F(Cuda, AttentionGivesNaNWhereTheCpuDoes) {
+  for (const char* budget : {static_cast<const char*>(nullptr), "1000000"}) {
+    ScopedEnv env("KILN_ATTENTION_SCORE_BUDGET", budget);
+    for (ScalarType dt : {kFloat32, kBFloat16}) {
+      for (const bool in_key : {false, true}) {
+        auto run = [&](Device d) {
+          Tensor q = input({1, 2, 520, 64}, 81, d).detach(), k = input({1, 2, 512, 64}, 82, d).detach();
+          Tensor v = input({1, 2, 512, 64}, 83, d).detach();
+          (in_key ? k.narrow(2, 0, 1) : q.narrow(2, 5, 1)).narrow(1, 0, 1).narrow(3, 0, 1).fill_(NAN);
+          q = q.to(dt).requires_grad_();
+          Tensor y = scaled_dot_product_attention(q, k.to(dt), v.to(dt), {}, 0.0, in_key);
+          y.sum().backward();
+          std::vector<bool> nan;
+          for (const Tensor& t : {y, q.grad()})
+            for (double x : values(t.to(kFloat64).cpu())) nan.push_back(std::isnan(x));
+          return nan;
+        };
+        const std::vector<bool> got = run(Device::cuda(0)), want = run(Device::cpu());
+        EXPECT_EQ(got, want) << (budget ? "fused" : "composed") << " " << dtype_name(dt)
+                             << (in_key ? " NaN key" : " NaN query");
+        EXPECT_TRUE(std::find(want.begin(), want.end(), true) != want.end());
+      }
+    }
+  }
+}
+
 TEST_F(Cuda, BertTinyTrainsAsOnTheCpuWithoutFallback) {
   std::vector<double> losses[2];
   int k = 0;

@@ -81,8 +81,9 @@ TEST(ReduceSplit, ThreadsPartialSumsAreAddedInTheirOrder) {
     // [16, 2, 64, 64] channels-last: 65536 rows of 2 channels, 16384 rows to a thread.
     Tensor x = zeros({16, 2, 64, 64}).contiguous(MemoryFormat::ChannelsLast);
     Tensor rm = zeros({2}), rv = ones({2});
+    // At w = 1: the channel's first value (w = 0), which its sums are taken relative to, stays 0.
     for (const auto& [n, v] : {std::pair<int64_t, float>{0, F}, {4, 1.0f}, {8, -F}, {12, 1.0f}})
-      x.select(0, n).select(0, 0).select(0, 0).narrow(0, 0, 1).fill_(v);
+      x.select(0, n).select(0, 0).select(0, 0).narrow(0, 1, 1).fill_(v);
     batch_norm(x, rm, rv, {}, {}, true, /*momentum=*/1.0);
     EXPECT_EQ(rm.select(0, 0).item<float>(), 1.0f / 65536) << "run " << run;
     // layer norm over 1024 rows of 64: 256 rows to a thread.
