@@ -73,6 +73,15 @@ TEST(GradScaler, GrowsAfterGrowthIntervalGoodStepsInARow) {
   EXPECT_EQ(s.growth_tracker(), 0);
   s.update(0.25);  // an explicit scale
   EXPECT_EQ(s.get_scale(), 0.25);
+  // Growth stops short of float32's range, as torch's float32 scale does (the loss is scaled by it
+  // in float32: past FLT_MAX it would be inf and every step skipped).
+  GradScaler big({.init_scale = std::ldexp(1.0, 127), .growth_interval = 1});
+  for (int i = 0; i < 3; ++i) {
+    t.backward(big, tensor({1.0f, 1.0f, 1.0f}));
+    big.step(t.opt);
+    big.update();
+  }
+  EXPECT_EQ(big.get_scale(), std::ldexp(1.0, 127));
 }
 
 // Every gradient multiplied by the float32 reciprocal as g * inv would (in float for bfloat16),

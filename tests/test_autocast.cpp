@@ -166,6 +166,7 @@ TEST(Autocast, NormsSoftmaxAndLossesRunInFloat32) {
       {"sum", [](const Tensor& t, const Tensor&, const Tensor&) { return sum(t, {1}); }},
       {"prod", [](const Tensor& t, const Tensor&, const Tensor&) { return prod(t, {1}); }},
       {"norm", [](const Tensor& t, const Tensor&, const Tensor&) { return norm(t, 2.0, {1}); }},
+      {"logsumexp", [](const Tensor& t, const Tensor&, const Tensor&) { return logsumexp(t, {1}); }},
   };
   for (const Case& c : cases) {
     Tensor ref = c.fn(xf, gf, bf);

@@ -17,7 +17,7 @@ ScalarType autocast_dtype();
 //  - matmul, mm, bmm, linear, conv2d and scaled_dot_product_attention cast their float32 (and
 //    float16/bfloat16 of the other kind) operands to the autocast dtype and return it;
 //  - layer_norm, softmax, log_softmax, masked_softmax, cross_entropy, nll_loss, mse_loss, sum,
-//    prod, norm, exp, expm1, log, log1p, rsqrt, reciprocal and pow (torch's float32 list, as far
+//    prod, norm, logsumexp, exp, expm1, log, log1p, rsqrt, reciprocal and pow (torch's float32 list, as far
 //    as Kiln has those ops) cast float16/bfloat16 operands to float32 and return float32; mean
 //    and the other elementwise ops run in the dtype they are given, as in torch;
 //  - batch_norm keeps its input's dtype; its per-channel sums are in double and its statistics

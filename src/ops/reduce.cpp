@@ -185,8 +185,9 @@ std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) { return arg_extreme(x, dim, keepdim, true); }
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) { return arg_extreme(x, dim, keepdim, false); }
 
-Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
-  ops::check_defined(x, "logsumexp");
+Tensor logsumexp(const Tensor& x_in, const Shape& dims, bool keepdim) {
+  ops::check_defined(x_in, "logsumexp");
+  const Tensor x = ops::autocast_float32(x_in);
   ScalarType t = ops::float_type(x.dtype());
   Tensor xf = ops::cast(x, t);
   ReduceDims r = ops::reduce_dims(x, dims, keepdim, "logsumexp");

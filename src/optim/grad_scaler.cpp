@@ -4,6 +4,7 @@
 #include "kiln/amp.h"
 
 #include <cmath>
+#include <limits>
 
 #include "kiln/autograd.h"
 #include "kiln/ops.h"
@@ -90,7 +91,9 @@ void GradScaler::update(std::optional<double> new_scale) {
       scale_ *= options_.backoff_factor;
       growth_tracker_ = 0;
     } else if (++growth_tracker_ == options_.growth_interval) {
-      scale_ *= options_.growth_factor;
+      // As torch's (computed in float32): a scale that would pass float32's range stays.
+      const double grown = scale_ * options_.growth_factor;
+      if (grown <= std::numeric_limits<float>::max()) scale_ = grown;
       growth_tracker_ = 0;
     }
   }
