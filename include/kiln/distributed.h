@@ -51,7 +51,11 @@ std::string transports();
 enum class ReduceOp { Sum, Average, Max, Min };
 
 // A collective in flight. wait() blocks until it has finished and rethrows its error, if any;
-// a Work destroyed unwaited waits first.
+// a Work destroyed unwaited waits first. For CUDA tensors (NCCL), as in PyTorch, "finished" means
+// queued: wait() returns once the collective is queued on the communication stream and the
+// current stream is made to wait for it, so work queued after wait() sees the result, and
+// is_completed() says the same of queueing; the host waits for the GPU only where it reads it
+// (item(), a copy to the CPU, cuda::synchronize).
 class Work {
  public:
   struct State;

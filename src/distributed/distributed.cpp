@@ -385,7 +385,11 @@ Work all_reduce_async(Tensor& t, ReduceOp op) {
   Comm& c = Comm::get();
   if (c.world() == 1) return completed();
   if (on_nccl(t)) {
+    // 16-bit floats go through a float32 copy, summed (or averaged) there and rounded once, as on
+    // the MPI path: NCCL's own 16-bit reduction rounds at every step of its ring, and its average
+    // multiplies by 1 / world rounded to 16 bits first (bfloat16's 1/3: 0.334).
     Tensor buf = t.is_contiguous() ? t : t.contiguous(), target = t;
+    if (const ScalarType rd = reduce_dtype(t.dtype()); rd != t.dtype()) buf = buf.to(rd);
     return c.submit_device(
         header_of(Kind::AllReduce, &t, static_cast<int>(op)), t.device().index, {buf},
         [buf, op](detail::DeviceGroup& g, const cuda::Stream& s) { g.all_reduce(buf.data_ptr(), buf.numel(), buf.dtype(), op, s); },
@@ -484,15 +488,17 @@ Tensor reduce_scatter(const Tensor& input, ReduceOp op) {
   share[0] /= c.world();
   if (c.world() == 1) return input.clone();
   if (on_nccl(input)) {
-    Tensor buf = input.contiguous();
-    Tensor out = empty(share, TensorOptions(input.dtype()).device(input.device()));
+    // 16-bit floats through float32, rounded once (all_reduce_async says why).
+    const ScalarType rd = reduce_dtype(input.dtype());
+    Tensor buf = input.contiguous().to(rd);
+    Tensor out = empty(share, TensorOptions(rd).device(input.device()));
     c.submit_device(header_of(Kind::ReduceScatter, &input, static_cast<int>(op)), input.device().index, {buf, out},
                     [buf, out, op](detail::DeviceGroup& g, const cuda::Stream& s) {
                       g.reduce_scatter(buf.data_ptr(), out.data_ptr(), out.numel(), buf.dtype(), op, s);
                     },
                     nullptr)
         .wait();
-    return out;
+    return out.to(input.dtype());
   }
   const ScalarType rd = reduce_dtype(input.dtype());
   Tensor buf = host_buffer(input, rd);

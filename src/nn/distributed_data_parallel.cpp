@@ -46,7 +46,8 @@ struct DistributedDataParallel::State {
   // Copies the bucket's gradients into its buffer (zeros for a parameter without one) and starts
   // averaging it. Float32 and float64 gradients are divided by the world size on the way in and then
   // summed, so the average needs no pass of its own (as PyTorch's reducer does); 16-bit ones are
-  // averaged after the sum, since 1/3 in bfloat16 (0.334) would bias them. A gradient that already
+  // averaged by all_reduce, which sums them in float32 and divides after the sum, since 1/3 in
+  // bfloat16 (0.334) would bias them. A gradient that already
   // is its slot (accumulated into last step's average) is divided in place, or left as it is.
   void launch(Bucket& b) {
     NoGradGuard ng;
