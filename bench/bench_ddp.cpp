@@ -9,6 +9,8 @@
 //        DDP's bucketing, copies and all-reduce; prints the bandwidth (gradient bytes / that time).
 //   bench_ddp mpi MIB       a plain MPI_Allreduce of the same bytes in one call (no Kiln), the
 //        reference for `reduce`.
+//   bench_ddp buffers MODEL  what DDP does before each forward with broadcast_buffers (rank 0's
+//        buffers, batch norm's statistics, to every process), alone: the median of 20.
 // Each prints one JSON line from rank 0.
 #include <mpi.h>
 
@@ -146,6 +148,26 @@ int reduce(double mib, int reps) {
   return 0;
 }
 
+int buffers(const std::string& model) {
+  dist::init();
+  nn::AnyModule cnn = models::create(model, 1000);
+  nn::parallel::DistributedDataParallel ddp(cnn);
+  const size_t count = cnn.ptr()->named_buffers().size();
+  std::vector<double> times;
+  for (int r = 0; r < 21; ++r) {
+    dist::barrier();
+    const auto t0 = Clock::now();
+    ddp.forward_with([] { return Tensor(); });  // the buffers' broadcast, and no forward
+    if (r > 0) times.push_back(seconds_since(t0));
+  }
+  const double m = job_median(times);
+  if (dist::rank() == 0)
+    std::printf("{\"bench\": \"ddp_buffers\", \"model\": \"%s\", \"buffers\": %zu, \"processes\": %d, "
+                "\"median_s\": %.6f}\n",
+                model.c_str(), count, dist::world_size(), m);
+  return 0;
+}
+
 int mpi(double mib, int reps) {
   MPI_Init(nullptr, nullptr);
   int rank = 0, size = 1;
@@ -178,9 +200,10 @@ int main(int argc, char** argv) {
     if (mode == "step" && (argc == 4 || argc == 5)) return step(argv[2], std::stoll(argv[3]), argc == 5 ? std::stoi(argv[4]) : 3);
     if (mode == "reduce" && argc == 3) return reduce(std::stod(argv[2]), 5);
     if (mode == "mpi" && argc == 3) return mpi(std::stod(argv[2]), 5);
+    if (mode == "buffers" && argc == 3) return buffers(argv[2]);
   } catch (const std::exception& e) {
     dist::abort(e.what());
   }
-  std::fprintf(stderr, "usage: bench_ddp step MODEL BATCH [PAIRS] | reduce MIB | mpi MIB   (under mpirun)\n");
+  std::fprintf(stderr, "usage: bench_ddp step MODEL BATCH [PAIRS] | reduce MIB | mpi MIB | buffers MODEL   (under mpirun)\n");
   return 2;
 }

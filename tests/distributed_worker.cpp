@@ -303,12 +303,12 @@ void average() {
 
 void buffers() {
   manual_seed(5);
-  nn::Sequential net(nn::Conv2d(2, 3, 3), nn::BatchNorm2d(3), nn::Flatten());
+  // Two batch norms: float32 statistics and int64 counts, broadcast one group per dtype.
+  nn::Sequential net(nn::Conv2d(2, 3, 3), nn::BatchNorm2d(3), nn::Conv2d(3, 4, 1), nn::BatchNorm2d(4), nn::Flatten());
   nn::parallel::DistributedDataParallel ddp(net);
   {
     NoGradGuard ng;
-    for (Tensor& b : net->buffers())
-      if (b.is_floating_point()) b.add_(static_cast<double>(dist::rank()) + 1);  // replicas now differ
+    for (Tensor& b : net->buffers()) b.add_(dist::rank() + 1);  // replicas now differ
   }
   net->eval();
   (void)ddp(randn({2, 2, 5, 5}));
