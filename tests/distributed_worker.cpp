@@ -337,6 +337,16 @@ void unused() {
   ddp.forward_with([&] { return model->forward(randn({2, 4})); }).sum().backward();
   const std::vector<Tensor> all = dist::all_gather(model->a->weight.grad());
   expect(same(all[0], all.back()), "with find_unused_parameters the used parameters are averaged");
+  // b, which no process used, keeps no gradient (as without DDP: the optimizer skips it).
+  expect(!model->b->weight.grad().defined() && !model->b->bias.grad().defined(),
+         "a parameter no process used has no gradient");
+  // b used by rank 0 only: every process gets rank 0's gradient / world (the others count as 0).
+  model->zero_grad();
+  Tensor x = full({2, 4}, 1.0);
+  ddp.forward_with([&] { return dist::rank() == 0 ? model->a(x) + model->b(x) : model->a(x); }).sum().backward();
+  expect(model->b->bias.grad().defined(), "a parameter one process used has a gradient everywhere");
+  const double want = 2.0 / dist::world_size();  // d(sum of b(x)) / d bias = batch 2, averaged
+  expect((model->b->bias.grad() - want).abs().max().item<double>() < 1e-6, "its average counts the others as 0");
 }
 
 void sampler() {

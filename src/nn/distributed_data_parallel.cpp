@@ -88,7 +88,10 @@ struct DistributedDataParallel::State {
   }
 
   // End of backward: every bucket reduced; each gradient becomes its slot of the bucket (the
-  // average, no copy back), valid until the next synchronised backward reuses the bucket.
+  // average, no copy back), valid until the next synchronised backward reuses the bucket. With
+  // find_unused_parameters, a parameter that no process used keeps its gradient as it was (none
+  // after zero_grad), as in PyTorch: which ones is known from every process's used flags (one
+  // small all-reduce each backward), so the optimizer skips them as it would without DDP.
   void finish_backward() {
     std::vector<std::string> unused;
     for (size_t i = 0; i < params.size(); ++i)
@@ -105,16 +108,24 @@ struct DistributedDataParallel::State {
                 names, " (construct it with find_unused_parameters = true if some parameters are not used in every "
                 "forward)");
     }
+    NoGradGuard ng;
+    Tensor used;  // per parameter: whether any process used it (find_unused only)
+    if (find_unused) {
+      used = empty({static_cast<int64_t>(params.size())}, kBool);
+      std::copy(ready.begin(), ready.end(), used.data_ptr<bool>());
+    }
     for (size_t i = 0; i < params.size(); ++i)
       if (!ready[i]) {
         ready[i] = 1;
         --buckets[static_cast<size_t>(params[i].bucket)].pending;
       }
     launch_ready();
-    NoGradGuard ng;
+    if (used.defined()) dist::all_reduce(used, dist::ReduceOp::Max);  // after the buckets: queued alike everywhere
+    const bool* any_used = used.defined() ? used.data_ptr<bool>() : nullptr;
     for (Bucket& b : buckets) {
       b.work.wait();
-      for (size_t i : b.params) params[i].tensor.set_grad(params[i].slot);
+      for (size_t i : b.params)
+        if (!any_used || any_used[i]) params[i].tensor.set_grad(params[i].slot);
     }
     reset_backward();
   }

@@ -17,7 +17,9 @@ namespace kiln::nn::parallel {
 struct DistributedDataParallelOptions {
   double bucket_cap_mb = 25;  // gradients are averaged in buckets of about this many MiB
   // Parameters that may get no gradient in some backward pass (an unused branch). Without it,
-  // such a pass is an error naming them, as in PyTorch.
+  // such a pass is an error naming them, as in PyTorch. With it, a parameter no process used
+  // keeps its gradient as it was (none after zero_grad), so the optimizer skips it; one some
+  // processes used gets the average, the others counting as zeros.
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;  // rank 0's buffers (batch-norm statistics) before each forward
 };
