@@ -11,11 +11,13 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 cuda=$(readlink -f "$(dirname "$(command -v nvcc)")/..")
 wheels=$repo/.gpu-wheels
+# The versions the first H200 machine had (PyTorch 2.11's wheels: cuDNN 9.19.0, NCCL 2.28.9; the
+# index here has NCCL 2.27.7 below that, an older header being the safe side).
 if [[ ! -d $wheels/site/nvidia/cudnn || ! -d $wheels/site/nvidia/nccl ]]; then
   mkdir -p "$wheels"
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_18_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$wheels" nvidia-cudnn-cu13 nvidia-nccl-cu13
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$wheels" "nvidia-cudnn-cu13==9.19.0.*" "nvidia-nccl-cu13<=2.28.9"
   for w in "$wheels"/*.whl; do python3 -m zipfile -e "$w" "$wheels/site"; done
 fi
 work=$(mktemp -d)
