@@ -11,13 +11,17 @@
 //   unused       an unused parameter is an error naming it, or fine with find_unused_parameters
 //   sampler      DistributedSampler shares through a DataLoader: disjoint, covering, per epoch
 //   throw        rank 1 throws mid-step: the job ends, non-zero, with the error once
+//   late         rank 1 reaches a collective past KILN_DISTRIBUTED_TIMEOUT: the job ends with that error
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kiln/kiln.h"
@@ -388,6 +392,15 @@ void throw_mid_step() {
   }
 }
 
+// Rank 1 comes to a collective 6 s late, past a 1 s KILN_DISTRIBUTED_TIMEOUT: rank 0's
+// collective fails saying so, and the job ends (rank 1 is killed, not waited for).
+void late_rank() {
+  setenv("KILN_DISTRIBUTED_TIMEOUT", "1", 1);  // read at the first collective after init
+  if (dist::rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(6));
+  Tensor t = ones({3});
+  dist::all_reduce(t);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -405,6 +418,7 @@ int main(int argc, char** argv) {
   else if (c == "unused") unused();
   else if (c == "sampler") sampler();
   else if (c == "throw") throw_mid_step();
+  else if (c == "late") late_rank();
   else {
     std::fprintf(stderr, "unknown case %s\n", c.c_str());
     return 2;

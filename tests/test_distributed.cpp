@@ -210,5 +210,16 @@ TEST_F(TwoRanks, ARankThatThrowsEndsTheWholeJobWithItsError) {
 #endif
 }
 
+// A process that does not come to a collective within KILN_DISTRIBUTED_TIMEOUT ends the job with
+// that error, instead of leaving the others waiting for ever.
+TEST_F(TwoRanks, AProcessThatNeverComesEndsTheJobAfterTheTimeout) {
+#if defined(KILN_MPIEXEC)
+  const Job job = run_job("late");
+  EXPECT_NE(job.status, 0) << job.output;
+  EXPECT_LT(job.seconds, 30) << job.output;
+  EXPECT_NE(job.output.find("not every process reached this collective within 1 s"), std::string::npos) << job.output;
+#endif
+}
+
 }  // namespace
 }  // namespace kiln::test

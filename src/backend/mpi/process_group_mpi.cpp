@@ -21,6 +21,21 @@ namespace {
     if (kiln_mpi_rc != MPI_SUCCESS) [[unlikely]] fail_mpi(#expr, kiln_mpi_rc);  \
   } while (0)
 
+// KILN_DISTRIBUTED_TIMEOUT: how long a collective waits for every process to reach it, in
+// seconds (default 1800, torch.distributed's default for its CPU backend; 0: forever). Read once.
+double rendezvous_timeout() {
+  static const double seconds = [] {
+    const char* v = std::getenv("KILN_DISTRIBUTED_TIMEOUT");
+    if (v == nullptr || *v == 0) return 1800.0;
+    char* end = nullptr;
+    const double s = std::strtod(v, &end);
+    KILN_CHECK(*end == 0 && s >= 0, "distributed", "KILN_DISTRIBUTED_TIMEOUT must be a number of seconds >= 0, got \"",
+               v, "\"");
+    return s;
+  }();
+  return seconds;
+}
+
 [[noreturn]] void fail_mpi(const char* call, int rc) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int len = 0;
@@ -99,6 +114,8 @@ class MpiGroup final : public ProcessGroup {
   }
 
   void rendezvous(const void* in, void* out, int64_t bytes) override {
+    const double limit = rendezvous_timeout();
+    const auto t0 = std::chrono::steady_clock::now();
     MPI_Request request;
     KILN_MPI_CHECK(MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE,
                                   MPI_COMM_WORLD, &request));
@@ -108,6 +125,13 @@ class MpiGroup final : public ProcessGroup {
       KILN_MPI_CHECK(MPI_Test(&request, &flag, MPI_STATUS_IGNORE));
       if (flag) break;
       if (tries > 16) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      // A process that never comes (stuck, or dead without its launcher noticing) ends the job
+      // with an error instead of a silent hang, as torch.distributed's timeout does.
+      if (limit > 0 && (tries & 1023) == 0 &&
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit)
+        KILN_FAIL("distributed", "not every process reached this collective within ", limit,
+                  " s: one is stuck, or has died (KILN_DISTRIBUTED_TIMEOUT sets the limit in seconds; 0 waits "
+                  "forever)");
     }
   }
 
