@@ -119,6 +119,29 @@ train::ImageClassificationOptions image_options(const TempDir& dir, const std::s
 
 // The masked-LM trainer (kiln train --model bert-*): AdamW, dropout, padding masks, clipping,
 // warm-up, held-out evaluation; in float32 and both autocast types (fp16 with a GradScaler).
+// A CUDA kernel whose supports rule does not take the arguments (a sum over 26 dims, past the
+// reduce plan's 25) falls back to the CPU with a warning that says so and names the arguments,
+// not "has no kernel"; the result is the CPU's.
+TEST(FallbackReason, ARefusedKernelIsReportedWithItsArguments) {
+  if (cuda::is_available()) GTEST_SKIP() << "a real GPU is present";
+  StandInCuda stand_in(StandInCuda::Kernels::CpuWhereCudaHasOne);
+  if (stand_in.native_ops() == 0) GTEST_SKIP() << "built without CUDA kernels";
+  Shape shape(26, 1);
+  shape[0] = 3, shape[25] = 2;
+  Tensor x = arange(6, kFloat32).reshape(shape);
+  const uint64_t before = fallback_counts()["Sum"];
+  testing::internal::CaptureStderr();
+  Tensor s = x.to(Device::cuda(0)).sum();
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(s.cpu().item<float>(), 15.0f);
+  EXPECT_EQ(fallback_counts()["Sum"], before + 1);
+  // Warned once per op and reason in a process: another test may have warned first.
+  if (!err.empty()) {
+    EXPECT_NE(err.find("[Sum] the cuda:0 kernel does not take these arguments (float32 [3, 1, 1,"), std::string::npos)
+        << err;
+  }
+}
+
 TEST_F(GpuPaths, TheMaskedLmTrainerRunsOnTheGpuAsOnTheCpu) {
   TempDir dir;
   write_grammar_corpus(dir.file("corpus"), 40);

@@ -24,7 +24,7 @@ struct Table {
   std::array<std::array<Supports, kNumDeviceTypes>, kNumOps> supports{};
   std::array<std::array<bool, kNumDeviceTypes>, kNumOps> host_numbers{};
   std::array<std::atomic<uint64_t>, kNumOps> fallbacks{};
-  std::array<std::atomic<bool>, kNumOps> warned{};
+  std::array<std::array<std::atomic<bool>, 2>, kNumOps> warned{};  // per op: [no kernel, refused]
 };
 Table& table() {
   static Table t;
@@ -37,26 +37,42 @@ const char* const kOpNames[] = {
 #undef KILN_OP_NAME
 };
 
-bool fallback_is_error() {
-  static const bool is_error = [] {
+// KILN_FALLBACK: "warn" (or unset: run on the CPU with a warning per op and reason), "error"
+// (forbid it), "off" (run on the CPU silently; still counted). Anything else is an error naming
+// the variable, not a silent "warn".
+enum class FallbackMode { Warn, Error, Off };
+FallbackMode fallback_mode() {
+  static const int mode = [] {
     const char* v = std::getenv("KILN_FALLBACK");
-    return v && std::strcmp(v, "error") == 0;
+    if (!v || !*v || std::strcmp(v, "warn") == 0) return 0;
+    if (std::strcmp(v, "error") == 0) return 1;
+    if (std::strcmp(v, "off") == 0) return 2;
+    return -1;
   }();
-  return is_error;
+  KILN_CHECK(mode >= 0, "dispatch", "KILN_FALLBACK must be warn, error or off, got '", std::getenv("KILN_FALLBACK"),
+             "'");
+  return static_cast<FallbackMode>(mode);
 }
 
+// Runs `op` on the CPU for `device`'s tensors: `refused` when the device has a kernel whose
+// supports rule does not take these arguments (the message names them), else it has none.
 void run_fallback(Op op, Device device, std::span<const Tensor> inputs, std::span<Tensor> outputs,
-                  const void* attrs) {
+                  const void* attrs, bool refused) {
   const char* name = op_name(op);
-  KILN_CHECK(!fallback_is_error(), name, "no ", device.str(),
-             " kernel, and KILN_FALLBACK=error forbids running it on the CPU");
+  auto why = [&] {
+    return refused ? kiln::detail::cat("the ", device.str(), " kernel does not take these arguments (",
+                                 detail::describe_operands(inputs), ")")
+                   : kiln::detail::cat("no ", device.str(), " kernel");
+  };
+  const FallbackMode mode = fallback_mode();
+  if (mode == FallbackMode::Error) KILN_FAIL(name, why(), ", and KILN_FALLBACK=error forbids running it on the CPU");
   Kernel cpu = table().kernels[static_cast<int>(op)][static_cast<int>(DeviceType::CPU)];
   KILN_CHECK(cpu != nullptr, name, "no kernel for ", device.str(), " or the CPU");
   auto& t = table();
   t.fallbacks[static_cast<int>(op)].fetch_add(1, std::memory_order_relaxed);
-  if (!t.warned[static_cast<int>(op)].exchange(true))
-    std::cerr << "kiln: warning: [" << name << "] has no " << device.str()
-              << " kernel; running it on the CPU (set KILN_FALLBACK=error to forbid)\n";
+  if (mode == FallbackMode::Warn && !t.warned[static_cast<int>(op)][refused ? 1 : 0].exchange(true))
+    std::cerr << "kiln: warning: [" << name << "] " << why()
+              << "; running it on the CPU (KILN_FALLBACK=error forbids this, off silences it)\n";
   std::vector<Tensor> in;
   in.reserve(inputs.size());
   for (const Tensor& x : inputs) in.push_back(x.device().is_cpu() ? x : host_mirror(x));
@@ -115,7 +131,7 @@ class DeviceScope {
   DeviceScope scope(rt, device.index);
   KernelArgs args{inputs, outputs, attrs, rt->current_stream(device.index)};
   if (supports && !supports(args)) {
-    run_fallback(op, device, inputs, outputs, attrs);
+    run_fallback(op, device, inputs, outputs, attrs, /*refused=*/true);
     return;
   }
   if (shadow_mode() != ShadowMode::Off) [[unlikely]] {
@@ -142,7 +158,7 @@ class DeviceScope {
                   outputs, attrs);
     return;
   }
-  run_fallback(op, device, inputs, outputs, attrs);
+  run_fallback(op, device, inputs, outputs, attrs, /*refused=*/false);
 }
 
 // Kernel time of the ops this thread is running now that nested calls already charged to

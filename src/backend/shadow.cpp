@@ -84,16 +84,6 @@ ScalarType precision(Op op, const KernelArgs& args, ScalarType out) {
   return attention && (in == kFloat16 || in == kBFloat16) ? in : out;
 }
 
-std::string describe(std::span<const Tensor> ts) {
-  std::ostringstream os;
-  for (size_t i = 0; i < ts.size(); ++i) {
-    if (i) os << ", ";
-    if (ts[i].defined()) os << ts[i].dtype() << " " << ts[i].shape();
-    else os << "none";
-  }
-  return os.str();
-}
-
 Shape unflatten(int64_t flat, const Shape& shape) {
   Shape idx(shape.size());
   for (size_t d = shape.size(); d-- > 0;) {
@@ -188,6 +178,16 @@ std::map<std::string, uint64_t> shadow_mismatches() {
 
 namespace detail {
 
+std::string describe_operands(std::span<const Tensor> ts) {
+  std::ostringstream os;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (i) os << ", ";
+    if (ts[i].defined()) os << ts[i].dtype() << " " << ts[i].shape();
+    else os << "none";
+  }
+  return os.str();
+}
+
 void run_shadowed(Op op, Kernel device_kernel, Kernel cpu_kernel, KernelArgs& args) {
   NoGradGuard no_grad;
   // Copies first: the device kernel may write into an input (in-place ops) or read its outputs.
@@ -214,7 +214,7 @@ void run_shadowed(Op op, Kernel device_kernel, Kernel cpu_kernel, KernelArgs& ar
     }
     std::ostringstream msg;
     msg << name << " on " << dev.device().str() << " differs from the CPU: output " << i << " (" << dev.dtype() << " "
-        << dev.shape() << ") " << diff << "; inputs " << describe(args.inputs);
+        << dev.shape() << ") " << diff << "; inputs " << describe_operands(args.inputs);
     if (shadow_mode() == ShadowMode::Error) KILN_FAIL("shadow", msg.str());
     if (first) std::cerr << "kiln: shadow: [" << name << "] " << msg.str() << "\n";
   }
