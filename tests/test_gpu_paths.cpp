@@ -142,6 +142,28 @@ TEST(FallbackReason, ARefusedKernelIsReportedWithItsArguments) {
   }
 }
 
+// A data set of GPU tensors with workers is an error naming the way out: a worker's thread would
+// make the batch on its own stream, unordered with the training loop's. Without workers it works.
+TEST(DataLoaderDevice, WorkersRefuseGpuBatchesAndTheLoopThreadTakesThem) {
+  if (cuda::is_available()) GTEST_SKIP() << "a real GPU is present";
+  StandInCuda stand_in(StandInCuda::Kernels::CpuWhereCudaHasOne);
+  if (stand_in.native_ops() == 0) GTEST_SKIP() << "built without CUDA kernels";
+  data::TensorDataset ds(arange(12, kFloat32).reshape({6, 2}).to(Device::cuda(0)), arange(6, kInt64).to(Device::cuda(0)));
+  data::DataLoader with_workers(ds, {.batch_size = 4, .num_workers = 1});
+  expect_error(
+      [&] {
+        for (data::Batch& b : with_workers) (void)b;
+      },
+      "workers (num_workers > 0) build batches on the CPU, but batch 0 is on cuda:0");
+  data::DataLoader in_loop(ds, {.batch_size = 4});
+  int64_t rows = 0;
+  for (data::Batch& b : in_loop) {
+    EXPECT_EQ(b.data.device(), Device::cuda(0));
+    rows += b.data.size(0);
+  }
+  EXPECT_EQ(rows, 6);
+}
+
 TEST_F(GpuPaths, TheMaskedLmTrainerRunsOnTheGpuAsOnTheCpu) {
   TempDir dir;
   write_grammar_corpus(dir.file("corpus"), 40);

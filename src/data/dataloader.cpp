@@ -134,6 +134,13 @@ struct EpochRun {
       Slot slot{true, {}, nullptr};
       try {
         slot.batch = make(b);
+        // A device tensor made on a worker's thread is on that thread's stream (the default one),
+        // unordered with the consumer's: workers build batches on the CPU, as PyTorch's do.
+        for (const Tensor* t : {&slot.batch.data, &slot.batch.target})
+          KILN_CHECK(!t->defined() || t->device().is_cpu(), "DataLoader",
+                     "workers (num_workers > 0) build batches on the CPU, but batch ", b, " is on ", t->device(),
+                     ": set num_workers = 0, or move each batch to the device in the loop (pin_memory makes that "
+                     "copy asynchronous)");
       } catch (...) {
         slot.error = std::current_exception();
       }
