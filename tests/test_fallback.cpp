@@ -267,7 +267,10 @@ TEST_F(Fallback, DefaultDeviceIsTheCpuOnAGpuTheBuildHasNoCodeFor) {
 namespace {
 void add_off_by_one(backend::KernelArgs& a) {
   backend::kernel_for(backend::Op::Add, DeviceType::CPU)(a);  // host memory: the CPU kernel works
-  if (a.outputs[0].numel() > 2) static_cast<float*>(a.outputs[0].data_ptr())[2] += 1;
+  if (a.outputs[0].numel() > 2) {
+    if (a.outputs[0].dtype() == kInt64) static_cast<int64_t*>(a.outputs[0].data_ptr())[2] += 1;
+    else static_cast<float*>(a.outputs[0].data_ptr())[2] += 1;
+  }
 }
 }  // namespace
 
@@ -298,6 +301,11 @@ TEST_F(Fallback, ShadowModeNamesTheKernelThatDiffersFromTheCpu) {
   Tensor c = a + b;  // warned (once per op kind), counted, and the device's result kept
   EXPECT_EQ(backend::shadow_mismatches()["Add"], before + 1);
   EXPECT_EQ(c.cpu().to_vector<float>()[2], 3.5f);
+  // Integers are compared exactly: 2^60 + 1 against 2^60, the same double, is a difference.
+  backend::set_shadow_mode(backend::ShadowMode::Error);
+  Tensor big = full({3}, int64_t{1} << 60, kInt64).to(Device::cuda(0));
+  test::expect_error([&] { (void)(big + big.mul(0)); },
+                     "element [2]: device 1152921504606846977, cpu 1152921504606846976 (integers: exact");
 }
 
 // A device kernel reads device memory only: an operand given as a C++ number (a 0-d CPU tensor,

@@ -131,6 +131,16 @@ std::vector<Tensor> term_magnitudes(Kernel cpu_kernel, std::span<const Tensor> i
 // "" when `got` (the device's) matches `ref` (the CPU's) within `tol`, else what differs;
 // `magnitude` (if defined): per element, the sum of its terms' magnitudes (sums_products).
 std::string compare(const Tensor& got, const Tensor& ref, const Tolerance& tol, const Tensor& magnitude) {
+  if (!is_floating_point(got.dtype())) {  // exact, as int64: through double, values past 2^53 would blur
+    const std::vector<int64_t> g = got.to(kInt64).to_vector<int64_t>(), r = ref.to(kInt64).to_vector<int64_t>();
+    int64_t bad = 0, first = -1;
+    for (size_t i = 0; i < g.size(); ++i)
+      if (g[i] != r[i] && bad++ == 0) first = static_cast<int64_t>(i);
+    if (bad == 0) return "";
+    const auto f = static_cast<size_t>(first);
+    return kiln::detail::cat("element ", unflatten(first, got.shape()), ": device ", g[f], ", cpu ", r[f],
+                             " (integers: exact; ", bad, " of ", g.size(), " elements differ)");
+  }
   const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>();
   const std::vector<double> m = magnitude.defined() ? magnitude.to_vector<double>() : std::vector<double>();
   double largest = 0;
