@@ -148,6 +148,10 @@ TEST(GradScaler, CallOrderErrorsAndDisabledPassThrough) {
   expect_error([&] { s.step(t.opt); }, "step() has already been called since the last update()");
   expect_error([&] { s.unscale_(t.opt); }, "unscale_() is being called after step()");
   s.update();
+  // No gradient at all (backward not called): torch's "no inf checks were recorded", not a step
+  // that update() would count toward growth.
+  t.opt.zero_grad();
+  expect_error([&] { s.step(t.opt); }, "no inf checks were recorded for this optimizer");
   expect_error([] { GradScaler({.backoff_factor = 1.5}); }, "backoff_factor must be in (0, 1)");
 
   GradScaler off({.enabled = false});

@@ -65,6 +65,7 @@ class GradScaler {
   struct PerOptimizer {
     Stage stage = Stage::Ready;
     bool found_inf = false;
+    bool checked = false;  // unscale_ saw a gradient (torch: "inf checks were recorded")
   };
   PerOptimizer& entry(const optim::Optimizer& optimizer);
 

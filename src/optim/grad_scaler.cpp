@@ -53,6 +53,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   // The reciprocal in double, rounded to float32 as PyTorch's inv_scale.
   const double inv = static_cast<double>(static_cast<float>(1.0 / scale_));
   e.found_inf = optim::detail::unscale_grads(grads, inv, where);
+  e.checked = !grads.empty();
   e.stage = Stage::Unscaled;
 }
 
@@ -64,6 +65,11 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   PerOptimizer& e = entry(optimizer);
   KILN_CHECK(e.stage != Stage::Stepped, "GradScaler::step", "step() has already been called since the last update()");
   if (e.stage == Stage::Ready) unscale_(optimizer);
+  // As torch's: a step with no gradient to check proves nothing about the scale (update() would
+  // count it toward growth).
+  KILN_CHECK(e.checked, "GradScaler::step",
+             "no inf checks were recorded for this optimizer: none of its parameters has a gradient (call "
+             "backward() on scale(loss) first)");
   e.stage = Stage::Stepped;
   if (e.found_inf) {
     ++skipped_;
