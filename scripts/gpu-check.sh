@@ -41,7 +41,7 @@ t0=$SECONDS
 budget=${GPU_CHECK_BUDGET:-570}
 failed=0
 work=$(mktemp -d)
-closed=0 started=0
+closed=0 started=0 stage_pid=
 # The end of summary.md (and the chart), written however the script ends.
 close_summary() {
   ((closed || !started)) && return
@@ -64,13 +64,20 @@ close_summary() {
   } >>"$summary"
 }
 trap 'close_summary; rm -rf "$work"' EXIT
-trap 'echo "killed (signal) after $((SECONDS - t0)) s" >>"$summary"; exit 124' TERM INT
+# A running stage is stopped through its timeout (which passes the signal to its command's
+# process group); found by its command line, since a signal to the script's group may already
+# have ended the subshell that started it.
+stop_stage() {
+  [[ -n $stage_pid ]] && pkill -TERM -f "^timeout -k 10 " 2>/dev/null
+  return 0
+}
+trap 'echo "killed (signal) after $((SECONDS - t0)) s" >>"$summary"; stop_stage; exit 124' TERM INT
 wanted() {  # wanted NAME: whether GPU_CHECK_STAGES (empty: all) names this stage or a prefix of it
   [[ -z ${GPU_CHECK_STAGES:-} || $1 == configure* || $1 == build || $1 == devices ]] && return 0
   local p
   local -a names
   IFS=, read -ra names <<<"${GPU_CHECK_STAGES}"
-  for p in "${names[@]}"; do [[ $1 == "$p"* ]] && return 0; done
+  for p in "${names[@]}"; do [[ -n $p && $1 == "$p"* ]] && return 0; done
   return 1
 }
 stage() {  # stage NAME LOG SECONDS_LIMIT COMMAND...: runs it with a limit, appending to OUTDIR/LOG
@@ -89,8 +96,17 @@ stage() {  # stage NAME LOG SECONDS_LIMIT COMMAND...: runs it with a limit, appe
   ((left < limit)) && limit=$left
   echo "== $name (limit $limit s): $*" >>"$log"
   # Into OUTDIR as it runs: a call killed from outside still brings back what the stage printed.
-  timeout -k 10 "$limit" "$@" 2>&1 | tee "$work/stage.log" >>"$log"
-  rc=${PIPESTATUS[0]}
+  # In the background, waited for: a signal to the script interrupts the wait at once (bash runs
+  # traps only between commands), and the trap stops the stage.
+  rm -f "$work/stage.rc"
+  (
+    timeout -k 10 "$limit" "$@" 2>&1 | tee "$work/stage.log" >>"$log"
+    echo "${PIPESTATUS[0]}" >"$work/stage.rc"
+  ) &
+  stage_pid=$!
+  wait "$stage_pid"
+  stage_pid=
+  rc=$(cat "$work/stage.rc" 2>/dev/null || echo 1)
   case $rc in
     0) result=ok ;;
     124 | 137) result="TIMED OUT after $limit s" ;;
@@ -114,7 +130,10 @@ stage() {  # stage NAME LOG SECONDS_LIMIT COMMAND...: runs it with a limit, appe
 # each with the stage's name: the graph-API, profiled and memory rows differ from bench_cuda's only
 # by it.
 collect() {  # collect STAGE DIR
-  cat "$work/$2/results.jsonl" "$work/$2/pytorch.jsonl" 2>/dev/null | sed "s/^{/{\"stage\": \"$1\", /" >>"$out/results.jsonl"
+  local f
+  for f in "$work/$2/results.jsonl" "$work/$2/pytorch.jsonl"; do
+    [[ -f $f ]] && awk -v s="$1" '{ sub(/^\{/, "{\"stage\": \"" s "\", "); print }' "$f" >>"$out/results.jsonl"
+  done
 }
 bench_stage() {  # bench_stage NAME LIMIT DIR ARGS...: kiln bench ARGS --out WORK/DIR, then collect
   local name=$1 limit=$2 dir=$3 rc
@@ -129,10 +148,16 @@ bench_stage() {  # bench_stage NAME LIMIT DIR ARGS...: kiln bench ARGS --out WOR
 # The commit: git's, or the one scripts/gpu-carry.sh recorded (the copy sent to a GPU machine
 # may have no .git); the build writes it into kiln bench's records too.
 # The copy's .git (if any) is the session's starting point, not what was carried: the carry's first.
-KILN_BUILD_COMMIT=$(cat .gpu-carry/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
-export KILN_BUILD_COMMIT
+# Without a carried commit the build asks git itself (with +dirty where the tree differs).
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [[ -f .gpu-carry/commit ]]; then
+  KILN_BUILD_COMMIT=$(cat .gpu-carry/commit)
+  export KILN_BUILD_COMMIT
+  commit=$KILN_BUILD_COMMIT
+fi
+rm -f "$out/results.jsonl"  # appended to by each bench stage
 {
-  echo "# gpu-check $(date -u +%Y-%m-%dT%H:%MZ), commit ${KILN_BUILD_COMMIT}"
+  echo "# gpu-check $(date -u +%Y-%m-%dT%H:%MZ), commit ${commit}"
   echo
 } >"$summary"
 if ! command -v nvidia-smi >/dev/null || ! timeout 30 nvidia-smi -L >"$work/gpus.txt" 2>&1; then

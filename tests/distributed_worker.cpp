@@ -351,6 +351,17 @@ void unused() {
   expect(model->b->bias.grad().defined(), "a parameter one process used has a gradient everywhere");
   const double want = 2.0 / dist::world_size();  // d(sum of b(x)) / d bias = batch 2, averaged
   expect((model->b->bias.grad() - want).abs().max().item<double>() < 1e-6, "its average counts the others as 0");
+  // b used only in an accumulation step under no_sync, then a synchronised step through a alone:
+  // b was used since the last sync, so it is averaged too (each rank's own gradient differs).
+  model->zero_grad();
+  {
+    nn::parallel::DistributedDataParallel::NoSync quiet(ddp);
+    Tensor xr = full({2, 4}, 1.0 + dist::rank());
+    ddp.forward_with([&] { return model->b(xr); }).sum().backward();
+  }
+  ddp.forward_with([&] { return model->a(x); }).sum().backward();
+  const std::vector<Tensor> bw = dist::all_gather(model->b->weight.grad());
+  expect(same(bw[0], bw.back()), "a parameter used under no_sync is averaged at the next sync");
 }
 
 void sampler() {

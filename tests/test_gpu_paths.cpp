@@ -117,8 +117,6 @@ train::ImageClassificationOptions image_options(const TempDir& dir, const std::s
   return o;
 }
 
-// The masked-LM trainer (kiln train --model bert-*): AdamW, dropout, padding masks, clipping,
-// warm-up, held-out evaluation; in float32 and both autocast types (fp16 with a GradScaler).
 // A CUDA kernel whose supports rule does not take the arguments (a sum over 26 dims, past the
 // reduce plan's 25) falls back to the CPU with a warning that says so and names the arguments,
 // not "has no kernel"; the result is the CPU's.
@@ -164,6 +162,8 @@ TEST(DataLoaderDevice, WorkersRefuseGpuBatchesAndTheLoopThreadTakesThem) {
   EXPECT_EQ(rows, 6);
 }
 
+// The masked-LM trainer (kiln train --model bert-*): AdamW, dropout, padding masks, clipping,
+// warm-up, held-out evaluation; in float32 and both autocast types (fp16 with a GradScaler).
 TEST_F(GpuPaths, TheMaskedLmTrainerRunsOnTheGpuAsOnTheCpu) {
   TempDir dir;
   write_grammar_corpus(dir.file("corpus"), 40);

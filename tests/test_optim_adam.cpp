@@ -147,8 +147,6 @@ TEST(OptimAdam, StateDictKeysAndTypes) {
   EXPECT_EQ(std::get<1>(Adam({a}).options(0).betas), 0.999);
 }
 
-// The fused kernel over many tensors of uneven sizes (some empty, some split across threads)
-// equals a per-element float64 loop of the update.
 // AMSGrad's running maximum keeps a NaN, as torch.maximum does: a NaN gradient's second moment
 // is NaN, and so is its maximum from then on (not the old value, as std::max would keep).
 TEST(OptimAdam, AmsgradMaximumKeepsANaN) {
@@ -163,6 +161,8 @@ TEST(OptimAdam, AmsgradMaximumKeepsANaN) {
   }
 }
 
+// The fused kernel over many tensors of uneven sizes (some empty, some split across threads)
+// equals a per-element float64 loop of the update.
 TEST(OptimAdam, FusedKernelMatchesLoopOnManyTensors) {
   for (bool decoupled : {false, true})
     for (bool amsgrad : {false, true}) {

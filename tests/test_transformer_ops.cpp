@@ -164,7 +164,7 @@ TEST(Embedding, SegmentBookkeeping) {
       ASSERT_TRUE(first[static_cast<size_t>(r)] <= q && q < first[static_cast<size_t>(r) + 1]) << "segment " << q;
     }
   }
-  // The bound is tight where every row has 65 positions (2 segments of 65 / 64 = ~1.02 each).
+  // Nearly tight where every row has 65 positions: 64 rows of 2 segments, 128, against 130.
   EXPECT_EQ(e::segment_bound(65 * 64), 130);
 }
 

@@ -97,7 +97,7 @@ StreamAllocator::Block* StreamAllocator::new_segment_locked(size_t size, bool sm
 void* StreamAllocator::allocate(size_t nbytes, StreamId stream) {
   if (nbytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(mutex_);
-  // No device has half the address space: refused before any rounding could wrap around.
+  // No device has a quarter of the address space: refused before any rounding could wrap around.
   if (nbytes > std::numeric_limits<size_t>::max() / 4) n_.out_of_memory(device_name_, nbytes, true);
   process_events_locked();
   const size_t size = round_size(nbytes);

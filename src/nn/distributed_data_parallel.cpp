@@ -31,6 +31,7 @@ struct DistributedDataParallel::State {
   std::vector<Param> params;
   std::vector<Bucket> buckets;
   std::vector<uint8_t> ready;  // per param, in this backward
+  std::vector<uint8_t> used;   // per param: got a gradient since the last synchronised backward (no_sync's too)
   bool sync = true;            // false under no_sync()
   bool in_backward = false;    // the finishing callback is queued
   size_t next_launch = 0;      // buckets are launched in order, so every process queues them alike
@@ -46,8 +47,8 @@ struct DistributedDataParallel::State {
   // Copies the bucket's gradients into its buffer (zeros for a parameter without one) and starts
   // averaging it. Float32 and float64 gradients are divided by the world size on the way in and then
   // summed, so the average needs no pass of its own (as PyTorch's reducer does); 16-bit ones are
-  // averaged by all_reduce, which sums them in float32 and divides after the sum, since 1/3 in
-  // bfloat16 (0.334) would bias them. A gradient that already
+  // averaged by all_reduce in float32 (MPI: the sum divided; NCCL: its ncclAvg) and rounded to 16
+  // bits once, since dividing first by 1/3 in bfloat16 (0.334) would bias them. A gradient that already
   // is its slot (accumulated into last step's average) is divided in place, or left as it is.
   void launch(Bucket& b) {
     NoGradGuard ng;
@@ -73,6 +74,7 @@ struct DistributedDataParallel::State {
   }
 
   void on_gradient(size_t index) {
+    used[index] = 1;
     if (!sync) return;
     if (!in_backward) {
       in_backward = true;
@@ -109,19 +111,20 @@ struct DistributedDataParallel::State {
                 "forward)");
     }
     NoGradGuard ng;
-    Tensor used;  // per parameter: whether any process used it (find_unused only)
-    if (find_unused) {
-      used = empty({static_cast<int64_t>(params.size())}, kBool);
-      std::copy(ready.begin(), ready.end(), used.data_ptr<bool>());
+    Tensor any;  // per parameter: whether any process used it (find_unused only)
+    if (find_unused) {  // used in this backward or in the no_sync ones since the last sync
+      any = empty({static_cast<int64_t>(params.size())}, kBool);
+      std::copy(used.begin(), used.end(), any.data_ptr<bool>());
     }
+    std::fill(used.begin(), used.end(), 0);
     for (size_t i = 0; i < params.size(); ++i)
       if (!ready[i]) {
         ready[i] = 1;
         --buckets[static_cast<size_t>(params[i].bucket)].pending;
       }
     launch_ready();
-    if (used.defined()) dist::all_reduce(used, dist::ReduceOp::Max);  // after the buckets: queued alike everywhere
-    const bool* any_used = used.defined() ? used.data_ptr<bool>() : nullptr;
+    if (any.defined()) dist::all_reduce(any, dist::ReduceOp::Max);  // after the buckets: queued alike everywhere
+    const bool* any_used = any.defined() ? any.data_ptr<bool>() : nullptr;
     for (Bucket& b : buckets) {
       b.work.wait();
       for (size_t i : b.params)
@@ -216,6 +219,7 @@ void DistributedDataParallel::setup() {
     state_->buckets.push_back(std::move(b));
   }
   state_->ready.assign(state_->params.size(), 0);
+  state_->used.assign(state_->params.size(), 0);
   state_->reset_backward();
   if (dist::world_size() == 1) return;  // a world of one: the module itself, no hooks
   std::weak_ptr<State> weak = state_;

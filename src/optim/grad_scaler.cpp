@@ -88,7 +88,7 @@ void GradScaler::update(std::optional<double> new_scale) {
   } else {
     bool any = false, found_inf = false;
     for (const auto& [opt, e] : per_optimizer_) {
-      if (e.stage == Stage::Ready) continue;
+      if (e.stage == Stage::Ready || !e.checked) continue;  // no gradient was checked for inf/NaN
       any = true;
       found_inf = found_inf || e.found_inf;
     }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -121,17 +122,23 @@ class MpiGroup final : public ProcessGroup {
                                   MPI_COMM_WORLD, &request));
     // MPI_Test drives the exchange; between tries this thread sleeps (tens of microseconds)
     // rather than spin as a blocking MPI call would.
-    for (int flag = 0, tries = 0;; ++tries) {
+    for (int64_t tries = 0;; ++tries) {
+      int flag = 0;
       KILN_MPI_CHECK(MPI_Test(&request, &flag, MPI_STATUS_IGNORE));
       if (flag) break;
       if (tries > 16) std::this_thread::sleep_for(std::chrono::microseconds(20));
       // A process that never comes (stuck, or dead without its launcher noticing) ends the job
-      // with an error instead of a silent hang, as torch.distributed's timeout does.
+      // instead of a silent hang, as torch.distributed's timeout does. Here, not by an exception:
+      // the pending exchange still owns `out`, and no later collective could be trusted.
       if (limit > 0 && (tries & 1023) == 0 &&
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit)
-        KILN_FAIL("distributed", "not every process reached this collective within ", limit,
-                  " s: one is stuck, or has died (KILN_DISTRIBUTED_TIMEOUT sets the limit in seconds; 0 waits "
-                  "forever)");
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit) {
+        std::fprintf(stderr,
+                     "[distributed] rank %d failed: not every process reached this collective within %g s: one is "
+                     "stuck, or has died (KILN_DISTRIBUTED_TIMEOUT sets the limit in seconds; 0 waits forever)\n",
+                     rank_, limit);
+        std::fflush(stderr);
+        abort(1);
+      }
     }
   }
 
