@@ -35,32 +35,72 @@ double cosine(const Tensor& a, const Tensor& b) {
 
 TEST(Autocast, GuardNestsAndRestores) {
   EXPECT_FALSE(autocast_enabled());
-  EXPECT_EQ(autocast_dtype(), kBFloat16);
+  EXPECT_EQ(autocast_dtype(kCPU), kBFloat16);
   {
     AutocastGuard outer(kFloat16);
     EXPECT_TRUE(autocast_enabled());
-    EXPECT_EQ(autocast_dtype(), kFloat16);
+    EXPECT_EQ(autocast_dtype(kCPU), kFloat16);
     {
       AutocastGuard inner(kBFloat16, /*enabled=*/false);
       EXPECT_FALSE(autocast_enabled());
       {
         AutocastGuard innermost(kBFloat16);
         EXPECT_TRUE(autocast_enabled());
-        EXPECT_EQ(autocast_dtype(), kBFloat16);
+        EXPECT_EQ(autocast_dtype(kCPU), kBFloat16);
       }
       EXPECT_FALSE(autocast_enabled());
     }
     EXPECT_TRUE(autocast_enabled());
-    EXPECT_EQ(autocast_dtype(), kFloat16);
+    EXPECT_EQ(autocast_dtype(kCPU), kFloat16);
   }
   EXPECT_FALSE(autocast_enabled());
-  EXPECT_EQ(autocast_dtype(), kBFloat16);
+  EXPECT_EQ(autocast_dtype(kCPU), kBFloat16);
 }
 
 TEST(Autocast, OnlyHalfTypesAreAccepted) {
   expect_error([] { AutocastGuard g(kFloat32); }, "[AutocastGuard] autocast runs in bfloat16 or float16, got float32");
   expect_error([] { AutocastGuard g(kInt64, false); }, "got int64");
+  expect_error([] { AutocastGuard g(kCUDA, kFloat64); }, "got float64");
   EXPECT_FALSE(autocast_enabled());  // a failed guard leaves the mode alone
+}
+
+// torch.autocast(device_type): a guard for one device type changes only the ops on its tensors,
+// and the guards of different device types nest independently; AutocastGuard(dtype) sets all.
+TEST(Autocast, AGuardForOneDeviceTypeLeavesTheOthersAlone) {
+  Tensor a = randn({3, 4}), b = randn({4, 2});
+  {
+    AutocastGuard cuda(kCUDA, kFloat16);
+    EXPECT_TRUE(autocast_enabled(kCUDA));
+    EXPECT_FALSE(autocast_enabled(kCPU));
+    EXPECT_TRUE(autocast_enabled());
+    EXPECT_EQ(autocast_dtype(kCUDA), kFloat16);
+    EXPECT_EQ(matmul(a, b).dtype(), kFloat32);  // CPU work in a CUDA autocast region keeps float32
+    EXPECT_EQ(softmax(a.to(kBFloat16), 1).dtype(), kBFloat16);
+    {
+      AutocastGuard cpu(kCPU, kBFloat16);
+      EXPECT_EQ(matmul(a, b).dtype(), kBFloat16);
+      EXPECT_EQ(autocast_dtype(kCUDA), kFloat16);
+      {
+        AutocastGuard cuda_off(kCUDA, kFloat16, /*enabled=*/false);
+        EXPECT_FALSE(autocast_enabled(kCUDA));
+        EXPECT_EQ(matmul(a, b).dtype(), kBFloat16);
+      }
+      EXPECT_TRUE(autocast_enabled(kCUDA));
+    }
+    EXPECT_FALSE(autocast_enabled(kCPU));
+    {
+      AutocastGuard all(kBFloat16);
+      EXPECT_TRUE(autocast_enabled(kCPU));
+      EXPECT_EQ(autocast_dtype(kCUDA), kBFloat16);
+      {
+        AutocastGuard none(kBFloat16, /*enabled=*/false);
+        EXPECT_FALSE(autocast_enabled());
+      }
+    }
+    EXPECT_EQ(autocast_dtype(kCUDA), kFloat16);
+    EXPECT_FALSE(autocast_enabled(kCPU));
+  }
+  EXPECT_FALSE(autocast_enabled());
 }
 
 TEST(Autocast, StateIsPerThread) {
@@ -70,7 +110,7 @@ TEST(Autocast, StateIsPerThread) {
   ScalarType other_out = kFloat32;
   std::thread t([&] {
     other_enabled = autocast_enabled();
-    other_dtype = autocast_dtype();
+    other_dtype = autocast_dtype(kCPU);
     other_out = matmul(ones({2, 2}), ones({2, 2})).dtype();
   });
   t.join();

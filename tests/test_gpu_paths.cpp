@@ -162,6 +162,23 @@ TEST(DataLoaderDevice, WorkersRefuseGpuBatchesAndTheLoopThreadTakesThem) {
   EXPECT_EQ(rows, 6);
 }
 
+// AutocastGuard(kCUDA, ...) is torch.autocast("cuda"): the GPU's matmul and loss follow it, a CPU
+// metric computed in the same region keeps its float32 (on a real GPU or the stand-in).
+TEST(AutocastDevice, ACudaGuardChangesOnlyOpsOnCudaTensors) {
+  std::unique_ptr<StandInCuda> stand_in;
+  if (!cuda::is_available()) stand_in = std::make_unique<StandInCuda>(StandInCuda::Kernels::CpuWhereCudaHasOne);
+  manual_seed(5);
+  Tensor a = randn({3, 4}), b = randn({4, 5});
+  const Tensor ga = a.to(Device::cuda(0)), gb = b.to(Device::cuda(0));
+  AutocastGuard guard(kCUDA, kBFloat16);
+  Tensor logits = matmul(ga, gb);
+  EXPECT_EQ(logits.dtype(), kBFloat16);
+  EXPECT_EQ(nn::functional::cross_entropy(logits, arange(3, kInt64).to(Device::cuda(0))).dtype(), kFloat32);
+  EXPECT_EQ(matmul(a, b).dtype(), kFloat32);
+  EXPECT_EQ(softmax(a.to(kBFloat16), 1).dtype(), kBFloat16);
+  EXPECT_EQ(softmax(ga.to(kBFloat16), 1).dtype(), kFloat32);
+}
+
 // The masked-LM trainer (kiln train --model bert-*): AdamW, dropout, padding masks, clipping,
 // warm-up, held-out evaluation; in float32 and both autocast types (fp16 with a GradScaler).
 TEST_F(GpuPaths, TheMaskedLmTrainerRunsOnTheGpuAsOnTheCpu) {

@@ -2,18 +2,29 @@
 // and attention run in bfloat16/float16, and norms, softmax, losses, sums and exp/log in float32.
 #pragma once
 
+#include "kiln/device.h"
 #include "kiln/dtype.h"
 
 namespace kiln {
 
-// True while an enabled AutocastGuard is alive on this thread (and not inside backward()).
+// True while an enabled AutocastGuard for tensors on device_type is alive on this thread (and not
+// inside backward()); torch.is_autocast_enabled(device_type).
+bool autocast_enabled(DeviceType device_type);
+// True while autocast is on for any device type.
 bool autocast_enabled();
-// The lower-precision type autocast casts to (kBFloat16 unless a guard chose kFloat16).
-ScalarType autocast_dtype();
+// The lower-precision type autocast casts device_type's tensors to (kBFloat16 unless a guard chose
+// kFloat16); torch.get_autocast_dtype(device_type).
+ScalarType autocast_dtype(DeviceType device_type);
 
 // Turns autocast on (or off, with enabled = false) for this thread while alive, and restores
 // the previous mode and dtype after; guards nest like torch.autocast. Only kBFloat16 and
-// kFloat16 are accepted. Under autocast:
+// kFloat16 are accepted. AutocastGuard(kCUDA, kBFloat16) is torch.autocast("cuda",
+// torch.bfloat16): it changes only ops on CUDA tensors, and CPU work in the same region (metrics,
+// a loss kept on the host) runs in the dtypes it is given; AutocastGuard(kCPU, ...) likewise.
+// AutocastGuard(dtype) sets every device type at once (device-agnostic code: `kiln train --amp`,
+// `kiln bench`). The dtype defaults to bfloat16 on every device (torch's CUDA default is float16;
+// bfloat16 needs no GradScaler). Under autocast, for ops whose tensors are on a device type it is
+// on for:
 //  - matmul, mm, bmm, linear, conv2d and scaled_dot_product_attention cast their float32 (and
 //    float16/bfloat16 of the other kind) operands to the autocast dtype and return it;
 //  - layer_norm, softmax, log_softmax, masked_softmax, cross_entropy, nll_loss, mse_loss, sum,
@@ -28,13 +39,18 @@ ScalarType autocast_dtype();
 class AutocastGuard {
  public:
   explicit AutocastGuard(ScalarType dtype = kBFloat16, bool enabled = true);
+  explicit AutocastGuard(DeviceType device_type, ScalarType dtype = kBFloat16, bool enabled = true);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 
+  struct Mode {
+    bool enabled = false;
+    ScalarType dtype = kBFloat16;
+  };
+
  private:
-  bool prev_enabled_;
-  ScalarType prev_dtype_;
+  Mode prev_[kNumDeviceTypes];
 };
 
 }  // namespace kiln

@@ -96,7 +96,7 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
   NoGradGuard no_grad;  // backward formulas build no graph
   // ... and run in the dtypes the forward saved: autocast would recast them (PyTorch runs
   // backward outside autocast too).
-  AutocastGuard no_autocast(autocast_dtype(), false);
+  AutocastGuard no_autocast(kBFloat16, /*enabled=*/false);
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();

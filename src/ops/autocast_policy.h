@@ -12,23 +12,24 @@ inline bool autocast_eligible(const Tensor& t) {
   return t.defined() && t.is_floating_point() && t.dtype() != kFloat64;
 }
 
+// Whether autocast is on for t: eligible, and autocast on for its device's type. An op follows
+// its tensors' device (ops take tensors of one device; a CPU number beside them is float32 or
+// float64, which neither policy changes).
+inline bool autocast_applies(const Tensor& t) { return autocast_eligible(t) && autocast_enabled(t.device().type); }
+
 // For matmul, linear, conv and attention: t in the autocast dtype while autocast is on.
 inline Tensor autocast_lower(const Tensor& t) {
-  if (!autocast_enabled() || !autocast_eligible(t)) return t;
-  return cast(t, autocast_dtype());
+  return autocast_applies(t) ? cast(t, autocast_dtype(t.device().type)) : t;
 }
 
 // For norms, softmax and losses: a float16/bfloat16 t in float32 while autocast is on.
-inline Tensor autocast_float32(const Tensor& t) {
-  if (!autocast_enabled() || !autocast_eligible(t)) return t;
-  return cast(t, kFloat32);
-}
+inline Tensor autocast_float32(const Tensor& t) { return autocast_applies(t) ? cast(t, kFloat32) : t; }
 
 // Autocast off for the rest of an op whose inputs the policy already cast, so that the ops a
 // composite op calls inside (a matmul in a loss) keep its dtype, as PyTorch's autocast wrappers do.
 class AutocastOff {
  public:
-  AutocastOff() : guard_(autocast_dtype(), false) {}
+  AutocastOff() : guard_(kBFloat16, /*enabled=*/false) {}
 
  private:
   AutocastGuard guard_;
