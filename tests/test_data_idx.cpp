@@ -100,6 +100,10 @@ TEST(DataIdx, BadFilesRejected) {
              "dimensions [4294967295, 4294967295, 4294967295] overflow the element count");
   expect_bad(idx_bytes(0x0E, {0x40000000u, 0x40000000u}, {}),
              "dimensions [1073741824, 1073741824] overflow the byte count");
+  // An empty tensor's other dims still make its strides; the rank is Kiln's limit.
+  expect_bad(idx_bytes(0x08, {0, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {}),
+             "dimensions [0, 4294967295, 4294967295, 4294967295] overflow the element count");
+  expect_bad(idx_bytes(0x08, std::vector<uint32_t>(65, 1), {0}), "65 dimensions, past the limit of 64");
 }
 
 TEST(DataIdx, BadGzipRejected) {

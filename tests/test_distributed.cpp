@@ -136,6 +136,16 @@ TEST(DistributedSampler, TheLoaderTakesItAndBadSettingsAreErrors) {
   auto big = std::make_shared<data::DistributedSampler>(20, data::DistributedSamplerOptions{.num_replicas = 1, .rank = 0});
   data::DataLoader wrong(ds, {.batch_size = 2, .sampler = big});
   expect_error([&] { for (data::Batch& b : wrong) (void)b; }, "the sampler gave index");
+  // A sampler of the user's own whose indices are fewer than its size() says (the loader counts
+  // batches by size()): an error, not a batch past the end.
+  struct Liar : data::Sampler {
+    std::vector<int64_t> indices(uint64_t) const override { return {0, 1, 2}; }
+    int64_t size() const override { return 6; }
+  };
+  data::DataLoader liar(ds, {.batch_size = 2, .sampler = std::make_shared<Liar>()});
+  EXPECT_EQ(liar.size(), 3);
+  expect_error([&] { for (data::Batch& b : liar) (void)b; },
+               "[DataLoader] the sampler gave 3 indices for epoch 0 but its size() is 6");
 }
 
 // ---- two processes under mpirun

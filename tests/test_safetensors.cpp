@@ -341,6 +341,18 @@ TEST_F(Safetensors, CheckpointChecksumCatchesFlippedBytes) {
   expect_error([&] { io::save_checkpoint(path("x.ckpt"), in, {{io::kChecksumKey, "0"}}); }, "is the checkpoint's own");
 }
 
+// An empty tensor has no buffer (a null pointer), which zlib's crc32 takes as "start again": one
+// after a non-empty tensor in the data's order reset the checksum, and the checkpoint then failed
+// its own check.
+TEST_F(Safetensors, CheckpointWithEmptyTensorsPassesItsOwnCheck) {
+  std::map<std::string, Tensor> in = {{"a", ones({2})}, {"b", empty({0})}, {"c", empty({3, 0}, kInt64)}};
+  io::save_checkpoint(path("e.ckpt"), in, {});
+  io::SafetensorsFile f = io::load_checkpoint(path("e.ckpt"));
+  EXPECT_EQ(f.tensors.at("b").numel(), 0);
+  EXPECT_EQ(f.tensors.at("c").shape(), (Shape{3, 0}));
+  EXPECT_EQ(f.tensors.at("a").sum().item<float>(), 2.0f);
+}
+
 TEST_F(Safetensors, RejectsOverlapsGapsAndTrailingData) {
   auto two = [](const std::string& a, const std::string& b) {
     return "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":" + a +

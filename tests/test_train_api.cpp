@@ -127,3 +127,33 @@ TEST(TrainApi, AUsersOwnTaskTrainsAndResumesExactly) {
 }
 
 }  // namespace
+
+namespace {
+
+// The checkpoint's numbers read back as written: all 64 bits of a seed (a library user's seed can
+// be past INT64_MAX), a subnormal learning rate (strtod calls it out of range), and nothing after
+// the number.
+TEST(TrainApi, CheckpointNumbersReadBackAsWritten) {
+  io::SafetensorsFile f;
+  f.metadata = {{"seed", "18446744073709551615"}, {"lr", train::exact_number(1e-310)}, {"neg", "-3"},
+                {"bad", "12x"}, {"empty", ""}, {"big", "1e400"}};
+  train::CheckpointMeta m(f, "c.ckpt", "kiln train");
+  EXPECT_EQ(m.unsigned_integer("seed"), UINT64_MAX);
+  EXPECT_EQ(m.number("lr"), 1e-310);
+  EXPECT_EQ(m.integer("neg"), -3);
+  EXPECT_THROW(m.unsigned_integer("neg"), Error);
+  EXPECT_THROW(m.integer("bad"), Error);
+  EXPECT_THROW(m.number("bad"), Error);
+  EXPECT_THROW(m.integer("empty"), Error);
+  EXPECT_THROW(m.number("big"), Error);
+  try {
+    m.integer("seed");
+    ADD_FAILURE() << "past INT64_MAX read as an int64";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[kiln train] checkpoint c.ckpt: entry 'seed' is not an integer"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace

@@ -239,6 +239,9 @@ void DataLoader::set_epoch(uint64_t epoch, int64_t start_batch) {
 std::vector<int64_t> DataLoader::sample_order(uint64_t epoch) const {
   if (options_.sampler) {
     std::vector<int64_t> order = options_.sampler->indices(epoch);
+    // size() counts batches by the sampler's size: its indices must be as many.
+    KILN_CHECK(static_cast<int64_t>(order.size()) == options_.sampler->size(), "DataLoader", "the sampler gave ",
+               order.size(), " indices for epoch ", epoch, " but its size() is ", options_.sampler->size());
     const int64_t n = dataset_->size();
     for (int64_t i : order)
       KILN_CHECK(i >= 0 && i < n, "DataLoader", "the sampler gave index ", i, " for a dataset of ", n);

@@ -3,6 +3,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -49,16 +50,21 @@ std::optional<Header> parse_header(const uint8_t* p, size_t n, const std::string
                 " (expected 0x08, 0x09, 0x0B, 0x0C, 0x0D or 0x0E)");
   }
   size_t ndim = p[3];
+  KILN_CHECK(static_cast<int64_t>(ndim) <= kMaxDims, kWhere, name, ": ", ndim, " dimensions, past the limit of ",
+             kMaxDims);
   h.header_bytes = 4 + 4 * ndim;
   if (n < h.header_bytes) return std::nullopt;
   // Element and byte counts are bounded by int64 (a tensor's numel) before anything is allocated.
   for (size_t i = 0; i < ndim; ++i) h.dims.push_back(be32(p + 4 + 4 * i));
+  // The product of the non-zero dims too: an empty tensor's strides are still that product.
   uint64_t numel = 1;
   for (int64_t d : h.dims) {
-    KILN_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel) &&
+    KILN_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(std::max<int64_t>(d, 1)), &numel) &&
                    numel <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
                kWhere, name, ": dimensions ", h.dims, " overflow the element count");
   }
+  for (int64_t d : h.dims)
+    if (d == 0) numel = 0;
   // The tensor's bytes (up to 8 per element) must fit in int64 too.
   KILN_CHECK(numel <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / 8, kWhere, name,
              ": dimensions ", h.dims, " overflow the byte count");

@@ -7,26 +7,20 @@
 #include <filesystem>
 #include <fstream>
 #include <system_error>
-#include <type_traits>
 
 #include "kiln/error.h"
 
 namespace kiln::train {
 namespace {
 
+// std::from_chars: locale-independent (std::stod follows LC_NUMERIC) and, unlike strtod, takes
+// subnormals (a decayed learning rate) without an error.
 template <class T>
 T parse_number(const std::string& s, bool* ok) {
-  try {
-    size_t used = 0;
-    T v;
-    if constexpr (std::is_integral_v<T>) v = std::stoll(s, &used);
-    else v = std::stod(s, &used);
-    *ok = used == s.size();
-    return v;
-  } catch (const std::exception&) {
-    *ok = false;
-    return T{};
-  }
+  T v{};
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  *ok = ec == std::errc() && end == s.data() + s.size() && !s.empty();
+  return v;
 }
 
 }  // namespace
@@ -55,6 +49,14 @@ int64_t CheckpointMeta::integer(const std::string& key) const {
   bool ok = false;
   const int64_t v = parse_number<int64_t>(text(key), &ok);
   KILN_CHECK(ok, where_.c_str(), "checkpoint ", path_, ": entry '", key, "' is not an integer: '", text(key), "'");
+  return v;
+}
+
+uint64_t CheckpointMeta::unsigned_integer(const std::string& key) const {
+  bool ok = false;
+  const uint64_t v = parse_number<uint64_t>(text(key), &ok);
+  KILN_CHECK(ok, where_.c_str(), "checkpoint ", path_, ": entry '", key, "' is not an unsigned integer: '", text(key),
+             "'");
   return v;
 }
 

@@ -80,7 +80,7 @@ void ImageClassification::load_settings(const CheckpointMeta& m) {
   options_.lr = m.number("lr");
   options_.momentum = m.number("momentum");
   options_.weight_decay = m.number("weight_decay");
-  options_.seed = static_cast<uint64_t>(m.integer("seed"));
+  options_.seed = m.unsigned_integer("seed");
 }
 
 void ImageClassification::save_metadata(std::map<std::string, std::string>& m) const {

@@ -57,7 +57,7 @@ void MaskedLM::load_settings(const CheckpointMeta& m) {
   options_.warmup = m.number("warmup");
   options_.clip = m.number("clip");
   options_.eval_every = m.integer("eval_every");
-  options_.seed = static_cast<uint64_t>(m.integer("seed"));
+  options_.seed = m.unsigned_integer("seed");
   vocab_tokens_ = split_lines(m.text("vocab"));
 }
 

@@ -112,7 +112,7 @@ void Trainer::resume(const io::SafetensorsFile& f, const std::string& path) {
              where(), "checkpoint ", path, " has an inconsistent position (epoch ", epoch_, ", batch ",
              batch_in_epoch_, ", step ", step_, ") for ", batches, " batches per epoch");
   task_.load_state(m);
-  set_rng_state({static_cast<uint64_t>(m.integer("rng_seed")), static_cast<uint64_t>(m.integer("rng_offset"))});
+  set_rng_state({m.unsigned_integer("rng_seed"), m.unsigned_integer("rng_offset")});
 }
 
 void Trainer::train_step(const Callbacks& cb) {

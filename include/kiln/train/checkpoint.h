@@ -23,8 +23,10 @@ class CheckpointMeta {
   CheckpointMeta(const io::SafetensorsFile& file, std::string path, std::string where)
       : file_(file), path_(std::move(path)), where_(std::move(where)) {}
   const std::string& text(const std::string& key) const;
-  int64_t integer(const std::string& key) const;  // the whole string must parse
-  double number(const std::string& key) const;
+  // The whole string must parse, in the C locale whatever the program's (as exact_number writes).
+  int64_t integer(const std::string& key) const;
+  uint64_t unsigned_integer(const std::string& key) const;  // seeds: all 64 bits
+  double number(const std::string& key) const;                // subnormals too
   bool has(const std::string& key) const { return file_.metadata.count(key) > 0; }
   // The "format" entry must equal `format`.
   void check_format(const std::string& format) const;
