@@ -92,3 +92,78 @@ TEST(AutogradViews, UnrecordedChangesKeepViewsUsable) {
   (v * v).sum().backward();
   expect_close(w.grad(), {1, 3, 0}, {3});
 }
+
+// A view taken while its base had no history, used after the base got some in place: PyTorch
+// regenerates its history (x gets its gradient through the view); Kiln refuses, where it used
+// to treat the view as a constant (x.grad() was [0, 0, 1, 1]).
+TEST(AutogradViews, AViewTakenBeforeItsBaseHadHistoryIsRefusedAfterward) {
+  Tensor buf = zeros({4}, kFloat64);
+  Tensor v = buf.slice(0, 0, 2);
+  Tensor x = leaf({1, 1, 1, 1});
+  buf.copy_(x);
+  Tensor w = leaf({3, 3});
+  expect_error([&] { v.mul_(w); }, "take the view again");
+  expect_error([&] { (void)(v * w); }, "take the view again");
+  buf.slice(0, 0, 2).mul_(w);  // taken again: recorded on the base
+  buf.sum().backward();
+  expect_close(x.grad(), {3, 3, 1, 1}, {4});
+}
+
+// A view used as the root of backward after its base changed in place: its history is the old
+// one (x.grad() was [1, 0, 0], PyTorch gives [2, 0, 0]).
+TEST(AutogradViews, AStaleViewCannotBeTheRootOfBackward) {
+  Tensor x = leaf({1, 1, 1});
+  Tensor y = x.clone();
+  Tensor v = y.select(0, 0);
+  y.mul_(2.0);
+  expect_error([&] { v.backward(); }, "[backward] an input is a view whose base was changed in place");
+  expect_error([&] { autograd::grad({v}, {x}); }, "[autograd::grad] an input is a view whose base");
+  y.select(0, 0).backward();
+  expect_close(x.grad(), {2, 0, 0}, {3});
+}
+
+// A view taken under NoGradGuard changed in place with grad mode on: of a leaf that requires
+// grad, the change was not seen at all (the weight was zeroed unrecorded); of a non-leaf, the
+// gradient of the region's old values was lost. PyTorch refuses both.
+TEST(AutogradViews, AViewTakenWithoutGradModeCannotChangeABaseThatRequiresGrad) {
+  Tensor w = leaf({1, 2, 3});
+  Tensor v;
+  {
+    NoGradGuard ng;
+    v = w.slice(0, 0, 2);
+  }
+  expect_error([&] { v.zero_(); }, "[fill_] a view of a leaf tensor that requires grad");
+  expect_close(w, {1, 2, 3}, {3});
+  Tensor y = w * 1.0;
+  {
+    NoGradGuard ng;
+    v = y.slice(0, 0, 2);
+  }
+  expect_error([&] { v.mul_(leaf({2, 2})); }, "a view taken under NoGradGuard");
+  {
+    NoGradGuard ng;
+    v.mul_(2.0);  // with grad mode off, as any unrecorded change
+  }
+}
+
+// Writing in place through an expanded tensor writes each shared element several times, in an
+// order that depends on the loop: refused as PyTorch does.
+TEST(AutogradInplaceOverlap, AnExpandedTensorCannotBeWrittenInPlace) {
+  Tensor a = zeros({1}, kFloat64);
+  expect_error([&] { a.expand({3}).add_(ones({3}, kFloat64)); },
+               "[add_] more than one element of the tensor changed in place refers to a single memory location");
+  expect_error([&] { a.expand({3}).copy_(arange(3, kFloat64)); }, "[copy_] more than one element");
+  expect_error([&] { a.expand({2, 3}).exp_(); }, "clone() it first");
+  a.expand({1}).add_(1.0);  // size 1 with stride 0 shares nothing
+  Tensor c = a.expand({3}).clone();
+  c.add_(ones({3}, kFloat64));
+  expect_close(c, {2, 2, 2}, {3});
+}
+
+// requires_grad_(true) on a tensor with a grad_fn changes nothing (PyTorch); false is an error.
+TEST(AutogradBasicsNonLeaf, RequiresGradOnANonLeaf) {
+  Tensor y = leaf({1}) * 2.0;
+  EXPECT_NO_THROW(y.requires_grad_(true));
+  EXPECT_FALSE(y.is_leaf());
+  expect_error([&] { y.requires_grad_(false); }, "a non-leaf tensor cannot stop requiring grad; use detach()");
+}

@@ -168,7 +168,7 @@ TEST(ErrorsAutograd, Misuse) {
   Tensor w = tensor({1.0, 2.0}).requires_grad_();
   expect_op_error("backward", [&] { (w * 2.0).backward(); }, {"[2]"});
   expect_op_error("backward", [&] { (w * 2.0).backward(ones({3})); }, {"[3]", "[2]"});
-  expect_op_error("requires_grad_", [&] { (w * 2.0).requires_grad_(); }, {"leaf"});
+  expect_op_error("requires_grad_", [&] { (w * 2.0).requires_grad_(false); }, {"non-leaf", "detach()"});
   expect_op_error("retain_grad", [] { zeros({2}).retain_grad(); }, {"does not require grad"});
   expect_op_error("set_grad", [&] { w.set_grad(zeros({3})); }, {"[3]", "[2]"});
   expect_op_error("add_", [&] { w.add_(1.0); }, {"leaf"});

@@ -173,6 +173,11 @@ TEST(OpTableJoin, Cat) {
   check(mixed, {1, 2, 0.5}, {3}, kFloat32, Device::cpu(), {0, 0}, "cat int64 with float32");
   check(cat({tensor({1.0}, kFloat64), tensor({2.0})}), {1, 2}, {2}, kFloat64, Device::cpu(), {0, 0},
         "cat float64 with float32");
+  // a skipped 1-D empty tensor still takes part in the dtype (it was left out)
+  check(cat({empty({0}, kFloat64), ones({2, 1})}), {1, 1}, {2, 1}, kFloat64, Device::cpu(), {0, 0},
+        "cat empty float64 with float32");
+  check(cat({empty({0}, kInt64), empty({0}, kFloat32)}), {}, {0}, kFloat32, Device::cpu(), {0, 0},
+        "cat of empty tensors only");
 }
 
 TEST(OpTableJoin, Stack) {

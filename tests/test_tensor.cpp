@@ -1,4 +1,5 @@
 // Tensor basics: factories and the dtypes they give, and metadata (shapes, strides, sizes, dtypes).
+#include <cmath>
 #include <algorithm>
 
 #include "tensor_util.h"
@@ -90,6 +91,19 @@ TEST(TensorFactory, FromVectorsWithAndWithoutShape) {
   EXPECT_EQ(empty_vec.numel(), 0);
 
   expect_error([] { tensor(std::vector<float>{1, 2, 3}, {2, 2}); }, "[tensor] shape [2, 2] needs 4 values, got 3");
+}
+
+// A float Scalar's integer value is defined for every float (the cast was undefined behaviour for
+// NaN, infinities and values past int64's range, which masked_fill(m, -INFINITY) passes).
+TEST(TensorFactory, FloatScalarsHaveADefinedIntegerValue) {
+  EXPECT_EQ(Scalar(std::nan("")).to_int(), 0);
+  EXPECT_EQ(Scalar(-INFINITY).to_int(), INT64_MIN);
+  EXPECT_EQ(Scalar(INFINITY).to<int64_t>(), INT64_MAX);
+  EXPECT_EQ(Scalar(9.3e18).to_int(), INT64_MAX);
+  EXPECT_EQ(Scalar(-2.7).to<int32_t>(), -2);
+  EXPECT_EQ(Scalar(-INFINITY).to_double(), -INFINITY);
+  Tensor m = tensor({1.0f, 2.0f}).masked_fill(tensor({true, false}), -INFINITY);
+  EXPECT_EQ(m.to_vector<float>()[0], -INFINITY);
 }
 
 TEST(TensorFactory, ScalarTensor) {

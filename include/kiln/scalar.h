@@ -8,6 +8,17 @@
 
 namespace kiln {
 
+namespace detail {
+// A float as an int64 without undefined behaviour: truncated toward zero, NaN as 0, and values
+// past int64's range clamped to it (a cast would be undefined: masked_fill(m, -INFINITY) makes one).
+inline int64_t float_to_int64(double v) {
+  if (!(v == v)) return 0;
+  if (v >= 9223372036854775807.0) return INT64_MAX;  // 2^63, the first double past the range
+  if (v < -9223372036854775808.0) return INT64_MIN;
+  return static_cast<int64_t>(v);
+}
+}  // namespace detail
+
 class Scalar {
  public:
   enum class Kind : int8_t { Bool, Int, Float };
@@ -18,7 +29,7 @@ class Scalar {
   template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
   Scalar(T v) : kind_(Kind::Int), i_(static_cast<int64_t>(v)), d_(static_cast<double>(v)) {}
   template <class T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
-  Scalar(T v) : kind_(Kind::Float), i_(static_cast<int64_t>(v)), d_(static_cast<double>(v)) {}
+  Scalar(T v) : kind_(Kind::Float), i_(detail::float_to_int64(static_cast<double>(v))), d_(static_cast<double>(v)) {}
   Scalar(Half v) : Scalar(static_cast<float>(v)) {}
   Scalar(BFloat16 v) : Scalar(static_cast<float>(v)) {}
 
@@ -40,7 +51,7 @@ class Scalar {
     else if constexpr (std::is_same_v<T, bool>)
       return kind_ == Kind::Float ? d_ != 0.0 : i_ != 0;
     else
-      return static_cast<T>(kind_ == Kind::Float ? static_cast<int64_t>(d_) : i_);
+      return static_cast<T>(i_);
   }
 
  private:

@@ -200,6 +200,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   for (size_t i = 0; i < outputs.size(); ++i) {
     KILN_CHECK(outputs[i].requires_grad(), "autograd::grad", "output ", i,
                " does not require grad and has no grad_fn");
+    check_view_current(outputs[i], "autograd::grad");
     roots.push_back(gradient_edge(outputs[i]));
     root_grads.push_back(grad_outputs.empty() || !grad_outputs[i].defined()
                              ? default_grad(outputs[i], "autograd::grad") : grad_outputs[i]);
@@ -225,7 +226,10 @@ Tensor& Tensor::requires_grad_(bool enabled) {
   KILN_CHECK(defined(), "requires_grad_", "the tensor is undefined");
   KILN_CHECK(!enabled || is_floating_point(), "requires_grad_",
              "only floating-point tensors can require grad, got ", dtype());
-  KILN_CHECK(is_leaf(), "requires_grad_", "can only be set on leaf tensors; use detach() first");
+  // A non-leaf requires grad already: asking again changes nothing (as PyTorch), turning it off
+  // would cut the graph.
+  if (!is_leaf() && enabled) return *this;
+  KILN_CHECK(is_leaf(), "requires_grad_", "a non-leaf tensor cannot stop requiring grad; use detach() instead");
   impl_->autograd_meta().requires_grad = enabled;
   return *this;
 }
@@ -279,6 +283,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   KILN_CHECK(defined(), "backward", "the tensor is undefined");
   KILN_CHECK(requires_grad(), "backward", "the tensor does not require grad and has no grad_fn "
              "(did you call requires_grad_() on the inputs, or run under NoGradGuard?)");
+  autograd::check_view_current(*this, "backward");
   Tensor g = gradient.defined() ? gradient : autograd::default_grad(*this, "backward");
   KILN_CHECK(g.shape() == shape(), "backward", "gradient of shape ", g.shape(),
              " does not match the tensor's shape ", shape());

@@ -62,15 +62,22 @@ Edge gradient_edge(const Tensor& t) {
 namespace {
 uint64_t history(const Tensor& t) { return t.storage()->history.load(std::memory_order_relaxed); }
 
-// A view whose base autograd has since seen changed in place still has the base's old history
-// as its grad_fn; PyTorch regenerates it, Kiln asks for the view to be taken again.
+}  // namespace
+
+// A view whose base autograd has since seen changed in place is stale when it would carry a
+// gradient: its grad_fn is the base's old history, or (taken before the base had any, or under
+// NoGradGuard) it has none though its base now requires grad. PyTorch regenerates such a view's
+// history from its base; Kiln asks for the view to be taken again.
 void check_view_current(const Tensor& t, const char* name) {
   const TensorImpl& impl = *t.impl();
-  if (impl.is_view && impl.autograd && impl.autograd->grad_fn && impl.view_history != history(t))
+  if (!impl.is_view || impl.view_history == history(t)) return;
+  const bool has_history = impl.autograd && impl.autograd->grad_fn;
+  if (has_history || (impl.view_base && Tensor(impl.view_base).requires_grad()))
     KILN_FAIL(name, "an input is a view whose base was changed in place (with autograd recording) after "
               "the view was taken; take the view again after the in-place op");
 }
 
+namespace {
 void attach(const std::shared_ptr<FunctionNode>& node, const Tensor& output) {
   AutogradMeta& meta = output.impl()->autograd_meta();
   // After an in-place op, a tensor that retains its grad keeps the gradient of its new value
@@ -101,7 +108,7 @@ void record(const char* name, std::initializer_list<const Tensor*> inputs, const
   auto node = std::make_shared<FunctionNode>(name, std::move(backward));
   node->next_edges.reserve(inputs.size());
   for (const Tensor* t : inputs) {
-    if (t->defined() && t->requires_grad()) check_view_current(*t, name);
+    if (t->defined()) check_view_current(*t, name);
     node->next_edges.push_back(gradient_edge(*t));
   }
   attach(node, output);
@@ -111,23 +118,40 @@ void record(const char* name, const std::vector<Tensor>& inputs, const Tensor& o
   auto node = std::make_shared<FunctionNode>(name, std::move(backward));
   node->next_edges.reserve(inputs.size());
   for (const Tensor& t : inputs) {
-    if (t.defined() && t.requires_grad()) check_view_current(t, name);
+    if (t.defined()) check_view_current(t, name);
     node->next_edges.push_back(gradient_edge(t));
   }
   attach(node, output);
 }
 
 void check_inplace(const Tensor& self, const char* op, bool will_record) {
-  if (is_grad_enabled() && self.requires_grad() && self.is_leaf())
+  // Elements that share memory (an expanded tensor) would each be written, in an order that
+  // depends on the loop and the threads; PyTorch refuses too.
+  for (int64_t d = 0; d < self.dim(); ++d)
+    KILN_CHECK(self.size(d) <= 1 || self.stride(d) != 0, op,
+               "more than one element of the tensor changed in place refers to a single memory location "
+               "(an expanded tensor, shape ", self.shape(), ", strides ", self.strides(), "); clone() it first");
+  if (!is_grad_enabled()) return;
+  if (self.requires_grad() && self.is_leaf())
     KILN_FAIL(op, "a leaf tensor that requires grad cannot be changed in place while grad mode is on "
               "(use kiln::NoGradGuard, or an out-of-place op)");
   const TensorImpl& impl = *self.impl();
-  if (!will_record || !impl.is_view) return;
+  if (!impl.is_view) return;
   Tensor base(impl.view_base);
-  KILN_CHECK(!(base.requires_grad() && base.is_leaf()), op,
+  if (!base.requires_grad()) {
+    if (will_record) check_view_current(self, op);
+    return;
+  }
+  // From here the base requires grad, so the change must be recorded on it, whatever the op's
+  // other operands (a no-grad view's zero_() of a weight would otherwise change it unseen).
+  KILN_CHECK(!base.is_leaf(), op,
              "a view of a leaf tensor that requires grad cannot be changed in place while grad mode is on "
              "(use kiln::NoGradGuard, or an out-of-place op)");
   check_view_current(self, op);
+  KILN_CHECK(impl.autograd && impl.autograd->grad_fn, op,
+             "the tensor changed in place is a view taken under NoGradGuard (or before its base required "
+             "grad), but its base requires grad: the change would be hidden from autograd; take the view "
+             "again with grad mode on");
 }
 
 void record_inplace(const char* name, const Tensor& self, std::initializer_list<const Tensor*> inputs,
@@ -158,7 +182,7 @@ void record_inplace(const char* name, const Tensor& self, std::initializer_list<
       });
   copy_slices->next_edges.push_back(gradient_edge(base));
   for (const Tensor* t : inputs) {
-    if (t->defined() && t->requires_grad()) check_view_current(*t, name);
+    if (t->defined()) check_view_current(*t, name);
     copy_slices->next_edges.push_back(gradient_edge(*t));
   }
   self.storage()->history.fetch_add(1, std::memory_order_relaxed);

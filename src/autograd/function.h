@@ -39,9 +39,14 @@ void record(const char* name, std::initializer_list<const Tensor*> inputs, const
             BackwardFn backward);
 void record(const char* name, const std::vector<Tensor>& inputs, const Tensor& output, BackwardFn backward);
 
-// For in-place ops: the tensor being changed must not be a leaf that requires grad, nor (while
-// recording) a view of one, nor a view whose base autograd has since seen changed.
+// For in-place ops: the tensor being changed must not have elements that share memory, nor (in
+// grad mode) be a leaf that requires grad or a view of one, nor a view whose base autograd has
+// since seen changed, nor a view without history of a base that requires grad.
 void check_inplace(const Tensor& self, const char* op, bool will_record);
+
+// A view whose base was changed in place (recorded) after the view was taken, and which would
+// carry a gradient, is an error naming `op`: its history is the base's old one.
+void check_view_current(const Tensor& t, const char* op);
 
 // Records an in-place op on `self`. `inputs` are self's value before the op (its old history)
 // and the other operands; `backward` maps the gradient of self's new value to theirs. When self

@@ -6,16 +6,18 @@ namespace kiln {
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   KILN_CHECK(!tensors.empty(), "cat", "expects at least one tensor");
   // Like PyTorch, 1-D empty tensors are skipped (legacy behaviour many callers rely on).
+  // The skipped tensors still take part in the result's dtype, as in PyTorch.
   std::vector<Tensor> parts;
+  ScalarType dtype = tensors[0].defined() ? tensors[0].dtype() : kFloat32;
   for (const Tensor& t : tensors) {
     ops::check_defined(t, "cat");
+    dtype = promote_types(dtype, t.dtype());
     if (!(t.dim() == 1 && t.numel() == 0)) parts.push_back(t);
   }
-  if (parts.empty()) return tensors[0].clone();
+  if (parts.empty()) return ops::cast(tensors[0], dtype).clone();
   const Tensor& first = parts[0];
   KILN_CHECK(first.dim() > 0, "cat", "zero-dimensional tensors cannot be concatenated");
   const int64_t d = wrap_dim(dim, first.dim(), "cat");
-  ScalarType dtype = first.dtype();
   Shape shape = first.shape();
   shape[d] = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -26,7 +28,6 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     for (int64_t k = 0; k < t.dim(); ++k)
       KILN_CHECK(k == d || t.shape()[k] == first.shape()[k], "cat", "tensor ", i, " has shape ", t.shape(),
                  ", which differs from tensor 0's ", first.shape(), " outside dim ", d);
-    dtype = promote_types(dtype, t.dtype());
     shape[d] += t.shape()[d];
   }
   Tensor out = make_empty(shape, dtype, first.device());
