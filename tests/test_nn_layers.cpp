@@ -201,6 +201,26 @@ TEST(NnLayers, BatchNormTrainingUpdatesRunningStatisticsAndEvalUsesThem) {
             values(z));
 }
 
+// PyTorch reads track_running_stats when called: turned off after construction, training
+// normalises with the batch's statistics and leaves the buffers alone; eval still uses them.
+TEST(NnLayers, BatchNormTrackRunningStatsTurnedOffLaterUpdatesNothing) {
+  manual_seed(8);
+  nn::BatchNorm2d bn(3);
+  bn->options.track_running_stats = false;
+  Tensor x = randn({4, 3, 5, 5}) * 2.0 + 1.0;
+  Tensor y = bn(x);
+  for (double v : values(y.mean({0, 2, 3}))) EXPECT_NEAR(v, 0.0, 1e-5);
+  EXPECT_EQ(values(bn->running_mean), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(values(bn->running_var), (std::vector<double>{1, 1, 1}));
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 0);
+  nn::Sequential fused(bn, nn::ReLU());  // the batch_norm_relu path too
+  fused(x);
+  EXPECT_EQ(values(bn->running_mean), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 0);
+  bn->eval();  // the buffers exist, so eval normalises with them: x / sqrt(1 + eps)
+  expect_close(bn(x), values(x / std::sqrt(1.0 + 1e-5)), {4, 3, 5, 5}, 1e-5, 1e-6);
+}
+
 TEST(NnLayers, BatchNormWithoutMomentumAveragesAllBatches) {
   nn::BatchNorm2d bn(2, {.momentum = std::nullopt});
   Tensor a = full({2, 2, 2, 2}, 1.0), b = full({2, 2, 2, 2}, 3.0);

@@ -98,6 +98,43 @@ TEST(NnModule, ChildrenAndModules) {
   EXPECT_EQ(net->children().size(), 3u);
 }
 
+// PyTorch's remove_duplicate: seq = Sequential(lin, lin) lists lin's parameters once, under
+// "0."; state_dict() keeps every name.
+TEST(NnModule, SharedModulesAndParametersAreListedOnce) {
+  nn::Linear lin(3, 3);
+  nn::Sequential seq(lin, lin);
+  EXPECT_EQ(names_of(seq->named_parameters()), (std::vector<std::string>{"0.weight", "0.bias"}));
+  EXPECT_EQ(seq->parameters().size(), 2u);
+  std::vector<std::string> mods;
+  for (auto& [n, m] : seq->named_modules()) mods.push_back(n);
+  EXPECT_EQ(mods, (std::vector<std::string>{"", "0"}));
+  EXPECT_EQ(seq->modules(false).size(), 1u);
+  EXPECT_EQ(seq->state_dict().size(), 4u);
+  EXPECT_NO_THROW({ optim::SGD opt(seq->parameters(), optim::SGDOptions{.lr = 0.1}); });
+
+  // A parameter registered again under another name: the first name wins.
+  nn::Module m;
+  m.register_parameter("tied", lin->weight);
+  m.register_module("lin", lin);
+  EXPECT_EQ(names_of(m.named_parameters()), (std::vector<std::string>{"tied", "lin.bias"}));
+  EXPECT_EQ(m.state_dict().size(), 3u);
+
+  nn::BatchNorm2d bn(2);
+  nn::Module holder;
+  holder.register_module("a", bn);
+  holder.register_module("b", bn);
+  EXPECT_EQ(names_of(holder.named_buffers()),
+            (std::vector<std::string>{"a.running_mean", "a.running_var", "a.num_batches_tracked"}));
+  EXPECT_EQ(holder.buffers().size(), 3u);
+
+  // Gradient clipping counts a shared gradient once: the norm of [3, 4] is 5, not 5 * sqrt(2).
+  nn::Linear tiny(2, 1, false);
+  nn::Sequential twice(tiny, tiny);
+  tiny->weight.set_grad(tensor({{3.0, 4.0}}));
+  EXPECT_NEAR(nn::utils::clip_grad_norm_(twice->parameters(), 1.0), 5.0, 1e-6);
+  expect_close(tiny->weight.grad(), {0.6, 0.8}, Shape{1, 2}, 1e-5, 1e-6, "clipped once");
+}
+
 TEST(NnModule, ApplyVisitsEveryModule) {
   Net net;
   int linears = 0;

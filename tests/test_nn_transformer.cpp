@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "fixture_weights.h"
@@ -11,6 +12,7 @@
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "fixture_util.h"
+#include "stand_in_device.h"
 #include "test_util.h"
 
 namespace kiln::test {
@@ -323,6 +325,33 @@ TEST(NnTransformerEncoder, CopiesStartEqualAndTrainingReducesLoss) {
     (step == 0 ? first : last) = loss.item<double>();
   }
   EXPECT_LT(last, 0.5 * first) << "first " << first << ", last " << last;
+}
+
+// PyTorch deep-copies the layer: a float64 prototype with a frozen parameter gives float64
+// copies with that parameter frozen and the rest trainable; a GPU prototype, copies on the GPU.
+TEST(NnTransformerEncoder, CopiesKeepDtypeDeviceAndRequiresGrad) {
+  manual_seed(3);
+  nn::TransformerEncoderLayer proto(8, 2, {.dim_feedforward = 16, .dropout = 0.0, .batch_first = true});
+  proto->to(kFloat64);
+  proto->norm1->weight.requires_grad_(false);
+  nn::TransformerEncoder enc(proto, 2);
+  ASSERT_EQ(enc->parameters().size(), 2 * proto->parameters().size());
+  for (auto& [n, t] : enc->named_parameters()) {
+    EXPECT_EQ(t.dtype(), kFloat64) << n;
+    EXPECT_EQ(t.requires_grad(), !n.ends_with("norm1.weight")) << n;
+  }
+  EXPECT_EQ(values(param(*enc, "layers.1.linear1.weight")), values(proto->linear1->weight));
+  EXPECT_EQ(enc(randn({2, 3, 8}, kFloat64)).dtype(), kFloat64);
+
+  std::optional<test::StandInCuda> stand_in;
+  if (!cuda::is_available()) stand_in.emplace();
+  {
+    nn::TransformerEncoderLayer on_gpu(8, 2, {.dim_feedforward = 16});
+    on_gpu->to(Device::cuda(0));
+    nn::TransformerEncoder genc(on_gpu, 2);
+    for (auto& [n, t] : genc->named_parameters()) EXPECT_EQ(t.device(), Device::cuda(0)) << n;
+    EXPECT_EQ(values(param(*genc, "layers.1.linear1.weight")), values(on_gpu->linear1->weight));
+  }
 }
 
 TEST(NnFunctional, ScaledDotProductAttentionIsSoftmaxOfMaskedScores) {

@@ -3,8 +3,10 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "stand_in_device.h"
+#include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "optim_fixture.h"
 #include "test_util.h"
@@ -339,6 +341,57 @@ TEST(OptimAdam, StepErrors) {
   EXPECT_TRUE(sgd.state(q).empty());  // no buffer was made
 }
 
+// A gradient the fused step refuses (here a float32 gradient left on a parameter made float64
+// behind its handle) is found before anything changes, in every param group: no step counted,
+// no moment or momentum buffer made, no parameter moved. After fixing it, one step equals a
+// fresh optimizer's first step.
+TEST(OptimAdam, AFailedStepChangesNothing) {
+  auto check = [](auto make, const std::string& error) {
+    Tensor a = tensor({1.0, 2.0, 3.0}, kFloat64).requires_grad_(), b = tensor({-1.0f, 0.5f}).requires_grad_();
+    const Tensor a0 = a.detach().clone(), b0 = b.detach().to(kFloat64);
+    const Tensor ga = tensor({0.5, -1.0, 2.0}, kFloat64), gb = tensor({1.0, 2.0}, kFloat64);
+    auto opt = make(a, b);  // a in param group 0, b in group 1
+    a.set_grad(ga);
+    b.set_grad(gb.to(kFloat32));
+    nn::detail::set_data(b, b.detach().to(kFloat64));  // b is float64 now; its gradient is not
+    expect_error([&] { opt->step(); }, error);
+    EXPECT_TRUE(opt->state(a).empty()) << error;
+    EXPECT_TRUE(opt->state(b).empty()) << error;
+    EXPECT_EQ(values(a), values(a0)) << error;
+    EXPECT_EQ(values(b), values(b0)) << error;
+    b.set_grad(gb);
+    opt->step();
+    Tensor fa = a0.clone().requires_grad_(), fb = b0.clone().requires_grad_();
+    auto fresh = make(fa, fb);
+    fa.set_grad(ga);
+    fb.set_grad(gb);
+    fresh->step();
+    EXPECT_EQ(values(a), values(fa)) << error;
+    EXPECT_EQ(values(b), values(fb)) << error;
+    for (const auto& [name, t] : fresh->state(fb)) EXPECT_EQ(values(opt->state(b).at(name)), values(t)) << name;
+  };
+  auto groups = [](const Tensor& a, const Tensor& b) {
+    return std::vector<OptimizerParamGroup>{OptimizerParamGroup({a}), OptimizerParamGroup({b})};
+  };
+  check([&](const Tensor& a, const Tensor& b) { return std::make_unique<Adam>(groups(a, b), AdamOptions{.lr = 0.1}); },
+        "[Adam::step] the gradient of parameter 0 of param group 1 has dtype float32 but the parameter has dtype float64");
+  check([&](const Tensor& a, const Tensor& b) {
+          return std::make_unique<optim::SGD>(groups(a, b), optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .dampening = 0.5});
+        },
+        "[SGD::step] the gradient of parameter 0 of param group 1 has dtype float32 but the parameter has dtype float64");
+
+  // A gradient on another device than its parameter, likewise (set_grad does not check devices).
+  std::optional<test::StandInCuda> stand_in;
+  if (!cuda::is_available()) stand_in.emplace();
+  {
+    Tensor p = tensor({1.0f, 2.0f}).to(Device::cuda(0)).requires_grad_();
+    optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9});
+    p.set_grad(tensor({1.0f, 1.0f}));
+    expect_error([&] { opt.step(); }, "[SGD::step] the gradient of parameter 0 of param group 0 is on cpu but the parameter is on cuda:0");
+    EXPECT_TRUE(opt.state(p).empty());
+  }
+}
+
 TEST(OptimAdam, LoadStateDictErrors) {
   Tensor a = zeros({2}).requires_grad_(), b = zeros({3}).requires_grad_();
   Adam opt({OptimizerParamGroup({a}), OptimizerParamGroup({b}, {{"amsgrad", true}})}, {.lr = 0.1});
@@ -381,6 +434,30 @@ TEST(OptimAdam, LoadStateDictErrors) {
   opt.load_state_dict(good);
   EXPECT_FALSE(opt.state(a).at("exp_avg").storage() == good.at("state.0.exp_avg").storage());
   EXPECT_TRUE(opt.state(a).at("step").device().is_cpu());
+}
+
+// As PyTorch, loading casts each state tensor to its parameter's dtype (and device), but not
+// 'step': state saved from a float32 model loads into the same model converted to float64.
+TEST(OptimAdam, LoadStateDictCastsStateToTheParametersDtype) {
+  nn::Linear lin(3, 2);
+  Adam opt(lin->parameters(), {.lr = 0.1});
+  lin(ones({4, 3})).sum().backward();
+  opt.step();
+  const auto sd = opt.state_dict();
+  lin->to(kFloat64);
+  opt.load_state_dict(sd);
+  const auto& st = opt.state(lin->weight);
+  EXPECT_EQ(st.at("exp_avg").dtype(), kFloat64);
+  EXPECT_EQ(st.at("exp_avg_sq").dtype(), kFloat64);
+  EXPECT_EQ(values(st.at("exp_avg")), values(sd.at("state.0.exp_avg")));
+  EXPECT_EQ(st.at("step").dtype(), kFloat32);
+  EXPECT_TRUE(st.at("step").device().is_cpu());
+  opt.zero_grad();
+  lin(ones({4, 3}, kFloat64)).sum().backward();
+  opt.step();  // the second step, in float64
+  EXPECT_EQ(opt.state(lin->weight).at("step").item<float>(), 2.0f);
+  EXPECT_EQ(opt.state(lin->weight).at("exp_avg").dtype(), kFloat64);
+  EXPECT_EQ(lin->weight.dtype(), kFloat64);
 }
 
 // A device without an AdamStep kernel: the whole group is one fallback call per step, on

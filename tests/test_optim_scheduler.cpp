@@ -1,6 +1,9 @@
 // LR schedulers against PyTorch's lr sequences (tests/fixtures/optim/schedulers.txt), their
 // state_dict round trip, and their errors.
+#include <cmath>
+#include <limits>
 #include <map>
+#include <numbers>
 
 #include "kiln/optim.h"
 #include "optim_fixture.h"
@@ -184,6 +187,39 @@ TEST(OptimScheduler, OneCycleSetsGroupEntries) {
   expect_error([&] { sched.step(); }, "[OneCycleLR] tried to step 11 times; the specified number of total steps is 10");
 }
 
+// With an optimizer that has betas (Adam, AdamW), cycle_momentum moves beta1, as PyTorch's
+// use_beta1 moves betas[0]: from max_momentum (0.95) to base_momentum (0.85) while the lr rises
+// to max_lr, then back while it falls.
+TEST(OptimScheduler, OneCycleCyclesAdamsBeta1) {
+  Tensor p = zeros({1}).requires_grad_();
+  Adam opt({p}, {.lr = 0.1});
+  OneCycleLR sched(opt, {.max_lr = 1.0, .total_steps = 10});
+  const auto& g = opt.param_groups()[0];
+  EXPECT_FALSE(g.has("momentum"));
+  EXPECT_EQ(g.get("max_momentum"), 0.95);
+  EXPECT_EQ(g.get("base_momentum"), 0.85);
+  // PyTorch's cosine annealing; phase 1 ends at step 0.3 * 10 - 1 = 2, phase 2 at step 9.
+  auto anneal = [](double start, double end, double pct) {
+    return end + (start - end) / 2.0 * (std::cos(std::numbers::pi * pct) + 1);
+  };
+  for (int64_t step = 0; step < 10; ++step) {
+    const bool up = step <= 2;
+    const double pct = up ? static_cast<double>(step) / 2.0 : static_cast<double>(step - 2) / 7.0;
+    const double want_beta1 = up ? anneal(0.95, 0.85, pct) : anneal(0.85, 0.95, pct);
+    const double want_lr = up ? anneal(0.04, 1.0, pct) : anneal(1.0, 0.04 / 1e4, pct);
+    EXPECT_NEAR(std::get<0>(opt.options(0).betas), want_beta1, 1e-12) << "step " << step;
+    EXPECT_EQ(std::get<1>(opt.options(0).betas), 0.999) << "step " << step;
+    EXPECT_NEAR(g.lr(), want_lr, 1e-12) << "step " << step;
+    if (step < 9) sched.step();
+  }
+  EXPECT_NEAR(std::get<0>(opt.options(0).betas), 0.95, 1e-12);
+
+  Tensor q = zeros({1}).requires_grad_();
+  AdamW adamw({q});
+  OneCycleLR on_adamw(adamw, {.max_lr = 0.01, .total_steps = 5, .base_momentum = 0.8, .max_momentum = 0.9});
+  EXPECT_NEAR(std::get<0>(adamw.options(0).betas), 0.9, 1e-12);
+}
+
 TEST(OptimScheduler, Errors) {
   Tensor p = zeros({1}).requires_grad_(), q = zeros({1}).requires_grad_();
   SGD opt({p}, {.lr = 0.1});
@@ -201,6 +237,13 @@ TEST(OptimScheduler, Errors) {
                "anneal_strategy must be \"cos\" or \"linear\", got \"exp\"");
   expect_error([&] { OneCycleLR(opt, {.max_lr = 0.1, .total_steps = 10, .max_lr_per_group = {0.1, 0.2}}); },
                "[OneCycleLR] expected 1 values for max_lr_per_group, got 2");
+  // max_lr has no default in PyTorch: a forgotten (0), negative or non-finite one is an error.
+  expect_error([&] { OneCycleLR(opt, {.total_steps = 10}); }, "[OneCycleLR] expected a positive, finite max_lr, got 0");
+  expect_error([&] { OneCycleLR(opt, {.max_lr = -0.1, .total_steps = 10}); }, "expected a positive, finite max_lr, got -0.1");
+  expect_error([&] { OneCycleLR(opt, {.max_lr = std::numeric_limits<double>::quiet_NaN(), .total_steps = 10}); },
+               "[OneCycleLR] expected a positive, finite max_lr, got ");
+  expect_error([&] { OneCycleLR(opt, {.total_steps = 10, .max_lr_per_group = {0.0}}); },
+               "[OneCycleLR] expected a positive, finite max_lr for param group 0, got 0");
   EXPECT_FALSE(opt.param_groups()[0].has("max_lr"));  // a failed construction left the groups alone
 
   auto a = std::make_shared<LinearLR>(opt);

@@ -185,6 +185,17 @@ TEST(OptimSGD, AddParamGroupFillsDefaults) {
   EXPECT_TRUE(opt.parameters()[1].is_same(b));
 }
 
+// PyTorch's default lr (1e-3): options without one are not silently lr = 0 (nor, declared
+// as `SGDOptions o;`, uninitialised).
+TEST(OptimSGD, LrDefaultsToPyTorchs) {
+  SGDOptions o;
+  EXPECT_EQ(o.lr, 1e-3);
+  Tensor p = zeros({2}).requires_grad_();
+  SGD opt({p}, {.momentum = 0.9});
+  EXPECT_EQ(opt.options(0).lr, 1e-3);
+  EXPECT_EQ(opt.options(0).momentum, 0.9);
+}
+
 TEST(OptimSGD, OptionErrors) {
   Tensor p = zeros({2}).requires_grad_();
   expect_error([&] { SGD({p}, {.lr = -0.1}); }, "[SGD] invalid learning rate: -0.1");
@@ -229,8 +240,8 @@ TEST(OptimSGD, LoadStateDictErrors) {
   expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd["state.1.momentum_buffer"] = zeros({2}); })); },
                std::string(L) + "'state.1.momentum_buffer' has shape [2] but parameter 1 has shape [3]");
   expect_error(
-      [&] { opt.load_state_dict(with([](auto& sd) { sd["state.0.momentum_buffer"] = zeros({2}, kFloat64); })); },
-      std::string(L) + "'state.0.momentum_buffer' has dtype float64 but parameter 0 has dtype float32");
+      [&] { opt.load_state_dict(with([](auto& sd) { sd["state.0.momentum_buffer"] = zeros({2}, kInt64); })); },
+      std::string(L) + "'state.0.momentum_buffer' has dtype int64; optimizer state must be floating point");
   expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd["state.2.momentum_buffer"] = zeros({2}); })); },
                std::string(L) + "'state.2.momentum_buffer' is for parameter 2 but the optimizer has 2 parameters");
   expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd["state.0.exp_avg"] = zeros({2}); })); },

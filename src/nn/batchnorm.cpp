@@ -45,7 +45,9 @@ Tensor BatchNorm2dImpl::run(const Tensor& x, bool relu) {
   KILN_CHECK(x.defined() && x.dim() == 4, "BatchNorm2d", "expected 4D input, got ", x.defined() ? x.dim() : 0,
              "D input");
   double momentum = options.momentum.value_or(0.0);
-  if (is_training() && options.track_running_stats) {
+  // options.track_running_stats is read here, at call time, as PyTorch reads the attribute:
+  // turned off after construction, training updates no buffers.
+  if (is_training() && options.track_running_stats && num_batches_tracked.defined()) {
     {
       NoGradGuard no_grad;
       num_batches_tracked.add_(1);
@@ -53,9 +55,13 @@ Tensor BatchNorm2dImpl::run(const Tensor& x, bool relu) {
     // momentum = None: the running statistics are the average over all batches seen.
     if (!options.momentum) momentum = 1.0 / num_batches_tracked.item<double>();
   }
+  // Training passes the buffers only while tracking; eval passes them whenever they exist.
   // Without running statistics (undefined buffers) even eval mode uses batch statistics.
-  bool use_batch_stats = is_training() || !running_mean.defined();
-  return (relu ? kiln::batch_norm_relu : kiln::batch_norm)(x, running_mean, running_var, weight, bias, use_batch_stats,
+  const bool pass_stats = !is_training() || options.track_running_stats;
+  const Tensor stats_mean = pass_stats ? running_mean : Tensor();
+  const Tensor stats_var = pass_stats ? running_var : Tensor();
+  const bool use_batch_stats = is_training() || !running_mean.defined();
+  return (relu ? kiln::batch_norm_relu : kiln::batch_norm)(x, stats_mean, stats_var, weight, bias, use_batch_stats,
                                                            momentum, options.eps);
 }
 

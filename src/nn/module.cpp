@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <typeinfo>
+#include <unordered_set>
 
 #include "kiln/autograd.h"
 
@@ -33,6 +34,30 @@ void check_name(const std::string& name, const char* where, const NamedTensors& 
     return false;
   };
   KILN_CHECK(!taken(params) && !taken(bufs) && !taken(children), where, "\"", name, "\" is already registered");
+}
+
+// PyTorch's remove_duplicate: a tensor registered under several names (a shared module, or
+// register_parameter("w", other->weight)) is listed once, under the first name, so that an
+// optimizer, zero_grad or gradient clipping sees it once. Identity is the TensorImpl, as in the
+// optimizer's "appears more than once" check.
+NamedTensors without_duplicates(NamedTensors all) {
+  std::unordered_set<const TensorImpl*> seen;
+  NamedTensors out;
+  for (auto& [n, t] : all)
+    if (seen.insert(t.impl()).second) out.emplace_back(std::move(n), std::move(t));
+  return out;
+}
+
+// named_modules' walk, depth first; `memo` holds the modules already listed, so a module
+// registered under two names (or reachable along two paths) keeps its first name.
+void add_descendants(Module& m, const std::string& prefix, std::unordered_set<const Module*>& memo,
+                     NamedModules& out) {
+  for (const auto& [n, c] : m.named_children()) {
+    if (!memo.insert(c.get()).second) continue;
+    const std::string name = prefix.empty() ? n : prefix + "." + n;
+    out.emplace_back(name, c);
+    add_descendants(*c, name, memo, out);
+  }
 }
 
 std::string join(const std::vector<std::string>& items) {
@@ -101,7 +126,8 @@ Tensor* Module::find_buffer(const std::string& name) {
 }
 
 // Own parameters, own buffers, then each child's: PyTorch's state_dict order, and (with only
-// one kind) its named_parameters / named_buffers order.
+// one kind) its named_parameters / named_buffers order. Every name is listed, a shared tensor
+// under each of its names (as state_dict does); the listings drop the repeats.
 void Module::collect(NamedTensors& out, const std::string& prefix, bool params, bool bufs, bool recurse) const {
   if (params)
     for (const auto& [n, t] : parameters_)
@@ -116,7 +142,7 @@ void Module::collect(NamedTensors& out, const std::string& prefix, bool params, 
 NamedTensors Module::named_parameters(bool recurse) const {
   NamedTensors out;
   collect(out, "", true, false, recurse);
-  return out;
+  return without_duplicates(std::move(out));
 }
 
 std::vector<Tensor> Module::parameters(bool recurse) const {
@@ -128,7 +154,7 @@ std::vector<Tensor> Module::parameters(bool recurse) const {
 NamedTensors Module::named_buffers(bool recurse) const {
   NamedTensors out;
   collect(out, "", false, true, recurse);
-  return out;
+  return without_duplicates(std::move(out));
 }
 
 std::vector<Tensor> Module::buffers(bool recurse) const {
@@ -153,10 +179,8 @@ NamedModules Module::named_modules(const std::string& prefix, bool include_self)
                "include_self needs the module to be owned by a shared_ptr or holder");
     out.emplace_back(prefix, self);
   }
-  for (const auto& [n, c] : children_) {
-    auto sub = c->named_modules(prefix.empty() ? n : prefix + "." + n, true);
-    out.insert(out.end(), sub.begin(), sub.end());
-  }
+  std::unordered_set<const Module*> memo{this};
+  add_descendants(*this, prefix, memo, out);
   return out;
 }
 

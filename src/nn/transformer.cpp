@@ -1,6 +1,11 @@
 // TransformerEncoderLayer and TransformerEncoder: PyTorch's structure, post-norm or pre-norm.
 #include "kiln/nn/transformer.h"
 
+#include <map>
+#include <string>
+
+#include "kiln/autograd.h"
+
 namespace kiln::nn {
 namespace {
 Activation activation_of(const std::string& name) {
@@ -9,6 +14,33 @@ Activation activation_of(const std::string& name) {
   if (name == "gelu_tanh") return Activation::GELUTanh;
   KILN_FAIL("TransformerEncoderLayer", "activation must be \"relu\", \"gelu\" or \"gelu_tanh\", got \"", name, "\"");
 }
+
+// Makes `copy`, a fresh module of the prototype's structure, hold the prototype's values: each
+// tensor first takes the prototype's dtype and device (a fresh layer is float32 on the CPU), then
+// load_state_dict checks the names and shapes and copies the values; frozen parameters stay frozen.
+void deep_copy_tensors(Module& copy, const std::map<std::string, Tensor>& weights,
+                       const NamedTensors& proto_params) {
+  {
+    NoGradGuard no_grad;
+    auto take_kind = [&](const NamedTensors& own) {
+      for (auto [name, t] : own) {
+        auto it = weights.find(name);
+        if (it == weights.end()) continue;  // load_state_dict names it
+        const Tensor& w = it->second;
+        if (t.dtype() != w.dtype() || t.device() != w.device())
+          detail::set_data(t, t.detach().to(w.device(), w.dtype()));
+      }
+    };
+    take_kind(copy.named_parameters());
+    take_kind(copy.named_buffers());
+  }
+  copy.load_state_dict(weights);
+  std::map<std::string, bool> requires_grad;
+  for (const auto& [name, p] : proto_params) requires_grad[name] = p.requires_grad();
+  for (auto [name, t] : copy.named_parameters())
+    if (auto it = requires_grad.find(name); it != requires_grad.end()) t.requires_grad_(it->second);
+}
+
 }  // namespace
 
 TransformerEncoderLayerImpl::TransformerEncoderLayerImpl(int64_t d_model, int64_t nhead,
@@ -52,13 +84,14 @@ TransformerEncoderImpl::TransformerEncoderImpl(const TransformerEncoderLayer& en
     : num_layers(num_layers) {
   KILN_CHECK(!encoder_layer.is_empty(), "TransformerEncoder", "encoder_layer is empty");
   KILN_CHECK(num_layers > 0, "TransformerEncoder", "num_layers must be positive, got ", num_layers);
-  // PyTorch deep-copies the layer: every copy starts with the given layer's weights and mode.
+  // PyTorch deep-copies the layer: every copy starts with the given layer's weights, each
+  // tensor's dtype and device, each parameter's requires_grad, and the mode.
   layers = register_module("layers", ModuleList());
   const auto& proto = *encoder_layer;
-  auto weights = proto.state_dict();
+  const auto weights = proto.state_dict();
   for (int64_t i = 0; i < num_layers; ++i) {
     TransformerEncoderLayer layer(proto.d_model, proto.nhead, proto.options);
-    layer->load_state_dict(weights);
+    deep_copy_tensors(*layer, weights, proto.named_parameters());
     layer->train(proto.is_training());
     layers->push_back(layer);
   }

@@ -64,14 +64,15 @@ Tensor AdamBase::step(LossClosure closure) {
   Tensor loss = run_closure(closure);
   NoGradGuard no_grad;
   const std::string where = name() + "::step";
-  for (auto& group : param_groups()) {
-    const AdamOptions o = from_map<AdamOptions>(group.options());
+  // Every group is checked before any step count or moment changes: a step that throws changes
+  // nothing (a counted step without an update would skew every later bias correction).
+  const auto buckets = detail::checked_buckets(param_groups(), where.c_str());
+  for (size_t g = 0; g < buckets.size(); ++g) {
+    const AdamOptions o = from_map<AdamOptions>(param_groups()[g].options());
     const auto [beta1, beta2] = o.betas;
-    for (const auto& bucket : detail::bucket_params(group.params())) {
+    for (const auto& bucket : buckets[g]) {
       const size_t n = bucket.index.size();
-      std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
-      for (size_t i : bucket.index) params.push_back(group.params()[i]);
-      detail::check_step_params(params, where.c_str());  // before any state changes
+      std::vector<Tensor> params = bucket.tensors, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
       std::vector<double> step_size(n), bc2_sqrt(n);
       for (size_t k = 0; k < n; ++k) {
         const Tensor& p = params[k];

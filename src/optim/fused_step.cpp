@@ -49,6 +49,32 @@ void check_step_params(std::span<const Tensor> params, const char* where) {
   }
 }
 
+namespace {
+void check_step_inputs(const StepBucket& bucket, size_t group, const char* where) {
+  check_step_params(bucket.tensors, where);
+  for (size_t k = 0; k < bucket.tensors.size(); ++k) {
+    const Tensor& p = bucket.tensors[k];
+    const Tensor g = p.grad();
+    const size_t i = bucket.index[k];
+    KILN_CHECK(g.shape() == p.shape(), where, "the gradient of parameter ", i, " of param group ", group,
+               " has shape ", g.shape(), " but the parameter has shape ", p.shape());
+    KILN_CHECK(g.dtype() == p.dtype(), where, "the gradient of parameter ", i, " of param group ", group,
+               " has dtype ", g.dtype(), " but the parameter has dtype ", p.dtype());
+    KILN_CHECK(g.device() == p.device(), where, "the gradient of parameter ", i, " of param group ", group,
+               " is on ", g.device().str(), " but the parameter is on ", p.device().str());
+  }
+}
+}  // namespace
+
+std::vector<std::vector<StepBucket>> checked_buckets(const std::vector<OptimizerParamGroup>& groups, const char* where) {
+  std::vector<std::vector<StepBucket>> out;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    out.push_back(bucket_params(groups[g].params()));
+    for (const StepBucket& bucket : out.back()) check_step_inputs(bucket, g, where);
+  }
+  return out;
+}
+
 bool same_layout(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape()) return false;
   for (int64_t d = 0; d < a.dim(); ++d)  // a size-1 dim's stride does not move any element

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/dispatch.h"
+#include "kiln/optim/optimizer.h"
 #include "kiln/tensor.h"
 
 namespace kiln::optim::detail {
@@ -54,5 +55,10 @@ struct StepBucket {
 std::vector<StepBucket> bucket_by_device_and_dtype(std::span<const Tensor> ts);
 // The parameters of a group that have gradients, bucketed so.
 std::vector<StepBucket> bucket_params(const std::vector<Tensor>& params);
+
+// Every param group's bucket_params, with everything the fused step would refuse checked in all
+// of them (the parameters as check_step_params, and each gradient's shape, dtype and device)
+// before the optimizer creates state or updates anything: a step that throws changes nothing.
+std::vector<std::vector<StepBucket>> checked_buckets(const std::vector<OptimizerParamGroup>& groups, const char* where);
 
 }  // namespace kiln::optim::detail

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <string>
 
 #include "kiln/optim/lr_scheduler.h"
 
@@ -29,6 +30,15 @@ int64_t one_cycle_total_steps(const OneCycleLROptions& o) {
   return *o.epochs * *o.steps_per_epoch;
 }
 
+// The option cycle_momentum moves: "beta1" where the optimizer has betas (Adam, AdamW), as
+// PyTorch's use_beta1 moves betas[0]; else "momentum" (SGD).
+std::string cycled_momentum(const Optimizer& opt) {
+  if (opt.defaults().count("beta1")) return "beta1";
+  KILN_CHECK(opt.defaults().count("momentum"), "OneCycleLR", opt.name(),
+             " has neither a momentum nor a beta1 option; cycle_momentum needs one (set cycle_momentum = false)");
+  return "momentum";
+}
+
 // Checks the options and writes initial_lr, max_lr, min_lr (and the momenta) into the groups,
 // before the base constructor reads initial_lr, as PyTorch's constructor does.
 Optimizer& prepare_one_cycle(Optimizer& opt, const OneCycleLROptions& o) {
@@ -38,10 +48,17 @@ Optimizer& prepare_one_cycle(Optimizer& opt, const OneCycleLROptions& o) {
   KILN_CHECK(o.anneal_strategy == "cos" || o.anneal_strategy == "linear", "OneCycleLR",
              "anneal_strategy must be \"cos\" or \"linear\", got \"", o.anneal_strategy, "\"");
   const auto max_lrs = per_group(opt, "max_lr", o.max_lr, o.max_lr_per_group);
+  // PyTorch requires max_lr; here it has a default (0), which would train nothing.
+  if (o.max_lr_per_group.empty())
+    KILN_CHECK(std::isfinite(o.max_lr) && o.max_lr > 0, "OneCycleLR", "expected a positive, finite max_lr, got ",
+               o.max_lr);
+  for (size_t i = 0; i < max_lrs.size(); ++i)
+    KILN_CHECK(std::isfinite(max_lrs[i]) && max_lrs[i] > 0, "OneCycleLR",
+               "expected a positive, finite max_lr for param group ", i, ", got ", max_lrs[i]);
+  std::string momentum;
   std::vector<double> max_m, base_m;
   if (o.cycle_momentum) {
-    KILN_CHECK(opt.defaults().count("momentum"), "OneCycleLR", opt.name(),
-               " has no momentum option; cycle_momentum needs one (set cycle_momentum = false)");
+    momentum = cycled_momentum(opt);
     max_m = per_group(opt, "max_momentum", o.max_momentum, o.max_momentum_per_group);
     base_m = per_group(opt, "base_momentum", o.base_momentum, o.base_momentum_per_group);
   }
@@ -51,7 +68,7 @@ Optimizer& prepare_one_cycle(Optimizer& opt, const OneCycleLROptions& o) {
     groups[i].set("max_lr", max_lrs[i]);
     groups[i].set("min_lr", groups[i].get("initial_lr") / o.final_div_factor);
     if (o.cycle_momentum) {
-      groups[i].set("momentum", max_m[i]);
+      groups[i].set(momentum, max_m[i]);
       groups[i].set("max_momentum", max_m[i]);
       groups[i].set("base_momentum", base_m[i]);
     }
@@ -67,7 +84,7 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, const OneCycleLROptions& o)
     : LRScheduler(prepare_one_cycle(optimizer, o), "OneCycleLR"),
       total_steps_(one_cycle_total_steps(o)),
       cos_(o.anneal_strategy == "cos"),
-      cycle_momentum_(o.cycle_momentum) {
+      momentum_(o.cycle_momentum ? cycled_momentum(optimizer) : "") {
   const double total = static_cast<double>(total_steps_);
   if (o.three_phase) {
     phases_ = {{o.pct_start * total - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"},
@@ -100,8 +117,8 @@ std::vector<double> OneCycleLR::get_lr() {
       if (static_cast<double>(step_num) <= phase.end_step || i == phases_.size() - 1) {
         const double pct = (static_cast<double>(step_num) - start_step) / (phase.end_step - start_step);
         lrs.push_back(anneal(group.get(phase.start_lr), group.get(phase.end_lr), pct));
-        if (cycle_momentum_)
-          group.set("momentum", anneal(group.get(phase.start_momentum), group.get(phase.end_momentum), pct));
+        if (!momentum_.empty())
+          group.set(momentum_, anneal(group.get(phase.start_momentum), group.get(phase.end_momentum), pct));
         break;
       }
       start_step = phase.end_step;

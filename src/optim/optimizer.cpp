@@ -189,8 +189,10 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& sd) {
                  " keeps no state named '", name, "')");
       KILN_CHECK(t.shape() == p.shape(), where, "'", key, "' has shape ", t.shape(), " but parameter ", i,
                  " has shape ", p.shape());
-      KILN_CHECK(t.dtype() == p.dtype(), where, "'", key, "' has dtype ", t.dtype(), " but parameter ", i,
-                 " has dtype ", p.dtype());
+      // Cast to the parameter's dtype at commit, as PyTorch does: float32 state loads into a
+      // model converted to float64 (or to bfloat16).
+      KILN_CHECK(t.is_floating_point(), where, "'", key, "' has dtype ", t.dtype(),
+                 "; optimizer state must be floating point");
       state[p.impl()][name] = t;
     } else {
       KILN_FAIL(where, "unexpected key '", key, "'");
@@ -204,12 +206,15 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& sd) {
     check_options(options[g], where_s);
   }
 
-  // Everything checked: commit. The optimizer owns copies, on each parameter's device.
+  // Everything checked: commit. The optimizer owns copies, in each parameter's dtype and on its
+  // device; counters ("step") stay as they are, float32 on the CPU (PyTorch keeps 'step' too).
   NoGradGuard no_grad;
   for (auto& [impl, named] : state)
     for (auto& [name, t] : named) {
-      const Device device = counter_names.count(name) ? Device::cpu() : impl->storage->device;
-      t = t.device() == device ? t.clone() : t.to(device);
+      const bool counter = counter_names.count(name) != 0;
+      const Device device = counter ? Device::cpu() : impl->storage->device;
+      const ScalarType dtype = counter ? t.dtype() : impl->dtype;
+      t = t.device() == device && t.dtype() == dtype ? t.clone() : t.to(device, dtype);
     }
   state_ = std::move(state);
   for (size_t g = 0; g < groups_.size(); ++g) groups_[g].options() = std::move(options[g]);

@@ -55,13 +55,14 @@ Tensor SGD::step(LossClosure closure) {
   Tensor loss = run_closure(closure);
   NoGradGuard no_grad;
   const std::string where = name() + "::step";
-  for (auto& group : param_groups()) {
-    const SGDOptions o = from_map(group.options());
-    for (const auto& bucket : detail::bucket_params(group.params())) {
-      std::vector<Tensor> params, grads, bufs;
+  // Every group is checked before any buffer is created or any parameter moves: a step that
+  // throws changes nothing.
+  const auto buckets = detail::checked_buckets(param_groups(), where.c_str());
+  for (size_t g = 0; g < buckets.size(); ++g) {
+    const SGDOptions o = from_map(param_groups()[g].options());
+    for (const auto& bucket : buckets[g]) {
+      std::vector<Tensor> params = bucket.tensors, grads, bufs;
       std::vector<uint8_t> fresh;
-      for (size_t i : bucket.index) params.push_back(group.params()[i]);
-      detail::check_step_params(params, where.c_str());  // before any buffer is created
       for (const Tensor& p : params) {
         grads.push_back(detail::like_param(p.grad(), p));
         if (o.momentum == 0) continue;

@@ -59,13 +59,16 @@ class Module : public std::enable_shared_from_this<Module> {
     return holder;
   }
 
+  // Each tensor (or module) once, under its first name, as PyTorch's remove_duplicate: a module
+  // registered under two names, or a parameter registered again elsewhere, is listed once, so an
+  // optimizer or gradient clipping sees it once. state_dict() still lists every name.
   std::vector<Tensor> parameters(bool recurse = true) const;
   NamedTensors named_parameters(bool recurse = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
   NamedTensors named_buffers(bool recurse = true) const;
   std::vector<std::shared_ptr<Module>> children() const;
   NamedModules named_children() const;
-  // This module (when owned by a shared_ptr) and every descendant, depth first.
+  // This module (when owned by a shared_ptr) and every descendant, depth first, each once.
   std::vector<std::shared_ptr<Module>> modules(bool include_self = true);
   NamedModules named_modules(const std::string& prefix = "", bool include_self = true);
 

@@ -55,8 +55,9 @@ class TransformerEncoderLayer : public ModuleHolder<TransformerEncoderLayerImpl>
   }
 };
 
-// num_layers copies of encoder_layer (each starts with its weights, as PyTorch's deepcopy does)
-// as layers.0 .. layers.N-1, then the optional final norm.
+// num_layers copies of encoder_layer as layers.0 .. layers.N-1, then the optional final norm.
+// Each copy starts as PyTorch's deepcopy does: the layer's weights, each tensor's dtype and
+// device, each parameter's requires_grad, and its train/eval mode.
 class TransformerEncoderImpl : public Module {
  public:
   TransformerEncoderImpl(const TransformerEncoderLayer& encoder_layer, int64_t num_layers,

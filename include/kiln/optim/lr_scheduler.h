@@ -155,7 +155,8 @@ struct OneCycleLROptions {
 
 // The 1cycle policy (Smith & Topin): lr from max_lr / div_factor up to max_lr over pct_start
 // of the steps, then down to initial_lr / final_div_factor; with cycle_momentum the
-// optimizer's "momentum" moves the opposite way between max_momentum and base_momentum. Like
+// optimizer's "momentum" (SGD) or "beta1" (Adam, AdamW: PyTorch's betas[0]) moves the opposite
+// way between max_momentum and base_momentum. max_lr must be given (positive and finite). Like
 // PyTorch, it stores initial_lr, max_lr, min_lr (and max_momentum, base_momentum) in the
 // param groups. Stepping past total_steps is an error.
 class OneCycleLR : public LRScheduler {
@@ -174,7 +175,7 @@ class OneCycleLR : public LRScheduler {
 
   int64_t total_steps_;
   bool cos_;
-  bool cycle_momentum_;
+  std::string momentum_;  // the option cycle_momentum moves ("momentum" or "beta1"), empty without it
   std::vector<Phase> phases_;
 };
 

@@ -70,9 +70,10 @@ class Optimizer {
   // "param_groups.<g>.<option>" -> 0-d float64 (int64 for integer and bool options).
   std::map<std::string, Tensor> state_dict() const;
   // Restores a state_dict() of an optimizer of the same kind over parameters of the same
-  // shapes and dtypes. Checks everything first and names what is missing, unexpected or
-  // mismatched ("[SGD::load_state_dict] ..."); on error nothing changes. State tensors are
-  // copied to each parameter's device (counters such as "step" stay on the CPU).
+  // shapes. Checks everything first and names what is missing, unexpected or mismatched
+  // ("[SGD::load_state_dict] ..."); on error nothing changes. State tensors are copied, cast to
+  // each parameter's dtype and moved to its device, as PyTorch does (so float32 state loads
+  // into a model converted to float64); counters such as "step" stay float32 on the CPU.
   void load_state_dict(const std::map<std::string, Tensor>& state_dict);
 
  protected:

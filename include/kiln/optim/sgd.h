@@ -7,8 +7,9 @@ namespace kiln::optim {
 
 // Fields in torch.optim.SGD's argument order, for designated initialisers:
 // SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 1e-4});
+// lr defaults to PyTorch's 1e-3, so {.momentum = 0.9} alone is not silently lr = 0.
 struct SGDOptions {
-  double lr;
+  double lr = 1e-3;
   double momentum = 0;
   double dampening = 0;
   double weight_decay = 0;
