@@ -35,6 +35,9 @@ check() {
 }
 check "unknown option --bogus" train --bogus 1
 check "--epochs expects an integer" train --epochs x
+check "--data needs a value, got an empty one" train --data=
+# -h as an option's value is that value (a file named -h), not a request for help
+check "does not exist" train --data -h
 check "unknown model" train --model resnet7 --data "$tmp/data"
 check "does not exist" train --data "$tmp/missing"
 check "train-images-idx3-ubyte" train --data "$tmp/data"

@@ -54,6 +54,7 @@ TEST(DataTransforms, NormalizePerChannel) {
   expect_close(norm(x.transpose(1, 2)), {-1.0, 0.0, 1.0, -0.5, 0.5, -1.0, 1.0, 0.0}, {2, 2, 2});
   expect_error([&] { Normalize({0.1, 0.2, 0.3}, {1, 1, 1})(x); }, "[Normalize] has 3 means but the input [2, 2, 2] has 2 channels");
   expect_error([] { Normalize({0.1}, {0.0}); }, "[Normalize] std must be nonzero");
+  expect_error([] { Normalize({0.1}, {1e-50}); }, "[Normalize] std must be nonzero in float32, got 1e-50");
   expect_error([] { Normalize({0.1, 0.2}, {1.0}); }, "[Normalize] needs as many means as stds");
   expect_error([&] { norm(arange(4, kInt64).reshape({2, 2})); }, "[Normalize] expects float32 or float64, got int64");
 }

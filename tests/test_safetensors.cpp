@@ -381,6 +381,9 @@ TEST_F(Safetensors, RejectsMissingFilesAndDirectories) {
   expect_error([&] { io::load_safetensors(path("missing.safetensors")); },
                "[load_safetensors] " + path("missing.safetensors") + ": cannot open: No such file");
   expect_error([&] { io::load_safetensors(dir_); }, "not a regular file");
+  // A FIFO: refused at once, not an open that waits for a writer forever.
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
+  expect_error([&] { io::load_safetensors(path("fifo")); }, path("fifo") + ": not a regular file");
 }
 
 TEST_F(Safetensors, SaveRejectsBadNamesAndTensorsAndKeepsThePreviousFile) {

@@ -133,6 +133,20 @@ namespace {
 // The checkpoint's numbers read back as written: all 64 bits of a seed (a library user's seed can
 // be past INT64_MAX), a subnormal learning rate (strtod calls it out of range), and nothing after
 // the number.
+// The steps a schedule spans: an error where epochs x batches pass int64 (it wrapped, and the
+// schedule then failed on a negative count or ran a wrong one).
+TEST(TrainApi, TotalStepsRefusesAnOverflow) {
+  EXPECT_EQ(train::total_steps(3, 7, "T"), 21);
+  try {
+    train::total_steps(INT64_MAX, 2, "MaskedLM");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[MaskedLM] 9223372036854775807 epochs of 2 batches are more steps"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(TrainApi, CheckpointNumbersReadBackAsWritten) {
   io::SafetensorsFile f;
   f.metadata = {{"seed", "18446744073709551615"}, {"lr", train::exact_number(1e-310)}, {"neg", "-3"},

@@ -31,7 +31,8 @@ void normalize(const T* in, T* out, int64_t channels, int64_t plane, const std::
 Normalize::Normalize(std::vector<double> mean, std::vector<double> std) : mean_(std::move(mean)), std_(std::move(std)) {
   KILN_CHECK(!mean_.empty() && mean_.size() == std_.size(), "Normalize", "needs as many means as stds (at least one), got ",
              mean_.size(), " and ", std_.size());
-  for (double s : std_) KILN_CHECK(s != 0.0, "Normalize", "std must be nonzero, got ", s);
+  // Nonzero in float32 too, the type the images are divided in (1e-50 is 0 there).
+  for (double s : std_) KILN_CHECK(static_cast<float>(s) != 0.0f, "Normalize", "std must be nonzero in float32, got ", s);
 }
 
 Tensor Normalize::operator()(const Tensor& x, SampleGenerator&) const { return (*this)(x); }

@@ -14,7 +14,9 @@
 namespace kiln::io {
 
 MappedFile::MappedFile(const std::string& path, const char* where) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO given as the file would otherwise block the open until a writer comes;
+  // it is then refused below as not a regular file (regular files ignore the flag).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   KILN_CHECK(fd >= 0, where, path, ": cannot open: ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

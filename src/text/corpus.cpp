@@ -89,13 +89,17 @@ std::vector<std::string> read_corpus(const std::string& path) {
     docs = split_documents(detail::read_file(path, kWhere), path);
   } else {
     std::vector<fs::path> files;
-    for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) files.push_back(e.path());
+    for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) files.push_back(it->path());
     KILN_CHECK(!ec, kWhere, path, ": cannot list the directory: ", ec.message());
     std::sort(files.begin(), files.end());
     std::set<fs::path> names(files.begin(), files.end());
     std::set<fs::path> read;  // canonical paths already read
     // Real files first, so a link is skipped in favour of the file it names.
-    std::stable_partition(files.begin(), files.end(), [](const fs::path& p) { return !fs::is_symlink(p); });
+    // (error_code forms: a failed lstat is an unreadable entry, skipped below, not an exception.)
+    std::stable_partition(files.begin(), files.end(), [](const fs::path& p) {
+      std::error_code link_ec;
+      return !fs::is_symlink(p, link_ec);
+    });
     for (const fs::path& f : files) {
       std::string base = f.filename().string();
       if (base.empty() || base[0] == '.') continue;

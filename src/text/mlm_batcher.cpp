@@ -10,6 +10,8 @@ namespace kiln::text {
 
 namespace {
 constexpr int64_t kIgnoreIndex = -100;
+// The masking stream's Philox key is the seed with these bits flipped (see batch()).
+constexpr uint64_t kMaskingStream = 0x9E3779B97F4A7C15ULL;
 }
 
 MlmBatcher::MlmBatcher(const BertTokenizer& tokenizer, MlmBatcherOptions options)
@@ -86,8 +88,10 @@ MlmBatch MlmBatcher::collate_ptrs(const std::vector<const std::vector<int64_t>*>
       ++batch.num_tokens;
       if (special_[static_cast<size_t>(id)]) continue;
       // One Philox counter per batch position: word 0 chooses, word 1 picks mask/random/keep,
-      // words 2-3 the random token.
-      philox::U32x4 r = philox::philox(options_.seed, offset_ + at);
+      // words 2-3 the random token. A key of its own: with the seed itself it would repeat the
+      // global generator's stream, which manual_seed(seed) starts at the same counters, so the
+      // first batch's choices would be the first weights' initial values.
+      philox::U32x4 r = philox::philox(options_.seed ^ kMaskingStream, offset_ + at);
       if (r.v[0] >= t_select) continue;
       labels[at] = id;
       ++batch.num_predicted;

@@ -38,7 +38,9 @@ Vocab::Vocab(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {
 
 Vocab Vocab::from_file(const std::string& path) {
   const char* where = "Vocab::from_file";
-  std::string data = detail::read_file(path, where, size_t{1} << 30);
+  // 32 MiB: ample for any WordPiece vocab (BERT's 30,522 tokens are 226 KiB; a million tokens
+  // about 10 MiB), and each line becomes a string, so a 1 GiB file of newlines would be ~32 GiB.
+  std::string data = detail::read_file(path, where, size_t{32} << 20);
   KILN_CHECK(!data.empty(), where, path, ": is empty");
   std::vector<std::string> tokens;
   size_t start = 0;

@@ -86,11 +86,15 @@ void check_checkpoint_dir(const std::string& dir, const char* where) {
   KILN_CHECK(fs::is_directory(dir, ec), where, "cannot write checkpoints to ", dir, ": it is not a directory");
   // Writable in fact (a read-only mount passes the permission bits): create and remove a file.
   const std::string probe = (fs::path(dir) / (".kiln-write-check." + std::to_string(::getpid()))).string();
+  bool written = false;
   {
     std::ofstream f(probe);
-    KILN_CHECK(f.good() && (f << "x").good(), where, "cannot write checkpoints to ", dir, ": files cannot be created there");
+    written = f.good() && (f << "x").flush().good();  // flushed: a full disk fails here
+    f.close();
+    written = written && !f.fail();
   }
-  fs::remove(probe, ec);
+  fs::remove(probe, ec);  // whether or not it was written
+  KILN_CHECK(written, where, "cannot write checkpoints to ", dir, ": files cannot be created there");
 }
 
 }  // namespace kiln::train

@@ -128,7 +128,7 @@ void ImageClassification::build(Device device) {
       model_->parameters(),
       optim::SGDOptions{.lr = options_.lr, .momentum = options_.momentum, .weight_decay = options_.weight_decay});
   scheduler_ = std::make_unique<optim::OneCycleLR>(
-      *optimizer_, optim::OneCycleLROptions{.max_lr = options_.lr, .total_steps = options_.epochs * train_loader_->size()});
+      *optimizer_, optim::OneCycleLROptions{.max_lr = options_.lr, .total_steps = total_steps(options_.epochs, train_loader_->size(), "ImageClassification")});
 }
 
 Tensor ImageClassification::to_model_input(const Tensor& images) const {

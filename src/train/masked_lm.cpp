@@ -160,7 +160,7 @@ void MaskedLM::build(Device device) {
   const int64_t n = static_cast<int64_t>(data_.train.size());
   const int64_t share = distributed::world_size() > 1 ? data::DistributedSampler(n).size() : n;
   batches_per_epoch_ = (share + o.batch_size - 1) / o.batch_size;
-  const int64_t total = o.epochs * batches_per_epoch_;
+  const int64_t total = total_steps(o.epochs, batches_per_epoch_, "MaskedLM");
   scheduler_ = optim::linear_schedule_with_warmup(*optimizer_, static_cast<int64_t>(o.warmup * static_cast<double>(total)), total);
 }
 

@@ -211,4 +211,11 @@ EvalResult evaluate_checkpoint(Task& task, const std::string& path, const std::s
   return Trainer(task).evaluate();
 }
 
+int64_t total_steps(int64_t epochs, int64_t batches_per_epoch, const char* where) {
+  int64_t total = 0;
+  KILN_CHECK(!__builtin_mul_overflow(epochs, batches_per_epoch, &total), where, epochs, " epochs of ",
+             batches_per_epoch, " batches are more steps than a schedule can count");
+  return total;
+}
+
 }  // namespace kiln::train

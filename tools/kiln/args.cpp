@@ -14,8 +14,12 @@ namespace kiln::cli {
 Args::Args(const char* command, int argc, char** argv, std::set<std::string> options, std::set<std::string> switches)
     : command_(command), where_(std::string("kiln ") + command) {
   const char* where = where_.c_str();
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") throw HelpRequested{command_};
+  // Help wins over any other problem, but only where a flag stands: `--data -h` names a file.
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") throw HelpRequested{command_};
+    if (a.rfind("--", 0) == 0 && a.find('=') == std::string::npos && options.count(a.substr(2))) ++i;
+  }
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     KILN_CHECK(a.rfind("--", 0) == 0 && a.size() > 2, where, "unexpected argument '", a,
@@ -37,6 +41,7 @@ Args::Args(const char* command, int argc, char** argv, std::set<std::string> opt
       KILN_CHECK(i + 1 < argc, where, "--", name, " needs a value");
       value = argv[++i];
     }
+    KILN_CHECK(!value.empty(), where, "--", name, " needs a value, got an empty one");
     values_[name] = value;
   }
 }

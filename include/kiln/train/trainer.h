@@ -178,4 +178,8 @@ class Trainer {
 // the task's own options (its data) first; `device` empty: the best device present.
 EvalResult evaluate_checkpoint(Task& task, const std::string& path, const std::string& device, bool verify = true);
 
+// epochs * batches_per_epoch, the steps a task's learning-rate schedule spans; an error naming
+// `where` when it passes int64 (--epochs 9223372036854775807).
+int64_t total_steps(int64_t epochs, int64_t batches_per_epoch, const char* where);
+
 }  // namespace kiln::train
