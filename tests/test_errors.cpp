@@ -203,6 +203,34 @@ TEST(ErrorsValues, ItemCatReductionsWhere) {
   expect_op_error("clamp", [] { clamp(zeros({2}), std::nullopt, std::nullopt); }, {"min", "max"});
   expect_op_error("norm", [] { norm(zeros({2}), -1.0); }, {"-1"});
   expect_op_error("var", [] { zeros({3}).var({0}, -1); }, {"-1"});
+
+  // Integer bounds must fit an integer tensor (through a double, INT64_MAX became 2^63, and the
+  // cast to int64 gave INT64_MIN everywhere); integers to negative integer powers.
+  expect_op_error("clamp", [] { clamp(tensor({1, 2}, kUInt8), -1, std::nullopt); }, {"-1", "uint8"});
+  expect_op_error("clamp_", [] { tensor({1, 2}, kInt32).clamp_(std::nullopt, int64_t{1} << 40); }, {"int32"});
+  Tensor big = tensor(std::vector<int64_t>{INT64_MAX - 1, -5, INT64_MAX});
+  EXPECT_EQ(clamp_max(big, INT64_MAX).to_vector<int64_t>(), big.to_vector<int64_t>());
+  EXPECT_EQ(clamp_min(big, INT64_MAX - 1).to_vector<int64_t>(),
+            (std::vector<int64_t>{INT64_MAX - 1, INT64_MAX - 1, INT64_MAX}));
+  expect_op_error("pow", [] { pow(tensor({2, 3}), -1); }, {"negative integer powers", "int64", "-1"});
+  EXPECT_EQ(pow(tensor({2, 3}), 2).to_vector<int64_t>(), (std::vector<int64_t>{4, 9}));
+  EXPECT_EQ(pow(tensor({2.0f}), -1).item<float>(), 0.5f);
+}
+
+// Results with no elements: reductions that keep an empty dim, softmax over an empty tensor
+// (both divided by zero in the CPU kernels' plans: SIGFPE).
+TEST(ErrorsValues, EmptyResultsAreEmptyTensors) {
+  for (Tensor r : {sum(zeros({5, 0}), {0}), mean(zeros({3, 5, 0}), {1}), amax(zeros({5, 0}), {0}),
+                   prod(zeros({5, 0}), {0}), norm(zeros({5, 0}), 2.0, {0})})
+    EXPECT_EQ(r.numel(), 0);
+  EXPECT_EQ(sum(zeros({5, 0}), {0}).shape(), (Shape{0}));
+  EXPECT_EQ(std::get<0>(zeros({5, 0}).max(0)).shape(), (Shape{0}));
+  Tensor x = zeros({2, 3, 0}).requires_grad_();
+  Tensor s = softmax(x, 1);
+  EXPECT_EQ(s.shape(), (Shape{2, 3, 0}));
+  EXPECT_EQ(log_softmax(x, 1).shape(), (Shape{2, 3, 0}));
+  s.sum().backward();
+  EXPECT_EQ(x.grad().shape(), (Shape{2, 3, 0}));
 }
 
 TEST(ErrorsOptions, DevicesStringsAndFactories) {

@@ -1,6 +1,7 @@
 // The kernel table: Op x device -> kernel, the fallback policy, and the kernels' argument type.
 #pragma once
 
+#include <type_traits>
 #include <cstdint>
 #include <map>
 #include <span>
@@ -83,7 +84,21 @@ void run(Op op, Device device, std::span<const Tensor> inputs, std::span<Tensor>
 
 // ---- attribute structs shared by ops and kernels
 struct ScalarAttrs { Scalar value; };
-struct ClampAttrs { bool has_min = false, has_max = false; double min = 0, max = 0; };
+// min/max for floating-point tensors; imin/imax, exact, for integer tensors (the op layer has
+// checked that they fit the tensor's type: through a double, INT64_MAX became 2^63, past int64).
+struct ClampAttrs {
+  bool has_min = false, has_max = false;
+  double min = 0, max = 0;
+  int64_t imin = 0, imax = 0;
+  template <class C> C lo() const {
+    if constexpr (std::is_integral_v<C>) return static_cast<C>(imin);
+    else return static_cast<C>(min);
+  }
+  template <class C> C hi() const {
+    if constexpr (std::is_integral_v<C>) return static_cast<C>(imax);
+    else return static_cast<C>(max);
+  }
+};
 // Reductions: reduce over the dims where reduce[d] is true (input rank), output keeps rank with
 // size 1 there (the op layer squeezes). var uses correction; norm uses p; mean uses scale.
 struct ReduceAttrs {

@@ -237,6 +237,10 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 }
 Tensor pow(const Tensor& a_in, Scalar b) {
   ops::check_defined(a_in, "pow");
+  // PyTorch's rule for a number exponent (a tensor exponent follows powi: 0, 1 or -1).
+  KILN_CHECK(a_in.is_floating_point() || b.is_floating_point() || b.to_int() >= 0, "pow",
+             "integers to negative integer powers are not allowed (", a_in.dtype(), " tensor, exponent ", b.to_int(),
+             ")");
   const Tensor a = ops::autocast_float32(a_in);
   return binary(Op::Pow, "pow", a, ops::wrap_for(a, b));
 }

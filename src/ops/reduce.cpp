@@ -16,7 +16,9 @@ using ops::ReduceDims;
 Tensor reduce_raw(Op op, const Tensor& x, const ReduceDims& r, ScalarType out_dtype, backend::ReduceAttrs attrs) {
   Tensor out = make_empty(r.keep_shape, out_dtype, x.device());
   attrs.dims_mask = r.mask;
-  ops::run1(op, x.device(), {x}, out, &attrs);
+  // An empty result has nothing to compute (sum(zeros({5, 0}), {0}) is [0]); the kernels' plans
+  // assume at least one output.
+  if (out.numel() > 0) ops::run1(op, x.device(), {x}, out, &attrs);
   return out.shape() == r.out_shape ? out : out.view(r.out_shape);
 }
 
@@ -65,8 +67,9 @@ std::tuple<Tensor, Tensor> extreme_dim(const Tensor& x, int64_t dim, bool keepdi
   attrs.dims_mask = r.mask;
   Tensor outs[2] = {values, indices};
   std::initializer_list<Tensor> in{x};
-  backend::run(is_max ? Op::MaxWithIndex : Op::MinWithIndex, x.device(), std::span<const Tensor>(in.begin(), 1),
-               std::span<Tensor>(outs, 2), &attrs);
+  if (values.numel() > 0)
+    backend::run(is_max ? Op::MaxWithIndex : Op::MinWithIndex, x.device(), std::span<const Tensor>(in.begin(), 1),
+                 std::span<Tensor>(outs, 2), &attrs);
   if (r.keep_shape != r.out_shape) {
     values = values.view(r.out_shape);
     indices = indices.view(r.out_shape);

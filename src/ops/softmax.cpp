@@ -17,7 +17,8 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   Tensor xc = ops::cast(x, ops::float_type(x.dtype())).contiguous();
   Tensor out = make_empty(x.shape(), xc.dtype(), x.device());
   backend::DimAttrs attrs{d};
-  ops::run1(log ? Op::LogSoftmax : Op::Softmax, x.device(), {xc}, out, &attrs);
+  // An empty tensor has no rows (and the kernels' blocking divides by the row stride).
+  if (xc.numel() > 0) ops::run1(log ? Op::LogSoftmax : Op::Softmax, x.device(), {xc}, out, &attrs);
   if (autograd::needs_grad({&x}))
     autograd::record(log ? "LogSoftmaxBackward" : "SoftmaxBackward", {&x}, out,
                      [so = SavedTensor(out), d, log, dt = x.dtype()](const Tensor& g) -> TensorList {
@@ -25,8 +26,9 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
                        Tensor gc = ops::cast(g, y.dtype()).contiguous();
                        Tensor gx = make_empty(y.shape(), y.dtype(), y.device());
                        backend::DimAttrs a{d};
-                       backend::run(log ? Op::LogSoftmaxBackward : Op::SoftmaxBackward, y.device(),
-                                    std::initializer_list<Tensor>{gc, y}, std::span<Tensor>(&gx, 1), &a);
+                       if (gx.numel() > 0)
+                         backend::run(log ? Op::LogSoftmaxBackward : Op::SoftmaxBackward, y.device(),
+                                      std::initializer_list<Tensor>{gc, y}, std::span<Tensor>(&gx, 1), &a);
                        return {ops::cast(gx, dt)};
                      });
   return out;

@@ -85,13 +85,25 @@ const UnaryDef kSin{Op::Sin, "sin", "SinBackward", Domain::Float, [](T g, T x, T
 const UnaryDef kCos{Op::Cos, "cos", "CosBackward", Domain::Float, [](T g, T x, T) { return neg(g) * sin(x); }, true, false};
 const UnaryDef kLogicalNot{Op::LogicalNot, "logical_not", "LogicalNotBackward", Domain::Bool, nullptr, false, false};
 
-backend::ClampAttrs clamp_attrs(std::optional<Scalar> lo, std::optional<Scalar> hi, const char* name) {
+// `result` is the type the kernel clamps in: integer bounds for an integer result must fit it
+// (PyTorch: "value cannot be converted to type uint8_t without overflow").
+backend::ClampAttrs clamp_attrs(std::optional<Scalar> lo, std::optional<Scalar> hi, ScalarType result,
+                                const char* name) {
   KILN_CHECK(lo || hi, name, "at least one of min and max must be given");
   backend::ClampAttrs a;
   a.has_min = lo.has_value();
   a.has_max = hi.has_value();
   a.min = lo ? lo->to_double() : 0;
   a.max = hi ? hi->to_double() : 0;
+  a.imin = lo ? lo->to_int() : 0;
+  a.imax = hi ? hi->to_int() : 0;
+  if (!is_floating_point(result) && result != kBool) {
+    const int64_t low = result == kUInt8 ? 0 : result == kInt32 ? INT32_MIN : INT64_MIN;
+    const int64_t high = result == kUInt8 ? 255 : result == kInt32 ? INT32_MAX : INT64_MAX;
+    for (const auto& b : {lo, hi})
+      KILN_CHECK(!b || (b->to_int() >= low && b->to_int() <= high), name, "the bound ", b->to_int(),
+                 " does not fit a ", result, " tensor");
+  }
   return a;
 }
 
@@ -155,9 +167,9 @@ Tensor& Tensor::cos_() { return unary_(kCos, *this, "cos_"); }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   ops::check_defined(x, "clamp");
-  backend::ClampAttrs a = clamp_attrs(lo, hi, "clamp");
   ScalarType t = x.dtype();
   if ((lo && lo->is_floating_point()) || (hi && hi->is_floating_point())) t = ops::float_type(t);
+  backend::ClampAttrs a = clamp_attrs(lo, hi, t, "clamp");
   Tensor in = ops::cast(x, t);
   Tensor out = make_empty_like(x, x.shape(), t, x.device());
   ops::run1(Op::Clamp, x.device(), {in}, out, &a);
@@ -169,7 +181,7 @@ Tensor clamp_max(const Tensor& x, Scalar hi) { return clamp(x, std::nullopt, hi)
 
 Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
   ops::check_defined(*this, "clamp_");
-  backend::ClampAttrs a = clamp_attrs(lo, hi, "clamp_");
+  backend::ClampAttrs a = clamp_attrs(lo, hi, dtype(), "clamp_");
   // Float bounds make clamp's result floating point (PyTorch's rule), which an integer tensor
   // cannot hold; the kernel would otherwise truncate the bounds.
   KILN_CHECK(is_floating_point() || !((lo && lo->is_floating_point()) || (hi && hi->is_floating_point())), "clamp_",

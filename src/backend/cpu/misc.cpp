@@ -127,7 +127,7 @@ void clamp(KernelArgs& a) {
   const auto& c = *static_cast<const ClampAttrs*>(a.attrs);
   visit_dtype(a.inputs[0].dtype(), "clamp", [&]<class T>() {
     using C = compute_t<T>;
-    const C lo = static_cast<C>(c.min), hi = static_cast<C>(c.max);
+    const C lo = c.lo<C>(), hi = c.hi<C>();
     unary_loop<T, T>(a.outputs[0], a.inputs[0],
                      [=](C x) { return math::clamp<C>(x, c.has_min, lo, c.has_max, hi); });
   });

@@ -63,7 +63,7 @@ void clamp(KernelArgs& a) {
   const auto& c = *static_cast<const ClampAttrs*>(a.attrs);
   visit_dtype(a.inputs[0].dtype(), "clamp", [&]<class T>() {
     using C = compute_t<T>;
-    unary_kernel<T, T>(a, Clamp<C>{c.has_min, c.has_max, static_cast<C>(c.min), static_cast<C>(c.max)}, "clamp");
+    unary_kernel<T, T>(a, Clamp<C>{c.has_min, c.has_max, c.lo<C>(), c.hi<C>()}, "clamp");
   });
 }
 
