@@ -207,6 +207,31 @@ TEST(Dropout, PassthroughAndExtremes) {
   EXPECT_EQ(dropout(e, 0.5).shape(), (Shape{0, 3}));
 }
 
+// A dropped element is x * 0, as PyTorch's: NaN and inf stay NaN (a NaN must not vanish before
+// GradScaler's check), a negative value is -0; kept ones are x * scale.
+TEST(Dropout, ADroppedNaNStaysNaN) {
+  for (ScalarType dt : {kFloat32, kFloat64, kBFloat16}) {
+    Tensor x = full({64}, NAN, dt);
+    x.narrow(0, 0, 16).fill_(INFINITY);
+    x.narrow(0, 16, 16).fill_(-2.0);
+    manual_seed(7);
+    std::vector<double> y = test::values(dropout(x, 0.5));
+    int nan = 0, inf = 0, neg_zero = 0, kept_neg = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      nan += std::isnan(y[i]);
+      inf += std::isinf(y[i]);
+      if (i >= 16 && i < 32) {
+        neg_zero += y[i] == 0 && std::signbit(y[i]);
+        kept_neg += y[i] == -4.0;
+      }
+    }
+    EXPECT_EQ(nan + inf, 48) << dtype_name(dt);  // a dropped inf is NaN, a kept one inf
+    EXPECT_GT(nan, 32) << dtype_name(dt);
+    EXPECT_EQ(neg_zero + kept_neg, 16) << dtype_name(dt);
+    EXPECT_GT(neg_zero, 0) << dtype_name(dt);
+  }
+}
+
 TEST(Dropout, BackwardIsMaskTimesGradOverKeep) {
   const double p = 0.3;
   Tensor x = (rnd({50, 40}, 24, kFloat64) + 2.0).requires_grad_();

@@ -21,15 +21,14 @@ KILN_HOST_DEVICE inline bool kept(uint32_t word, uint32_t threshold) { return (w
 // What a kept element is multiplied by (0 when everything is dropped, not inf).
 KILN_HOST_DEVICE inline double keep_scale(double p) { return p < 1.0 ? 1.0 / (1.0 - p) : 0.0; }
 
-// A kept element times the scale, in C (float for the 16-bit types and float32, double for
-// float64, with the scale rounded once to C, as PyTorch's fused dropout); +0 where dropped.
-// The product is taken for dropped elements too, and the choice made in C before the one
-// rounding to T: a multiply under the condition, or a choice between two rounded values, is a
-// branch to g++, which kept the CPU loops scalar.
+// x times the mask (1 or 0) times the scale, in C (float for the 16-bit types and float32,
+// double for float64, with the scale rounded once to C), as PyTorch's dropout: a dropped element
+// is x * 0, so a NaN or inf stays NaN (a hidden NaN would escape GradScaler's check) and a
+// negative one is -0. The mask is chosen in C and always multiplied: a multiply under the
+// condition is a branch to g++, which kept the CPU loops scalar.
 template <class T, class C>
 KILN_HOST_DEVICE inline T apply(T x, bool keep, C scale) {
-  const C y = static_cast<C>(x) * scale;
-  return static_cast<T>(keep ? y : C(0));
+  return static_cast<T>(static_cast<C>(x) * (keep ? C(1) : C(0)) * scale);
 }
 
 }  // namespace kiln::dropout_math
