@@ -56,8 +56,8 @@ TEST(MlmTrainer, HeldOutLossFallsWellBelowTheUntrainedModels) {
   ASSERT_EQ(held_out.size(), 9u);  // untrained, then one per epoch
   // Untrained: about ln(vocabulary); trained: the grammar leaves few choices per masked word.
   EXPECT_GT(held_out.front(), 3.5);
-  // (About 2.0 lower after 8 epochs, depending on the masking stream: 1.5 leaves room for it.)
-  EXPECT_LT(held_out.back(), held_out.front() - 1.5) << "untrained " << held_out.front() << ", trained " << held_out.back();
+  // (About 2.0 lower after 8 epochs, depending on the masking stream.)
+  EXPECT_LT(held_out.back(), held_out.front() - 1.8) << "untrained " << held_out.front() << ", trained " << held_out.back();
   EXPECT_TRUE(fs::exists(dir / "ck" / "last.safetensors"));
   EXPECT_TRUE(fs::exists(dir / "ck" / "vocab.txt"));
   // The checkpoint evaluates to the same held-out loss.

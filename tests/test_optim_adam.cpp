@@ -390,6 +390,18 @@ TEST(OptimAdam, AFailedStepChangesNothing) {
     expect_error([&] { opt.step(); }, "[SGD::step] the gradient of parameter 0 of param group 0 is on cpu but the parameter is on cuda:0");
     EXPECT_TRUE(opt.state(p).empty());
   }
+
+  // State made before the model was converted: refused before the step count moves.
+  {
+    Tensor p = tensor({1.0f, 2.0f}).requires_grad_();
+    Adam opt({p}, {.lr = 0.1});
+    p.set_grad(tensor({1.0f, 1.0f}));
+    opt.step();
+    nn::detail::set_data(p, p.detach().to(kFloat64));
+    p.set_grad(tensor({1.0, 1.0}, kFloat64));
+    expect_error([&] { opt.step(); }, "[Adam::step] the exp_avg of parameter 0 of param group 0 is float32 [2] on cpu");
+    EXPECT_EQ(opt.state(p).at("step").item<float>(), 1.0f);
+  }
 }
 
 TEST(OptimAdam, LoadStateDictErrors) {

@@ -243,7 +243,7 @@ TEST(OptimScheduler, Errors) {
   expect_error([&] { OneCycleLR(opt, {.max_lr = std::numeric_limits<double>::quiet_NaN(), .total_steps = 10}); },
                "[OneCycleLR] expected a positive, finite max_lr, got ");
   expect_error([&] { OneCycleLR(opt, {.total_steps = 10, .max_lr_per_group = {0.0}}); },
-               "[OneCycleLR] expected a positive, finite max_lr for param group 0, got 0");
+               "[OneCycleLR] expected a positive, finite max_lr, got 0 (param group 0)");
   EXPECT_FALSE(opt.param_groups()[0].has("max_lr"));  // a failed construction left the groups alone
 
   auto a = std::make_shared<LinearLR>(opt);

@@ -130,9 +130,6 @@ TEST(TrainApi, AUsersOwnTaskTrainsAndResumesExactly) {
 
 namespace {
 
-// The checkpoint's numbers read back as written: all 64 bits of a seed (a library user's seed can
-// be past INT64_MAX), a subnormal learning rate (strtod calls it out of range), and nothing after
-// the number.
 // The steps a schedule spans: an error where epochs x batches pass int64 (it wrapped, and the
 // schedule then failed on a negative count or ran a wrong one).
 TEST(TrainApi, TotalStepsRefusesAnOverflow) {
@@ -147,6 +144,9 @@ TEST(TrainApi, TotalStepsRefusesAnOverflow) {
   }
 }
 
+// The checkpoint's numbers read back as written: all 64 bits of a seed (a library user's seed can
+// be past INT64_MAX), a subnormal learning rate (strtod calls it out of range), and nothing after
+// the number.
 TEST(TrainApi, CheckpointNumbersReadBackAsWritten) {
   io::SafetensorsFile f;
   f.metadata = {{"seed", "18446744073709551615"}, {"lr", train::exact_number(1e-310)}, {"neg", "-3"},

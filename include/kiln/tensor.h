@@ -344,6 +344,7 @@ struct TensorImpl {
   bool is_view = false;
   bool wrapped_number = false;       // made from a C++ number; lower rank in type promotion
   uint64_t view_history = 0;          // storage history when this view (or its grad_fn) was made
+  bool view_no_grad = false;          // the view was taken with grad mode off (it never carries a gradient)
   std::shared_ptr<TensorImpl> view_base;  // the tensor that owns the storage, for in-place on views
   std::unique_ptr<AutogradMeta> autograd;
 

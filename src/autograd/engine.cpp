@@ -198,9 +198,9 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   std::vector<Edge> roots;
   std::vector<Tensor> root_grads;
   for (size_t i = 0; i < outputs.size(); ++i) {
+    refresh_view(outputs[i]);
     KILN_CHECK(outputs[i].requires_grad(), "autograd::grad", "output ", i,
                " does not require grad and has no grad_fn");
-    check_view_current(outputs[i], "autograd::grad");
     roots.push_back(gradient_edge(outputs[i]));
     root_grads.push_back(grad_outputs.empty() || !grad_outputs[i].defined()
                              ? default_grad(outputs[i], "autograd::grad") : grad_outputs[i]);
@@ -281,9 +281,9 @@ void Tensor::retain_grad() {
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   KILN_CHECK(defined(), "backward", "the tensor is undefined");
+  autograd::refresh_view(*this);
   KILN_CHECK(requires_grad(), "backward", "the tensor does not require grad and has no grad_fn "
              "(did you call requires_grad_() on the inputs, or run under NoGradGuard?)");
-  autograd::check_view_current(*this, "backward");
   Tensor g = gradient.defined() ? gradient : autograd::default_grad(*this, "backward");
   KILN_CHECK(g.shape() == shape(), "backward", "gradient of shape ", g.shape(),
              " does not match the tensor's shape ", shape());

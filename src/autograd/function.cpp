@@ -35,16 +35,24 @@ Tensor SavedTensor::get(const char* node) const {
 
 bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   if (!is_grad_enabled()) return false;
-  for (const Tensor* t : inputs)
-    if (t->defined() && t->requires_grad()) return true;
-  return false;
+  bool any = false;
+  for (const Tensor* t : inputs) {
+    if (!t->defined()) continue;
+    refresh_view(*t);  // before asking: a refreshed view may require grad now
+    any = any || t->requires_grad();
+  }
+  return any;
 }
 
 bool needs_grad(const std::vector<Tensor>& inputs) {
   if (!is_grad_enabled()) return false;
-  for (const Tensor& t : inputs)
-    if (t.defined() && t.requires_grad()) return true;
-  return false;
+  bool any = false;
+  for (const Tensor& t : inputs) {
+    if (!t.defined()) continue;
+    refresh_view(t);
+    any = any || t.requires_grad();
+  }
+  return any;
 }
 
 Edge gradient_edge(const Tensor& t) {
@@ -62,22 +70,6 @@ Edge gradient_edge(const Tensor& t) {
 namespace {
 uint64_t history(const Tensor& t) { return t.storage()->history.load(std::memory_order_relaxed); }
 
-}  // namespace
-
-// A view whose base autograd has since seen changed in place is stale when it would carry a
-// gradient: its grad_fn is the base's old history, or (taken before the base had any, or under
-// NoGradGuard) it has none though its base now requires grad. PyTorch regenerates such a view's
-// history from its base; Kiln asks for the view to be taken again.
-void check_view_current(const Tensor& t, const char* name) {
-  const TensorImpl& impl = *t.impl();
-  if (!impl.is_view || impl.view_history == history(t)) return;
-  const bool has_history = impl.autograd && impl.autograd->grad_fn;
-  if (has_history || (impl.view_base && Tensor(impl.view_base).requires_grad()))
-    KILN_FAIL(name, "an input is a view whose base was changed in place (with autograd recording) after "
-              "the view was taken; take the view again after the in-place op");
-}
-
-namespace {
 void attach(const std::shared_ptr<FunctionNode>& node, const Tensor& output) {
   AutogradMeta& meta = output.impl()->autograd_meta();
   // After an in-place op, a tensor that retains its grad keeps the gradient of its new value
@@ -101,14 +93,42 @@ struct ViewGeometry {
   }
   Tensor region(const Tensor& base_buffer) const { return make_view(base_buffer, sizes, strides, offset); }
 };
+
+ViewGeometry geometry_of(const Tensor& view, const Tensor& base) {
+  return {base.shape(), base.strides(), view.shape(), view.strides(), view.storage_offset() - base.storage_offset()};
+}
+
+// `view`'s history as "its region of the base as the base is now": the gradient goes into a
+// zero base-shaped buffer at the view's place, and on along the base's current edge.
+void attach_as_view_of(const Tensor& view, const Tensor& base, const ViewGeometry& geo) {
+  auto node = std::make_shared<FunctionNode>("AsStridedBackward", [geo](const Tensor& g) -> TensorList {
+    Tensor result = geo.empty_base(g);
+    result.zero_();
+    geo.region(result).copy_(g);
+    return {result};
+  });
+  node->next_edges.push_back(gradient_edge(base));
+  attach(node, view);
+}
+
+bool requires_grad(const TensorImpl& t) { return t.autograd && (t.autograd->requires_grad || t.autograd->grad_fn); }
 }  // namespace
+
+void refresh_view(const Tensor& t) {
+  const TensorImpl& impl = *t.impl();
+  if (!impl.is_view || impl.view_no_grad || !impl.view_base) return;
+  const bool current = impl.view_history == history(t) && impl.autograd && impl.autograd->grad_fn;
+  if (current || !requires_grad(*impl.view_base)) return;
+  Tensor base(impl.view_base);
+  attach_as_view_of(t, base, geometry_of(t, base));
+}
 
 void record(const char* name, std::initializer_list<const Tensor*> inputs, const Tensor& output,
             BackwardFn backward) {
   auto node = std::make_shared<FunctionNode>(name, std::move(backward));
   node->next_edges.reserve(inputs.size());
   for (const Tensor* t : inputs) {
-    if (t->defined()) check_view_current(*t, name);
+    if (t->defined()) refresh_view(*t);
     node->next_edges.push_back(gradient_edge(*t));
   }
   attach(node, output);
@@ -118,16 +138,17 @@ void record(const char* name, const std::vector<Tensor>& inputs, const Tensor& o
   auto node = std::make_shared<FunctionNode>(name, std::move(backward));
   node->next_edges.reserve(inputs.size());
   for (const Tensor& t : inputs) {
-    if (t.defined()) check_view_current(t, name);
+    if (t.defined()) refresh_view(t);
     node->next_edges.push_back(gradient_edge(t));
   }
   attach(node, output);
 }
 
 void check_inplace(const Tensor& self, const char* op, bool will_record) {
+  (void)will_record;
   // Elements that share memory (an expanded tensor) would each be written, in an order that
   // depends on the loop and the threads; PyTorch refuses too.
-  for (int64_t d = 0; d < self.dim(); ++d)
+  for (int64_t d = 0; d < self.dim() && self.numel() > 0; ++d)
     KILN_CHECK(self.size(d) <= 1 || self.stride(d) != 0, op,
                "more than one element of the tensor changed in place refers to a single memory location "
                "(an expanded tensor, shape ", self.shape(), ", strides ", self.strides(), "); clone() it first");
@@ -137,21 +158,17 @@ void check_inplace(const Tensor& self, const char* op, bool will_record) {
               "(use kiln::NoGradGuard, or an out-of-place op)");
   const TensorImpl& impl = *self.impl();
   if (!impl.is_view) return;
+  refresh_view(self);
   Tensor base(impl.view_base);
-  if (!base.requires_grad()) {
-    if (will_record) check_view_current(self, op);
-    return;
-  }
+  if (!base.requires_grad()) return;
   // From here the base requires grad, so the change must be recorded on it, whatever the op's
   // other operands (a no-grad view's zero_() of a weight would otherwise change it unseen).
   KILN_CHECK(!base.is_leaf(), op,
              "a view of a leaf tensor that requires grad cannot be changed in place while grad mode is on "
              "(use kiln::NoGradGuard, or an out-of-place op)");
-  check_view_current(self, op);
-  KILN_CHECK(impl.autograd && impl.autograd->grad_fn, op,
-             "the tensor changed in place is a view taken under NoGradGuard (or before its base required "
-             "grad), but its base requires grad: the change would be hidden from autograd; take the view "
-             "again with grad mode on");
+  KILN_CHECK(!impl.view_no_grad, op,
+             "the tensor changed in place is a view taken under NoGradGuard, but its base requires grad: the change "
+             "would be hidden from autograd (PyTorch refuses too); take the view with grad mode on");
 }
 
 void record_inplace(const char* name, const Tensor& self, std::initializer_list<const Tensor*> inputs,
@@ -167,8 +184,7 @@ void record_inplace(const char* name, const Tensor& self, std::initializer_list<
   // view's region replaced by the op's result" (PyTorch's CopySlices), and the view's new
   // history is a view of that.
   Tensor base(impl.view_base);
-  ViewGeometry geo{base.shape(), base.strides(), self.shape(), self.strides(),
-                   self.storage_offset() - base.storage_offset()};
+  const ViewGeometry geo = geometry_of(self, base);
   auto copy_slices = std::make_shared<FunctionNode>(
       "CopySlices", [geo, fn = std::move(backward)](const Tensor& g) -> TensorList {
         Tensor result = geo.empty_base(g);
@@ -182,19 +198,12 @@ void record_inplace(const char* name, const Tensor& self, std::initializer_list<
       });
   copy_slices->next_edges.push_back(gradient_edge(base));
   for (const Tensor* t : inputs) {
-    if (t->defined()) check_view_current(*t, name);
+    if (t->defined()) refresh_view(*t);
     copy_slices->next_edges.push_back(gradient_edge(*t));
   }
   self.storage()->history.fetch_add(1, std::memory_order_relaxed);
   attach(copy_slices, base);
-  auto as_view = std::make_shared<FunctionNode>("AsStridedBackward", [geo](const Tensor& g) -> TensorList {
-    Tensor result = geo.empty_base(g);
-    result.zero_();
-    geo.region(result).copy_(g);
-    return {result};
-  });
-  as_view->next_edges.push_back(gradient_edge(base));
-  attach(as_view, self);
+  attach_as_view_of(self, base, geo);
 }
 
 Tensor sum_to(const Tensor& grad, const Shape& shape) {

@@ -40,13 +40,17 @@ void record(const char* name, std::initializer_list<const Tensor*> inputs, const
 void record(const char* name, const std::vector<Tensor>& inputs, const Tensor& output, BackwardFn backward);
 
 // For in-place ops: the tensor being changed must not have elements that share memory, nor (in
-// grad mode) be a leaf that requires grad or a view of one, nor a view whose base autograd has
-// since seen changed, nor a view without history of a base that requires grad.
+// grad mode) be a leaf that requires grad, a view of one, or a view taken under NoGradGuard of a
+// base that requires grad. A stale view is refreshed first (refresh_view).
 void check_inplace(const Tensor& self, const char* op, bool will_record);
 
-// A view whose base was changed in place (recorded) after the view was taken, and which would
-// carry a gradient, is an error naming `op`: its history is the base's old one.
-void check_view_current(const Tensor& t, const char* op);
+// PyTorch's view regeneration. A view taken in grad mode whose base has since been changed in
+// place with autograd recording (or which has no history while its base requires grad: taken
+// before the base had any) would carry the base's old history, or none, while its values are
+// the base's current ones: its history becomes "its region of the base as the base is now".
+// needs_grad, record and the roots of backward call it; views taken under NoGradGuard stay
+// without history, as in PyTorch.
+void refresh_view(const Tensor& t);
 
 // Records an in-place op on `self`. `inputs` are self's value before the op (its old history)
 // and the other operands; `backward` maps the gradient of self's new value to theirs. When self

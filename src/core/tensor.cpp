@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kiln/autograd.h"
 #include "core/device_runtime.h"
 #include "core/tensor_util.h"
 
@@ -82,6 +83,7 @@ Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset)
   impl->dtype = base.dtype();
   impl->is_view = true;
   impl->view_history = base.storage()->history.load(std::memory_order_relaxed);
+  impl->view_no_grad = !autograd::is_grad_enabled();
   impl->view_base = base.impl()->view_base ? base.impl()->view_base : base.impl_ptr();
   return Tensor(std::move(impl));
 }

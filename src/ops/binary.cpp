@@ -187,6 +187,7 @@ Tensor& binary_out(Op op, const char* name, Tensor& out, const Tensor& a, const 
   KILN_CHECK(!autograd::needs_grad({&a, &b, &out}), name,
              "the out= form does not record a gradient, but an argument requires grad (use kiln::NoGradGuard, or "
              "the form that returns a new tensor)");
+  autograd::check_inplace(out, name, false);  // out is written in place: the same rules
   auto apart = [&](const Tensor& t) { return t.storage() == out.storage() && !t.is_same(out) ? t.clone() : t; };
   run_into(op, out, ops::cast(apart(a), ct), ops::cast(apart(b), ct));
   return out;

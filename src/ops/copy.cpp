@@ -195,9 +195,7 @@ Tensor random_int(const Shape& shape, int64_t low, int64_t high, TensorOptions o
   KILN_CHECK(low < high, "randint", "low (", low, ") must be below high (", high, ")");
   KILN_CHECK(o.dtype() != kBool, "randint", "cannot make bool integers");
   // Integers must fit the dtype (as torch's check; a uint8 draw below 1000 would wrap).
-  const auto [min, max] = o.dtype() == kUInt8   ? std::pair<int64_t, int64_t>{0, 255}
-                          : o.dtype() == kInt32 ? std::pair<int64_t, int64_t>{INT32_MIN, INT32_MAX}
-                                                : std::pair<int64_t, int64_t>{INT64_MIN, INT64_MAX};
+  const auto [min, max] = ops::integer_range(o.dtype());
   KILN_CHECK(low >= min && high - 1 <= max, "randint", "[", low, ", ", high, ") does not fit ", o.dtype(), " (", min,
              " to ", max, ")");
   Tensor t = make_empty(shape, o.dtype(), o.device());

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <utility>
 
 #include "autograd/function.h"
 #include "backend/dispatch.h"
@@ -27,6 +28,13 @@ inline Tensor cast(const Tensor& t, ScalarType dtype) { return t.dtype() == dtyp
 
 // The float type an integer input turns into for exp, log, mean, ... (itself if floating).
 inline ScalarType float_type(ScalarType t) { return is_floating_point(t) ? t : kDefaultFloat; }
+
+// The values an integer type holds (uint8, int32, int64), as int64.
+inline std::pair<int64_t, int64_t> integer_range(ScalarType t) {
+  return t == kUInt8 ? std::pair<int64_t, int64_t>{0, 255}
+         : t == kInt32 ? std::pair<int64_t, int64_t>{INT32_MIN, INT32_MAX}
+                       : std::pair<int64_t, int64_t>{INT64_MIN, INT64_MAX};
+}
 
 // Runs one kernel with one output.
 inline void run1(Op op, Device device, std::initializer_list<Tensor> in, Tensor& out,

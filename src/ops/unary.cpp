@@ -98,8 +98,7 @@ backend::ClampAttrs clamp_attrs(std::optional<Scalar> lo, std::optional<Scalar> 
   a.imin = lo ? lo->to_int() : 0;
   a.imax = hi ? hi->to_int() : 0;
   if (!is_floating_point(result) && result != kBool) {
-    const int64_t low = result == kUInt8 ? 0 : result == kInt32 ? INT32_MIN : INT64_MIN;
-    const int64_t high = result == kUInt8 ? 255 : result == kInt32 ? INT32_MAX : INT64_MAX;
+    const auto [low, high] = ops::integer_range(result);
     for (const auto& b : {lo, hi})
       KILN_CHECK(!b || (b->to_int() >= low && b->to_int() <= high), name, "the bound ", b->to_int(),
                  " does not fit a ", result, " tensor");
@@ -181,12 +180,12 @@ Tensor clamp_max(const Tensor& x, Scalar hi) { return clamp(x, std::nullopt, hi)
 
 Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
   ops::check_defined(*this, "clamp_");
-  backend::ClampAttrs a = clamp_attrs(lo, hi, dtype(), "clamp_");
   // Float bounds make clamp's result floating point (PyTorch's rule), which an integer tensor
   // cannot hold; the kernel would otherwise truncate the bounds.
   KILN_CHECK(is_floating_point() || !((lo && lo->is_floating_point()) || (hi && hi->is_floating_point())), "clamp_",
              "floating-point bounds give a floating-point result, which cannot be written into a ", dtype(),
              " tensor");
+  backend::ClampAttrs a = clamp_attrs(lo, hi, dtype(), "clamp_");
   const bool rec = autograd::needs_grad({this});
   autograd::check_inplace(*this, "clamp_", rec);
   Tensor before = rec ? clone() : *this;

@@ -67,6 +67,7 @@ Tensor AdamBase::step(LossClosure closure) {
   // Every group is checked before any step count or moment changes: a step that throws changes
   // nothing (a counted step without an update would skew every later bias correction).
   const auto buckets = detail::checked_buckets(param_groups(), where.c_str());
+  check_state_matches_params(where.c_str());
   for (size_t g = 0; g < buckets.size(); ++g) {
     const AdamOptions o = from_map<AdamOptions>(param_groups()[g].options());
     const auto [beta1, beta2] = o.betas;

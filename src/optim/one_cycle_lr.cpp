@@ -49,12 +49,9 @@ Optimizer& prepare_one_cycle(Optimizer& opt, const OneCycleLROptions& o) {
              "anneal_strategy must be \"cos\" or \"linear\", got \"", o.anneal_strategy, "\"");
   const auto max_lrs = per_group(opt, "max_lr", o.max_lr, o.max_lr_per_group);
   // PyTorch requires max_lr; here it has a default (0), which would train nothing.
-  if (o.max_lr_per_group.empty())
-    KILN_CHECK(std::isfinite(o.max_lr) && o.max_lr > 0, "OneCycleLR", "expected a positive, finite max_lr, got ",
-               o.max_lr);
   for (size_t i = 0; i < max_lrs.size(); ++i)
-    KILN_CHECK(std::isfinite(max_lrs[i]) && max_lrs[i] > 0, "OneCycleLR",
-               "expected a positive, finite max_lr for param group ", i, ", got ", max_lrs[i]);
+    KILN_CHECK(std::isfinite(max_lrs[i]) && max_lrs[i] > 0, "OneCycleLR", "expected a positive, finite max_lr, got ",
+               max_lrs[i], " (param group ", i, ")");
   std::string momentum;
   std::vector<double> max_m, base_m;
   if (o.cycle_momentum) {

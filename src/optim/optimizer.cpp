@@ -139,6 +139,24 @@ std::map<std::string, Tensor> Optimizer::state_dict() const {
   return out;
 }
 
+void Optimizer::check_state_matches_params(const char* where) const {
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t i = 0; i < groups_[g].params().size(); ++i) {
+      const Tensor& p = groups_[g].params()[i];
+      auto it = state_.find(p.impl());
+      if (it == state_.end()) continue;
+      for (const std::string& name : state_names_) {
+        auto t = it->second.find(name);
+        if (t == it->second.end() || !t->second.defined()) continue;
+        const Tensor& s = t->second;
+        KILN_CHECK(s.shape() == p.shape() && s.dtype() == p.dtype() && s.device() == p.device(), where, "the ", name,
+                   " of parameter ", i, " of param group ", g, " is ", s.dtype(), " ", s.shape(), " on ",
+                   s.device().str(), " but the parameter is ", p.dtype(), " ", p.shape(), " on ", p.device().str(),
+                   " (converted after the optimizer was made? make the optimizer after model->to())");
+      }
+    }
+}
+
 void Optimizer::load_state_dict(const std::map<std::string, Tensor>& sd) {
   const std::string where_s = name_ + "::load_state_dict";
   const char* where = where_s.c_str();

@@ -58,6 +58,7 @@ Tensor SGD::step(LossClosure closure) {
   // Every group is checked before any buffer is created or any parameter moves: a step that
   // throws changes nothing.
   const auto buckets = detail::checked_buckets(param_groups(), where.c_str());
+  check_state_matches_params(where.c_str());
   for (size_t g = 0; g < buckets.size(); ++g) {
     const SGDOptions o = from_map(param_groups()[g].options());
     for (const auto& bucket : buckets[g]) {

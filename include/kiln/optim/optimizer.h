@@ -88,6 +88,10 @@ class Optimizer {
   virtual void check_options(const std::map<std::string, Scalar>& /*options*/, const std::string& /*where*/) const {}
   // The parameter's state, created empty on first use.
   std::map<std::string, Tensor>& mutable_state(const Tensor& param) { return state_[param.impl()]; }
+  // Every existing state tensor still has its parameter's shape, dtype and device (a model
+  // converted after some steps has not): an error naming `where`, checked before a step changes
+  // anything.
+  void check_state_matches_params(const char* where) const;
 
  private:
   std::string name_;
