@@ -144,8 +144,7 @@ void record(const char* name, const std::vector<Tensor>& inputs, const Tensor& o
   attach(node, output);
 }
 
-void check_inplace(const Tensor& self, const char* op, bool will_record) {
-  (void)will_record;
+void check_inplace(const Tensor& self, const char* op) {
   // Elements that share memory (an expanded tensor) would each be written, in an order that
   // depends on the loop and the threads; PyTorch refuses too.
   for (int64_t d = 0; d < self.dim() && self.numel() > 0; ++d)

@@ -42,7 +42,7 @@ void record(const char* name, const std::vector<Tensor>& inputs, const Tensor& o
 // For in-place ops: the tensor being changed must not have elements that share memory, nor (in
 // grad mode) be a leaf that requires grad, a view of one, or a view taken under NoGradGuard of a
 // base that requires grad. A stale view is refreshed first (refresh_view).
-void check_inplace(const Tensor& self, const char* op, bool will_record);
+void check_inplace(const Tensor& self, const char* op);
 
 // PyTorch's view regeneration. A view taken in grad mode whose base has since been changed in
 // place with autograd recording (or which has no history while its base requires grad: taken

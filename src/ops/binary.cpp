@@ -161,7 +161,7 @@ void run_into(Op op, Tensor& out, const Tensor& ac, const Tensor& bc) {
 Tensor& binary_(Op op, const char* name, Tensor& self, const Tensor& other) {
   const ScalarType ct = check_into(op, name, self, self, other);
   const bool rec = is_differentiable(op) && autograd::needs_grad({&self, &other});
-  autograd::check_inplace(self, name, rec);
+  autograd::check_inplace(self, name);
   InputMeta ma(self), mb(other);
   Tensor a_before = rec && (op != Op::Add && op != Op::Sub) ? self.clone() : self;
   // An operand sharing self's memory (y.mul_(y), x.add_(x.t())) would be read after the kernel
@@ -187,7 +187,7 @@ Tensor& binary_out(Op op, const char* name, Tensor& out, const Tensor& a, const 
   KILN_CHECK(!autograd::needs_grad({&a, &b, &out}), name,
              "the out= form does not record a gradient, but an argument requires grad (use kiln::NoGradGuard, or "
              "the form that returns a new tensor)");
-  autograd::check_inplace(out, name, false);  // out is written in place: the same rules
+  autograd::check_inplace(out, name);  // out is written in place: the same rules
   auto apart = [&](const Tensor& t) { return t.storage() == out.storage() && !t.is_same(out) ? t.clone() : t; };
   run_into(op, out, ops::cast(apart(a), ct), ops::cast(apart(b), ct));
   return out;

@@ -57,7 +57,7 @@ Tensor& random_fill(Tensor& self, Op op, const backend::RandomAttrs& how, const 
   ops::check_defined(self, name);
   // New values replace self's history (their gradient is zero), as with fill_.
   const bool rec = autograd::needs_grad({&self});
-  autograd::check_inplace(self, name, rec);
+  autograd::check_inplace(self, name);
   Tensor target = self.is_contiguous() ? self : make_empty(self.shape(), self.dtype(), self.device());
   uint64_t words = static_cast<uint64_t>(self.numel()) * words_per_element;
   GeneratorState st = detail::reserve_counters((words + 3) / 4);
@@ -144,7 +144,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   KILN_CHECK(shape == this->shape(), "copy_", "a source of shape ", src.shape(),
              " does not broadcast to the destination's shape ", this->shape());
   const bool rec = autograd::needs_grad({this, &src});
-  autograd::check_inplace(*this, "copy_", rec);
+  autograd::check_inplace(*this, "copy_");
   Tensor s = src;
   if (s.device() != device()) {
     NoGradGuard ng;
@@ -165,7 +165,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 Tensor& Tensor::fill_(Scalar value) {
   ops::check_defined(*this, "fill_");
   const bool rec = autograd::needs_grad({this});
-  autograd::check_inplace(*this, "fill_", rec);
+  autograd::check_inplace(*this, "fill_");
   backend::ScalarAttrs attrs{value};
   ops::run1(Op::Fill, device(), {}, *this, &attrs);
   ops::bump_version(*this);

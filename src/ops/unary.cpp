@@ -51,7 +51,7 @@ Tensor& unary_(const UnaryDef& d, Tensor& self, const char* name) {
   KILN_CHECK(d.domain != Domain::Float || self.is_floating_point(), name,
              "the result is floating point and cannot be written into a ", self.dtype(), " tensor");
   const bool rec = d.grad && autograd::needs_grad({&self});
-  autograd::check_inplace(self, name, rec);
+  autograd::check_inplace(self, name);
   Tensor before = rec && d.saves_x ? self.clone() : self;
   ops::run1(d.op, self.device(), {self}, self);
   ops::bump_version(self);
@@ -187,7 +187,7 @@ Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
              " tensor");
   backend::ClampAttrs a = clamp_attrs(lo, hi, dtype(), "clamp_");
   const bool rec = autograd::needs_grad({this});
-  autograd::check_inplace(*this, "clamp_", rec);
+  autograd::check_inplace(*this, "clamp_");
   Tensor before = rec ? clone() : *this;
   ops::run1(Op::Clamp, device(), {*this}, *this, &a);
   ops::bump_version(*this);
