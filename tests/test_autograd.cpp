@@ -192,11 +192,40 @@ TEST(AutogradBasics, RetainGraph) {
   v.backward();
   expect_close(w.grad(), {4, 8}, {2});
 
-  // A graph made only of nodes that save nothing still refuses a second pass without it.
+  // A graph made only of nodes that save no tensors keeps working, as in PyTorch (AddBackward
+  // and SumBackward keep sizes, not tensors).
   Tensor s = leaf({1, 2});
   Tensor t = (s + 1.0).sum();
   t.backward();
-  expect_error([&] { t.backward(); }, "retain_graph");
+  t.backward();
+  expect_close(s.grad(), {2, 2}, {2});
+}
+
+// PyTorch frees only saved tensors: a part of the graph that saved none (a transposed weight
+// taken once, a slice) may be passed again by later backward passes; a node that saved some
+// still refuses, with or without nodes that saved none above it.
+TEST(AutogradBasics, NodesThatSavedNoTensorsSurviveABackwardPass) {
+  Tensor w = ones({2, 3}).requires_grad_();
+  Tensor wt = w.t();  // TransposeBackward: saves nothing
+  for (int step = 0; step < 2; ++step) matmul(ones({4, 3}), wt).sum().backward();
+  expect_close(w.grad(), std::vector<double>(6, 8.0), {2, 3});
+
+  Tensor x = leaf({1, 2, 3});
+  Tensor first = x.slice(0, 0, 2);  // SliceBackward: saves nothing
+  (first * 2.0).sum().backward();
+  (first * 3.0).sum().backward();
+  expect_close(x.grad(), {5, 5, 0}, {3});
+
+  Tensor p = leaf({1, 5, 3, 2}).reshape({1, 1, 2, 2});
+  Tensor pooled = max_pool2d(p, {2, 2}).sum();  // keeps the maxima's indices
+  pooled.backward();
+  expect_error([&] { pooled.backward(); }, "retain_graph");
+
+  Tensor q = leaf({1, 2});
+  Tensor shared = (q * q).reshape({2, 1});  // MulBackward saved q under ViewBackward
+  shared.sum().backward();
+  expect_error([&] { shared.sum().backward(); }, "retain_graph");
+  expect_close(q.grad(), {2, 4}, {2});
 }
 
 TEST(AutogradBasics, DetachStopsGradients) {

@@ -82,6 +82,21 @@ struct Identity : autograd::Function<Identity> {
   static std::vector<Tensor> backward(AutogradContext*, std::vector<Tensor> g) { return {g[0] * 2}; }
 };
 
+// A custom function that saved no tensors can be passed by a second backward; one that saved
+// some cannot (its saved tensors are freed), as in PyTorch.
+TEST(CustomFunction, OnlyFunctionsThatSavedTensorsRefuseASecondBackward) {
+  Tensor x = ones({3}).requires_grad_();
+  Tensor y = Identity::apply(x).sum();
+  y.backward();
+  y.backward();
+  expect_close(x.grad(), {4, 4, 4}, {3});
+
+  Tensor a = ones({2}).requires_grad_(), b = ones({2}).requires_grad_();
+  Tensor z = MulAdd::apply(a, b).sum();
+  z.backward();
+  expect_error([&] { z.backward(); }, "retain_graph");
+}
+
 TEST(CustomFunction, ReturningAnInputLeavesTheInputAlone) {
   Tensor x = ones({3}).requires_grad_();
   Tensor y = Identity::apply(x);

@@ -99,6 +99,11 @@ class AutogradContext {
   // in-place change made to one before backward runs is an error there, not a wrong gradient.
   void save_for_backward(const std::vector<Tensor>& tensors);
   std::vector<Tensor> get_saved_variables() const;
+  bool has_saved_tensors() const {
+    for (const Tensor& t : saved_)
+      if (t.defined()) return true;
+    return false;
+  }
   // Whether tensor input i of forward (counting tensor arguments only) requires a gradient.
   bool needs_input_grad(size_t i) const { return i < needs_grad_.size() && needs_grad_[i]; }
   // Anything else backward needs (sizes, flags).
@@ -116,9 +121,10 @@ namespace detail {
 // Records `output` as computed from `inputs` by the custom function `name` (a string that lives
 // for the program, such as typeid(...).name()) when grad mode is on and an input requires grad,
 // and returns it (a fresh alias when forward returned an input itself). backward maps the
-// output's gradient to one gradient per input, checked against the inputs' shapes.
+// output's gradient to one gradient per input, checked against the inputs' shapes. A function
+// that saved no tensors (saves_tensors false) can be passed by later backward passes.
 Tensor record_custom(const char* name, const std::vector<Tensor>& inputs, const Tensor& output,
-                     std::function<std::vector<Tensor>(const Tensor&)> backward);
+                     std::function<std::vector<Tensor>(const Tensor&)> backward, bool saves_tensors);
 inline void collect(std::vector<Tensor>&) {}
 template <class A, class... Rest>
 void collect(std::vector<Tensor>& out, const A& a, const Rest&... rest) {
@@ -166,7 +172,7 @@ struct Function {
         return picked;
       }
       return grads;
-    });
+    }, ctx->has_saved_tensors());
   }
 };
 

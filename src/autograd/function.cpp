@@ -6,7 +6,9 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <string>
+#include <utility>
 
 #include "autograd/node.h"
 #include "core/tensor_util.h"
@@ -19,8 +21,17 @@ uint64_t next_sequence_nr() {
   return counter.fetch_add(1, std::memory_order_relaxed);
 }
 
+namespace {
+// SavedTensors made on this thread since the last node was recorded: ops make them in the
+// capture of the backward function they pass to record(). One left by an op that threw before
+// recording only makes the next node keep the rule for saved tensors.
+thread_local uint64_t g_saved_since_record = 0;
+bool take_saved() { return std::exchange(g_saved_since_record, 0) != 0; }
+}  // namespace
+
 SavedTensor::SavedTensor(const Tensor& t) {
   if (!t.defined()) return;
+  ++g_saved_since_record;
   tensor_ = alias_detached(t);
   version_ = t.version();
 }
@@ -107,6 +118,7 @@ void attach_as_view_of(const Tensor& view, const Tensor& base, const ViewGeometr
     geo.region(result).copy_(g);
     return {result};
   });
+  node->saves_tensors = false;
   node->next_edges.push_back(gradient_edge(base));
   attach(node, view);
 }
@@ -123,9 +135,11 @@ void refresh_view(const Tensor& t) {
   attach_as_view_of(t, base, geometry_of(t, base));
 }
 
-void record(const char* name, std::initializer_list<const Tensor*> inputs, const Tensor& output,
-            BackwardFn backward) {
+namespace {
+void record_node(const char* name, std::span<const Tensor* const> inputs, const Tensor& output, BackwardFn backward,
+                 bool saves_tensors) {
   auto node = std::make_shared<FunctionNode>(name, std::move(backward));
+  node->saves_tensors = saves_tensors;
   node->next_edges.reserve(inputs.size());
   for (const Tensor* t : inputs) {
     if (t->defined()) refresh_view(*t);
@@ -134,14 +148,20 @@ void record(const char* name, std::initializer_list<const Tensor*> inputs, const
   attach(node, output);
 }
 
+std::vector<const Tensor*> pointers(const std::vector<Tensor>& tensors) {
+  std::vector<const Tensor*> out;
+  for (const Tensor& t : tensors) out.push_back(&t);
+  return out;
+}
+}  // namespace
+
+void record(const char* name, std::initializer_list<const Tensor*> inputs, const Tensor& output,
+            BackwardFn backward) {
+  record_node(name, {inputs.begin(), inputs.size()}, output, std::move(backward), take_saved());
+}
+
 void record(const char* name, const std::vector<Tensor>& inputs, const Tensor& output, BackwardFn backward) {
-  auto node = std::make_shared<FunctionNode>(name, std::move(backward));
-  node->next_edges.reserve(inputs.size());
-  for (const Tensor& t : inputs) {
-    if (t.defined()) refresh_view(t);
-    node->next_edges.push_back(gradient_edge(t));
-  }
-  attach(node, output);
+  record_node(name, pointers(inputs), output, std::move(backward), take_saved());
 }
 
 void check_inplace(const Tensor& self, const char* op) {
@@ -195,6 +215,7 @@ void record_inplace(const char* name, const Tensor& self, std::initializer_list<
         grads.insert(grads.begin(), result);
         return grads;
       });
+  copy_slices->saves_tensors = take_saved();
   copy_slices->next_edges.push_back(gradient_edge(base));
   for (const Tensor* t : inputs) {
     if (t->defined()) refresh_view(*t);
@@ -260,7 +281,7 @@ const char* readable_name(const char* mangled) {
 
 namespace detail {
 Tensor record_custom(const char* mangled, const std::vector<Tensor>& inputs, const Tensor& output,
-                     std::function<std::vector<Tensor>(const Tensor&)> backward) {
+                     std::function<std::vector<Tensor>(const Tensor&)> backward, bool saves_tensors) {
   const char* name = readable_name(mangled);
   KILN_CHECK(output.defined(), name, "forward of a custom function returned an undefined tensor");
   if (!needs_grad(inputs)) return output;
@@ -269,7 +290,10 @@ Tensor record_custom(const char* mangled, const std::vector<Tensor>& inputs, con
     if (t.defined() && t.impl() == output.impl()) out = alias_detached(output);  // never rewrite an input's history
   std::vector<Shape> shapes;
   for (const Tensor& t : inputs) shapes.push_back(t.defined() ? t.shape() : Shape{});
-  record(name, inputs, out, [name, shapes, backward = std::move(backward)](const Tensor& g) {
+  // The context's saved tensors are the closure's; they are counted here, not by take_saved(),
+  // since forward saves them whether or not the function is recorded.
+  take_saved();
+  record_node(name, pointers(inputs), out, [name, shapes, backward = std::move(backward)](const Tensor& g) {
     std::vector<Tensor> grads = backward(g);
     KILN_CHECK(grads.size() == shapes.size(), name, "backward returned ", grads.size(), " gradient(s) for ",
                shapes.size(), " tensor input(s)");
@@ -277,7 +301,7 @@ Tensor record_custom(const char* mangled, const std::vector<Tensor>& inputs, con
       KILN_CHECK(!grads[i].defined() || grads[i].shape() == shapes[i], name, "backward returned a gradient of shape ",
                  grads[i].shape(), " for tensor input ", i, " of shape ", shapes[i]);
     return grads;
-  });
+  }, saves_tensors);
   return out;
 }
 }  // namespace detail

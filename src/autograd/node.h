@@ -18,7 +18,14 @@ class FunctionNode final : public Node {
   }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
   std::string name() const override { return name_; }
-  void release_saved() override { fn_ = nullptr; }
+  // Frees the closure with the tensors it saved. A node that saved none (a view's, add's, sum's)
+  // keeps it, so a later backward may pass through it again, as in PyTorch.
+  void release_saved() override {
+    if (saves_tensors) fn_ = nullptr;
+  }
+  // Whether the backward function holds saved tensors (record() tells, from the SavedTensors
+  // made since the last node was recorded on this thread; a stray one only keeps this true).
+  bool saves_tensors = true;
   // Called with this node's incoming gradient before apply (retain_grad uses it).
   std::vector<std::function<void(const Tensor&)>> pre_hooks;
 

@@ -89,9 +89,11 @@ Tensor max_pool2d(const Tensor& x_in, const Shape& kernel_size, const Shape& str
   }
   if (grad)
     autograd::record("MaxPool2DWithIndicesBackward", {&x}, out,
-                     [a, idx, xs = x.shape(), xst = strides_like(x, x.shape())](const Tensor& g) -> TensorList {
+                     [a, si = autograd::SavedTensor(idx), xs = x.shape(),
+                      xst = strides_like(x, x.shape())](const Tensor& g) -> TensorList {
                        Tensor gx = make_empty_strided(xs, xst, g.dtype(), g.device());
-                       if (gx.numel() > 0) ops::run1(Op::MaxPool2dBackward, g.device(), {g, idx}, gx, &a);
+                       if (gx.numel() > 0)
+                         ops::run1(Op::MaxPool2dBackward, g.device(), {g, si.get("MaxPool2DWithIndicesBackward")}, gx, &a);
                        return {gx};
                      });
   return finish(x_in, out);
