@@ -228,6 +228,28 @@ TEST(Attention, GradientsMatchCompositeAcrossTiles) {
   }
 }
 
+// A float mask that requires grad (a learned position bias) gets the gradient the composed ops
+// give it (PyTorch's math path), summed over the dims it was broadcast along; q, k and v get
+// theirs too, with and without is_causal.
+TEST(Attention, AFloatMaskThatRequiresGradGetsItsGradient) {
+  for (bool causal : {false, true}) {
+    manual_seed(5);
+    Tensor q = randn64({2, 3, 5, 4}).requires_grad_(), k = randn64({2, 3, 6, 4}).requires_grad_(),
+           v = randn64({2, 3, 6, 3}).requires_grad_(), m = randn64({3, 5, 6}).requires_grad_();
+    Tensor y = scaled_dot_product_attention(q, k, v, m, 0.0, causal);
+    Tensor w = randn64(y.shape());
+    auto g = autograd::grad({mul(y, w).sum()}, {q, k, v, m});
+    auto g2 = autograd::grad({mul(composite(q, k, v, m, causal, 0.5), w).sum()}, {q, k, v, m});
+    ASSERT_EQ(g[3].shape(), (Shape{3, 5, 6}));
+    for (int i = 0; i < 4; ++i)
+      expect_close(g[i], values(g2[i]), g2[i].shape(), 1e-10, 1e-10, std::string("grad ") + "qkvm"[i]);
+  }
+  // Only the mask requires grad: a bias learned in front of frozen attention.
+  Tensor m = zeros({4, 4}, kFloat64).requires_grad_();
+  scaled_dot_product_attention(randn64({4, 2}), randn64({4, 2}), randn64({4, 2}), m).sum().backward();
+  ASSERT_TRUE(m.grad().defined());
+}
+
 TEST(Attention, Gradcheck) {
   struct G {
     Shape q, k, v;

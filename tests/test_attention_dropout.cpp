@@ -261,6 +261,14 @@ TEST(Attention, BadInputIsAClearError) {
   expect_error([&] { sdpa(Tensor(), k, v); }, "[scaled_dot_product_attention] got an undefined tensor");
 }
 
+// A head dim of 0: every score is an empty sum, 0, whatever the scale (not 0 * inf), so each
+// row is the mean of v, as in PyTorch.
+TEST(Attention, HeadDimZeroGivesTheMeanOfV) {
+  Tensor v = tensor({{1.0, 2.0}, {3.0, 5.0}}, kFloat64).unsqueeze(0);
+  Tensor y = scaled_dot_product_attention(zeros({1, 3, 0}, kFloat64), zeros({1, 2, 0}, kFloat64), v);
+  expect_close(y, {2, 3.5, 2, 3.5, 2, 3.5}, {1, 3, 2});
+}
+
 TEST(Attention, EmptySequences) {
   Tensor q = randn({2, 0, 4}).requires_grad_(), k = randn({2, 5, 4}).requires_grad_(), v = randn({2, 5, 3});
   Tensor y = scaled_dot_product_attention(q, k, v);

@@ -3,7 +3,9 @@
 // formula weights; files written by save_pretrained (and old-style ones) load and give HF's
 // logits; HF's initialisation; input and config checks; a training step lowers the loss.
 #include <algorithm>
+#include <clocale>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -319,6 +321,74 @@ TEST(BertPretrained, BadFilesAreClearErrorsAndChangeNothing) {
   }
   expect_error([&] { BertConfig::from_pretrained(tmp); }, "\"hidden_size\" must be an integer, got \"big\"");
   std::filesystem::remove(tmp);
+}
+
+// A comma-decimal LC_NUMERIC ("0,5"), set for the test's life: the system's de_DE, or one that
+// localedef builds from Debian's locale sources into a temporary LOCPATH; none where neither is.
+class CommaDecimalLocale {
+ public:
+  CommaDecimalLocale() {
+    if (std::setlocale(LC_NUMERIC, "de_DE.UTF-8")) return;
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / "kiln_test_locale";
+    const std::string cmd = "localedef -i de_DE -f UTF-8 '" + (dir / "de_DE.UTF-8").string() + "' >/dev/null 2>&1";
+    if (!fs::exists(dir / "de_DE.UTF-8") && (fs::create_directories(dir), std::system(cmd.c_str()) != 0)) return;
+    setenv("LOCPATH", dir.c_str(), 1);
+    if (std::setlocale(LC_NUMERIC, "de_DE.UTF-8") == nullptr) unsetenv("LOCPATH");
+  }
+  ~CommaDecimalLocale() {
+    std::setlocale(LC_NUMERIC, "C");
+    unsetenv("LOCPATH");
+  }
+  bool active() const { return std::string(std::localeconv()->decimal_point) == ","; }
+};
+
+std::string write_config(const std::string& json) {
+  const std::string path = (std::filesystem::temp_directory_path() / "kiln_bert_config_fields.json").string();
+  std::ofstream(path) << json;
+  return path;
+}
+
+TEST(BertPretrained, ConfigNumbersReadTheSameInAnyLocale) {
+  const std::string path = write_config(
+      R"({"model_type": "bert", "hidden_dropout_prob": 0.25, "initializer_range": 0.03, "layer_norm_eps": 1.5e-7})");
+  CommaDecimalLocale locale;
+  if (!locale.active()) GTEST_SKIP() << "no comma-decimal locale here (de_DE, or localedef with Debian's locales)";
+  const BertConfig c = BertConfig::from_pretrained(path);
+  EXPECT_EQ(c.hidden_dropout_prob, 0.25);  // strtod read "0" under de_DE
+  EXPECT_EQ(c.initializer_range, 0.03);
+  EXPECT_EQ(c.layer_norm_eps, 1.5e-7);
+}
+
+TEST(BertPretrained, ConfigFieldsThatChangeTheModelAreUsedOrRefused) {
+  BertConfig c = BertConfig::from_pretrained(
+      write_config(R"({"model_type": "bert", "hidden_size": 16, "num_attention_heads": 2, "classifier_dropout": 0.3,
+                      "is_decoder": false, "position_embedding_type": "absolute", "tie_word_embeddings": true})"));
+  EXPECT_EQ(c.classifier_dropout, 0.3);
+  c.vocab_size = 20, c.num_hidden_layers = 1, c.intermediate_size = 8, c.max_position_embeddings = 8;
+  models::BertForSequenceClassification clf(c, 2);
+  EXPECT_EQ(clf->dropout->p, 0.3);
+  EXPECT_FALSE(BertConfig::from_pretrained(write_config(R"({"classifier_dropout": null})")).classifier_dropout);
+  expect_error([] { BertConfig{.classifier_dropout = 1.0}.validate(); }, "classifier_dropout must be in [0, 1), got 1");
+
+  expect_error([] { BertConfig::from_pretrained(write_config(R"({"is_decoder": true})")); },
+               "\"is_decoder\": true (a causal or cross-attending BERT) is not supported");
+  expect_error([] { BertConfig::from_pretrained(write_config(R"({"add_cross_attention": true})")); },
+               "\"add_cross_attention\": true");
+  expect_error([] { BertConfig::from_pretrained(write_config(R"({"position_embedding_type": "relative_key"})")); },
+               "\"position_embedding_type\" \"relative_key\" is not supported");
+  expect_error([] { BertConfig::from_pretrained(write_config(R"({"tie_word_embeddings": false})")); },
+               "\"tie_word_embeddings\": false is not supported");
+  expect_error([] { BertConfig::from_pretrained(write_config(R"({"layer_norm_eps": 1e999})")); },
+               "\"layer_norm_eps\" is out of range: 1e999");
+}
+
+TEST(BertModels, AModuleInTheEncoderListThatIsNotABertLayerIsAnError) {
+  auto m = models::bert_for_masked_lm({.vocab_size = 20, .hidden_size = 8, .num_hidden_layers = 1,
+                                       .num_attention_heads = 2, .intermediate_size = 16,
+                                       .max_position_embeddings = 8});
+  m->bert->encoder->layer->push_back(nn::Linear(8, 8));
+  expect_error([&] { m(tensor({{1, 2, 3}}, kInt64)); }, "[ModuleList::ptr] module 1 is a");
 }
 
 // ---- input checks

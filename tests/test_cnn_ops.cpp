@@ -170,6 +170,43 @@ TEST(Conv2d, FrozenWeightTrainedBias) {
   }
 }
 
+// The kernels read the bias as a dense vector (oneDNN ignores a bias descriptor's strides): a
+// strided or expanded bias is made dense first, in every dtype.
+TEST(Conv2d, AStridedOrExpandedBiasIsReadThroughItsStrides) {
+  for (ScalarType dt : {kFloat64, kFloat32, kBFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor x = rnd({1, 2, 3, 3}).to(dt), w = rnd({4, 2, 3, 3}).to(dt);
+    const Tensor every_other = tensor({0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0}).to(dt).slice(0, 0, 8, 2);
+    const Tensor expanded = tensor({5.0}).to(dt).expand({4});
+    expect_close(conv2d(x, w, every_other), values(conv2d(x, w, tensor({0.0, 20.0, 40.0, 60.0}).to(dt))), {1, 4, 1, 1},
+                 0, 0, "strided");
+    expect_close(conv2d(x, w, expanded), values(conv2d(x, w, full({4}, 5.0, dt))), {1, 4, 1, 1}, 0, 0, "expanded");
+  }
+}
+
+// Empty inputs as PyTorch takes them: zero batch, or zero channels (the output is the bias, whose
+// gradient is the output gradient's sum); an empty H or W of a non-empty batch is an error.
+TEST(Conv2d, EmptyInputs) {
+  Tensor x = zeros({2, 0, 4, 4}, kFloat64).requires_grad_(), w = zeros({3, 0, 3, 3}, kFloat64).requires_grad_();
+  Tensor b = tensor({1.0, 2.0, 3.0}, kFloat64).requires_grad_();
+  Tensor y = conv2d(x, w, b, {1, 1}, {1, 1});
+  ASSERT_EQ(y.shape(), (Shape{2, 3, 4, 4}));
+  expect_close(y.sum({0, 2, 3}), {32, 64, 96}, {3});
+  (y * 2.0).sum().backward();
+  expect_close(b.grad(), {64, 64, 64}, {3});
+  EXPECT_EQ(w.grad().shape(), w.shape());
+  EXPECT_EQ(x.grad().shape(), x.shape());
+
+  Tensor none = zeros({0, 3, 4, 4}, kFloat64).requires_grad_(), b2 = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+  Tensor y2 = conv2d(none, rnd({2, 3, 3, 3}), b2);
+  EXPECT_EQ(y2.shape(), (Shape{0, 2, 2, 2}));
+  y2.sum().backward();
+  expect_close(b2.grad(), {0, 0}, {2});
+
+  expect_error([] { conv2d(zeros({1, 1, 0, 4}), ones({2, 1, 1, 1}), {}, {1, 1}, {1, 1}); },
+               "[conv2d] only inputs with zero batch or zero channels may be empty (as PyTorch), got shape [1, 1, 0, 4]");
+}
+
 TEST(Conv2d, UnbatchedInputAndErrors) {
   Tensor x = rnd({3, 5, 5}), w = rnd({2, 3, 3, 3});
   Tensor y = conv2d(x, w);
@@ -252,22 +289,9 @@ TEST(Pool2d, MaxPoolDilationAndNan) {
   expect_close(max_pool2d(x, {2}, {1}, {0}, {2}), {7.0}, {1, 1, 1, 1});
   Tensor xn = tensor(std::vector<double>{1, NAN, 2, 3}, {1, 1, 2, 2}, kFloat64);
   EXPECT_TRUE(std::isnan(values(max_pool2d(xn, {2}))[0]));
-  // Kernel 2 with dilation 4 and padding 2 over a height of 1: the row's window taps -2 and 2,
-  // both in the padding. Its output is -inf (with or without indices, in both layouts) and no
-  // input takes its gradient.
-  for (bool cl : {false, true}) {
-    Tensor x1 =
-        rnd({2, 3, 1, 4}).contiguous(cl ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous).requires_grad_();
-    Tensor y = max_pool2d(x1, {2, 1}, {1, 1}, {2, 0}, {4, 1});
-    ASSERT_EQ(y.shape(), (Shape{2, 3, 1, 4}));
-    for (double v : values(y)) EXPECT_EQ(v, -INFINITY);
-    {
-      NoGradGuard ng;
-      for (double v : values(max_pool2d(x1, {2, 1}, {1, 1}, {2, 0}, {4, 1}))) EXPECT_EQ(v, -INFINITY);
-    }
-    y.sum().backward();
-    for (double v : values(x1.grad())) EXPECT_EQ(v, 0.0);
-  }
+  // Kernel 2 with dilation 4 and padding 2 would have windows wholly in the padding (output
+  // -inf, no input to take the gradient): PyTorch's padding rule refuses it.
+  expect_error([] { max_pool2d(rnd({2, 3, 1, 4}), {2, 1}, {1, 1}, {2, 0}, {4, 1}); }, "must be at most half");
 }
 
 TEST(Pool2d, Gradcheck) {
@@ -303,9 +327,31 @@ TEST(Pool2d, HalfPrecisionGradientsOfOverlappingWindowsRoundOnce) {
   }
 }
 
+// A channels-last input whose size-1 W has a stride other than the canonical one (a sequence
+// [N, L, C] transposed and unsqueezed): its gradient is laid out canonically, and equals that of
+// a contiguous copy, for each pooling.
+TEST(Pool2d, ChannelsLastInputWithAnOddStrideOnASizeOneDim) {
+  const Tensor seq = rnd({2, 8, 3});
+  for (int kind = 0; kind < 3; ++kind) {
+    SCOPED_TRACE(kind);
+    auto pool = [kind](const Tensor& t) {
+      return kind == 0 ? max_pool2d(t, {2, 1}) : kind == 1 ? avg_pool2d(t, {2, 1}) : adaptive_avg_pool2d(t, {4, 1});
+    };
+    Tensor x = seq.transpose(1, 2).unsqueeze(-1).detach().requires_grad_();  // [2, 3, 8, 1]
+    Tensor dense = x.detach().contiguous().requires_grad_();
+    Tensor w = rnd({2, 3, 4, 1});
+    (pool(x) * w).sum().backward();
+    (pool(dense) * w).sum().backward();
+    expect_close(x.grad(), values(dense.grad()), x.shape(), 0, 0);
+  }
+}
+
 TEST(Pool2d, Errors) {
   Tensor x = rnd({1, 2, 4, 4});
   expect_error([&] { max_pool2d(x, {3}, {1}, {2}); }, "[max_pool2d] padding [2] must be at most half");
+  // PyTorch's rule is on the kernel size without dilation: windows wholly in the padding otherwise
+  expect_error([] { max_pool2d(rnd({1, 1, 5, 5}), {3, 3}, {1, 1}, {2, 2}, {2, 2}); },
+               "[max_pool2d] padding [2, 2] must be at most half of kernel_size [3, 3]");
   expect_error([&] { max_pool2d(x, {5}); }, "too small for kernel_size");
   expect_error([&] { avg_pool2d(x, {0}); }, "kernel_size must be at least 1");
   expect_error([&] { adaptive_avg_pool2d(x, {0, 2}); }, "output_size must be positive");
@@ -436,6 +482,19 @@ TEST(BatchNorm, Float32GradientsMatchFloat64) {
     }
     for (int i = 0; i < 3; ++i)
       for (size_t j = 0; j < g[0][i].size(); ++j) EXPECT_NEAR(g[1][i][j], g[0][i][j], 1e-4) << cl << " " << i;
+  }
+}
+
+// Evaluation of an input with an empty spatial dim: empty input gradient, zero weight and bias
+// gradients (the backward kernel divided by the empty plane's size).
+TEST(BatchNorm, EmptyInputInEvaluationHasGradients) {
+  for (const Shape& shape : {Shape{2, 3, 0, 4}, Shape{2, 3, 0}}) {
+    Tensor x = zeros(shape, kFloat64).requires_grad_(), w = ones({3}, kFloat64).requires_grad_(),
+           b = zeros({3}, kFloat64).requires_grad_();
+    batch_norm(x, zeros({3}, kFloat64), ones({3}, kFloat64), w, b, /*training=*/false).sum().backward();
+    EXPECT_EQ(x.grad().shape(), shape);
+    expect_close(w.grad(), {0, 0, 0}, {3});
+    expect_close(b.grad(), {0, 0, 0}, {3});
   }
 }
 

@@ -1,6 +1,5 @@
 // The device runtime registry, Storage, cross-device copies and the public memory functions.
 #include <array>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +8,7 @@
 #include <string>
 
 #include "core/device_runtime.h"
+#include "core/parse_number.h"
 #include "kiln/cuda.h"
 #include "kiln/error.h"
 #include "kiln/tensor.h"
@@ -89,11 +89,10 @@ void reset_peak_memory_stats(Device device) {
 size_t total_memory(Device device) { return runtime_for(device, "total_memory").total_memory(device.index); }
 
 size_t parse_memory_limit(const std::string& text, size_t total, const char* where) {
-  const char* p = text.c_str();
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(p, &end);
-  std::string unit = end ? std::string(end) : std::string();
+  size_t used = 0;
+  const std::optional<double> number = detail::parse_number_prefix<double>(text, &used);
+  const double v = number.value_or(-1);
+  std::string unit = text.substr(used);
   while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
   double scale = 1;
   if (unit == "%") scale = static_cast<double>(total) / 100;
@@ -102,7 +101,7 @@ size_t parse_memory_limit(const std::string& text, size_t total, const char* whe
   else if (unit == "G" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
   else if (unit == "T" || unit == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
   else if (!unit.empty()) scale = -1;
-  KILN_CHECK(end != p && errno == 0 && std::isfinite(v) && v >= 0 && scale > 0 && v * scale < 1.8e19, where,
+  KILN_CHECK(number && std::isfinite(v) && v >= 0 && scale > 0 && v * scale < 1.8e19, where,
              "expected a size such as 20G, 512M, 4096 or 80%, or 0 for no limit; got '", text, "'");
   return static_cast<size_t>(v * scale);
 }

@@ -40,6 +40,8 @@ void BertConfig::validate() const {
              hidden_dropout_prob);
   KILN_CHECK(attention_probs_dropout_prob >= 0 && attention_probs_dropout_prob < 1, where,
              "attention_probs_dropout_prob must be in [0, 1), got ", attention_probs_dropout_prob);
+  KILN_CHECK(!classifier_dropout || (*classifier_dropout >= 0 && *classifier_dropout < 1), where,
+             "classifier_dropout must be in [0, 1), got ", classifier_dropout.value_or(0));
   KILN_CHECK(initializer_range >= 0, where, "initializer_range must be non-negative, got ", initializer_range);
   KILN_CHECK(!pad_token_id || (*pad_token_id >= 0 && *pad_token_id < vocab_size), where,
              "pad_token_id must be in [0, vocab_size ", vocab_size, "), got ", pad_token_id.value_or(0));
@@ -152,7 +154,8 @@ BertEncoderImpl::BertEncoderImpl(const BertConfig& c) {
 
 Tensor BertEncoderImpl::forward(const Tensor& hidden, const Tensor& mask) {
   Tensor x = hidden;
-  for (const auto& l : *layer) x = static_cast<BertLayerImpl&>(*l).forward(x, mask);
+  // The list is public: a module put there that is not a BertLayer is an error, not a bad cast.
+  for (size_t i = 0; i < layer->size(); ++i) x = layer->ptr<BertLayerImpl>(i)->forward(x, mask);
   return x;
 }
 

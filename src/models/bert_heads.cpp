@@ -73,7 +73,7 @@ BertForSequenceClassificationImpl::BertForSequenceClassificationImpl(const BertC
     : num_labels(num_labels) {
   KILN_CHECK(num_labels > 0, "BertForSequenceClassification", "num_labels must be positive, got ", num_labels);
   bert = register_module("bert", BertModel(config, true));
-  dropout = register_module("dropout", nn::Dropout(config.hidden_dropout_prob));
+  dropout = register_module("dropout", nn::Dropout(config.classifier_dropout.value_or(config.hidden_dropout_prob)));
   classifier = register_module("classifier", nn::Linear(config.hidden_size, num_labels));
 }
 

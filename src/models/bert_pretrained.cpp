@@ -1,10 +1,11 @@
 // Reading Hugging Face's BERT files: config.json into BertConfig, and a state dict (with the
 // renames old and new checkpoints need) into a Kiln BERT.
-#include <cstdlib>
+#include <cmath>
 #include <filesystem>
 #include <set>
 #include <string_view>
 
+#include "core/parse_number.h"
 #include "io/json.h"
 #include "io/mapped_file.h"
 #include "kiln/io.h"
@@ -31,7 +32,9 @@ void set_int(const io::json::Value& v, const std::string& path, const std::strin
 void set_double(const io::json::Value& v, const std::string& path, const std::string& key, double& out) {
   KILN_CHECK(v.kind == io::json::Value::Kind::Number, "BertConfig::from_pretrained", path, ": \"", key,
              "\" must be a number, got ", v.describe());
-  out = std::strtod(v.text.c_str(), nullptr);
+  const std::optional<double> d = kiln::detail::parse_number<double>(v.text);
+  KILN_CHECK(d && std::isfinite(*d), "BertConfig::from_pretrained", path, ": \"", key, "\" is out of range: ", v.text);
+  out = *d;
 }
 
 bool starts_with_any(const std::string& key, std::initializer_list<std::string_view> prefixes) {
@@ -82,6 +85,21 @@ BertConfig BertConfig::from_pretrained(const std::string& dir_or_file) {
       set_double(v, path, key, c.attention_probs_dropout_prob);
     } else if (key == "initializer_range") {
       set_double(v, path, key, c.initializer_range);
+    } else if (key == "classifier_dropout") {
+      if (v.kind != io::json::Value::Kind::Null) {
+        double p = 0;
+        set_double(v, path, key, p);
+        c.classifier_dropout = p;
+      }
+    } else if (key == "is_decoder" || key == "add_cross_attention") {
+      KILN_CHECK(v.kind != io::json::Value::Kind::Bool || !v.boolean, where, path, ": \"", key,
+                 "\": true (a causal or cross-attending BERT) is not supported; Kiln builds the bidirectional encoder");
+    } else if (key == "position_embedding_type") {
+      KILN_CHECK(v.kind == io::json::Value::Kind::String && v.text == "absolute", where, path,
+                 ": \"position_embedding_type\" ", v.describe(), " is not supported (only \"absolute\")");
+    } else if (key == "tie_word_embeddings") {
+      KILN_CHECK(v.kind != io::json::Value::Kind::Bool || v.boolean, where, path,
+                 ": \"tie_word_embeddings\": false is not supported (Kiln's masked-LM decoder is the word embeddings)");
     } else if (key == "pad_token_id") {
       if (v.kind == io::json::Value::Kind::Null) {
         c.pad_token_id.reset();

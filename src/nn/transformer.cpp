@@ -100,8 +100,9 @@ TransformerEncoderImpl::TransformerEncoderImpl(const TransformerEncoderLayer& en
 
 Tensor TransformerEncoderImpl::forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask) {
   Tensor x = src;
-  for (const auto& layer : *layers)
-    x = static_cast<TransformerEncoderLayerImpl&>(*layer).forward(x, mask, src_key_padding_mask);
+  // The list is public: a module put there that is not an encoder layer is an error, not a bad cast.
+  for (size_t i = 0; i < layers->size(); ++i)
+    x = layers->ptr<TransformerEncoderLayerImpl>(i)->forward(x, mask, src_key_padding_mask);
   return norm ? norm(x) : x;
 }
 

@@ -51,6 +51,20 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
                "attn_mask must be bool or the query's dtype (", q.dtype(), "), got ", mask.dtype());
 }
 
+// PyTorch's math path, for a float mask that needs a gradient (a learned position bias): the
+// composed ops, whose autograd gives the mask its gradient. The S x S scores are materialised.
+Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double dropout_p,
+                          bool is_causal, double scale, ScalarType compute) {
+  Tensor scores = matmul(q.to(compute), k.to(compute).transpose(-2, -1)) * scale + mask.to(compute);
+  if (is_causal) {
+    const int64_t L = q.size(-2), S = k.size(-2);
+    scores = scores.masked_fill(triu(ones({L, S}, TensorOptions(kBool).device(q.device())), 1), -INFINITY);
+  }
+  Tensor p = softmax(scores, -1);
+  if (dropout_p > 0) p = dropout(p, dropout_p);
+  return matmul(p, v.to(compute)).to(q.dtype());
+}
+
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& mask_in,
@@ -81,11 +95,17 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
                score_shape, " (query ", q.shape(), ", key ", k.shape(), ")");
   }
 
+  // An empty sum (E = 0) gives scores of 0 whatever the scale, as in PyTorch: not 0 * inf.
+  const double sc = scale ? *scale : E > 0 ? 1.0 / std::sqrt(static_cast<double>(E)) : 1.0;
+  const ScalarType compute = q.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  if (attn_mask.defined() && attn_mask.dtype() != kBool && autograd::needs_grad({&attn_mask}))
+    return composed_attention(q, k, v, attn_mask, dropout_p, is_causal, sc, compute);
+
   // float16/bfloat16 inputs go to the kernels as they are; out, the logsumexp and a float mask
   // are float32 (each backend computes in float32 where its products do not take 16 bits).
   Plan plan;
   plan.batch = batch;
-  plan.compute = q.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  plan.compute = compute;
   // The kernels' views of the operands; this op records its own node, so none for these.
   Tensor qc, kc, vc, mc;
   {
@@ -99,7 +119,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   }
 
   auto& at = plan.attrs;
-  at.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
+  at.scale = sc;
   at.dropout_p = dropout_p;
   at.is_causal = is_causal;
   at.has_mask = mc.defined();

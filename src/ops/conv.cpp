@@ -40,6 +40,8 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   KILN_CHECK(input.is_floating_point(), "conv2d", "expected a floating-point input, got ", input.dtype());
   KILN_CHECK(weight.dtype() == input.dtype(), "conv2d", "input is ", input.dtype(), " but weight is ",
              weight.dtype());
+  KILN_CHECK(n == 0 || c_in == 0 || (h > 0 && wd > 0), "conv2d",
+             "only inputs with zero batch or zero channels may be empty (as PyTorch), got shape ", input.shape());
   if (bias.defined()) {
     KILN_CHECK(bias.dim() == 1 && bias.size(0) == c_out, "conv2d", "expected bias of shape [", c_out, "], got ",
                bias.shape());
@@ -65,10 +67,13 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   const Shape out_shape{n, c_out, out_hw[0], out_hw[1]};
   Tensor out = make_empty_strided(out_shape, channels_last_strides(out_shape), input.dtype(), dev);
   if (out.numel() > 0) {
-    if (input.numel() == 0) {
+    if (input.numel() == 0) {  // no input channels: the bias alone
+      NoGradGuard ng;
       out.zero_();
+      if (bias.defined()) out.add_(bias.view({1, c_out, 1, 1}));
     } else if (bias.defined()) {
-      ops::run1(Op::Conv2d, dev, {input, weight, bias}, out, &a);
+      // The kernels read the bias as a dense vector (oneDNN ignores a bias descriptor's strides).
+      ops::run1(Op::Conv2d, dev, {input, weight, bias.detach().contiguous()}, out, &a);
     } else {
       ops::run1(Op::Conv2d, dev, {input, weight}, out, &a);
     }
@@ -84,19 +89,17 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
                        Tensor g = g_in.contiguous(MemoryFormat::ChannelsLast);
                        Tensor gx, gw, gb;
                        if (need_x) gx = conv_backward_input(g, w, x, a);
-                       if (!need_w && need_b) {  // a frozen weight: the bias's gradient alone, no weight pass
-                         gb = sum(g, {0, 2, 3}, false, g.dtype() == kFloat64 ? kFloat64 : kFloat32).to(w.dtype());
-                       } else if (need_w) {
-                         gw = make_empty_like(w, w.shape(), w.dtype(), w.device());  // w's layout
+                       if (need_w) gw = make_empty_like(w, w.shape(), w.dtype(), w.device());  // w's layout
+                       if (need_w && x.numel() > 0) {
                          std::vector<Tensor> outs{gw};
                          if (has_bias) outs.push_back(make_empty({w.size(0)}, w.dtype(), w.device()));
-                         if (x.numel() == 0) {
-                           for (auto& t : outs) t.zero_();
-                         } else {
-                           backend::run(Op::Conv2dBackwardWeight, g.device(), std::initializer_list<Tensor>{g, x},
-                                        std::span<Tensor>(outs), &a);
-                         }
+                         backend::run(Op::Conv2dBackwardWeight, g.device(), std::initializer_list<Tensor>{g, x},
+                                      std::span<Tensor>(outs), &a);
                          if (has_bias) gb = outs[1];
+                       } else {  // a frozen weight, or no input to weigh: the bias's gradient alone
+                         if (need_w) gw.zero_();
+                         if (need_b)
+                           gb = sum(g, {0, 2, 3}, false, g.dtype() == kFloat64 ? kFloat64 : kFloat32).to(w.dtype());
                        }
                        return {gx, need_w ? gw : Tensor(), need_b ? gb : Tensor()};
                      });

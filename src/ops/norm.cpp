@@ -99,9 +99,12 @@ Tensor batch_norm_impl(const Tensor& x_in, const Tensor& running_mean, const Ten
                        std::vector<Tensor> outs{make_empty_strided(xs.shape(), xs.strides(), xs.dtype(), xs.device()),
                                                 make_empty({ch}, mean.dtype(), xs.device()),
                                                 make_empty({ch}, mean.dtype(), xs.device())};
-                       backend::run(Op::BatchNormBackward, xs.device(),
-                                    std::initializer_list<Tensor>{g, xs, mean, stat, w, b}, std::span<Tensor>(outs),
-                                    &a);
+                       if (xs.numel() > 0)
+                         backend::run(Op::BatchNormBackward, xs.device(),
+                                      std::initializer_list<Tensor>{g, xs, mean, stat, w, b}, std::span<Tensor>(outs),
+                                      &a);
+                       else  // an empty input (in evaluation): no elements, zero weight and bias gradients
+                         for (size_t i = 1; i < outs.size(); ++i) outs[i].zero_();
                        return {need_x ? outs[0] : Tensor(), need_w ? ops::cast(outs[1], mw) : Tensor(),
                                need_b ? ops::cast(outs[2], mw) : Tensor()};
                      });

@@ -19,7 +19,8 @@ int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool
 
 // A 3-D [C, H, W] input is pooled as a batch of one, and every input channels-last (a copy, whose
 // backward is the gradient's copy back, when it is not): the kernels read all channels of a
-// window position at once.
+// window position at once. Input gradients get the canonical channels-last strides: x may have
+// others on its size-1 dims.
 Tensor check_input(const Tensor& x, const char* op) {
   ops::check_defined(x, op);
   KILN_CHECK(x.dim() == 3 || x.dim() == 4, op, "expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape ",
@@ -45,9 +46,10 @@ void window_params(const char* op, const Tensor& x, const Shape& kernel_size, co
   ops::pair_param(op, stride.empty() ? kernel_size : stride, "stride", a.stride, 1);
   ops::pair_param(op, padding, "padding", a.padding, 0);
   for (int i = 0; i < 2; ++i) {
-    const int64_t span = a.dilation[i] * (a.kernel[i] - 1) + 1;
-    KILN_CHECK(2 * a.padding[i] <= span, op, "padding ", padding,
-               " must be at most half of the effective kernel size ", kernel_size);
+    // PyTorch's rule, on the kernel size without dilation (a window wholly in the padding would
+    // have no input element)
+    KILN_CHECK(a.padding[i] <= a.kernel[i] / 2, op, "padding ", padding, " must be at most half of kernel_size ",
+               kernel_size);
     out_hw[i] = pooled_size(x.size(2 + i), a.kernel[i], a.stride[i], a.padding[i], a.dilation[i], ceil_mode);
     KILN_CHECK(out_hw[i] > 0, op, "input ", x.shape(), " is too small for kernel_size ", kernel_size,
                " (output would be empty)");
@@ -60,8 +62,8 @@ Tensor avg_pool(const Tensor& x_in, const Tensor& x, PoolAttrs a, int64_t oh, in
   Tensor out = empty_pooled(x, oh, ow, x.dtype());
   if (out.numel() > 0) ops::run1(Op::AvgPool2d, x.device(), {x}, out, &a);
   if (autograd::needs_grad({&x}))
-    autograd::record(node, {&x}, out, [a, xs = x.shape(), xst = strides_like(x, x.shape())](const Tensor& g) -> TensorList {
-      Tensor gx = make_empty_strided(xs, xst, g.dtype(), g.device());
+    autograd::record(node, {&x}, out, [a, xs = x.shape()](const Tensor& g) -> TensorList {
+      Tensor gx = make_empty_strided(xs, channels_last_strides(xs), g.dtype(), g.device());
       if (gx.numel() > 0) ops::run1(Op::AvgPool2dBackward, g.device(), {g}, gx, &a);
       return {gx};
     });
@@ -89,9 +91,8 @@ Tensor max_pool2d(const Tensor& x_in, const Shape& kernel_size, const Shape& str
   }
   if (grad)
     autograd::record("MaxPool2DWithIndicesBackward", {&x}, out,
-                     [a, si = autograd::SavedTensor(idx), xs = x.shape(),
-                      xst = strides_like(x, x.shape())](const Tensor& g) -> TensorList {
-                       Tensor gx = make_empty_strided(xs, xst, g.dtype(), g.device());
+                     [a, si = autograd::SavedTensor(idx), xs = x.shape()](const Tensor& g) -> TensorList {
+                       Tensor gx = make_empty_strided(xs, channels_last_strides(xs), g.dtype(), g.device());
                        if (gx.numel() > 0)
                          ops::run1(Op::MaxPool2dBackward, g.device(), {g, si.get("MaxPool2DWithIndicesBackward")}, gx, &a);
                        return {gx};

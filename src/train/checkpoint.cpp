@@ -3,27 +3,14 @@
 
 #include <unistd.h>
 
-#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
 
+#include "core/parse_number.h"
 #include "kiln/error.h"
 
 namespace kiln::train {
-namespace {
-
-// std::from_chars: locale-independent (std::stod follows LC_NUMERIC) and, unlike strtod, takes
-// subnormals (a decayed learning rate) without an error.
-template <class T>
-T parse_number(const std::string& s, bool* ok) {
-  T v{};
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  *ok = ec == std::errc() && end == s.data() + s.size() && !s.empty();
-  return v;
-}
-
-}  // namespace
 
 std::map<std::string, Tensor> prefixed(const std::map<std::string, Tensor>& m, const std::string& prefix) {
   std::map<std::string, Tensor> out;
@@ -46,25 +33,22 @@ const std::string& CheckpointMeta::text(const std::string& key) const {
 }
 
 int64_t CheckpointMeta::integer(const std::string& key) const {
-  bool ok = false;
-  const int64_t v = parse_number<int64_t>(text(key), &ok);
-  KILN_CHECK(ok, where_.c_str(), "checkpoint ", path_, ": entry '", key, "' is not an integer: '", text(key), "'");
-  return v;
+  const std::optional<int64_t> v = detail::parse_number<int64_t>(text(key));
+  KILN_CHECK(v, where_.c_str(), "checkpoint ", path_, ": entry '", key, "' is not an integer: '", text(key), "'");
+  return *v;
 }
 
 uint64_t CheckpointMeta::unsigned_integer(const std::string& key) const {
-  bool ok = false;
-  const uint64_t v = parse_number<uint64_t>(text(key), &ok);
-  KILN_CHECK(ok, where_.c_str(), "checkpoint ", path_, ": entry '", key, "' is not an unsigned integer: '", text(key),
+  const std::optional<uint64_t> v = detail::parse_number<uint64_t>(text(key));
+  KILN_CHECK(v, where_.c_str(), "checkpoint ", path_, ": entry '", key, "' is not an unsigned integer: '", text(key),
              "'");
-  return v;
+  return *v;
 }
 
 double CheckpointMeta::number(const std::string& key) const {
-  bool ok = false;
-  const double v = parse_number<double>(text(key), &ok);
-  KILN_CHECK(ok, where_.c_str(), "checkpoint ", path_, ": entry '", key, "' is not a number: '", text(key), "'");
-  return v;
+  const std::optional<double> v = detail::parse_number<double>(text(key));
+  KILN_CHECK(v, where_.c_str(), "checkpoint ", path_, ": entry '", key, "' is not a number: '", text(key), "'");
+  return *v;
 }
 
 void CheckpointMeta::check_format(const std::string& format) const {

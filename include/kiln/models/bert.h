@@ -30,6 +30,8 @@ struct BertConfig {
   double attention_probs_dropout_prob = 0.1;
   double initializer_range = 0.02;
   std::optional<int64_t> pad_token_id = 0;  // none: no padding row
+  // The sequence classifier's dropout; none: hidden_dropout_prob (HF's classifier_dropout).
+  std::optional<double> classifier_dropout = std::nullopt;
 
   // The sizes of Turc et al.'s compact BERTs (google/bert_uncased_L-*) and of BERT-base;
   // every other field keeps its default.
@@ -39,7 +41,9 @@ struct BertConfig {
   static BertConfig base();   // 12, 768, 12, 3072
   // One of the four by name: "bert-tiny" or "tiny", ... An unknown name is a kiln::Error listing them.
   static BertConfig preset(const std::string& name);
-  // A Hugging Face config.json (a file, or a directory holding one). Unknown fields are ignored.
+  // A Hugging Face config.json (a file, or a directory holding one). Unknown fields are ignored,
+  // except those asking for a model Kiln does not build (is_decoder or add_cross_attention true,
+  // a position_embedding_type other than "absolute", tie_word_embeddings false): a kiln::Error.
   static BertConfig from_pretrained(const std::string& dir_or_file);
 
   // Throws kiln::Error "[BertConfig] ..." naming the field when a value cannot work

@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "core/parse_number.h"
 #include "distributed/process_group.h"
 #include "kiln/error.h"
 
@@ -28,11 +29,10 @@ double rendezvous_timeout() {
   static const double seconds = [] {
     const char* v = std::getenv("KILN_DISTRIBUTED_TIMEOUT");
     if (v == nullptr || *v == 0) return 1800.0;
-    char* end = nullptr;
-    const double s = std::strtod(v, &end);
-    KILN_CHECK(*end == 0 && s >= 0, "distributed", "KILN_DISTRIBUTED_TIMEOUT must be a number of seconds >= 0, got \"",
+    const std::optional<double> s = kiln::detail::parse_number<double>(v);
+    KILN_CHECK(s && *s >= 0, "distributed", "KILN_DISTRIBUTED_TIMEOUT must be a number of seconds >= 0, got \"",
                v, "\"");
-    return s;
+    return *s;
   }();
   return seconds;
 }
