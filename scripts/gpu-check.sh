@@ -8,12 +8,12 @@
 # all with KILN_FALLBACK=error, then kiln bench for the seed's three models on cuda in bf16
 # beside PyTorch on the same GPU (--vs-pytorch), a profiled evaluation step, the convolutions
 # through cuDNN's graph API (tests, and ResNet-50 and VGG-16 timed), the fused attention beside
-# PyTorch's SDPA, the three models on
-# the CPU (with oneDNN only), ResNet-50 at batch 256 and BERT-base at 128, ResNet-50's evaluation
-# at batch 1 beside PyTorch's, a run past --gpu-memory-limit, the CNN evaluations with cuDNN's
-# benchmark mode, and the seed's models in fp32.
-# summary.md, the logs, results.jsonl and chart.svg (at most 8 files) go into OUTDIR; scratch
-# files into a temporary directory. Without a GPU it says so in summary.md and exits 0 having run
+# PyTorch's SDPA, the three models on the CPU and the GPU in fp32 in one stage (the GPU's speed-up
+# over the CPU, the seed's figure; with oneDNN only), ResNet-50 at batch 256 and BERT-base at 128
+# beside PyTorch (the two peaks), ResNet-50's evaluation at batch 1 beside PyTorch's, a run past
+# --gpu-memory-limit, the CNN evaluations with cuDNN's benchmark mode, and the seed's models in fp32.
+# summary.md (the speed-ups and the peaks first), the logs, results.jsonl and chart.svg (at most 8
+# files) go into OUTDIR; scratch files into a temporary directory. Without a GPU it says so in summary.md and exits 0 having run
 # nothing.
 # Usage: scripts/gpu-check.sh OUTDIR [--sanitize]   (--sanitize: the CUDA tests under
 # compute-sanitizer's memcheck and racecheck too). On the lent GPU machines (no Debian packages):
@@ -23,7 +23,8 @@
 # (it would time out and read as a failure). The stages run most valuable first: correctness (the
 # CUDA tests, the shadowed steps), the two jobs, the benchmark beside PyTorch in bf16, the profile,
 # the issues' quick acceptance checks (memory, overhead, the limit's error), the attention and CNN
-# ops beside PyTorch, cuDNN's graph API, the CPU, benchmark mode, fp32; --sanitize's stages last.
+# ops beside PyTorch, cuDNN's graph API, the GPU over the CPU, benchmark mode, fp32; --sanitize's
+# stages last.
 # Each bench stage's JSON lines go into OUTDIR/results.jsonl as it ends (with a "stage" field), and
 # summary.md is closed however the script ends (a kill at the call's limit included).
 # GPU_CHECK_STAGES (comma-separated stage names or prefixes, e.g. "bench_cuda_fp32,mlm"): only
@@ -42,14 +43,49 @@ budget=${GPU_CHECK_BUDGET:-570}
 failed=0
 work=$(mktemp -d)
 closed=0 started=0 stage_pid=
+# The figures to read first, from OUTDIR/results.jsonl: the GPU's speed-up over the CPU (the
+# seed's: 7x training, 21x evaluation) and the memory stages' peaks beside PyTorch's.
+key_figures() {
+  [[ -s $out/results.jsonl ]] || return 0
+  command -v python3 >/dev/null || { echo "(no python3 to read results.jsonl)"; return 0; }
+  timeout 30 python3 - "$out/results.jsonl" <<'PY' 2>&1
+import json, sys
+rows = []
+for line in open(sys.argv[1]):
+    try:
+        rows.append(json.loads(line))
+    except ValueError:
+        pass
+print("GPU over CPU, Kiln samples/s (the seed: 7x training, 21x evaluation):")
+up = [r for r in rows if r.get("framework") == "kiln" and str(r.get("device")).startswith("cuda")
+      and r.get("speedup_vs_cpu_fp32") is not None]
+for r in up:
+    print(f"  {r['model']} {r['mode']} {r['dtype']} batch {r['batch']}: {r['speedup_vs_cpu_fp32']:.3g}x")
+if not up:
+    print("  not measured in this call (GPU_CHECK_STAGES=bench_gpu_over_cpu runs its stage)")
+mib = lambda b: "-" if b is None else f"{b / 2**20:.0f} MiB"
+for stage in sorted({r.get("stage", "") for r in rows if r.get("stage", "").startswith("memory_")}):
+    side = {r.get("framework"): r for r in rows if r.get("stage") == stage}
+    kiln, torch = side.get("kiln", {}), side.get("pytorch", {})
+    note = f" (Kiln: {kiln['error']})" if kiln.get("error") else ""
+    print(f"{stage}: peak Kiln {mib(kiln.get('peak_bytes'))}, PyTorch {mib(torch.get('peak_bytes'))}{note}")
+PY
+}
 # The end of summary.md (and the chart), written however the script ends.
 close_summary() {
   ((closed || !started)) && return
   closed=1
-  cp "$work/bench-bf16/chart.svg" "$out/chart.svg" 2>/dev/null
+  # The GPU's speed-up where its stage ran, else the bf16 run beside PyTorch, else any bench
+  # stage's chart (each rewrites its own after every run: one cut short still has one).
+  local chart
+  for chart in "$work"/bench-gpu-over-cpu/chart.svg "$work"/bench-bf16/chart.svg "$work"/bench-*/chart.svg; do
+    [[ -f $chart ]] && cp "$chart" "$out/chart.svg" && break
+  done
   {
     echo
     echo '```'
+    key_figures
+    [[ -f $out/chart.svg ]] && echo "chart.svg: the chart of $(basename "$(dirname "$chart")")"
     grep -h "test accuracy" "$out/train.log" 2>/dev/null
     grep -h "^== [a-z_0-9]* (limit\|^model \|^resnet50 \|^bert-base \|^vgg16 \|^sdpa \|^bn-relu \|^maxpool " \
       "$out/bench.log" 2>/dev/null | sed 's/ (limit [0-9]* s):.*//'
@@ -127,8 +163,8 @@ stage() {  # stage NAME LOG SECONDS_LIMIT COMMAND...: runs it with a limit, appe
 }
 
 # A bench stage's JSON lines (Kiln's and PyTorch's peer's) into OUTDIR/results.jsonl at once,
-# each with the stage's name: the graph-API, profiled and memory rows differ from bench_cuda's only
-# by it.
+# each with the stage's name: the graph-API and memory rows differ from bench_cuda's only by it
+# (profiled rows also say "profiled": true: their times include the profiler's).
 collect() {  # collect STAGE DIR
   local f
   for f in "$work/$2/results.jsonl" "$work/$2/pytorch.jsonl"; do
@@ -155,7 +191,7 @@ if [[ -f .gpu-carry/commit ]]; then
   export KILN_BUILD_COMMIT
   commit=$KILN_BUILD_COMMIT
 fi
-rm -f "$out/results.jsonl"  # appended to by each bench stage
+rm -f "$out/results.jsonl" "$out/chart.svg"  # appended to by each bench stage; copied at the end
 {
   echo "# gpu-check $(date -u +%Y-%m-%dT%H:%MZ), commit ${commit}"
   echo
@@ -283,10 +319,11 @@ bench_cuda bf16
 bench_stage profile_eval 90 bench-profile "$kiln" bench --models vgg16,bert-base --modes eval --devices cuda \
   --dtypes bf16 --warmup 1 --steps 1 --profile
 # The issues' quick acceptance checks. The large batches (they must fit where PyTorch's do): one
-# training step each, the peak allocator bytes in the JSON lines.
+# warm-up and one timed training step each beside PyTorch's, the peaks over the timed step (both
+# sides' allocators) in the JSON lines and summary.md.
 for run in resnet50:256 bert-base:128; do
-  bench_stage "memory_${run%%:*}_batch_${run##*:}" 60 "bench-memory-${run%%:*}" "$kiln" bench --models "${run%%:*}" \
-    --modes train --devices cuda --dtypes fp32 --batch "${run##*:}" --warmup 0 --steps 1
+  bench_stage "memory_${run%%:*}_batch_${run##*:}" 90 "bench-memory-${run%%:*}" "$kiln" bench --models "${run%%:*}" \
+    --modes train --devices cuda --dtypes fp32 --batch "${run##*:}" --warmup 1 --steps 1 --vs-pytorch
 done
 # The per-step overhead (launches, not FLOPs): a ResNet-50 evaluation at batch 1 beside PyTorch's
 # (the issue: within 1.5x of its time).
@@ -326,13 +363,14 @@ GRAPH
 stage cudnn_graph_tests cuda_tests.log 120 bash "$work/graph_tests.sh"
 bench_stage bench_cudnn_graph 90 bench-cudnn-graph env KILN_CUDNN_API=graph "$kiln" bench --models resnet50,vgg16 \
   --devices cuda --dtypes bf16 --warmup 1 --steps 3
-# The same workloads on this machine's CPU for the GPU's speed-up (the seed's figure), with oneDNN
+# The GPU's speed-up over this machine's CPU (the seed's figure), in fp32: the same workloads on
+# both devices in one kiln bench, so its rows and chart have the speed-ups (cpu first). With oneDNN
 # only: without it (47 s a BERT-base step at batch 8 on the first H200 machine) it says nothing.
 if ! grep -q "oneDNN:   not built" "$summary"; then
-  bench_stage bench_cpu 150 bench-cpu "$kiln" bench --models resnet50,bert-base,vgg16 --devices cpu --dtypes fp32 \
-    --warmup 1 --steps 1
-elif wanted bench_cpu; then
-  printf '| bench_cpu | skipped: no oneDNN in this build |  |\n' >>"$summary"
+  bench_stage bench_gpu_over_cpu 150 bench-gpu-over-cpu "$kiln" bench --models resnet50,bert-base,vgg16 \
+    --devices cpu,cuda --dtypes fp32 --warmup 1 --steps 1
+elif wanted bench_gpu_over_cpu; then
+  printf '| bench_gpu_over_cpu | skipped: no oneDNN in this build |  |\n' >>"$summary"
 fi
 # Whether cuDNN's heuristics cost the convolutional evaluations (Kiln's and PyTorch's algorithms
 # timed per shape instead, as torch.backends.cudnn.benchmark).

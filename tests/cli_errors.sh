@@ -62,6 +62,8 @@ check "unknown dtype 'fp8'" bench --dtypes fp8 --out "$tmp/bench"
 check "batch 10000000 does not fit on cpu" bench --models resnet18 --modes eval --batch 10000000 --out "$tmp/bench"
 check "needs $tmp/nopython with PyTorch" bench --vs-pytorch --python "$tmp/nopython" --pytorch-script "$tmp/one.txt" --out "$tmp/bench"
 check "does not exist" bench --vs-pytorch --pytorch-script "$tmp/none.py" --out "$tmp/bench"
+# PyTorch's peer always warms up: Kiln's cold first step beside it is refused, not compared.
+check "--vs-pytorch needs --warmup 1 or more" bench --vs-pytorch --warmup 0 --out "$tmp/bench"
 # Resource exhaustion and hostile values: a clear error naming the flag, never a hang or a kill.
 check "--lr expects a finite number, got 'inf'" train --lr inf
 check "--lr expects a finite number, got 'nan'" train --model bert-tiny --lr nan

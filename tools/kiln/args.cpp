@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "kiln/runtime.h"
+#include "src/core/parse_number.h"
 
 namespace kiln::cli {
 
@@ -67,12 +68,9 @@ int64_t Args::get_int(const std::string& name, int64_t fallback, int64_t min, in
 double Args::get_double(const std::string& name, double fallback) const {
   auto it = values_.find(name);
   if (it == values_.end()) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  double v = std::strtod(it->second.c_str(), &end);
-  KILN_CHECK(errno == 0 && end && *end == '\0' && !it->second.empty() && std::isfinite(v), where_.c_str(), "--", name,
-             " expects a finite number, got '", it->second, "'");
-  return v;
+  const std::optional<double> v = kiln::detail::parse_number<double>(it->second);  // whatever the locale
+  KILN_CHECK(v && std::isfinite(*v), where_.c_str(), "--", name, " expects a finite number, got '", it->second, "'");
+  return *v;
 }
 
 int available_cpus() {

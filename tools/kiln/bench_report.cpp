@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <map>
+#include <optional>
 
 namespace kiln::cli::bench {
 
@@ -38,16 +38,25 @@ std::string xml(const std::string& s) {
   return out;
 }
 
+// A ratio as a bar's label: two significant digits ("0.004x", "1.5x", "21x"), whole numbers past 100.
+std::string times(double v) { return fmt(v >= 100 ? "%.0fx" : "%.2gx", v); }
+
 struct Bar {
-  std::string label;  // under the bar
-  double value;
-  std::string cls;    // "bar" or "bar peer"
+  std::string label;            // under the bar
+  std::optional<double> value;  // none: no bar, "n/a" in its place
+  std::string cls;              // "bar" or "bar peer"
   std::string color;
-  std::string text;   // above the bar
+  std::string text;             // above the bar
 };
 struct Group {
   std::string title;
   std::vector<Bar> bars;
+};
+// One chart of a model-grouped bar per run; chart_svg stacks one or two.
+struct Panel {
+  std::vector<Group> groups;
+  std::string title, y_label, note;
+  bool shared_scale;  // one scale for every model (ratios), or each model its own (samples/s)
 };
 
 std::string color_for(const RunSpec& s) {
@@ -59,64 +68,109 @@ std::string color_for(const RunSpec& s) {
 
 std::string bar_label(const RunSpec& s) { return s.mode + " " + s.device + (s.dtype == "fp32" ? "" : " " + s.dtype); }
 
-std::string render(const std::vector<Group>& groups, const std::string& title, const std::string& y_label,
-                   const std::string& note, bool shared_scale) {
-  const int bar_w = 34, gap = 10, group_gap = 40, left = 60, top = 60, plot_h = 300, bottom = 110;
-  int width = left + 20;
-  for (const auto& g : groups) width += static_cast<int>(g.bars.size()) * (bar_w + gap) + group_gap;
-  width = std::max(width, 480);
-  const int height = top + plot_h + bottom;
+constexpr int kBarW = 34, kGap = 10, kGroupGap = 40, kLeft = 60, kTop = 60, kPlotH = 300, kBottom = 110;
+constexpr int kPanelH = kTop + kPlotH + kBottom;
+
+int panel_width(const Panel& p) {
+  int width = kLeft + 20;
+  for (const auto& g : p.groups) width += static_cast<int>(g.bars.size()) * (kBarW + kGap) + kGroupGap;
+  return std::max(width, 480);
+}
+
+// One panel's elements, drawn from y = 0 at the width given.
+std::string render_panel(const Panel& p, int width) {
   double global_max = 0;
-  for (const auto& g : groups)
-    for (const auto& b : g.bars) global_max = std::max(global_max, b.value);
+  for (const auto& g : p.groups)
+    for (const auto& b : g.bars) global_max = std::max(global_max, b.value.value_or(0));
+  std::string s = "<text x=\"" + std::to_string(width / 2) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" +
+                  xml(p.title) + "</text>\n";
+  if (!p.note.empty())
+    s += "<text x=\"" + std::to_string(width / 2) + "\" y=\"40\" text-anchor=\"middle\" fill=\"#555\">" + xml(p.note) +
+         "</text>\n";
+  s += "<text transform=\"translate(16," + std::to_string(kTop + kPlotH / 2) +
+       ") rotate(-90)\" text-anchor=\"middle\">" + xml(p.y_label) + "</text>\n";
+  const int base_y = kTop + kPlotH;
+  s += "<line x1=\"" + std::to_string(kLeft - 10) + "\" y1=\"" + std::to_string(base_y) + "\" x2=\"" +
+       std::to_string(width - 10) + "\" y2=\"" + std::to_string(base_y) + "\" stroke=\"black\"/>\n";
+  int x = kLeft;
+  for (const auto& g : p.groups) {
+    double max = p.shared_scale ? global_max : 0;
+    if (!p.shared_scale)
+      for (const auto& b : g.bars) max = std::max(max, b.value.value_or(0));
+    if (max <= 0) max = 1;
+    const int group_w = static_cast<int>(g.bars.size()) * (kBarW + kGap);
+    for (const auto& b : g.bars) {
+      int h = 0;
+      if (b.value) {
+        h = std::max(1, static_cast<int>(*b.value / max * (kPlotH - 20)));
+        s += "<rect class=\"" + b.cls + "\" x=\"" + std::to_string(x) + "\" y=\"" + std::to_string(base_y - h) +
+             "\" width=\"" + std::to_string(kBarW) + "\" height=\"" + std::to_string(h) + "\" fill=\"" + b.color +
+             "\"><title>" + xml(b.label + ": " + b.text) + "</title></rect>\n";
+      }
+      s += "<text x=\"" + std::to_string(x + kBarW / 2) + "\" y=\"" + std::to_string(base_y - h - 4) +
+           "\" text-anchor=\"middle\"" + (b.value ? "" : " fill=\"#888\"") + ">" + xml(b.text) + "</text>\n";
+      s += "<text transform=\"translate(" + std::to_string(x + kBarW / 2 + 4) + "," + std::to_string(base_y + 8) +
+           ") rotate(50)\" font-size=\"10\">" + xml(b.label) + "</text>\n";
+      x += kBarW + kGap;
+    }
+    s += "<text x=\"" + std::to_string(x - group_w / 2 - kGap / 2) + "\" y=\"" + std::to_string(kPanelH - 12) +
+         "\" text-anchor=\"middle\" font-weight=\"bold\">" + xml(g.title) + "</text>\n";
+    x += kGroupGap;
+  }
+  return s;
+}
+
+// The panels one above the other in one SVG.
+std::string render(const std::vector<Panel>& panels) {
+  int width = 0;
+  for (const auto& p : panels) width = std::max(width, panel_width(p));
+  const int height = kPanelH * static_cast<int>(panels.size());
   std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(width) + "\" height=\"" +
                   std::to_string(height) + "\" viewBox=\"0 0 " + std::to_string(width) + " " +
                   std::to_string(height) + "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  s += "<text x=\"" + std::to_string(width / 2) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" + xml(title) +
-       "</text>\n";
-  if (!note.empty())
-    s += "<text x=\"" + std::to_string(width / 2) + "\" y=\"40\" text-anchor=\"middle\" fill=\"#555\">" + xml(note) +
-         "</text>\n";
-  s += "<text transform=\"translate(16," + std::to_string(top + plot_h / 2) + ") rotate(-90)\" text-anchor=\"middle\">" +
-       xml(y_label) + "</text>\n";
-  const int base_y = top + plot_h;
-  s += "<line x1=\"" + std::to_string(left - 10) + "\" y1=\"" + std::to_string(base_y) + "\" x2=\"" +
-       std::to_string(width - 10) + "\" y2=\"" + std::to_string(base_y) + "\" stroke=\"black\"/>\n";
-  int x = left;
-  for (const auto& g : groups) {
-    double max = shared_scale ? global_max : 0;
-    if (!shared_scale)
-      for (const auto& b : g.bars) max = std::max(max, b.value);
-    if (max <= 0) max = 1;
-    const int group_w = static_cast<int>(g.bars.size()) * (bar_w + gap);
-    for (const auto& b : g.bars) {
-      const int h = std::max(1, static_cast<int>(b.value / max * (plot_h - 20)));
-      s += "<rect class=\"" + b.cls + "\" x=\"" + std::to_string(x) + "\" y=\"" + std::to_string(base_y - h) +
-           "\" width=\"" + std::to_string(bar_w) + "\" height=\"" + std::to_string(h) + "\" fill=\"" + b.color +
-           "\"><title>" + xml(b.label + ": " + b.text) + "</title></rect>\n";
-      s += "<text x=\"" + std::to_string(x + bar_w / 2) + "\" y=\"" + std::to_string(base_y - h - 4) +
-           "\" text-anchor=\"middle\">" + xml(b.text) + "</text>\n";
-      s += "<text transform=\"translate(" + std::to_string(x + bar_w / 2 + 4) + "," + std::to_string(base_y + 8) +
-           ") rotate(50)\" font-size=\"10\">" + xml(b.label) + "</text>\n";
-      x += bar_w + gap;
-    }
-    s += "<text x=\"" + std::to_string(x - group_w / 2 - gap / 2) + "\" y=\"" + std::to_string(height - 12) +
-         "\" text-anchor=\"middle\" font-weight=\"bold\">" + xml(g.title) + "</text>\n";
-    x += group_gap;
-  }
+  for (size_t i = 0; i < panels.size(); ++i)
+    s += "<g transform=\"translate(0," + std::to_string(static_cast<int>(i) * kPanelH) + ")\">\n" +
+         render_panel(panels[i], width) + "</g>\n";
   return s + "</svg>\n";
 }
 
-std::vector<Group> grouped(const std::vector<RunResult>& runs,
-                           const std::function<void(const RunResult&, std::vector<Bar>&)>& add) {
+// Runs grouped by model, one bar each from `bar`.
+std::vector<Group> grouped(const std::vector<RunResult>& runs, const std::function<Bar(const RunResult&)>& bar) {
   std::vector<Group> groups;
   for (const auto& r : runs) {
     auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.title == r.spec.model; });
     if (it == groups.end()) it = groups.insert(groups.end(), Group{r.spec.model, {}});
-    add(r, it->bars);
+    it->bars.push_back(bar(r));
   }
   return groups;
+}
+
+// A ratio bar: its value and label, or "n/a" where the run has no ratio.
+Bar ratio_bar(const RunResult& r, const std::optional<double>& ratio, const std::string& cls) {
+  return {bar_label(r.spec), ratio, cls, color_for(r.spec), ratio ? times(*ratio) : "n/a"};
+}
+
+Panel speedup_panel(const std::vector<RunResult>& runs) {
+  return {grouped(runs, [](const RunResult& r) { return ratio_bar(r, r.speedup_vs_cpu_fp32, "bar"); }),
+          "Speed-up over the CPU (float32), samples/s", "x CPU float32",
+          "n/a: no CPU float32 run of that model and mode", true};
+}
+
+Panel samples_panel(const std::vector<RunResult>& runs) {
+  return {grouped(runs,
+                  [](const RunResult& r) {
+                    return Bar{bar_label(r.spec), r.samples_per_s, "bar", color_for(r.spec),
+                               fmt("%.3g", r.samples_per_s)};
+                  }),
+          "Samples/s", "samples/s (each model on its own scale)",
+          "no accelerator run to compare with the CPU: samples/s instead of speed-ups", false};
+}
+
+Panel peer_panel(const std::vector<RunResult>& runs) {
+  return {grouped(runs, [](const RunResult& r) { return ratio_bar(r, r.vs_pytorch, "bar peer"); }),
+          "Kiln over PyTorch on the same device, samples/s", "x PyTorch",
+          "above 1x Kiln is faster; n/a: no PyTorch number for that run", true};
 }
 }  // namespace
 
@@ -130,6 +184,11 @@ std::string table_header(bool vs_pytorch) {
 
 std::string table_row(const RunResult& r, bool vs_pytorch) {
   const RunSpec& s = r.spec;
+  if (!r.skipped.empty()) return table_note(s, "skipped (" + r.skipped + ")");
+  if (!r.error.empty()) {
+    const auto& p = r.pytorch_samples_per_s;
+    return table_note(s, "failed: " + r.error + (p ? "; PyTorch " + fmt("%.2f", *p) + " samples/s" : ""));
+  }
   std::string row = pad(s.model, 11) + pad(s.mode, 6) + pad(s.device, 8) + pad(s.dtype, 6) +
                     pad(std::to_string(s.batch), 6) + pad(fmt("%.4f", r.median_s), 10) + pad(fmt("%.4f", r.min_s), 9) +
                     pad(fmt("%.4f", r.max_s), 9) + pad(fmt("%.4f", r.host_s), 9) +
@@ -148,34 +207,15 @@ std::string table_note(const RunSpec& s, const std::string& note) {
 }
 
 std::string chart_svg(const std::vector<RunResult>& runs) {
-  bool all_speedups = !runs.empty(), any_other = false, any_peer = false;
+  bool any_speedup = false, any_peer = false;
   for (const auto& r : runs) {
-    all_speedups = all_speedups && r.speedup_vs_cpu_fp32.has_value();
-    any_other = any_other || !(r.spec.device == "cpu" && r.spec.dtype == "fp32");
-    any_peer = any_peer || r.pytorch_samples_per_s.has_value();
+    const bool baseline = r.spec.device == "cpu" && r.spec.dtype == "fp32";
+    any_speedup = any_speedup || (r.speedup_vs_cpu_fp32 && !baseline);
+    any_peer = any_peer || r.vs_pytorch;
   }
-  if (any_peer) {
-    auto groups = grouped(runs, [](const RunResult& r, std::vector<Bar>& bars) {
-      bars.push_back({"Kiln " + bar_label(r.spec), r.samples_per_s, "bar", color_for(r.spec), fmt("%.3g", r.samples_per_s)});
-      const double p = r.pytorch_samples_per_s.value_or(0);
-      bars.push_back({"PyTorch " + bar_label(r.spec), p, "bar peer", "#ef6c00",
-                      r.pytorch_samples_per_s ? fmt("%.3g", p) : "n/a"});
-    });
-    return render(groups, "Kiln vs PyTorch: samples/s", "samples/s (each model on its own scale)",
-                  "orange: PyTorch; the other bar of each pair: Kiln", false);
-  }
-  if (all_speedups && any_other) {
-    auto groups = grouped(runs, [](const RunResult& r, std::vector<Bar>& bars) {
-      bars.push_back({bar_label(r.spec), *r.speedup_vs_cpu_fp32, "bar", color_for(r.spec),
-                      fmt("%.1fx", *r.speedup_vs_cpu_fp32)});
-    });
-    return render(groups, "Speed-up over the CPU (float32), samples/s", "x CPU float32", "", true);
-  }
-  auto groups = grouped(runs, [](const RunResult& r, std::vector<Bar>& bars) {
-    bars.push_back({bar_label(r.spec), r.samples_per_s, "bar", color_for(r.spec), fmt("%.3g", r.samples_per_s)});
-  });
-  return render(groups, "Samples/s", "samples/s (each model on its own scale)",
-                "no accelerator run to compare with the CPU: samples/s instead of speed-ups", false);
+  std::vector<Panel> panels{any_speedup ? speedup_panel(runs) : samples_panel(runs)};
+  if (any_peer) panels.push_back(peer_panel(runs));
+  return render(panels);
 }
 
 std::string write_png(const std::string& svg_path, const std::string& png_path) {

@@ -9,15 +9,18 @@
 namespace kiln::cli::bench {
 
 std::string table_header(bool vs_pytorch);
+// A run's row; for a run that failed or was skipped, its spec and why (and PyTorch's samples/s
+// where the peer ran).
 std::string table_row(const RunResult& r, bool vs_pytorch);
 // A row for a run without numbers: its spec, then the note ("skipped (...)", "failed: ...").
 std::string table_note(const RunSpec& spec, const std::string& note);
 
-// The chart, one bar per run (class="bar"), grouped by model:
-//  - speed-up over the CPU float32 run of the same model and mode, when every run has one and
-//    some run is not itself the CPU float32 run (the seed's chart);
-//  - with PyTorch numbers: Kiln and PyTorch samples/s side by side (PyTorch bars class="bar peer");
-//  - otherwise samples/s, each model on its own scale, with a note saying so.
+// The chart: one or two panels, one above the other, each with a bar per run grouped by model,
+// and "n/a" in place of a bar where a run has no value:
+//  - speed-up over the CPU float32 run of the same model and mode (class="bar"), when some run
+//    other than a CPU float32 one has one (the seed's chart); otherwise samples/s (class="bar"),
+//    each model on its own scale, with a note saying so;
+//  - with PyTorch numbers, below it: Kiln over PyTorch on the same device (class="bar peer").
 std::string chart_svg(const std::vector<RunResult>& runs);
 
 // Converts the SVG to PNG with rsvg-convert or ImageMagick's convert, when either is on the PATH.

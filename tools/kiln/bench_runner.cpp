@@ -1,10 +1,10 @@
-// kiln bench's runner: warm-up, timed steps, one profiled step, the environment, the JSON line.
+// kiln bench's runner: warm-up (the first step's FLOPs counted), timed steps, the environment, the JSON line.
 #include "tools/kiln/bench_runner.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <new>
 
@@ -22,11 +22,12 @@ void sync(Device d) {
 }
 
 // JSON pieces. Non-finite numbers have no JSON spelling: null.
+// std::to_chars, not printf: "%.6g" would write a decimal comma under a locale that has one.
 std::string num(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
+  const auto end = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, 6).ptr;
+  return std::string(buf, end);
 }
 std::string num(const std::optional<double>& v) { return v ? num(*v) : "null"; }
 std::string str(const std::string& s) {
@@ -66,10 +67,53 @@ std::string skip_reason(const RunSpec& spec) {
   const std::string f = build_info().cpu_features;
   if (spec.dtype == "bf16" && f.find("avx512bf16") == std::string::npos && f.find("amx") == std::string::npos)
     return "this CPU has no bfloat16 instructions";
-  if (spec.dtype == "fp16" && f.find("avx512fp16") == std::string::npos)
-    return "this CPU has no float16 instructions";
+  // Even with AVX512-FP16 a float16 step was 100 to 350 times slower than float32 (Debian's
+  // oneDNN 2.6), and PyTorch's peer refuses float16 on the CPU: hours for no comparison.
+  if (spec.dtype == "fp16") return "no fast float16 path on the CPU, 100x slower than float32";
   if (spec.dtype == "tf32") return "TF32 is a GPU format (the CPU's fp32 run is the same)";
   return "";
+}
+
+void measure(const RunSpec& spec, Device device, const std::function<void()>& step, RunResult& r,
+             const Progress& progress) {
+  auto counted_step = [&] {
+    return count_flops([&] {
+      step();
+      sync(device);
+    });
+  };
+  // The FLOPs are counted in the first warm-up step (as PyTorch's peer counts them), which still
+  // creates the plans and grows the allocator: the profiler only counts, without timing.
+  std::optional<double> flops;
+  if (spec.warmup > 0) flops = counted_step();
+  for (int64_t i = 1; i < spec.warmup; ++i) step();
+  sync(device);
+  reset_peak_memory_stats(device);  // this run's steady state, not the warm-up's or the last run's
+  std::optional<profiler::Session> session;
+  if (spec.profile) session.emplace();
+  std::vector<double> host_s;
+  for (int64_t i = 0; i < spec.steps; ++i) {
+    if (progress) progress(i, spec.steps);
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    host_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    sync(device);
+    r.step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  r.host_s = median(host_s);
+  r.peak_bytes = static_cast<int64_t>(memory_stats(device).peak);
+  if (session) {
+    double wall = 0;
+    for (double t : r.step_s) wall += t;
+    r.profile = profiler::format_table(session->stats(), wall);
+    session.reset();
+  }
+  if (spec.warmup == 0) flops = counted_step();
+  r.median_s = median(r.step_s);
+  r.min_s = *std::min_element(r.step_s.begin(), r.step_s.end());
+  r.max_s = *std::max_element(r.step_s.begin(), r.step_s.end());
+  r.samples_per_s = static_cast<double>(spec.batch) / r.median_s;
+  if (flops && *flops > 0) r.tflops = *flops / r.median_s / 1e12;
 }
 
 RunResult run(const RunSpec& spec, const Progress& progress) {
@@ -88,38 +132,7 @@ RunResult run(const RunSpec& spec, const Progress& progress) {
   try {
     Workload w = make_workload({spec.model, spec.mode, device, spec.batch, spec.seq, spec.dtype});
     r.optimizer = w.optimizer;
-    auto step = [&] { run_with_dtype(spec.dtype, w.step); };
-    for (int64_t i = 0; i < spec.warmup; ++i) step();
-    sync(device);
-    reset_peak_memory_stats(device);  // this run's steady state, not the warm-up's or the last run's
-    std::optional<profiler::Session> session;
-    if (spec.profile) session.emplace();
-    std::vector<double> host_s;
-    for (int64_t i = 0; i < spec.steps; ++i) {
-      if (progress) progress(i, spec.steps);
-      const auto t0 = std::chrono::steady_clock::now();
-      step();
-      host_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      sync(device);
-      r.step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    r.host_s = median(host_s);
-    r.peak_bytes = static_cast<int64_t>(memory_stats(device).peak);
-    if (session) {
-      double wall = 0;
-      for (double t : r.step_s) wall += t;
-      r.profile = profiler::format_table(session->stats(), wall);
-      session.reset();
-    }
-    std::optional<double> flops = count_flops([&] {
-      step();
-      sync(device);
-    });
-    r.median_s = median(r.step_s);
-    r.min_s = *std::min_element(r.step_s.begin(), r.step_s.end());
-    r.max_s = *std::max_element(r.step_s.begin(), r.step_s.end());
-    r.samples_per_s = static_cast<double>(spec.batch) / r.median_s;
-    if (flops && *flops > 0) r.tflops = *flops / r.median_s / 1e12;
+    measure(spec, device, [&] { run_with_dtype(spec.dtype, w.step); }, r, progress);
   } catch (const OutOfMemoryError& e) {
     KILN_FAIL("kiln bench", "batch ", spec.batch, " does not fit on ", spec.device, " for ", spec.model, " ",
               spec.mode, " (", e.what(), ")");
@@ -132,26 +145,33 @@ RunResult run(const RunSpec& spec, const Progress& progress) {
 
 std::string to_json(const RunResult& r, const Environment& env) {
   const RunSpec& s = r.spec;
+  const bool measured = r.measured();
   std::string j = "{\"framework\": \"kiln\"";
   auto field = [&](const char* k, const std::string& v) { j += std::string(", \"") + k + "\": " + v; };
+  // A number of the measurement: null for a run that failed or was skipped.
+  auto measurement = [&](const char* k, const std::string& v) { field(k, measured ? v : "null"); };
+  auto name = [&](const char* k, const std::string& v) { field(k, v.empty() ? "null" : str(v)); };
   field("model", str(s.model));
   field("mode", str(s.mode));
   field("device", str(s.device));
-  field("device_name", str(r.device_name));
+  name("device_name", r.device_name);
   field("dtype", str(s.dtype));
   field("batch", std::to_string(s.batch));
   if (takes_seq(s.model)) field("seq", std::to_string(s.seq));
-  field("optimizer", str(r.optimizer));
+  name("optimizer", r.optimizer);
   field("warmup", std::to_string(s.warmup));
   field("steps", std::to_string(s.steps));
-  field("median_s", num(r.median_s));
-  field("min_s", num(r.min_s));
-  field("max_s", num(r.max_s));
-  field("host_s", num(r.host_s));
-  field("samples_per_s", num(r.samples_per_s));
-  field("tflops", num(r.tflops));
-  field("peak_bytes", std::to_string(r.peak_bytes));
-  field("speedup_vs_cpu_fp32", num(r.speedup_vs_cpu_fp32));
+  if (!r.error.empty()) field("error", str(r.error));
+  if (!r.skipped.empty()) field("skipped", str(r.skipped));
+  field("profiled", s.profile ? "true" : "false");
+  measurement("median_s", num(r.median_s));
+  measurement("min_s", num(r.min_s));
+  measurement("max_s", num(r.max_s));
+  measurement("host_s", num(r.host_s));
+  measurement("samples_per_s", num(r.samples_per_s));
+  measurement("tflops", num(r.tflops));
+  measurement("peak_bytes", std::to_string(r.peak_bytes));
+  measurement("speedup_vs_cpu_fp32", num(r.speedup_vs_cpu_fp32));
   if (r.pytorch_samples_per_s || r.vs_pytorch) {
     field("pytorch_samples_per_s", num(r.pytorch_samples_per_s));
     field("vs_pytorch", num(r.vs_pytorch));

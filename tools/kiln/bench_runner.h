@@ -7,12 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "kiln/device.h"
+
 namespace kiln::cli::bench {
 
 struct RunSpec {
-  std::string model, mode, device, dtype;  // device as written ("cpu", "cuda:0"); dtype "fp32"/"bf16"
+  std::string model, mode, device, dtype;  // device as Device::str() spells it ("cpu", "cuda:0"); dtype "fp32"/"bf16"
   int64_t batch = 1, warmup = 1, steps = 1, seq = 128;
-  bool profile = false;  // record a per-op profile of the timed steps
+  bool profile = false;  // record a per-op profile of the timed steps (their times then include the profiler's)
 };
 
 // The machine and build, the same for every run of one invocation.
@@ -30,36 +32,50 @@ const char* build_commit();
 
 struct RunResult {
   RunSpec spec;
-  std::string device_name;          // the CPU model, or the GPU's name
+  // Why the run has no numbers (they are null in its JSON line): the first line of the error it
+  // failed with, or why it was skipped. Both empty for a measured run.
+  std::string error, skipped;
+  std::string device_name;          // the CPU model, or the GPU's name ("" for a run that did not run)
   std::optional<std::string> gpu;   // the GPU's name, null on the CPU
-  std::string optimizer;            // "sgd", "adamw" or "none"
+  std::string optimizer;            // "sgd", "adamw" or "none" ("" for a run that did not run)
   std::vector<double> step_s;       // each timed step
   double median_s = 0, min_s = 0, max_s = 0, samples_per_s = 0;
   // The median time until a step's call returned, its work queued (on a GPU) or done (on the
   // CPU): a GPU step whose host_s is about its median_s is bound by the host, not the GPU.
   double host_s = 0;
-  std::optional<double> tflops;     // from the profiler's FLOP count of one extra step
+  std::optional<double> tflops;     // from the profiler's FLOP count of one step (see measure())
   int64_t peak_bytes = 0;           // the allocator's high-water mark over the timed steps
   std::optional<double> speedup_vs_cpu_fp32;
   std::optional<double> pytorch_samples_per_s, vs_pytorch;  // with --vs-pytorch
   std::string profile;  // with spec.profile: kiln::profiler's table for the timed steps
+
+  bool measured() const { return error.empty() && skipped.empty(); }
 };
 
 // Called before each timed step with (step, steps), for a progress line.
 using Progress = std::function<void(int64_t, int64_t)>;
 
-// Why a run cannot happen on this build ("autocast not available"), or empty when it can.
+// Why a run is not worth making on this machine ("this CPU has no bfloat16 instructions"), or
+// empty when it is.
 std::string skip_reason(const RunSpec& spec);
 
-// Builds the workload, runs the warm-up and timed steps (synchronising a CUDA device before each
-// clock read) and one extra step under the profiler. Errors are kiln::Error; an allocation failure
-// becomes "[kiln bench] batch N does not fit on DEVICE ...".
+// Builds the workload and measure()s its step in the run's dtype. Errors are kiln::Error; an
+// allocation failure becomes "[kiln bench] batch N does not fit on DEVICE ...".
 RunResult run(const RunSpec& spec, const Progress& progress = {});
+
+// Times `step` on `device` into r: spec.warmup untimed steps, the first of them under the
+// profiler's FLOP count, then spec.steps timed ones (a CUDA device synchronised before each clock
+// read), with the allocator's peak reset between; without warm-up, one more step after the timed
+// ones for the FLOP count. With spec.profile the timed steps run under a timing profiler session.
+void measure(const RunSpec& spec, Device device, const std::function<void()>& step, RunResult& r,
+             const Progress& progress = {});
 
 // The median of a non-empty list.
 double median(std::vector<double> v);
 
-// One line of results.jsonl (no trailing newline).
+// One line of results.jsonl (no trailing newline). A run that failed or was skipped has null
+// numbers and an "error" or "skipped" string; "profiled" says whether its steps were timed under
+// the profiler.
 std::string to_json(const RunResult& r, const Environment& env);
 
 }  // namespace kiln::cli::bench

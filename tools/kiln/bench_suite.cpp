@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 
 #include "kiln/kiln.h"
+#include "src/core/parse_number.h"
 #include "src/io/json.h"
 #include "tools/kiln/bench_report.h"
 #include "tools/kiln/bench_workloads.h"
@@ -63,25 +64,45 @@ std::string run_peer(const SuiteOptions& o, const RunSpec& s, int threads, std::
   return nl == std::string::npos ? text : text.substr(nl + 1);
 }
 
-std::optional<double> samples_per_s(const std::string& line, std::ostream& err) {
+// Written whole or not at all (through a temporary and a rename): a bench killed while writing
+// the chart leaves the last one.
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    KILN_CHECK(f.good(), "kiln bench", "could not write ", tmp.string());
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  KILN_CHECK(!ec, "kiln bench", "could not write ", path.string(), " (", ec.message(), ")");
+}
+
+// The devices as Device::str() spells them ("cpu:0" is "cpu", "cuda" is "cuda:0"), each once, in
+// the order given: the peer and the JSON lines then agree, and "cpu" is recognised as the baseline.
+std::vector<std::string> normalised(const std::vector<std::string>& devices) {
+  std::vector<std::string> out;
+  for (const auto& d : devices) {
+    const std::string name = Device(d).str();
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
+  return out;
+}
+}  // namespace
+
+std::optional<double> peer_samples_per_s(const std::string& line, std::ostream& err) {
   try {
-    io::json::Value v = io::json::parse(line, "kiln bench", "PyTorch peer output: ");
+    const io::json::Value v = io::json::parse(line, "kiln bench", "PyTorch peer output: ");
     for (const auto& m : v.members)
-      if (m.key == "samples_per_s" && m.value.kind == io::json::Value::Kind::Number)
-        return std::strtod(m.value.text.c_str(), nullptr);
-    err << "kiln bench: the PyTorch peer's line has no samples_per_s\n";
+      if (m.key == "samples_per_s" && m.value.kind == io::json::Value::Kind::Number) {
+        if (auto x = kiln::detail::parse_number<double>(m.value.text)) return x;  // whatever the locale
+      }
+    err << "kiln bench: the PyTorch peer's line has no samples_per_s: " << line.substr(0, 200) << "\n";
   } catch (const Error& e) {
-    err << "kiln bench: " << e.what() << "\n";
+    err << "kiln bench: " << e.what() << " (the line: " << line.substr(0, 200) << ")\n";
   }
   return std::nullopt;
 }
-
-void write_text(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << text;
-  KILN_CHECK(f.good(), "kiln bench", "could not write ", path.string());
-}
-}  // namespace
 
 int64_t default_batch(const std::string& model, bool quick) {
   if (quick) return takes_seq(model) || model.rfind("vgg", 0) == 0 ? 2 : 4;
@@ -95,6 +116,10 @@ std::vector<RunSpec> plan(const SuiteOptions& o) {
   for (const auto& m : o.modes) KILN_CHECK(m == "train" || m == "eval", where, "unknown mode '", m, "' (train or eval)");
   for (const auto& d : o.dtypes) check_dtype(d);
   KILN_CHECK(o.batch >= 0, where, "--batch must be at least 1, got ", o.batch);
+  // PyTorch's peer always runs an untimed first step: Kiln timing its cold first step (plan
+  // creation, allocator growth) beside it would not be the same measurement.
+  KILN_CHECK(!o.vs_pytorch || o.warmup != 0, where,
+             "--vs-pytorch needs --warmup 1 or more (PyTorch's peer always warms up), got --warmup 0");
   std::vector<std::string> devices = o.devices;
   if (devices.empty()) {
     devices.push_back("cpu");
@@ -105,6 +130,7 @@ std::vector<RunSpec> plan(const SuiteOptions& o) {
     KILN_CHECK(!dev.is_cuda() || dev.index < cuda::device_count(), where, "device ", d, " is not present (",
                cuda::device_count(), " CUDA device(s) found)");
   }
+  devices = normalised(devices);
   // The baseline first: cpu before the accelerators, fp32 before bf16.
   std::stable_partition(devices.begin(), devices.end(), [](const std::string& d) { return Device(d).is_cpu(); });
   std::vector<std::string> dtypes = o.dtypes;
@@ -125,93 +151,133 @@ std::vector<RunSpec> plan(const SuiteOptions& o) {
   return specs;
 }
 
+namespace {
+// One invocation's state: the output files, the CPU float32 baselines, the runs so far.
+class Suite {
+ public:
+  Suite(const SuiteOptions& o, std::ostream& out, std::ostream& err) : o_(o), out_(out), err_(err), dir_(o.out_dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    KILN_CHECK(!ec && std::filesystem::is_directory(dir_), "kiln bench", "cannot create the output directory ",
+               o.out_dir, ec ? " (" + ec.message() + ")" : std::string());
+    jsonl_.open(dir_ / "results.jsonl", std::ios::trunc);
+    KILN_CHECK(jsonl_.good(), "kiln bench", "could not write ", (dir_ / "results.jsonl").string());
+    if (o.vs_pytorch) peer_jsonl_.open(dir_ / "pytorch.jsonl", std::ios::trunc);
+    out_ << "kiln " << env_.version << " (" << env_.commit << "), " << env_.cpu << ", " << env_.threads << " threads\n"
+         << table_header(o.vs_pytorch) << "\n"
+         << std::flush;
+  }
+
+  // Runs one spec (or skips it) and records it: a JSON line and a table row whatever happened,
+  // PyTorch's peer beside it (a failed Kiln run included: its baseline is the one most wanted).
+  void run(const RunSpec& s) {
+    RunResult r;
+    r.spec = s;
+    r.skipped = skip_reason(s);
+    if (r.skipped.empty()) measure(r);
+    if (o_.vs_pytorch && r.skipped.empty()) add_peer(r);
+    record(r);
+  }
+
+  // The chart again and, where a converter exists, its PNG; the line naming the files.
+  void finish() {
+    if (results.empty()) return;
+    write_chart();
+    const std::string tool = write_png((dir_ / "chart.svg").string(), (dir_ / "chart.png").string());
+    out_ << "wrote " << (dir_ / "results.jsonl").string() << ", " << (dir_ / "chart.svg").string()
+         << (tool.empty() ? "" : ", " + (dir_ / "chart.png").string() + " (" + tool + ")") << "\n";
+  }
+
+  void clear_progress() {
+    if (tty_) err_ << "\r\033[K" << std::flush;
+  }
+
+  std::vector<RunResult> results;      // the measured runs
+  std::vector<std::string> failures;  // the failed runs' errors
+
+ private:
+  void progress(const std::string& what) {
+    if (tty_) err_ << "\r\033[K  " << what << std::flush;
+  }
+
+  static std::string describe(const RunSpec& s) {
+    return s.model + " " + s.mode + " " + s.device + " " + s.dtype + " batch " + std::to_string(s.batch);
+  }
+
+  void measure(RunResult& r) {
+    const RunSpec& s = r.spec;
+    progress(describe(s) + ": warm-up (" + std::to_string(s.warmup) + " steps)");
+    try {
+      r = bench::run(s, [&](int64_t i, int64_t n) {
+        progress(describe(s) + ": timing step " + std::to_string(i + 1) + "/" + std::to_string(n));
+      });
+    } catch (const Error& e) {
+      // One workload that fails (out of memory at its batch, an op that would fall back under
+      // KILN_FALLBACK=error) is a row of the table; the others still run, and the suite fails
+      // at the end naming it.
+      const std::string message = e.what();
+      failures.push_back(message);
+      r.error = message.substr(0, message.find('\n'));
+    }
+    clear_progress();
+    if (!r.measured()) return;
+    const std::string key = s.model + "|" + s.mode;
+    if (s.device == "cpu" && s.dtype == "fp32") cpu_fp32_[key] = r.samples_per_s;
+    if (cpu_fp32_.count(key)) r.speedup_vs_cpu_fp32 = r.samples_per_s / cpu_fp32_[key];
+  }
+
+  void add_peer(RunResult& r) {
+    // The run's model is gone, but the caching allocator still holds its memory: hand it back so
+    // PyTorch, in its own process, has the machine's memory as Kiln had.
+    empty_cache(Device::cpu());
+    if (Device d(r.spec.device); d.is_cuda()) empty_cache(d);
+    progress(describe(r.spec) + ": PyTorch");
+    const std::string line = run_peer(o_, r.spec, env_.threads, err_);
+    clear_progress();
+    if (line.empty()) return;
+    r.pytorch_samples_per_s = peer_samples_per_s(line, err_);
+    if (!r.pytorch_samples_per_s) return;  // not a result line: not saved
+    peer_jsonl_ << line << "\n" << std::flush;
+    if (r.measured() && *r.pytorch_samples_per_s > 0) r.vs_pytorch = r.samples_per_s / *r.pytorch_samples_per_s;
+  }
+
+  void record(RunResult& r) {
+    jsonl_ << to_json(r, env_) << "\n" << std::flush;
+    out_ << table_row(r, o_.vs_pytorch) << "\n" << std::flush;
+    if (!r.measured()) return;
+    if (!r.profile.empty()) out_ << r.profile << "\n" << std::flush;
+    results.push_back(std::move(r));
+    write_chart();  // after every run: a bench stopped by a signal keeps the chart of what it ran
+  }
+
+  void write_chart() { write_text(dir_ / "chart.svg", chart_svg(results)); }
+
+  const SuiteOptions& o_;
+  std::ostream &out_, &err_;
+  const std::filesystem::path dir_;
+  const Environment env_ = environment();
+  const bool tty_ = isatty(STDERR_FILENO);
+  std::ofstream jsonl_, peer_jsonl_;
+  std::map<std::string, double> cpu_fp32_;  // model|mode -> samples/s
+};
+}  // namespace
+
 std::vector<RunResult> run_suite(const SuiteOptions& o, std::ostream& out, std::ostream& err) {
   const std::vector<RunSpec> specs = plan(o);
   if (o.vs_pytorch) check_pytorch(o);
   if (o.cudnn_benchmark) cudnn::set_benchmark(true);
-  const std::filesystem::path dir(o.out_dir);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  KILN_CHECK(!ec && std::filesystem::is_directory(dir), "kiln bench", "cannot create the output directory ", o.out_dir,
-             ec ? " (" + ec.message() + ")" : std::string());
-  const Environment env = environment();
-  std::ofstream jsonl(dir / "results.jsonl", std::ios::trunc);
-  KILN_CHECK(jsonl.good(), "kiln bench", "could not write ", (dir / "results.jsonl").string());
-  std::ofstream peer_jsonl;
-  if (o.vs_pytorch) peer_jsonl.open(dir / "pytorch.jsonl", std::ios::trunc);
-  const bool tty = isatty(STDERR_FILENO);
-
-  out << "kiln " << env.version << " (" << env.commit << "), " << env.cpu << ", " << env.threads << " threads\n"
-      << table_header(o.vs_pytorch) << "\n";
-  out.flush();
-  std::vector<RunResult> results;
-  std::vector<std::string> failures;
-  std::map<std::string, double> cpu_fp32;  // model|mode -> samples/s
-  auto finish = [&] {
-    if (results.empty()) return;
-    write_text(dir / "chart.svg", chart_svg(results));
-    const std::string tool = write_png((dir / "chart.svg").string(), (dir / "chart.png").string());
-    out << "wrote " << (dir / "results.jsonl").string() << ", " << (dir / "chart.svg").string()
-        << (tool.empty() ? "" : ", " + (dir / "chart.png").string() + " (" + tool + ")") << "\n";
-  };
+  Suite suite(o, out, err);
   try {
-    for (const auto& s : specs) {
-      const std::string skip = skip_reason(s);
-      if (!skip.empty()) {
-        out << table_note(s, "skipped (" + skip + ")") << "\n";
-        continue;
-      }
-      const std::string what = s.model + " " + s.mode + " " + s.device + " " + s.dtype + " batch " + std::to_string(s.batch);
-      if (tty) err << "\r\033[K  " << what << ": warm-up (" << s.warmup << " steps)" << std::flush;
-      std::optional<RunResult> ran;
-      try {
-        ran = run(s, [&](int64_t i, int64_t n) {
-          if (tty) err << "\r\033[K  " << what << ": timing step " << (i + 1) << "/" << n << std::flush;
-        });
-      } catch (const Error& e) {
-        // One workload that fails (out of memory at its batch, an op that would fall back under
-        // KILN_FALLBACK=error) is a row of the table; the others still run, and the suite fails
-        // at the end naming it.
-        if (tty) err << "\r\033[K" << std::flush;
-        const std::string message = e.what();
-        out << table_note(s, "failed: " + message.substr(0, message.find('\n'))) << "\n" << std::flush;
-        failures.push_back(message);
-        continue;
-      }
-      if (tty) err << "\r\033[K" << std::flush;
-      RunResult& r = *ran;
-      const std::string key = s.model + "|" + s.mode;
-      if (s.device == "cpu" && s.dtype == "fp32") cpu_fp32[key] = r.samples_per_s;
-      if (cpu_fp32.count(key)) r.speedup_vs_cpu_fp32 = r.samples_per_s / cpu_fp32[key];
-      if (o.vs_pytorch) {
-        // The run's model is gone, but the caching allocator still holds its memory: hand it back
-        // so PyTorch, in its own process, has the machine's memory as Kiln had.
-        empty_cache(Device::cpu());
-        if (Device d(s.device); d.is_cuda()) empty_cache(d);
-        if (tty) err << "  " << what << ": PyTorch" << std::flush;
-        const std::string line = run_peer(o, s, env.threads, err);
-        if (tty) err << "\r\033[K" << std::flush;
-        if (!line.empty()) {
-          peer_jsonl << line << "\n" << std::flush;
-          r.pytorch_samples_per_s = samples_per_s(line, err);
-          if (r.pytorch_samples_per_s && *r.pytorch_samples_per_s > 0)
-            r.vs_pytorch = r.samples_per_s / *r.pytorch_samples_per_s;
-        }
-      }
-      jsonl << to_json(r, env) << "\n" << std::flush;
-      out << table_row(r, o.vs_pytorch) << "\n" << std::flush;
-      if (!r.profile.empty()) out << r.profile << "\n" << std::flush;
-      results.push_back(std::move(r));
-    }
+    for (const auto& s : specs) suite.run(s);
   } catch (...) {
-    if (tty) err << "\r\033[K" << std::flush;
-    finish();  // what ran so far still gets its chart
+    suite.clear_progress();
+    suite.finish();  // what ran so far still gets its chart
     throw;
   }
-  finish();
-  KILN_CHECK(failures.empty(), "kiln bench", failures.size(), " of ", specs.size(), " runs failed; the first: ",
-             failures.front());
-  return results;
+  suite.finish();
+  KILN_CHECK(suite.failures.empty(), "kiln bench", suite.failures.size(), " of ", specs.size(),
+             " runs failed; the first: ", suite.failures.front());
+  return std::move(suite.results);
 }
 
 }  // namespace kiln::cli::bench

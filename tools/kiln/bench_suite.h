@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -33,16 +34,23 @@ struct SuiteOptions {
 // or with quick the small ones (CNNs 4, except VGG 2; BERTs 2).
 int64_t default_batch(const std::string& model, bool quick);
 
-// Every run the options ask for, validated (model, mode, dtype, device present, batch), in the
-// order they will run: per model and mode, the CPU float32 run first so later runs have their
-// speed-up at once.
+// Every run the options ask for, validated (model, mode, dtype, device present, batch; with
+// vs_pytorch a warm-up of at least one step), in the order they will run: per model and mode, the
+// CPU float32 run first so later runs have their speed-up at once. Devices are named as
+// Device::str() names them ("cpu", "cuda:0"), each once.
 std::vector<RunSpec> plan(const SuiteOptions& options);
 
 // Runs the plan, printing the table to `out` as results arrive and progress to `err`; writes
-// out_dir/results.jsonl (a line per finished run, as it finishes), out_dir/chart.svg, and
-// out_dir/chart.png when a converter exists; with vs_pytorch also out_dir/pytorch.jsonl. A run that
-// fails (kiln::Error: out of memory at its batch, a fallback under KILN_FALLBACK=error) is a table
-// row and the others still run; then it throws, naming how many failed and the first error.
+// out_dir/results.jsonl (a line per run as it ends: measured, failed or skipped), out_dir/chart.svg
+// (again after each measured run), and out_dir/chart.png when a converter exists; with vs_pytorch
+// also out_dir/pytorch.jsonl (the peer's result lines). A run that fails (kiln::Error: out of
+// memory at its batch, a fallback under KILN_FALLBACK=error) is a table row and a JSON line with
+// its error, the peer still runs for it, and the others still run; then it throws, naming how
+// many failed and the first error. Returns the measured runs.
 std::vector<RunResult> run_suite(const SuiteOptions& options, std::ostream& out, std::ostream& err);
+
+// The samples/s of the PyTorch peer's result line, or nullopt (with a message on err) when the
+// line is not a JSON object holding that number; only such lines go into pytorch.jsonl.
+std::optional<double> peer_samples_per_s(const std::string& line, std::ostream& err);
 
 }  // namespace kiln::cli::bench

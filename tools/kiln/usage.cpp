@@ -29,12 +29,13 @@ const char* usage(const std::string& command) {
   if (command == "bench")
     return "usage: kiln bench [options]\n"
            "  Times training and evaluation steps (default: resnet50, bert-base, vgg16; train and eval; cpu and\n"
-           "  every cuda:N; fp32) and writes DIR/results.jsonl and DIR/chart.svg.\n"
+           "  every cuda:N; fp32) and writes DIR/results.jsonl and DIR/chart.svg (speed-up over the CPU; with\n"
+           "  --vs-pytorch also Kiln over PyTorch). The CPU skips tf32 and fp16, with the reason.\n"
            "  models: resnet18/34/50/101, vgg*, small_cnn, bert-tiny/mini/small/base, sdpa (the attention alone),\n"
            "  bn-relu, maxpool (ResNet-50's batch norm + ReLU and max pooling alone)\n"
            "  --models A,B --modes train,eval --devices cpu,cuda:0 --dtypes fp32,tf32,bf16,fp16 --batch N --steps N\n"
            "  --warmup N --seq N --out DIR --quick --profile --threads N --memory-limit SIZE --gpu-memory-limit SIZE\n"
-           "  --vs-pytorch [--pytorch-script PATH] [--python PYTHON]\n"
+           "  --vs-pytorch [--pytorch-script PATH] [--python PYTHON]  PyTorch's run after each (--warmup 0 refused)\n"
            "  --cudnn-benchmark  time cuDNN's convolution algorithms per shape (PyTorch's cudnn.benchmark, both "
            "sides)\n";
   if (command == "info")
