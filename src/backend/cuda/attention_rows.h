@@ -23,13 +23,13 @@ namespace kiln::backend::cuda {
 
 inline constexpr int kMaxBatchDims = 8;
 inline constexpr int kMaxHead = 128;  // the largest E and Ev the fused path takes
-inline constexpr int kChunk = 32;     // keys online_keys scores at once (its local score array)
+inline constexpr int kOnlineKeys = 32;  // keys online_keys scores at once (its local score array)
 inline constexpr int kBlockRows = 64;  // fused kernels: threads per block, one query (or key) row each
 // Fused kernels: rows per shared-memory tile; at E = Ev = 128 a tile pair is 32 KiB (under the
 // 48 KiB of dynamic shared memory a launch gets without opting in).
 template <class T>
 inline constexpr int kTileRows = sizeof(T) == 8 ? 16 : 32;
-static_assert(kTileRows<float> <= kChunk && kTileRows<double> <= kChunk, "online_keys takes a tile in one chunk");
+static_assert(kTileRows<float> <= kOnlineKeys && kTileRows<double> <= kOnlineKeys, "online_keys takes a tile in one chunk");
 // The composed path's score bytes at once, by default; score_budget() is the one in force.
 inline constexpr int64_t kScoreBudget = int64_t{512} << 20;
 
@@ -156,7 +156,7 @@ struct OnlineRow {
   }
 };
 
-// Row i of batch b takes keys `keys` into st, kChunk at a time: a chunk's max rescales l and
+// Row i of batch b takes keys `keys` into st, kOnlineKeys at a time: a chunk's max rescales l and
 // acc once; each probability is summed into l before dropout, then its kept value (times
 // keep_mul) weights its value row.
 template <class T>
@@ -164,9 +164,9 @@ KILN_HOST_DEVICE void online_keys(const Rows& R, int64_t b, int64_t i, int64_t m
                                   int64_t Ev, const KeyRows<T>& keys, OnlineRow<T>& st) {
   const int64_t n = R.visible(i, keys.j0, keys.n);
   KeepWords kw;
-  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-    const int nc = static_cast<int>(std::min<int64_t>(kChunk, n - c0));
-    T s[kChunk];
+  for (int64_t c0 = 0; c0 < n; c0 += kOnlineKeys) {
+    const int nc = static_cast<int>(std::min<int64_t>(kOnlineKeys, n - c0));
+    T s[kOnlineKeys];
     T mx = st.m;
     for (int t = 0; t < nc; ++t) {
       const int64_t j = keys.j0 + c0 + t;
