@@ -2,8 +2,8 @@
 # mpirun -np 2 kiln train: the CNN job on two processes (per-process batch 64, so the same global
 # batch and steps as one process at 128) reaches one process's test accuracy within a point; a
 # run stopped by --max-steps and resumed writes the uninterrupted run's checkpoint; resuming
-# at another world size is refused; the BERT trainer runs on two processes; a failing rank ends
-# the job with its error. Usage: tests/distributed_train.sh KILN MPIEXEC
+# at another world size is refused; the BERT trainer runs on two processes, and resumes exactly;
+# kiln eval takes a two-process checkpoint; a failing rank ends the job with its error. Usage: tests/distributed_train.sh KILN MPIEXEC
 set -uo pipefail
 kiln=${1:?usage: distributed_train.sh KILN MPIEXEC}
 mpiexec=${2:?usage: distributed_train.sh KILN MPIEXEC}
@@ -56,6 +56,28 @@ for i in $(seq 1 300); do echo "document $i: the quick brown fox $i jumps over t
   >"$tmp/bert.log" 2>&1 || { echo "FAIL: BERT on two processes"; cat "$tmp/bert.log"; fail=1; }
 [[ $(grep -c "^step 3: held-out loss" "$tmp/bert.log") == 1 && -f $tmp/bert/last.safetensors ]] ||
   { echo "FAIL: BERT's evaluation or checkpoint"; cat "$tmp/bert.log"; fail=1; }
+
+# BERT stopped and resumed on two processes, without --model or --data (the checkpoint has them):
+# the uninterrupted run's checkpoint, byte for byte. The documents (blank-line separated) differ in
+# length, so the two processes' batches do: each masks by the batch's index in the run, where a
+# running offset, advanced by each batch's longest sequence and saved by rank 0 alone, differed.
+for i in $(seq 1 200); do printf 'document %d: %s the end\n\n' "$i" "$(seq -s ' ' 1 $((i % 23)))"; done >"$tmp/ragged.txt"
+bert=(--model bert-tiny --data "$tmp/ragged.txt" --vocab-size 200 --seq-len 32 --batch-size 4 --epochs 1 --eval-every 3)
+"${two[@]}" "$kiln" train "${bert[@]}" --max-steps 9 --checkpoint-dir "$tmp/bref" >"$tmp/bref.log" 2>&1 ||
+  { echo "FAIL: BERT's uninterrupted run to step 9"; cat "$tmp/bref.log"; fail=1; }
+"${two[@]}" "$kiln" train "${bert[@]}" --max-steps 3 --checkpoint-dir "$tmp/bres" >"$tmp/bres1.log" 2>&1 ||
+  { echo "FAIL: BERT's run to resume"; cat "$tmp/bres1.log"; fail=1; }
+"${two[@]}" "$kiln" train --resume --max-steps 9 --checkpoint-dir "$tmp/bres" >"$tmp/bres2.log" 2>&1 ||
+  { echo "FAIL: BERT's resumed run"; cat "$tmp/bres2.log"; fail=1; }
+if cmp -s "$tmp/bref/last.safetensors" "$tmp/bres/last.safetensors"; then
+  echo "BERT stopped at step 3 and resumed to 9: the uninterrupted run's checkpoint, byte for byte"
+else
+  echo "FAIL: BERT's checkpoint resumed to step 9 differs from the uninterrupted run's"
+  fail=1
+fi
+# kiln eval of a two-process checkpoint (the weights alone; one process).
+"$kiln" eval --checkpoint "$tmp/bref/last.safetensors" >"$tmp/beval.log" 2>&1 && grep -q "^held-out loss" "$tmp/beval.log" ||
+  { echo "FAIL: kiln eval of a two-process BERT checkpoint"; cat "$tmp/beval.log"; fail=1; }
 
 # A rank that fails (rank 1 cannot read its data: a directory only it is given) ends the job, with its
 # error once and a non-zero status, well within 30 seconds. The rank picks its arguments itself, not

@@ -111,6 +111,50 @@ TEST(Trainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
   fs::remove_all(data);
 }
 
+// kiln eval reads the weights alone: a checkpoint evaluates on another data set (whose training
+// split has another size, so the training position would not fit). Resuming without data takes
+// the checkpoint's; with a training split of another size it is an error naming both.
+TEST(Trainer, EvalTakesAnyDataAndResumeKeepsTheCheckpointsData) {
+  fs::path data = make_dataset("evaldata", 96, 30), other = make_dataset("evalother", 64, 20);
+  fs::path ck = data / "ckpt";
+  auto o = options(data, ck);
+  o.max_steps = 7;
+  {
+    train::ImageClassification task(o);
+    train::Trainer t(task);
+    run(t);
+  }
+  train::EvalResult e = train::evaluate_checkpoint((ck / "last.safetensors").string(), other.string(), "cpu");
+  EXPECT_EQ(e.samples, 20);
+
+  auto r = options("", ck);
+  r.resume = true;
+  train::ImageClassification task(r);
+  train::Trainer resumed(task);
+  EXPECT_EQ(resumed.step(), 7);
+  EXPECT_EQ(task.options().data, data.string());
+
+  r.data = other.string();
+  expect_error([&] { set_up(r); }, "the checkpoint was written for 96 training images, but " + other.string() +
+                                       " has 64");
+  fs::remove_all(data);
+  fs::remove_all(other);
+}
+
+// --momentum is the one-cycle schedule's top momentum (it used to be overwritten by the
+// schedule's default 0.95 at once).
+TEST(Trainer, MomentumSetsTheOneCyclesTopMomentum) {
+  fs::path data = make_dataset("momentum", 32, 10);
+  for (double momentum : {0.0, 0.5, 0.95}) {
+    auto o = options(data, data / "ckpt");
+    o.momentum = momentum;
+    train::ImageClassification task(o);
+    train::Trainer t(task);
+    EXPECT_EQ(task.optimizer().param_groups()[0].get("momentum"), momentum);
+  }
+  fs::remove_all(data);
+}
+
 TEST(Trainer, BadInputIsAClearError) {
   fs::path data = make_dataset("errors", 32, 10);
   fs::path ck = data / "ckpt";
@@ -120,6 +164,8 @@ TEST(Trainer, BadInputIsAClearError) {
   o = options(data, ck);
   o.data = (data / "missing").string();
   expect_error([&] { set_up(o); }, "missing");
+  o = options(make_dataset("empty", 0, 10), ck);
+  expect_error([&] { set_up(o); }, "has no images");
   o = options(data, ck);
   o.resume = true;
   expect_error([&] { set_up(o); }, "last.safetensors");

@@ -56,14 +56,15 @@ int main(int argc, char** argv) try {
     kiln::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
     opt.step();
     sched->step();
-    (step == 0 ? first : last) = loss.item<double>();
+    last = loss.item<double>();
+    if (step == 0) first = last;
   }
   kiln::NoGradGuard no_grad;
   model->eval();
   const int64_t correct = kiln::argmax(model(ids, mask), 1).eq(labels).sum().item<int64_t>();
   std::cout << "fine-tuned " << steps << " steps: loss " << first << " -> " << last << ", " << correct << "/" << B
             << " training sentences right\n";
-} catch (const kiln::Error& e) {
+} catch (const std::exception& e) {  // kiln::Error, or a STEPS that is not a number
   std::cerr << "bert_finetune: " << e.what() << "\n";
   return 1;
 }

@@ -27,14 +27,17 @@ int main(int argc, char** argv) try {
   kiln::optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
   kiln::optim::OneCycleLR sched(opt, {.max_lr = 0.05, .total_steps = steps});
   int64_t step = 0;
-  for (kiln::data::Batch& b : loader) {
-    if (step == steps) break;
-    kiln::Tensor loss = F::cross_entropy(model(b.data), b.target);
-    opt.zero_grad();
-    loss.backward();
-    opt.step();
-    sched.step();
-    if (++step % 50 == 0) std::cout << "step " << step << ": loss " << loss.item<double>() << "\n";
+  for (uint64_t epoch = 0; step < steps; ++epoch) {  // as many epochs as the steps take
+    loader.set_epoch(epoch);
+    for (kiln::data::Batch& b : loader) {
+      if (step == steps) break;
+      kiln::Tensor loss = F::cross_entropy(model(b.data), b.target);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      sched.step();
+      if (++step % 50 == 0) std::cout << "step " << step << ": loss " << loss.item<double>() << "\n";
+    }
   }
 
   kiln::NoGradGuard no_grad;
@@ -46,7 +49,7 @@ int main(int argc, char** argv) try {
   }
   std::cout << "test accuracy " << 100.0 * static_cast<double>(correct) / static_cast<double>(seen) << "% after "
             << step << " steps\n";
-} catch (const kiln::Error& e) {
+} catch (const std::exception& e) {  // kiln::Error, or a STEPS that is not a number
   std::cerr << "mnist_cnn: " << e.what() << "\n";
   return 1;
 }

@@ -75,6 +75,7 @@ void ImageClassification::check_options() {
 
 void ImageClassification::load_settings(const CheckpointMeta& m) {
   options_.model = m.text("model");
+  if (options_.data.empty()) options_.data = m.has("data") ? m.text("data") : ImageClassificationOptions{}.data;
   options_.epochs = m.integer("epochs");
   options_.batch_size = m.integer("batch_size");
   options_.lr = m.number("lr");
@@ -91,6 +92,17 @@ void ImageClassification::save_metadata(std::map<std::string, std::string>& m) c
   m["momentum"] = exact_number(options_.momentum);
   m["weight_decay"] = exact_number(options_.weight_decay);
   m["seed"] = std::to_string(options_.seed);
+  m["data"] = options_.data;
+  m["train_images"] = std::to_string(train_set_->size());
+}
+
+// The position continues in the same training set: a directory of another size is refused
+// (one of the same size cannot be told apart).
+void ImageClassification::load_state(const CheckpointMeta& m) {
+  if (!m.has("train_images")) return;  // older checkpoints
+  const int64_t saved = m.integer("train_images");
+  KILN_CHECK(saved == train_set_->size(), options_.command.c_str(), "the checkpoint was written for ", saved,
+             " training images, but ", options_.data, " has ", train_set_->size());
 }
 
 void ImageClassification::prepare(std::vector<std::string>& notes) {
@@ -99,6 +111,8 @@ void ImageClassification::prepare(std::vector<std::string>& notes) {
     models::create(options_.model, kClasses);  // the unknown-model error, before the data is read
   train_set_ = std::make_shared<const data::FashionMNIST>(options_.data, true);
   test_set_ = std::make_shared<const data::FashionMNIST>(options_.data, false);
+  KILN_CHECK(train_set_->size() > 0, options_.command.c_str(), "the training split in ", options_.data,
+             " has no images");
   if (options_.batch_size > train_set_->size()) {
     notes.push_back("--batch-size " + std::to_string(options_.batch_size) + " is more than the " +
                     std::to_string(train_set_->size()) + " training images; using " + std::to_string(train_set_->size()));
@@ -128,7 +142,10 @@ void ImageClassification::build(Device device) {
       model_->parameters(),
       optim::SGDOptions{.lr = options_.lr, .momentum = options_.momentum, .weight_decay = options_.weight_decay});
   scheduler_ = std::make_unique<optim::OneCycleLR>(
-      *optimizer_, optim::OneCycleLROptions{.max_lr = options_.lr, .total_steps = total_steps(options_.epochs, train_loader_->size(), "ImageClassification")});
+      *optimizer_, optim::OneCycleLROptions{.max_lr = options_.lr,
+                                            .total_steps = total_steps(options_.epochs, train_loader_->size(), "ImageClassification"),
+                                            .base_momentum = options_.momentum * (0.85 / 0.95),
+                                            .max_momentum = options_.momentum});
 }
 
 Tensor ImageClassification::to_model_input(const Tensor& images) const {

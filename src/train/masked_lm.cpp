@@ -74,12 +74,7 @@ void MaskedLM::save_metadata(std::map<std::string, std::string>& m) const {
   m["clip"] = exact_number(o.clip);
   m["eval_every"] = std::to_string(o.eval_every);
   m["seed"] = std::to_string(o.seed);
-  m["mask_offset"] = std::to_string(batcher_->offset());
   m["vocab"] = join_lines(tokenizer_->vocab().tokens());
-}
-
-void MaskedLM::load_state(const CheckpointMeta& m) {
-  batcher_->set_offset(static_cast<uint64_t>(m.integer("mask_offset")));
 }
 
 void MaskedLM::checkpoint_saved(const std::string& checkpoint_dir) {
@@ -177,10 +172,17 @@ void MaskedLM::begin_epoch(int64_t epoch, int64_t first_batch) {
   } else {
     epoch_batches_ = text::epoch_batches(n, options_.batch_size, true, options_.seed, static_cast<uint64_t>(epoch));
   }
+  epoch_ = epoch;
   next_batch_ = first_batch;
 }
 
 TrainingBatch MaskedLM::next_batch() {
+  // The masking counters follow the batch's index in the whole run (epoch, batch, process), not a
+  // running offset that each batch's longest sequence advanced: every process has its own, and a
+  // resumed run (of any number of processes) masks as the uninterrupted one did.
+  const uint64_t global = static_cast<uint64_t>((epoch_ * batches_per_epoch_ + next_batch_) * distributed::world_size() +
+                                                distributed::rank());
+  batcher_->set_offset(global * static_cast<uint64_t>(options_.batch_size * options_.seq_len));
   text::MlmBatch batch = batcher_->collate(data_.train, epoch_batches_.at(static_cast<size_t>(next_batch_++)));
   TrainingBatch b{.loss = nullptr, .samples = batch.num_tokens};
   if (batch.num_predicted > 0)  // none is possible only for very short sequences

@@ -93,12 +93,14 @@ void Trainer::save_checkpoint() {
 
 void Trainer::resume(const io::SafetensorsFile& f, const std::string& path) {
   const CheckpointMeta m(f, path, options().command);
+  task_.module().load_state_dict(with_prefix(f.tensors, "model."));
+  // Evaluation needs the weights alone: not the position in the training data, which depends on
+  // that data and on the number of processes the checkpoint was written by.
+  if (options().command == "kiln eval") return;
   // The data each process saw depends on the number of processes: continuing exactly needs the same.
   const int64_t written_by = m.has("world_size") ? m.integer("world_size") : 1;
-  KILN_CHECK(written_by == distributed::world_size() || options().command == "kiln eval", where(), "checkpoint ", path,
-             " was written by a job of ", written_by, " process(es); resume it with as many (this job has ",
-             distributed::world_size(), ")");
-  task_.module().load_state_dict(with_prefix(f.tensors, "model."));
+  KILN_CHECK(written_by == distributed::world_size(), where(), "checkpoint ", path, " was written by a job of ",
+             written_by, " process(es); resume it with as many (this job has ", distributed::world_size(), ")");
   task_.optimizer().load_state_dict(with_prefix(f.tensors, "optimizer."));
   task_.scheduler().load_state_dict(with_prefix(f.tensors, "scheduler."));
   amp_->load_state_dict(f.tensors);
@@ -106,16 +108,24 @@ void Trainer::resume(const io::SafetensorsFile& f, const std::string& path) {
   batch_in_epoch_ = m.integer("batch");
   step_ = m.integer("step");
   saved_step_ = step_;
+  task_.load_state(m);  // first: a task's own check (its data) says more than the position's
   const int64_t batches = task_.batches_per_epoch();
   KILN_CHECK(epoch_ >= 0 && epoch_ <= options().epochs && batch_in_epoch_ >= 0 && batch_in_epoch_ < batches &&
                  step_ == epoch_ * batches + batch_in_epoch_,
              where(), "checkpoint ", path, " has an inconsistent position (epoch ", epoch_, ", batch ",
              batch_in_epoch_, ", step ", step_, ") for ", batches, " batches per epoch");
-  task_.load_state(m);
   set_rng_state({m.unsigned_integer("rng_seed"), m.unsigned_integer("rng_offset")});
 }
 
 void Trainer::train_step(const Callbacks& cb) {
+  // Each step draws its random numbers (dropout) from counters of its own, 2^40 from the step's
+  // index in the run and the process: a resumed run, and each process of a data-parallel one,
+  // draws what the uninterrupted run did, whatever the shapes of the batches before (a running
+  // offset, which batches of other lengths move by other amounts, is only rank 0's in a
+  // checkpoint), and the processes' dropout masks differ.
+  const uint64_t draw = static_cast<uint64_t>(step_) * static_cast<uint64_t>(distributed::world_size()) +
+                        static_cast<uint64_t>(distributed::rank());
+  set_rng_state({options().seed, draw << 40});
   TrainingBatch batch = task_.next_batch();
   optim::Optimizer& optimizer = task_.optimizer();
   if (ddp_ && !batch.loss)

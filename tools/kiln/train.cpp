@@ -187,13 +187,13 @@ int train_image(const Args& args) {
   o.momentum = args.get_double("momentum", o.momentum);
   o.weight_decay = args.get_double("weight-decay", o.weight_decay);
   o.device = args.get("device", o.device);
-  o.data = args.get("data", o.data);
+  o.resume = args.has("resume");
+  o.data = args.get("data", o.resume ? "" : o.data);  // resuming: the checkpoint's, unless given
   o.seed = static_cast<uint64_t>(args.get_int("seed", 0, 0));
   o.checkpoint_dir = args.get("checkpoint-dir", o.checkpoint_dir);
   o.checkpoint_every = args.get_int("checkpoint-every", 0, 0);
   o.workers = args.get_int("workers", o.workers, 0, kMaxWorkers);
   o.max_steps = args.get_int("max-steps", -1, -1);
-  o.resume = args.has("resume");
   o.verify_checkpoint = !args.has("no-verify");
   o.amp = args.get("amp", "");
   if (o.resume)
@@ -234,6 +234,15 @@ int train_image(const Args& args) {
   return 0;
 }
 
+// Which trainer: --model's, or with --resume the checkpoint's (which sets the model).
+bool bert_run(const Args& args) {
+  if (args.has("model") || !args.has("resume")) return train::is_bert_model(args.get("model", ""));
+  const std::string path =
+      (std::filesystem::path(args.get("checkpoint-dir", train::TrainerOptions{}.checkpoint_dir)) / "last.safetensors")
+          .string();
+  return std::filesystem::is_regular_file(path) && train::is_mlm_checkpoint(path);
+}
+
 }  // namespace
 
 int train(int argc, char** argv) {
@@ -248,7 +257,7 @@ int train(int argc, char** argv) {
   // Under mpirun (or another MPI launcher): one process of a data-parallel job; rank 0 prints.
   if (!distributed::is_initialized()) distributed::init();
   if (distributed::rank() != 0) (void)std::freopen("/dev/null", "w", stdout);
-  return train::is_bert_model(args.get("model", "")) ? train_bert(args) : train_image(args);
+  return bert_run(args) ? train_bert(args) : train_image(args);
 }
 
 int eval(int argc, char** argv) {

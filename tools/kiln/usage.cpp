@@ -19,7 +19,8 @@ const char* usage(const std::string& command) {
            "  --threads N           CPU threads (at most the CPUs this process may use)\n"
            "  --memory-limit SIZE   CPU memory limit: 20G, 512M, 80% or 0 for none (default 90% of memory)\n"
            "  --gpu-memory-limit SIZE  each GPU's: 20G, 80% (of its memory) or 0 for none (the default)\n"
-           "  CNNs only: --momentum X --checkpoint-every STEPS --workers N (data-loading threads)\n"
+           "  CNNs only: --momentum X (the one-cycle's top momentum, default 0.95) --checkpoint-every STEPS\n"
+           "             --workers N (data-loading threads)\n"
            "  BERT only: --vocab FILE --vocab-size N --seq-len N --warmup FRACTION --clip X --eval-every STEPS\n";
   if (command == "eval")
     return "usage: kiln eval --checkpoint PATH [options]\n"

@@ -65,7 +65,6 @@ class MaskedLM : public Task {
   // Mean cross-entropy over the held-out sequences' masked tokens; the same masks every time.
   EvalResult evaluate() override;
   void save_metadata(std::map<std::string, std::string>& metadata) const override;
-  void load_state(const CheckpointMeta& checkpoint) override;
   // Writes vocab.txt beside the checkpoint, for tools that read a plain one (Hugging Face's included).
   void checkpoint_saved(const std::string& checkpoint_dir) override;
 
@@ -86,6 +85,7 @@ class MaskedLM : public Task {
   std::unique_ptr<optim::LambdaLR> scheduler_;
   int64_t batches_per_epoch_ = 0;
   std::vector<std::vector<int64_t>> epoch_batches_;  // the epoch's batches of sequence indices
+  int64_t epoch_ = 0;
   int64_t next_batch_ = 0;
 };
 
