@@ -157,6 +157,17 @@ void mismatch() {
     else dist::broadcast(t, 0);
   }, "rank 1 called broadcast", "collectives");
   expect_error([&] { Tensor t = zeros({4}); dist::broadcast(t, me); }, "disagree", "roots");
+  // Shapes that differ only past the eighth dim (the header keeps eight for its messages).
+  expect_error([&] {
+    Tensor t = zeros(me == 0 ? Shape{1, 1, 1, 1, 1, 1, 1, 1, 2, 3} : Shape{1, 1, 1, 1, 1, 1, 1, 1, 3, 2});
+    dist::all_reduce(t);
+  }, "disagree", "shapes past the eighth dim");
+  {  // each wait of a failed collective throws, not the first only
+    Tensor t = zeros({me == 0 ? 5 : 6});
+    dist::Work w = dist::all_reduce_async(t, dist::ReduceOp::Sum);
+    expect_error([&] { w.wait(); }, "disagree", "a failed collective's first wait");
+    expect_error([&] { w.wait(); }, "disagree", "a failed collective's second wait");
+  }
   // After those, the group still works.
   Tensor t = ones({3});
   dist::all_reduce(t);
@@ -438,6 +449,19 @@ int main(int argc, char** argv) {
   Tensor f = full({1}, static_cast<double>(failures), kFloat64);
   dist::all_reduce(f);
   if (failures == 0) std::printf("rank %d: ok\n", dist::rank());
+  const int rank = dist::rank();
   dist::finalize();
+  // A collective after finalize() is an error, not a silent world of one.
+  std::string refused;
+  try {
+    Tensor g = ones({1});
+    dist::all_reduce(g);
+  } catch (const Error& e) {
+    refused = e.what();
+  }
+  if (refused.find("the process group has ended (finalize() was called)") == std::string::npos) {
+    std::fprintf(stderr, "rank %d: a collective after finalize(): '%s'\n", rank, refused.c_str());
+    return 1;
+  }
   return f.item<double>() == 0 ? 0 : 1;
 }

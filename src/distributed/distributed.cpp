@@ -63,6 +63,8 @@ class Comm {
   void init() {
     std::unique_lock lock(m_);
     KILN_CHECK(!initialized_, "distributed::init", "already initialised");
+    KILN_CHECK(!finalized_ || !detail::launched_by_mpi(), "distributed::init",
+               "MPI cannot be started again after finalize()");
     if (detail::launched_by_mpi()) {
       std::exception_ptr error;
       bool ready = false;
@@ -96,6 +98,7 @@ class Comm {
       backend_ = group_->name();
     }
     initialized_ = true;
+    finalized_ = false;
     lock.unlock();
     std::set_terminate(on_terminate);
     static bool registered = false;
@@ -114,9 +117,16 @@ class Comm {
     std::lock_guard lock(m_);
     group_.reset();
     initialized_ = false;
+    finalized_ = true;  // rank() and world_size() keep their values; collectives are errors
     stopping_ = false;
-    rank_ = 0, world_ = 1, local_rank_ = 0;
     backend_ = "none";
+  }
+
+  // A collective after finalize(): an error, not a silent world of one (every process would be
+  // rank 0 of it), as torch's after destroy_process_group.
+  void check_alive(const char* op) const {
+    std::lock_guard lock(m_);
+    KILN_CHECK(!finalized_, op, "the process group has ended (finalize() was called)");
   }
 
   bool initialized() const {
@@ -169,6 +179,7 @@ class Comm {
   }
 
   [[noreturn]] void abort_job(const std::string& message) {
+    std::fflush(nullptr);  // what the process printed before the failure stays in its log
     static std::once_flag printed;
     std::call_once(printed, [&] {
       std::fprintf(stderr, "[distributed] rank %d failed: %s\n", rank_, message.c_str());
@@ -271,7 +282,7 @@ class Comm {
   std::unique_ptr<ProcessGroup> group_;
   std::map<int, std::unique_ptr<detail::DeviceGroup>> device_groups_;  // the communication thread's
   std::map<int, cuda::Stream> streams_;
-  bool initialized_ = false, stopping_ = false;
+  bool initialized_ = false, finalized_ = false, stopping_ = false;
   int rank_ = 0, world_ = 1, local_rank_ = 0;
   std::string backend_ = "none";
 };
@@ -335,6 +346,10 @@ Work& Work::operator=(Work&& o) noexcept {
 
 Work::~Work() {
   if (!state_) return;
+  {
+    std::lock_guard lock(state_->m);
+    if (state_->finished) return;  // waited for: a failure went to that wait
+  }
   try {
     wait();
   } catch (const std::exception& e) {
@@ -346,7 +361,10 @@ void Work::wait() {
   if (!state_) return;
   std::unique_lock lock(state_->m);
   state_->cv.wait(lock, [&] { return state_->done; });
-  if (state_->finished) return;
+  if (state_->finished) {
+    if (state_->error) std::rethrow_exception(state_->error);  // each wait of a failed collective throws
+    return;
+  }
   state_->finished = true;
   std::function<void()> finish = std::move(state_->finish);
   std::exception_ptr error = state_->error;
@@ -383,6 +401,7 @@ Work all_reduce_async(Tensor& t, ReduceOp op) {
   KILN_CHECK(op != ReduceOp::Average || t.is_floating_point(), "all_reduce",
              "average needs a floating-point tensor, got ", t.dtype());
   Comm& c = Comm::get();
+  c.check_alive("all_reduce");
   if (c.world() == 1) return completed();
   if (on_nccl(t)) {
     // 16-bit floats go through a float32 copy, summed (or averaged) there and rounded once, as on
@@ -425,6 +444,7 @@ Work broadcast_async(Tensor& t, int root) {
   check_tensor(t, "broadcast");
   Comm& c = Comm::get();
   KILN_CHECK(root >= 0 && root < c.world(), "broadcast", "root ", root, " is not a rank of this world of ", c.world());
+  c.check_alive("broadcast");
   if (c.world() == 1) return completed();
   if (on_nccl(t)) {
     Tensor buf = t.is_contiguous() ? t : t.contiguous(), target = t;
@@ -455,6 +475,7 @@ std::vector<Tensor> all_gather(const Tensor& t) {
   check_tensor(t, "all_gather");
   Comm& c = Comm::get();
   NoGradGuard ng;
+  c.check_alive("all_gather");
   if (c.world() == 1) return {t.clone()};
   const bool gpu = on_nccl(t);
   Tensor buf = gpu ? t.contiguous() : host_buffer(t, t.dtype());
@@ -486,6 +507,7 @@ Tensor reduce_scatter(const Tensor& input, ReduceOp op) {
   NoGradGuard ng;
   Shape share = input.shape();
   share[0] /= c.world();
+  c.check_alive("reduce_scatter");
   if (c.world() == 1) return input.clone();
   if (on_nccl(input)) {
     // 16-bit floats through float32, rounded once (all_reduce_async says why).
@@ -513,6 +535,7 @@ Tensor reduce_scatter(const Tensor& input, ReduceOp op) {
 
 void barrier() {
   Comm& c = Comm::get();
+  c.check_alive("barrier");
   if (c.world() == 1) return;
   c.submit(header_of(Kind::Barrier, nullptr), [](ProcessGroup& g) { g.barrier(); }, nullptr).wait();
 }

@@ -20,10 +20,11 @@ inline const char* kind_name(Kind k) {
 struct Header {
   int32_t kind = 0, dtype = -1, op = -1, root = -1, ndim = 0, cuda = 0;
   int64_t numel = 0;
-  int64_t dims[8] = {};
+  int64_t dims[8] = {};     // the first 8, for messages
+  uint64_t shape_hash = 0;  // every dim (a tensor may have more than 8)
   bool operator==(const Header& o) const {
     if (kind != o.kind || dtype != o.dtype || op != o.op || root != o.root || ndim != o.ndim || numel != o.numel ||
-        cuda != o.cuda)
+        cuda != o.cuda || shape_hash != o.shape_hash)
       return false;
     for (int i = 0; i < 8; ++i)
       if (dims[i] != o.dims[i]) return false;
@@ -35,7 +36,7 @@ struct Header {
     if (static_cast<Kind>(kind) == Kind::Barrier) return os.str();
     os << " of " << dtype_name(static_cast<ScalarType>(dtype)) << " [";
     for (int i = 0; i < ndim && i < 8; ++i) os << (i ? ", " : "") << dims[i];
-    if (ndim > 8) os << ", ...";
+    if (ndim > 8) os << ", ... (" << ndim << " dims, shape hash " << shape_hash << ")";
     os << "]" << (cuda ? " on a GPU" : "");
     if (root >= 0) os << " from rank " << root;
     if (op >= 0) os << " (" << (op == 0 ? "sum" : op == 1 ? "average" : op == 2 ? "max" : "min") << ")";
@@ -54,6 +55,8 @@ inline Header header_of(Kind kind, const Tensor* t, int op = -1, int root = -1) 
     h.numel = t->numel();
     h.cuda = t->device().is_cuda() ? 1 : 0;
     for (int64_t i = 0; i < t->dim() && i < 8; ++i) h.dims[i] = t->size(i);
+    h.shape_hash = 14695981039346656037ull;  // FNV-1a over the dims
+    for (int64_t d : t->shape()) h.shape_hash = (h.shape_hash ^ static_cast<uint64_t>(d)) * 1099511628211ull;
   }
   return h;
 }

@@ -136,7 +136,7 @@ class MpiGroup final : public ProcessGroup {
                      "[distributed] rank %d failed: not every process reached this collective within %g s: one is "
                      "stuck, or has died (KILN_DISTRIBUTED_TIMEOUT sets the limit in seconds; 0 waits forever)\n",
                      rank_, limit);
-        std::fflush(stderr);
+        std::fflush(nullptr);  // and what the process printed before, in its log
         abort(1);
       }
     }
