@@ -244,6 +244,15 @@ TEST(Attention, AFloatMaskThatRequiresGradGetsItsGradient) {
     for (int i = 0; i < 4; ++i)
       expect_close(g[i], values(g2[i]), g2[i].shape(), 1e-10, 1e-10, std::string("grad ") + "qkvm"[i]);
   }
+  // A fully masked row: zeros and a zero mask gradient, as on the fused path, not NaN.
+  Tensor masked = zeros({2, 3}, kFloat64);
+  masked.select(0, 0).fill_(-kInf);
+  masked.requires_grad_();
+  Tensor ym = scaled_dot_product_attention(randn64({2, 2}), randn64({3, 2}), randn64({3, 2}), masked);
+  ym.sum().backward();
+  expect_close(ym.select(0, 0), {0, 0}, {2});
+  expect_close(masked.grad().select(0, 0), {0, 0, 0}, {3});
+  for (double g : values(masked.grad())) EXPECT_TRUE(std::isfinite(g));
   // Only the mask requires grad: a bias learned in front of frozen attention.
   Tensor m = zeros({4, 4}, kFloat64).requires_grad_();
   scaled_dot_product_attention(randn64({4, 2}), randn64({4, 2}), randn64({4, 2}), m).sum().backward();

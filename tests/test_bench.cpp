@@ -4,13 +4,13 @@
 
 #include <sys/stat.h>
 
-#include <charconv>
 #include <clocale>
 #include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "core/parse_number.h"
 #include "io/json.h"
 #include "kiln/kiln.h"
 #include "test_util.h"
@@ -32,11 +32,9 @@ const Value& member(const Value& v, std::string_view key) {  // a view: see test
   static Value none;
   return none;
 }
-double number(const Value& v) {  // from_chars: the same under a decimal-comma locale
+double number(const Value& v) {  // the same under a decimal-comma locale
   EXPECT_EQ(v.kind, Value::Kind::Number) << v.describe();
-  double x = 0;
-  std::from_chars(v.text.data(), v.text.data() + v.text.size(), x);
-  return x;
+  return kiln::detail::parse_number<double>(v.text).value_or(NAN);
 }
 
 // Every field the issue asks results.jsonl to carry.
@@ -555,28 +553,10 @@ TEST_F(BenchSuite, ThePeerRunsForAFailedRunAndOnlyItsResultLinesAreSaved) {
 
 // LC_NUMERIC set to German's (a decimal comma) while alive, built by localedef into `dir` and
 // found through LOCPATH; ok() is false where localedef is missing.
-class CommaLocale {
- public:
-  explicit CommaLocale(const std::string& dir) {
-    const std::string cmd = "localedef -i de_DE -f ISO-8859-1 '" + dir + "/de_DE' >/dev/null 2>&1";
-    if (std::system(cmd.c_str()) != 0 && !std::filesystem::exists(dir + "/de_DE")) return;
-    setenv("LOCPATH", dir.c_str(), 1);
-    ok_ = std::setlocale(LC_NUMERIC, "de_DE") != nullptr && std::strtod("0.5", nullptr) == 0;
-  }
-  ~CommaLocale() {
-    std::setlocale(LC_NUMERIC, "C");
-    unsetenv("LOCPATH");
-  }
-  bool ok() const { return ok_; }
-
- private:
-  bool ok_ = false;
-};
-
 // Numbers are read and written the same whatever LC_NUMERIC says (strtod read "0.5" as 0 there).
 TEST_F(BenchSuite, NumbersIgnoreTheLocalesDecimalComma) {
-  CommaLocale locale(dir_);
-  if (!locale.ok()) GTEST_SKIP() << "no localedef to make a decimal-comma locale";
+  test::CommaDecimalLocale locale;
+  if (!locale.active()) GTEST_SKIP() << "no decimal-comma locale here (de_DE, or localedef with Debian's locales)";
   std::ostringstream err;
   EXPECT_EQ(peer_samples_per_s("{\"samples_per_s\": 2.5}", err), 2.5);
   std::vector<std::string> argv_s = {"kiln", "--lr", "0.5", "--wd", "0,5"};

@@ -2,10 +2,10 @@
 // tests/fixtures/make_bert_fixture.py): state_dict names, logits, MLM loss and gradients from
 // formula weights; files written by save_pretrained (and old-style ones) load and give HF's
 // logits; HF's initialisation; input and config checks; a training step lowers the loss.
+#include <unistd.h>
+
 #include <algorithm>
-#include <clocale>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -323,28 +323,10 @@ TEST(BertPretrained, BadFilesAreClearErrorsAndChangeNothing) {
   std::filesystem::remove(tmp);
 }
 
-// A comma-decimal LC_NUMERIC ("0,5"), set for the test's life: the system's de_DE, or one that
-// localedef builds from Debian's locale sources into a temporary LOCPATH; none where neither is.
-class CommaDecimalLocale {
- public:
-  CommaDecimalLocale() {
-    if (std::setlocale(LC_NUMERIC, "de_DE.UTF-8")) return;
-    namespace fs = std::filesystem;
-    const fs::path dir = fs::temp_directory_path() / "kiln_test_locale";
-    const std::string cmd = "localedef -i de_DE -f UTF-8 '" + (dir / "de_DE.UTF-8").string() + "' >/dev/null 2>&1";
-    if (!fs::exists(dir / "de_DE.UTF-8") && (fs::create_directories(dir), std::system(cmd.c_str()) != 0)) return;
-    setenv("LOCPATH", dir.c_str(), 1);
-    if (std::setlocale(LC_NUMERIC, "de_DE.UTF-8") == nullptr) unsetenv("LOCPATH");
-  }
-  ~CommaDecimalLocale() {
-    std::setlocale(LC_NUMERIC, "C");
-    unsetenv("LOCPATH");
-  }
-  bool active() const { return std::string(std::localeconv()->decimal_point) == ","; }
-};
-
+// A config.json of this test's own (ctest runs the tests at once, each a process).
 std::string write_config(const std::string& json) {
-  const std::string path = (std::filesystem::temp_directory_path() / "kiln_bert_config_fields.json").string();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("kiln_bert_config_" + std::to_string(::getpid()) + ".json")).string();
   std::ofstream(path) << json;
   return path;
 }

@@ -295,7 +295,13 @@ TEST(TensorMemory, ParseMemoryLimit) {
   EXPECT_EQ(parse_memory_limit("4096", 0), 4096u);
   EXPECT_EQ(parse_memory_limit("80%", 10 * g), 8 * g);
   EXPECT_EQ(parse_memory_limit("0", 10 * g), 0u);
-  for (const char* bad : {"", "lots", "-1G", "12X", "inf", "nan", "1e30", "G"})
+  EXPECT_EQ(parse_memory_limit("+20G", 0), 20 * g);  // a sign, as strtod took it
+  // Whatever the locale: under a decimal-comma one strtod read "1.5G" as 1 and then ".5G".
+  {
+    test::CommaDecimalLocale comma;
+    EXPECT_EQ(parse_memory_limit("1.5G", 0), 3 * g / 2);
+  }
+  for (const char* bad : {"", "lots", "-1G", "12X", "inf", "nan", "1e30", "G", "+-1G", "++1G"})
     expect_error([&] { parse_memory_limit(bad, g, "--memory-limit"); }, "[--memory-limit] expected a size");
 }
 

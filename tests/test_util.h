@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <clocale>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -85,6 +86,35 @@ class TempDirTest : public ::testing::Test {
     std::ofstream(path, std::ios::binary) << data;
     return path;
   }
+};
+
+// A decimal-comma LC_NUMERIC ("0,5") for the object's life: the system's de_DE, or one that
+// localedef builds from Debian's locale sources into a directory of this process; active() is
+// false where neither is (the test then skips, saying so).
+class CommaDecimalLocale {
+ public:
+  CommaDecimalLocale() {
+    if (!std::setlocale(LC_NUMERIC, "de_DE.UTF-8")) {
+      const auto dir = std::filesystem::temp_directory_path() / ("kiln_test_locale_" + std::to_string(::getpid()));
+      std::filesystem::create_directories(dir);
+      const std::string cmd = "localedef -i de_DE -f UTF-8 '" + (dir / "de_DE.UTF-8").string() + "' >/dev/null 2>&1";
+      if (std::system(cmd.c_str()) == 0) {
+        setenv("LOCPATH", dir.c_str(), 1);
+        std::setlocale(LC_NUMERIC, "de_DE.UTF-8");
+      }
+      dir_ = dir;
+    }
+  }
+  ~CommaDecimalLocale() {
+    std::setlocale(LC_NUMERIC, "C");
+    unsetenv("LOCPATH");
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+  bool active() const { return std::string(std::localeconv()->decimal_point) == ","; }
+
+ private:
+  std::filesystem::path dir_;
 };
 
 }  // namespace kiln::test

@@ -26,6 +26,7 @@ int main(int argc, char** argv) try {
   auto model = kiln::models::small_cnn();
   kiln::optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
   kiln::optim::OneCycleLR sched(opt, {.max_lr = 0.05, .total_steps = steps});
+  KILN_CHECK(loader.size() > 0, "mnist_cnn", "the training split in ", root, " has no images");
   int64_t step = 0;
   for (uint64_t epoch = 0; step < steps; ++epoch) {  // as many epochs as the steps take
     loader.set_epoch(epoch);

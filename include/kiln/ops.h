@@ -188,8 +188,8 @@ Tensor masked_softmax(const Tensor& x, const Tensor& mask, int64_t dim);
 // masks come from Philox counters so the backward regenerates them (the same scores dropout() on
 // the softmax would drop, for the same generator state). A query row with every key masked gives
 // zeros. A float attn_mask that requires grad (a learned position bias) gets its gradient
-// through PyTorch's math path instead (the composed ops, scores materialised; a row whose every
-// score is -inf gives NaN there, as in PyTorch). float16/bfloat16 inputs are computed in float32.
+// through PyTorch's math path instead (the composed ops, scores materialised; a fully masked row
+// gives zeros there too). float16/bfloat16 inputs are computed in float32.
 // Unlike PyTorch, attn_mask and is_causal may be given together (both apply).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask = {}, double dropout_p = 0.0,

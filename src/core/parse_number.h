@@ -9,12 +9,13 @@
 
 namespace kiln::detail {
 
-// The number at the start of `s` and how many characters it took; nullopt when `s` does not
-// start with one, or its value is out of T's range.
+// The number at the start of `s` (a '+' sign allowed, as strtod allows it) and how many
+// characters it took; nullopt when `s` does not start with one, or its value is out of T's range.
 template <class T>
 std::optional<T> parse_number_prefix(std::string_view s, size_t* used) {
+  const size_t sign = s.size() > 1 && s[0] == '+' && s[1] != '-' ? 1 : 0;
   T v{};
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  const auto [end, ec] = std::from_chars(s.data() + sign, s.data() + s.size(), v);
   if (ec != std::errc()) return std::nullopt;
   *used = static_cast<size_t>(end - s.data());
   return v;

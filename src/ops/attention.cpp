@@ -60,7 +60,9 @@ Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, con
     const int64_t L = q.size(-2), S = k.size(-2);
     scores = scores.masked_fill(triu(ones({L, S}, TensorOptions(kBool).device(q.device())), 1), -INFINITY);
   }
-  Tensor p = softmax(scores, -1);
+  // A row whose every score is -inf gives zeros (and a zero mask gradient), as the fused path
+  // and PyTorch's math path (its _safe_softmax) give, not NaN.
+  Tensor p = masked_softmax(scores, ne(scores, -INFINITY), -1);
   if (dropout_p > 0) p = dropout(p, dropout_p);
   return matmul(p, v.to(compute)).to(q.dtype());
 }

@@ -177,12 +177,11 @@ void MaskedLM::begin_epoch(int64_t epoch, int64_t first_batch) {
 }
 
 TrainingBatch MaskedLM::next_batch() {
-  // The masking counters follow the batch's index in the whole run (epoch, batch, process), not a
-  // running offset that each batch's longest sequence advanced: every process has its own, and a
-  // resumed run (of any number of processes) masks as the uninterrupted one did.
-  const uint64_t global = static_cast<uint64_t>((epoch_ * batches_per_epoch_ + next_batch_) * distributed::world_size() +
-                                                distributed::rank());
-  batcher_->set_offset(global * static_cast<uint64_t>(options_.batch_size * options_.seq_len));
+  // The masking counters follow the batch's step_in_run, not a running offset that each batch's
+  // longest sequence advanced: every process has its own, and a resumed run masks as the
+  // uninterrupted one did.
+  batcher_->set_offset(step_in_run(epoch_ * batches_per_epoch_ + next_batch_) *
+                       static_cast<uint64_t>(options_.batch_size * options_.seq_len));
   text::MlmBatch batch = batcher_->collate(data_.train, epoch_batches_.at(static_cast<size_t>(next_batch_++)));
   TrainingBatch b{.loss = nullptr, .samples = batch.num_tokens};
   if (batch.num_predicted > 0)  // none is possible only for very short sequences

@@ -29,6 +29,9 @@ class EpochScope {
   Task& task_;
 };
 
+// The key of the training steps' random numbers: seed ^ kStepStream.
+constexpr uint64_t kStepStream = 0xD1B54A32D192ED03ULL;
+
 }  // namespace
 
 Trainer::Trainer(Task& task) : task_(task) {
@@ -118,14 +121,13 @@ void Trainer::resume(const io::SafetensorsFile& f, const std::string& path) {
 }
 
 void Trainer::train_step(const Callbacks& cb) {
-  // Each step draws its random numbers (dropout) from counters of its own, 2^40 from the step's
-  // index in the run and the process: a resumed run, and each process of a data-parallel one,
-  // draws what the uninterrupted run did, whatever the shapes of the batches before (a running
-  // offset, which batches of other lengths move by other amounts, is only rank 0's in a
-  // checkpoint), and the processes' dropout masks differ.
-  const uint64_t draw = static_cast<uint64_t>(step_) * static_cast<uint64_t>(distributed::world_size()) +
-                        static_cast<uint64_t>(distributed::rank());
-  set_rng_state({options().seed, draw << 40});
+  // Each step draws its random numbers (dropout) from 2^40 counters of its own, found from its
+  // step_in_run: a resumed run, and each process of a data-parallel one, draws what the
+  // uninterrupted run did, whatever the shapes of the batches before (a running offset, which
+  // batches of other lengths move by other amounts, is only rank 0's in a checkpoint), and the
+  // processes' dropout masks differ. A key of its own: the seed's stream made the initial weights.
+  const uint64_t draw = step_in_run(step_);
+  set_rng_state({options().seed ^ kStepStream ^ (draw >> 24), draw << 40});
   TrainingBatch batch = task_.next_batch();
   optim::Optimizer& optimizer = task_.optimizer();
   if (ddp_ && !batch.loss)
@@ -219,6 +221,11 @@ EvalResult evaluate_checkpoint(Task& task, const std::string& path, const std::s
   o.verify_checkpoint = verify;
   o.device = device;
   return Trainer(task).evaluate();
+}
+
+uint64_t step_in_run(int64_t step) {
+  return static_cast<uint64_t>(step) * static_cast<uint64_t>(distributed::world_size()) +
+         static_cast<uint64_t>(distributed::rank());
 }
 
 int64_t total_steps(int64_t epochs, int64_t batches_per_epoch, const char* where) {

@@ -234,13 +234,17 @@ int train_image(const Args& args) {
   return 0;
 }
 
+bool is_mlm_file(const std::string& path) {
+  return std::filesystem::is_regular_file(path) && train::is_mlm_checkpoint(path);
+}
+
 // Which trainer: --model's, or with --resume the checkpoint's (which sets the model).
 bool bert_run(const Args& args) {
   if (args.has("model") || !args.has("resume")) return train::is_bert_model(args.get("model", ""));
   const std::string path =
       (std::filesystem::path(args.get("checkpoint-dir", train::TrainerOptions{}.checkpoint_dir)) / "last.safetensors")
           .string();
-  return std::filesystem::is_regular_file(path) && train::is_mlm_checkpoint(path);
+  return is_mlm_file(path);
 }
 
 }  // namespace
@@ -266,15 +270,14 @@ int eval(int argc, char** argv) {
   KILN_CHECK(args.has("checkpoint"), "kiln eval", "--checkpoint PATH is required (kiln train writes checkpoints/last.safetensors)");
   apply_runtime_flags(args);
   const std::string path = args.get("checkpoint", "");
-  if (std::filesystem::is_regular_file(path) && train::is_mlm_checkpoint(path)) {
+  if (is_mlm_file(path)) {
     train::EvalResult r =
         train::evaluate_mlm_checkpoint(path, args.get("data", ""), args.get("device", ""), !args.has("no-verify"));
     std::printf("held-out loss %.4f, perplexity %.2f (%lld masked tokens)\n", r.loss, r.perplexity,
                 static_cast<long long>(r.samples));
     return 0;
   }
-  train::EvalResult r = train::evaluate_checkpoint(args.get("checkpoint", ""),
-                                                   args.get("data", "/usr/share/datasets/fashion-mnist"),
+  train::EvalResult r = train::evaluate_checkpoint(args.get("checkpoint", ""), args.get("data", ""),  // "": the checkpoint's
                                                    args.get("device", ""), !args.has("no-verify"));
   std::printf("test accuracy %.2f%% (%lld samples), test loss %.4f\n", 100 * r.accuracy,
               static_cast<long long>(r.samples), r.loss);

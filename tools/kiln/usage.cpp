@@ -14,7 +14,7 @@ const char* usage(const std::string& command) {
            "  --amp bf16|fp16       mixed precision: autocast, and for fp16 a gradient scaler (default off)\n"
            "  --data DIR|FILE       MNIST-format IDX files (CNNs) or a text file or directory (BERT)\n"
            "  --checkpoint-dir DIR  (default checkpoints) --resume  continue exactly from the last checkpoint\n"
-           "                        (with the checkpoint's settings; for BERT give --model bert-* too)\n"
+           "                        (with the checkpoint's settings, trainer, model and data, unless --data)\n"
            "  --no-verify           resume from a checkpoint whose data checksum does not match\n"
            "  --threads N           CPU threads (at most the CPUs this process may use)\n"
            "  --memory-limit SIZE   CPU memory limit: 20G, 512M, 80% or 0 for none (default 90% of memory)\n"

@@ -76,7 +76,8 @@ class ImageClassification : public Task {
   std::unique_ptr<optim::OneCycleLR> scheduler_;
 };
 
-// Evaluates a checkpoint written by an ImageClassification run on the test split in `data`.
+// Evaluates a checkpoint written by an ImageClassification run on the test split in `data`
+// (empty: the checkpoint's own data; the default directory for checkpoints that have none).
 EvalResult evaluate_checkpoint(const std::string& path, const std::string& data, const std::string& device,
                                bool verify = true);
 

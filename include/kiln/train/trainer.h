@@ -175,6 +175,12 @@ class Trainer {
   int64_t saved_step_ = -1;  // the step of the last checkpoint written (or resumed from)
 };
 
+// The index of `step` of this process among the run's (step, process) pairs: step * world_size +
+// rank. Each training step draws its random numbers from counters found from it, and the
+// masked-LM task its masking counters, so a resumed run, and each process, draws as the
+// uninterrupted run did.
+uint64_t step_in_run(int64_t step);
+
 // The evaluation of `task` restored from the checkpoint at `path` (errors name kiln eval): set
 // the task's own options (its data) first; `device` empty: the best device present.
 EvalResult evaluate_checkpoint(Task& task, const std::string& path, const std::string& device, bool verify = true);
