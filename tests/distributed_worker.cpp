@@ -168,6 +168,12 @@ void mismatch() {
     expect_error([&] { w.wait(); }, "disagree", "a failed collective's first wait");
     expect_error([&] { w.wait(); }, "disagree", "a failed collective's second wait");
   }
+  {  // is_completed() means the result is in the tensor, a staged (float16) one included
+    Tensor h = ones({4}, kFloat16);
+    dist::Work w = dist::all_reduce_async(h, dist::ReduceOp::Sum);
+    while (!w.is_completed()) std::this_thread::yield();
+    expect(h.to_vector<double>()[0] == dist::world_size(), "a float16 all_reduce polled to completion");
+  }
   // After those, the group still works.
   Tensor t = ones({3});
   dist::all_reduce(t);

@@ -50,8 +50,10 @@ std::string transports();
 
 enum class ReduceOp { Sum, Average, Max, Min };
 
-// A collective in flight. wait() blocks until it has finished and rethrows its error, if any;
-// a Work destroyed unwaited waits first. For CUDA tensors (NCCL), as in PyTorch, "finished" means
+// A collective in flight. wait() blocks until it has finished and rethrows its error, if any (at
+// every call); is_completed() is true once the result is in the tensor (or the collective
+// failed: wait() then throws); a Work destroyed unwaited waits first. After finalize(), a
+// collective is an error. For CUDA tensors (NCCL), as in PyTorch, "finished" means
 // queued: wait() returns once the collective is queued on the communication stream and the
 // current stream is made to wait for it, so work queued after wait() sees the result, and
 // is_completed() says the same of queueing; the host waits for the GPU only where it reads it

@@ -375,8 +375,17 @@ void Work::wait() {
 
 bool Work::is_completed() const {
   if (!state_) return true;
-  std::lock_guard lock(state_->m);
-  return state_->done;
+  std::unique_lock lock(state_->m);
+  if (!state_->done) return false;
+  if (!state_->finished && !state_->error) {
+    // A result staged through a copy (16-bit floats, a non-contiguous tensor) goes into the
+    // tensor before the work says it is complete, as torch's is_completed means.
+    state_->finished = true;
+    std::function<void()> finish = std::move(state_->finish);
+    lock.unlock();
+    if (finish) finish();
+  }
+  return true;
 }
 
 void init() { Comm::get().init(); }
