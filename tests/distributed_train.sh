@@ -27,24 +27,32 @@ fi
 grep -q "2 processes (batch per process)" "$tmp/two.log" || { echo "FAIL: the first line does not name the processes"; fail=1; }
 [[ $(grep -c "^kiln train:" "$tmp/two.log") == 1 ]] || { echo "FAIL: more than rank 0 printed"; fail=1; }
 
-# Stopped mid-epoch and resumed: the checkpoint the uninterrupted run writes at the same step, byte
-# for byte (weights, optimizer state, data order).
-"${two[@]}" "$kiln" train --epochs 1 --batch-size 64 --max-steps 60 --checkpoint-dir "$tmp/ref" >"$tmp/ref.log" 2>&1 ||
-  { echo "FAIL: the uninterrupted run to step 60"; cat "$tmp/ref.log"; fail=1; }
-"${two[@]}" "$kiln" train --epochs 1 --batch-size 64 --max-steps 30 --checkpoint-dir "$tmp/res" >"$tmp/res1.log" 2>&1 ||
-  { echo "FAIL: the run to resume"; cat "$tmp/res1.log"; fail=1; }
-"${two[@]}" "$kiln" train --resume --max-steps 60 --checkpoint-dir "$tmp/res" >"$tmp/res2.log" 2>&1 ||
-  { echo "FAIL: the resumed run"; cat "$tmp/res2.log"; fail=1; }
-if cmp -s "$tmp/ref/last.safetensors" "$tmp/res/last.safetensors"; then
-  echo "stopped at step 30 and resumed to 60: the uninterrupted run's checkpoint, byte for byte"
-else
-  echo "FAIL: the checkpoint resumed to step 60 differs from the uninterrupted run's"
-  fail=1
-fi
-grep -q "resumed at epoch 1 step 30" "$tmp/res2.log" || { echo "FAIL: no resume banner"; cat "$tmp/res2.log"; fail=1; }
+# stop_and_resume NAME STOP END ARGS...: kiln train ARGS on two processes to step END, and again
+# to STOP and then --resume (the checkpoint sets everything else) to END: the resumed run's
+# checkpoint must be the uninterrupted run's, byte for byte (weights, optimizer state, data order).
+stop_and_resume() {
+  local name=$1 stop=$2 end=$3
+  shift 3
+  "${two[@]}" "$kiln" train "$@" --max-steps "$end" --checkpoint-dir "$tmp/$name-ref" >"$tmp/$name-ref.log" 2>&1 ||
+    { echo "FAIL: $name's uninterrupted run to step $end"; cat "$tmp/$name-ref.log"; fail=1; }
+  "${two[@]}" "$kiln" train "$@" --max-steps "$stop" --checkpoint-dir "$tmp/$name" >"$tmp/$name-1.log" 2>&1 ||
+    { echo "FAIL: $name's run to resume"; cat "$tmp/$name-1.log"; fail=1; }
+  "${two[@]}" "$kiln" train --resume --max-steps "$end" --checkpoint-dir "$tmp/$name" >"$tmp/$name-2.log" 2>&1 ||
+    { echo "FAIL: $name's resumed run"; cat "$tmp/$name-2.log"; fail=1; }
+  if cmp -s "$tmp/$name-ref/last.safetensors" "$tmp/$name/last.safetensors"; then
+    echo "$name stopped at step $stop and resumed to $end: the uninterrupted run's checkpoint, byte for byte"
+  else
+    echo "FAIL: $name's checkpoint resumed to step $end differs from the uninterrupted run's"
+    fail=1
+  fi
+}
+
+# The CNN stopped mid-epoch and resumed.
+stop_and_resume cnn 30 60 --epochs 1 --batch-size 64
+grep -q "resumed at epoch 1 step 30" "$tmp/cnn-2.log" || { echo "FAIL: no resume banner"; cat "$tmp/cnn-2.log"; fail=1; }
 
 # Another world size cannot continue the same data order.
-err=$("$kiln" train --resume --checkpoint-dir "$tmp/res" 2>&1 >/dev/null)
+err=$("$kiln" train --resume --checkpoint-dir "$tmp/cnn" 2>&1 >/dev/null)
 if [[ $? != 1 || $err != *"was written by a job of 2 process(es); resume it with as many (this job has 1)"* ]]; then
   echo "FAIL: resuming at world size 1: $err"
   fail=1
@@ -52,9 +60,9 @@ fi
 
 # The BERT trainer on two processes.
 for i in $(seq 1 300); do echo "document $i: the quick brown fox $i jumps over the lazy dog number $((i * 7))"; done >"$tmp/corpus.txt"
-"${two[@]}" "$kiln" train --model bert-tiny --data "$tmp/corpus.txt" --max-steps 6 --eval-every 3 --checkpoint-dir "$tmp/bert" \
+"${two[@]}" "$kiln" train --model bert-tiny --data "$tmp/corpus.txt" --max-steps 6 --eval-every 3 --checkpoint-dir "$tmp/bert6" \
   >"$tmp/bert.log" 2>&1 || { echo "FAIL: BERT on two processes"; cat "$tmp/bert.log"; fail=1; }
-[[ $(grep -c "^step 3: held-out loss" "$tmp/bert.log") == 1 && -f $tmp/bert/last.safetensors ]] ||
+[[ $(grep -c "^step 3: held-out loss" "$tmp/bert.log") == 1 && -f $tmp/bert6/last.safetensors ]] ||
   { echo "FAIL: BERT's evaluation or checkpoint"; cat "$tmp/bert.log"; fail=1; }
 
 # BERT stopped and resumed on two processes, without --model or --data (the checkpoint has them):
@@ -62,21 +70,10 @@ for i in $(seq 1 300); do echo "document $i: the quick brown fox $i jumps over t
 # length, so the two processes' batches do: each masks by the batch's index in the run, where a
 # running offset, advanced by each batch's longest sequence and saved by rank 0 alone, differed.
 for i in $(seq 1 200); do printf 'document %d: %s the end\n\n' "$i" "$(seq -s ' ' 1 $((i % 23)))"; done >"$tmp/ragged.txt"
-bert=(--model bert-tiny --data "$tmp/ragged.txt" --vocab-size 200 --seq-len 32 --batch-size 4 --epochs 1 --eval-every 3)
-"${two[@]}" "$kiln" train "${bert[@]}" --max-steps 9 --checkpoint-dir "$tmp/bref" >"$tmp/bref.log" 2>&1 ||
-  { echo "FAIL: BERT's uninterrupted run to step 9"; cat "$tmp/bref.log"; fail=1; }
-"${two[@]}" "$kiln" train "${bert[@]}" --max-steps 3 --checkpoint-dir "$tmp/bres" >"$tmp/bres1.log" 2>&1 ||
-  { echo "FAIL: BERT's run to resume"; cat "$tmp/bres1.log"; fail=1; }
-"${two[@]}" "$kiln" train --resume --max-steps 9 --checkpoint-dir "$tmp/bres" >"$tmp/bres2.log" 2>&1 ||
-  { echo "FAIL: BERT's resumed run"; cat "$tmp/bres2.log"; fail=1; }
-if cmp -s "$tmp/bref/last.safetensors" "$tmp/bres/last.safetensors"; then
-  echo "BERT stopped at step 3 and resumed to 9: the uninterrupted run's checkpoint, byte for byte"
-else
-  echo "FAIL: BERT's checkpoint resumed to step 9 differs from the uninterrupted run's"
-  fail=1
-fi
+stop_and_resume bert 3 9 --model bert-tiny --data "$tmp/ragged.txt" --vocab-size 200 --seq-len 32 --batch-size 4 \
+  --epochs 1 --eval-every 3
 # kiln eval of a two-process checkpoint (the weights alone; one process).
-"$kiln" eval --checkpoint "$tmp/bref/last.safetensors" >"$tmp/beval.log" 2>&1 && grep -q "^held-out loss" "$tmp/beval.log" ||
+"$kiln" eval --checkpoint "$tmp/bert-ref/last.safetensors" >"$tmp/beval.log" 2>&1 && grep -q "^held-out loss" "$tmp/beval.log" ||
   { echo "FAIL: kiln eval of a two-process BERT checkpoint"; cat "$tmp/beval.log"; fail=1; }
 
 # A rank that fails (rank 1 cannot read its data: a directory only it is given) ends the job, with its

@@ -81,14 +81,11 @@ void Trainer::save_checkpoint() {
   for (auto& [k, v] : amp_->state_dict()) t[k] = v;
   std::map<std::string, std::string> m;
   task_.save_metadata(m);
-  const GeneratorState rng = get_rng_state();
   m["format"] = task_.checkpoint_format();
   m["amp"] = amp_->mode();
   m["epoch"] = std::to_string(epoch_);
   m["batch"] = std::to_string(batch_in_epoch_);
   m["step"] = std::to_string(step_);
-  m["rng_seed"] = std::to_string(rng.seed);
-  m["rng_offset"] = std::to_string(rng.offset);
   m["world_size"] = std::to_string(distributed::world_size());
   io::save_checkpoint(checkpoint_path(), t, m);
   task_.checkpoint_saved(options().checkpoint_dir);
@@ -117,7 +114,6 @@ void Trainer::resume(const io::SafetensorsFile& f, const std::string& path) {
                  step_ == epoch_ * batches + batch_in_epoch_,
              where(), "checkpoint ", path, " has an inconsistent position (epoch ", epoch_, ", batch ",
              batch_in_epoch_, ", step ", step_, ") for ", batches, " batches per epoch");
-  set_rng_state({m.unsigned_integer("rng_seed"), m.unsigned_integer("rng_offset")});
 }
 
 void Trainer::train_step(const Callbacks& cb) {

@@ -124,9 +124,10 @@ class Task {
   // Measures the held-out data; the loop has set eval mode and turned gradients off.
   virtual EvalResult evaluate() = 0;
 
-  // Checkpoints: the task's settings and state into the metadata (the loop adds "format",
-  // "amp", the position and the generator state), and its state back (with its own checks, such as
-  // its data's size) before the position is checked. kiln eval restores the weights alone.
+  // Checkpoints: the task's settings and state into the metadata (the loop adds "format", "amp"
+  // and the position; each step's random numbers follow from step_in_run, so need no saving),
+  // and its state back (with its own checks, such as its data's size) before the position is
+  // checked. kiln eval restores the weights alone.
   virtual void save_metadata(std::map<std::string, std::string>& metadata) const = 0;
   virtual void load_state(const CheckpointMeta& /*checkpoint*/) {}
   // After each checkpoint is written (files beside it, such as a vocabulary).
