@@ -12,6 +12,7 @@
 //   sampler      DistributedSampler shares through a DataLoader: disjoint, covering, per epoch
 //   throw        rank 1 throws mid-step: the job ends, non-zero, with the error once
 //   late         rank 1 reaches a collective past KILN_DISTRIBUTED_TIMEOUT: the job ends with that error
+//   early_end    rank 1 ends (finalize) while rank 0 is in a collective: the job ends at once, naming it
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -429,6 +430,20 @@ void late_rank() {
   dist::all_reduce(t);
 }
 
+// Rank 1 ends its process group while rank 0 calls one more all_reduce (a loop that ran one
+// step more on rank 0): the job ends at once with an error naming both, under a timeout (600 s)
+// that the test's 30 s limit would catch.
+void early_end() {
+  setenv("KILN_DISTRIBUTED_TIMEOUT", "600", 1);
+  if (dist::rank() == 1) {
+    dist::finalize();
+    std::exit(0);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // rank 1 is in finalize by now
+  Tensor t = ones({3});
+  dist::all_reduce(t);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -447,6 +462,7 @@ int main(int argc, char** argv) {
   else if (c == "sampler") sampler();
   else if (c == "throw") throw_mid_step();
   else if (c == "late") late_rank();
+  else if (c == "early_end") early_end();
   else {
     std::fprintf(stderr, "unknown case %s\n", c.c_str());
     return 2;

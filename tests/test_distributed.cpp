@@ -231,5 +231,19 @@ TEST_F(TwoRanks, AProcessThatNeverComesEndsTheJobAfterTheTimeout) {
 #endif
 }
 
+// A process that ends while another is in a collective ends the job at once, naming both,
+// instead of leaving that one waiting for the timeout (here 600 s).
+TEST_F(TwoRanks, AProcessThatEndsWhileAnotherIsInACollectiveEndsTheJob) {
+#if defined(KILN_MPIEXEC)
+  const Job job = run_job("early_end");
+  EXPECT_NE(job.status, 0) << job.output;
+  EXPECT_LT(job.seconds, 30) << job.output;
+  EXPECT_NE(job.output.find("rank 0 called all_reduce of float32 [3] (sum); rank 1 called finalize (its process is "
+                            "ending)"),
+            std::string::npos)
+      << job.output;
+#endif
+}
+
 }  // namespace
 }  // namespace kiln::test

@@ -37,6 +37,9 @@ namespace kiln::distributed {
 void init();
 bool is_initialized();
 // Ends the process group (waits for queued collectives first). Called at exit if not before.
+// Every process of the job must end it: it waits for the others to finish (for as long as they
+// compute), and if one of them is in a collective instead, that collective fails naming this
+// process and the whole job ends with that error (not a wait for the timeout).
 void finalize();
 
 int rank();        // 0 .. world_size() - 1

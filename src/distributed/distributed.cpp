@@ -142,13 +142,15 @@ class Comm {
   }
 
   // Queues: check that every process runs `h`, then `run` on the transport.
-  Work submit(const Header& h, std::function<void(ProcessGroup&)> run, std::function<void()> finish) {
+  // `device`: the GPU whose NCCL communicator `run` uses (-1: none).
+  Work submit(const Header& h, std::function<void(ProcessGroup&)> run, std::function<void()> finish,
+              int device = -1) {
     auto state = std::make_shared<Work::State>();
     state->finish = std::move(finish);
     {
       std::lock_guard lock(m_);
       KILN_CHECK(group_ != nullptr && !stopping_, kind_name(static_cast<Kind>(h.kind)), "the process group has ended");
-      queue_.push_back({h, std::move(run), state});
+      queue_.push_back({h, std::move(run), state, device});
     }
     cv_.notify_all();
     return Work(state);
@@ -175,7 +177,8 @@ class Comm {
         [device, done, finish = std::move(finish)] {
           done->wait(cuda::current_stream(device));
           if (finish) finish();
-        });
+        },
+        device);
   }
 
   [[noreturn]] void abort_job(const std::string& message) {
@@ -199,6 +202,7 @@ class Comm {
     Header header;
     std::function<void(ProcessGroup&)> run;
     std::shared_ptr<Work::State> state;
+    int device = -1;
   };
 
   static void on_terminate() {
@@ -216,7 +220,7 @@ class Comm {
   }
 
   // Created by the first collective on that GPU (on this thread; every process reaches it at
-  // the same collective, since all run the same sequence).
+  // the same collective: the agreement check compares whether it is the first, Header::cuda).
   detail::DeviceGroup& device_group(int device) {
     auto it = device_groups_.find(device);
     if (it == device_groups_.end()) it = device_groups_.emplace(device, detail::make_nccl_group(*group_, device)).first;
@@ -241,6 +245,9 @@ class Comm {
       }
       std::exception_ptr error;
       try {
+        // The first collective on a GPU creates its communicator, a collective call itself:
+        // every process must be at that step together.
+        if (task.device >= 0 && device_groups_.count(task.device) == 0) task.header.cuda = 2;
         check_agreement(task.header);
         task.run(*group_);
       } catch (...) {
@@ -253,14 +260,24 @@ class Comm {
       }
       task.state->cv.notify_all();
     }
+    // The last exchange: a process still in a collective learns that this one has ended (the
+    // agreement check fails there, naming it) instead of waiting for the timeout; this one then
+    // ends the job, as the others cannot finish what they started.
+    if (world_ > 1) {
+      try {
+        check_agreement(header_of(Kind::Finalize, nullptr), false);
+      } catch (const std::exception& e) {
+        abort_job(e.what());
+      }
+    }
     device_groups_.clear();
     group_->finalize();
   }
 
   // Every process gathers every header; all compare the same table, so all raise the same error.
-  void check_agreement(const Header& mine) {
+  void check_agreement(const Header& mine, bool timed = true) {
     std::vector<Header> all(static_cast<size_t>(world_));
-    group_->rendezvous(&mine, all.data(), sizeof(Header));
+    group_->rendezvous(&mine, all.data(), sizeof(Header), timed);
     bool same = true;
     for (const Header& h : all) same = same && h == all[0];
     if (same) return;

@@ -10,14 +10,18 @@
 
 namespace kiln::distributed::detail {
 
-enum class Kind : int32_t { AllReduce, Broadcast, AllGather, ReduceScatter, Barrier };
+// Finalize: the last exchange of a process that ends (finalize(), or exit), so that one still in
+// a collective hears of it at once instead of waiting for the timeout.
+enum class Kind : int32_t { AllReduce, Broadcast, AllGather, ReduceScatter, Barrier, Finalize };
 inline const char* kind_name(Kind k) {
-  static const char* names[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"};
+  static const char* names[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "finalize"};
   return names[static_cast<int>(k)];
 }
 
 // What each process says it is about to run; all must agree before any data moves.
 struct Header {
+  // cuda: 0 host memory; 1 a GPU's (NCCL); 2 the same, the first collective on that GPU, which
+  // creates its communicator (a collective call too: every process must create one at once).
   int32_t kind = 0, dtype = -1, op = -1, root = -1, ndim = 0, cuda = 0;
   int64_t numel = 0;
   int64_t dims[8] = {};     // the first 8, for messages
@@ -34,10 +38,11 @@ struct Header {
     std::ostringstream os;
     os << kind_name(static_cast<Kind>(kind));
     if (static_cast<Kind>(kind) == Kind::Barrier) return os.str();
+    if (static_cast<Kind>(kind) == Kind::Finalize) return "finalize (its process is ending)";
     os << " of " << dtype_name(static_cast<ScalarType>(dtype)) << " [";
     for (int i = 0; i < ndim && i < 8; ++i) os << (i ? ", " : "") << dims[i];
     if (ndim > 8) os << ", ... (" << ndim << " dims, shape hash " << shape_hash << ")";
-    os << "]" << (cuda ? " on a GPU" : "");
+    os << "]" << (cuda == 2 ? " on a GPU (the first there: creates its NCCL communicator)" : cuda ? " on a GPU" : "");
     if (root >= 0) os << " from rank " << root;
     if (op >= 0) os << " (" << (op == 0 ? "sum" : op == 1 ? "average" : op == 2 ? "max" : "min") << ")";
     return os.str();

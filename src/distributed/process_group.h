@@ -31,8 +31,13 @@ class ProcessGroup {
   virtual void all_gather(const void* in, void* out, int64_t bytes) = 0;
   // all_gather of a few bytes that waits for the slowest process without spinning: every
   // collective starts with one (its description), so a process that is ahead sleeps there
-  // instead of burning a core the others compute on.
-  virtual void rendezvous(const void* in, void* out, int64_t bytes) { all_gather(in, out, bytes); }
+  // instead of burning a core the others compute on. `timed`: a process that does not come within
+  // KILN_DISTRIBUTED_TIMEOUT ends the job (the last exchange of a process that ends waits for
+  // the others as long as they compute, as MPI_Finalize would).
+  virtual void rendezvous(const void* in, void* out, int64_t bytes, bool timed = true) {
+    (void)timed;
+    all_gather(in, out, bytes);
+  }
   // out (count elements) = this process's share of the reduction of in (world_size * count).
   virtual void reduce_scatter(const void* in, void* out, int64_t count, Elem elem, ReduceOp op) = 0;
   virtual void barrier() = 0;
