@@ -159,6 +159,10 @@ TEST(GradScaler, CallOrderErrorsAndDisabledPassThrough) {
   EXPECT_TRUE(off.scale(loss).is_same(loss));
   EXPECT_EQ(off.get_scale(), 1.0);
   EXPECT_TRUE(off.state_dict().empty());
+  // Resuming a run with AMP off from an AMP checkpoint: the scaler's state is ignored (torch's
+  // documented no-op), not an error.
+  off.load_state_dict(s.state_dict());
+  EXPECT_EQ(off.get_scale(), 1.0);
 }
 
 TEST(GradScaler, StateDictRoundTrips) {

@@ -111,7 +111,8 @@ TEST(AutogradBasics, GradAccumulatesOverBackwardCalls) {
   Tensor first = x.grad();
   (x * x).sum().backward();
   expect_close(x.grad(), {4, -8}, {2});
-  expect_close(first, {2, -4}, {2});  // a held .grad() is not changed behind its back
+  // Accumulated in place, as PyTorch's: a handle on .grad() is .grad() (no second gradient).
+  EXPECT_TRUE(first.is_same(x.grad()));
   (x * 3.0).sum().backward();
   expect_close(x.grad(), {7, -5}, {2});
 
@@ -319,6 +320,40 @@ TEST(AutogradGrad, LeavesAndIntermediatesWithoutTouchingGrad) {
   Tensor w = (b * b).sum();
   autograd::grad({w}, {b});
   expect_error([&] { autograd::grad({w}, {b}); }, "retain_graph");
+}
+
+// autograd::grad runs only the nodes between the outputs and the inputs (PyTorch's exec_info):
+// the inputs' own histories keep their saved tensors and hooks, and cost nothing.
+TEST(AutogradGrad, RunsOnlyThePartOfTheGraphAboveTheInputs) {
+  Tensor x = leaf({1, 2, 3});
+  Tensor h = x * x;
+  Tensor y = h.exp().sum();
+  expect_close(autograd::grad({y}, {h})[0], {std::exp(1.0), std::exp(4.0), std::exp(9.0)}, {3}, 1e-12);
+  h.sum().backward();  // h's MulBackward was not run, so not freed
+  expect_close(x.grad(), {2, 4, 6}, {3});
+
+  Tensor a = x * 2.0;
+  a.retain_grad();
+  Tensor k = a * 3.0;
+  autograd::grad({(k * k).sum()}, {k});
+  EXPECT_FALSE(a.grad().defined()) << "a hook below the input fired";
+}
+
+// Undefined tensors (a Linear without bias's bias) are errors, not crashes.
+TEST(AutogradGrad, UndefinedTensorsAreErrors) {
+  Tensor x = leaf({1, 2});
+  Tensor y = (x * x).sum();
+  expect_error([&] { autograd::grad({y}, {x, Tensor()}, {}, true); }, "[autograd::grad] input 1 is an undefined tensor");
+  expect_error([&] { autograd::grad({Tensor()}, {x}); }, "[autograd::grad] output 0 is an undefined tensor");
+  Tensor u;
+  EXPECT_FALSE(u.grad().defined());
+  EXPECT_FALSE(u.requires_grad());
+  EXPECT_TRUE(u.is_leaf());
+  expect_error([&] { u.set_grad(x); }, "[set_grad] the tensor is undefined");
+  expect_error([&] { u.retain_grad(); }, "[retain_grad] the tensor is undefined");
+  // set_grad names what differs.
+  expect_error([&] { x.set_grad(ones({2}, kFloat32)); }, "[set_grad] a gradient of dtype float32 for a tensor of dtype float64");
+  expect_error([&] { x.set_grad(ones({3}, kFloat64)); }, "[set_grad] a gradient of shape [3] for a tensor of shape [2]");
 }
 
 TEST(AutogradGrad, GradOutputsAndSeveralOutputs) {

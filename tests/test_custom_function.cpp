@@ -39,6 +39,19 @@ struct MulAdd : autograd::Function<MulAdd> {
   }
 };
 
+// A backward that returns its gradient in float64 for a float32 input.
+struct DoubleGrad : autograd::Function<DoubleGrad> {
+  static Tensor forward(AutogradContext*, const Tensor& x) { return x * 2.0; }
+  static std::vector<Tensor> backward(AutogradContext*, std::vector<Tensor> g) { return {(g[0] * 2.0).to(kFloat64)}; }
+};
+
+TEST(CustomFunction, GradientsTakeTheInputsDtype) {
+  Tensor x = ones({3}).requires_grad_();
+  DoubleGrad::apply(x).sum().backward();
+  EXPECT_EQ(x.grad().dtype(), kFloat32);  // cast, as PyTorch's validate_outputs
+  expect_close(x.grad(), {2, 2, 2}, {3});
+}
+
 TEST(CustomFunction, GradientMatchesTheComposedOps) {
   manual_seed(0);
   Tensor x = randn({5, 7}, kFloat64).requires_grad_();

@@ -53,6 +53,9 @@ TEST(NnInit, GainAndFans) {
   EXPECT_DOUBLE_EQ(init::calculate_gain(init::Nonlinearity::Linear), 1.0);
   EXPECT_DOUBLE_EQ(init::calculate_gain(init::Nonlinearity::LeakyReLU), std::sqrt(2.0 / (1 + 0.01 * 0.01)));
   EXPECT_DOUBLE_EQ(init::calculate_gain(init::Nonlinearity::LeakyReLU, std::sqrt(5.0)), std::sqrt(1.0 / 3.0));
+  // A negative slope is a slope (torch: sqrt(2 / 1.04) for -0.2), not "not given".
+  EXPECT_DOUBLE_EQ(init::calculate_gain(init::Nonlinearity::LeakyReLU, -0.2), std::sqrt(2.0 / 1.04));
+  EXPECT_DOUBLE_EQ(init::calculate_gain(init::Nonlinearity::LeakyReLU, 0.0), std::sqrt(2.0));
   auto [in, out] = init::calculate_fan_in_and_fan_out(empty({64, 32, 3, 5}));
   EXPECT_EQ(in, 32 * 15);
   EXPECT_EQ(out, 64 * 15);

@@ -70,14 +70,32 @@ TEST(NnState, LoadReportsEveryProblemInOneError) {
   sd.erase("bn.running_var");
   sd["extra.weight"] = zeros({1});
   sd["fc.weight"] = zeros({1000, 8});
-  sd["fc.bias"] = zeros({10}, kFloat64);
+  sd["fc.bias"] = zeros({10}, kInt64);
   std::vector<double> before = values(net->conv->weight);
   expect_error([&] { net->load_state_dict(sd); },
                "[load_state_dict] missing keys: conv.bias, bn.running_var; unexpected keys: extra.weight; "
                "shape mismatch for fc.weight: expected [10, 8], got [1000, 8]; "
-               "dtype mismatch for fc.bias: expected float32, got float64");
+               "dtype mismatch for fc.bias: expected float32, got int64");
   // Nothing was copied by the failed load.
   EXPECT_EQ(values(net->conv->weight), before);
+}
+
+// Another float type is cast on the way in, as PyTorch's copy_ does (a float64 or bfloat16
+// checkpoint into a float32 model); the model keeps its dtype.
+TEST(NnState, LoadCastsOtherFloatTypes) {
+  Tiny net, other;
+  other->to(kFloat64);
+  {
+    NoGradGuard g;
+    other->fc->weight.fill_(0.1);
+  }
+  net->load_state_dict(other->state_dict());
+  EXPECT_EQ(net->fc->weight.dtype(), kFloat32);
+  EXPECT_EQ(values(net->fc->weight), std::vector<double>(80, static_cast<double>(0.1f)));
+  auto sd = net->state_dict();
+  sd["fc.bias"] = full({10}, 0.5, kBFloat16);
+  net->load_state_dict(sd);
+  EXPECT_EQ(values(net->fc->bias), std::vector<double>(10, 0.5));
 }
 
 TEST(NnState, NonStrictLoadReturnsMissingAndUnexpectedKeys) {

@@ -190,6 +190,25 @@ TEST(OptimScheduler, OneCycleSetsGroupEntries) {
 // With an optimizer that has betas (Adam, AdamW), cycle_momentum moves beta1, as PyTorch's
 // use_beta1 moves betas[0]: from max_momentum (0.95) to base_momentum (0.85) while the lr rises
 // to max_lr, then back while it falls.
+// A phase of no steps (pct_start * total_steps = 1, or pct_start = 1) is an error, not NaN
+// learning rates; pct_start 0 (a warm-up phase never entered) works, as in torch.
+TEST(OptimScheduler, OneCycleRefusesAPhaseOfNoSteps) {
+  Tensor w = zeros({2}).requires_grad_();
+  optim::SGD opt({w}, {.lr = 0.1, .momentum = 0.9});
+  expect_error([&] { OneCycleLR(opt, {.max_lr = 1.0, .total_steps = 10, .pct_start = 0.1}); },
+               "[OneCycleLR] phase 1 of 2 has no steps (pct_start 0.1 of 10 total steps)");
+  expect_error([&] { OneCycleLR(opt, {.max_lr = 1.0, .total_steps = 10, .pct_start = 1.0}); },
+               "[OneCycleLR] phase 2 of 2 has no steps");
+  expect_error([&] { OneCycleLR(opt, {.max_lr = 1.0, .total_steps = 10, .pct_start = 0.1, .three_phase = true}); },
+               "phase 1 of 3 has no steps");
+  OneCycleLR sched(opt, {.max_lr = 1.0, .total_steps = 10, .pct_start = 0.0});
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_TRUE(std::isfinite(opt.param_groups()[0].get("lr"))) << i;
+    EXPECT_TRUE(std::isfinite(opt.param_groups()[0].get("momentum"))) << i;
+    sched.step();
+  }
+}
+
 TEST(OptimScheduler, OneCycleCyclesAdamsBeta1) {
   Tensor p = zeros({1}).requires_grad_();
   Adam opt({p}, {.lr = 0.1});

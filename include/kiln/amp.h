@@ -57,7 +57,8 @@ class GradScaler {
   // "scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker" as 0-d
   // float64 / int64 CPU tensors (torch's keys), for checkpoints.
   std::map<std::string, Tensor> state_dict() const;
-  // Restores state_dict(); a missing key or a non-positive scale is an error naming it.
+  // Restores state_dict(); a missing key or a non-positive scale is an error naming it. A
+  // disabled scaler ignores it (torch's no-op).
   void load_state_dict(const std::map<std::string, Tensor>& state);
 
  private:

@@ -366,7 +366,7 @@ inline uint64_t Tensor::version() const { return impl_->storage->version.load(st
 inline void* Tensor::data_ptr() const {
   return static_cast<char*>(impl_->storage->data) + impl_->offset * static_cast<int64_t>(element_size());
 }
-inline bool Tensor::requires_grad() const { return impl_->autograd && impl_->autograd->requires_grad; }
+inline bool Tensor::requires_grad() const { return impl_ && impl_->autograd && impl_->autograd->requires_grad; }
 
 namespace detail {
 void check_data_ptr(const Tensor& t, ScalarType want);

@@ -47,6 +47,33 @@ std::vector<Tensor> execute(const std::vector<Edge>& root_edges, const std::vect
   return result;
 }
 
+// The nodes below root_edges from which a node of `targets` can be reached (post-order, so each
+// node is judged after everything below it).
+template <class Targets>
+std::unordered_set<Node*> leading_to(const std::vector<Edge>& root_edges, const Targets& targets) {
+  std::unordered_map<Node*, bool> leads;  // visited nodes: whether they lead to a target
+  std::vector<std::pair<Node*, size_t>> stack;  // a node and its next edge to visit
+  for (const Edge& e : root_edges)
+    if (e.valid() && leads.emplace(e.fn.get(), false).second) stack.emplace_back(e.fn.get(), 0);
+  while (!stack.empty()) {
+    Node* n = stack.back().first;
+    const size_t i = stack.back().second++;
+    if (i < n->next_edges.size()) {
+      const Edge& e = n->next_edges[i];
+      if (e.valid() && leads.emplace(e.fn.get(), false).second) stack.emplace_back(e.fn.get(), 0);
+      continue;
+    }
+    bool lead = false;
+    for (const Edge& e : n->next_edges) lead = lead || (e.valid() && (targets.count(e.fn.get()) || leads[e.fn.get()]));
+    leads[n] = lead;
+    stack.pop_back();
+  }
+  std::unordered_set<Node*> out;
+  for (const auto& [n, lead] : leads)
+    if (lead) out.insert(n);
+  return out;
+}
+
 std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::vector<Tensor>& root_grads,
                               bool retain_graph, const std::vector<Edge>* capture) {
   std::unordered_map<Node*, int> deps;
@@ -92,6 +119,10 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
   if (capture)
     for (size_t i = 0; i < capture->size(); ++i)
       if ((*capture)[i].valid()) capture_slots[(*capture)[i].fn.get()].push_back(i);
+  // With capture, only the nodes on a path to a captured edge run (PyTorch's exec_info): the rest
+  // of the graph keeps its saved tensors for a later backward, its hooks do not fire, and the
+  // inputs' own histories cost nothing.
+  const std::unordered_set<Node*> on_path = capture ? leading_to(root_edges, capture_slots) : std::unordered_set<Node*>{};
 
   NoGradGuard no_grad;  // backward formulas build no graph
   // ... and run in the dtypes the forward saved: autocast would recast them (PyTorch runs
@@ -106,8 +137,7 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
     if (cs != capture_slots.end())
       for (size_t slot : cs->second) captured[slot] = g;
     std::vector<Tensor> outs;
-    bool is_leaf_node = dynamic_cast<AccumulateGrad*>(n) != nullptr;
-    if (g.defined() && !(capture && is_leaf_node)) {
+    if (g.defined() && (!capture || on_path.count(n))) {
       if (auto* fn = dynamic_cast<FunctionNode*>(n))
         for (auto& hook : fn->pre_hooks) hook(g);
       std::vector<Tensor> in;
@@ -165,15 +195,21 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
     // gradient layout contract: a channels-last weight gets a channels-last .grad()); otherwise
     // copy, so that an in-place change to .grad() (zero_, an optimizer) cannot reach another
     // tensor, nor write one element many times through a broadcast (stride-0) gradient.
+    // The gradient has the leaf's dtype and device (a hook's result is cast, as PyTorch's).
     Tensor leaf(leaf_);
-    if (sole_owner(g) && g.strides() == strides_like(leaf, leaf.shape())) {
+    if (sole_owner(g) && g.strides() == strides_like(leaf, leaf.shape()) && g.dtype() == leaf.dtype() &&
+        g.device() == leaf.device()) {
       meta.grad = g;
     } else {
-      meta.grad = make_empty_like(leaf, leaf.shape(), g.dtype(), g.device());
+      meta.grad = make_empty_like(leaf, leaf.shape(), leaf.dtype(), leaf.device());
       meta.grad.copy_(g);
     }
+  } else if (is_non_overlapping_and_dense(meta.grad)) {
+    // In place, as PyTorch's AccumulateGrad: a handle on .grad() (a view, a flat buffer) sees the
+    // sum, no second gradient is allocated, and the sum keeps .grad()'s dtype.
+    meta.grad.add_(g);
   } else {
-    meta.grad = meta.grad + g;
+    meta.grad = meta.grad + g;  // a broadcast .grad() set by hand: one element is many
   }
   if (!meta.post_accumulate_grad_hooks.empty()) {
     Tensor leaf(leaf_);
@@ -198,6 +234,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   std::vector<Edge> roots;
   std::vector<Tensor> root_grads;
   for (size_t i = 0; i < outputs.size(); ++i) {
+    KILN_CHECK(outputs[i].defined(), "autograd::grad", "output ", i, " is an undefined tensor");
     refresh_view(outputs[i]);
     KILN_CHECK(outputs[i].requires_grad(), "autograd::grad", "output ", i,
                " does not require grad and has no grad_fn");
@@ -207,6 +244,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   }
   std::vector<Edge> targets;
   for (size_t i = 0; i < inputs.size(); ++i) {
+    KILN_CHECK(inputs[i].defined(), "autograd::grad", "input ", i, " is an undefined tensor");
     KILN_CHECK(inputs[i].requires_grad(), "autograd::grad", "input ", i, " does not require grad");
     targets.push_back(gradient_edge(inputs[i]));
   }
@@ -234,11 +272,15 @@ Tensor& Tensor::requires_grad_(bool enabled) {
   return *this;
 }
 
-Tensor Tensor::grad() const { return impl_->autograd ? impl_->autograd->grad : Tensor(); }
+Tensor Tensor::grad() const { return impl_ && impl_->autograd ? impl_->autograd->grad : Tensor(); }
 
 void Tensor::set_grad(const Tensor& g) {
-  KILN_CHECK(!g.defined() || (g.shape() == shape() && g.dtype() == dtype()), "set_grad",
-             "gradient of shape ", g.defined() ? g.shape() : Shape{}, " does not match the tensor's ", shape());
+  KILN_CHECK(defined(), "set_grad", "the tensor is undefined");
+  if (g.defined()) {
+    KILN_CHECK(g.shape() == shape(), "set_grad", "a gradient of shape ", g.shape(), " for a tensor of shape ", shape());
+    KILN_CHECK(g.dtype() == dtype(), "set_grad", "a gradient of dtype ", g.dtype(), " for a tensor of dtype ", dtype());
+    KILN_CHECK(g.device() == device(), "set_grad", "a gradient on ", g.device(), " for a tensor on ", device());
+  }
   impl_->autograd_meta().grad = g;
 }
 
@@ -246,7 +288,7 @@ std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
   return impl_->autograd ? impl_->autograd->grad_fn : nullptr;
 }
 
-bool Tensor::is_leaf() const { return !impl_->autograd || !impl_->autograd->grad_fn; }
+bool Tensor::is_leaf() const { return !impl_ || !impl_->autograd || !impl_->autograd->grad_fn; }
 
 uint64_t Tensor::register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook) {
   KILN_CHECK(defined() && requires_grad() && is_leaf(), "register_post_accumulate_grad_hook",
@@ -264,7 +306,7 @@ void Tensor::remove_post_accumulate_grad_hook(uint64_t id) {
 }
 
 void Tensor::retain_grad() {
-  KILN_CHECK(requires_grad(), "retain_grad", "the tensor does not require grad");
+  KILN_CHECK(defined() && requires_grad(), "retain_grad", "the tensor ", defined() ? "does not require grad" : "is undefined");
   if (is_leaf()) return;
   AutogradMeta& meta = impl_->autograd_meta();
   if (meta.retains_grad) return;

@@ -288,18 +288,33 @@ Tensor record_custom(const char* mangled, const std::vector<Tensor>& inputs, con
   Tensor out = output;
   for (const Tensor& t : inputs)
     if (t.defined() && t.impl() == output.impl()) out = alias_detached(output);  // never rewrite an input's history
-  std::vector<Shape> shapes;
-  for (const Tensor& t : inputs) shapes.push_back(t.defined() ? t.shape() : Shape{});
+  // What each input's gradient must be: its shape is checked, its dtype and device are the
+  // input's (a gradient in another dtype is cast, as PyTorch's validate_outputs does).
+  struct InputMeta {
+    Shape shape;
+    ScalarType dtype = kFloat32;
+    Device device;
+  };
+  std::vector<InputMeta> metas;
+  for (const Tensor& t : inputs)
+    metas.push_back(t.defined() ? InputMeta{t.shape(), t.dtype(), t.device()} : InputMeta{});
   // The context's saved tensors are the closure's; they are counted here, not by take_saved(),
   // since forward saves them whether or not the function is recorded.
   take_saved();
-  record_node(name, pointers(inputs), out, [name, shapes, backward = std::move(backward)](const Tensor& g) {
+  record_node(name, pointers(inputs), out, [name, metas, backward = std::move(backward)](const Tensor& g) {
     std::vector<Tensor> grads = backward(g);
-    KILN_CHECK(grads.size() == shapes.size(), name, "backward returned ", grads.size(), " gradient(s) for ",
-               shapes.size(), " tensor input(s)");
-    for (size_t i = 0; i < grads.size(); ++i)
-      KILN_CHECK(!grads[i].defined() || grads[i].shape() == shapes[i], name, "backward returned a gradient of shape ",
-                 grads[i].shape(), " for tensor input ", i, " of shape ", shapes[i]);
+    KILN_CHECK(grads.size() == metas.size(), name, "backward returned ", grads.size(), " gradient(s) for ",
+               metas.size(), " tensor input(s)");
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!grads[i].defined()) continue;
+      const InputMeta& m = metas[i];
+      KILN_CHECK(grads[i].shape() == m.shape, name, "backward returned a gradient of shape ", grads[i].shape(),
+                 " for tensor input ", i, " of shape ", m.shape);
+      KILN_CHECK(grads[i].is_floating_point(), name, "backward returned a gradient of dtype ", grads[i].dtype(),
+                 " for tensor input ", i, " (gradients are floating-point)");
+      if (grads[i].device() != m.device) grads[i] = grads[i].to(m.device);
+      if (grads[i].dtype() != m.dtype) grads[i] = grads[i].to(m.dtype);
+    }
     return grads;
   }, saves_tensors);
   return out;

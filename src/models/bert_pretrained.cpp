@@ -171,13 +171,7 @@ std::vector<std::string> load_hf_state_dict(nn::Module& model, std::map<std::str
     it = buffer || other_part ? state.erase(it) : std::next(it);
   }
 
-  // Half-precision files load into a float32 model (and the other way round).
-  for (auto& [k, t] : state) {
-    auto o = own.find(k);
-    if (o != own.end() && t.defined() && t.is_floating_point() && o->second.is_floating_point() &&
-        t.dtype() != o->second.dtype())
-      t = t.to(o->second.dtype());
-  }
+  // Half-precision files load into a float32 model (and the other way round): load_state_dict casts.
   // A fresh task head (and a pooler an MLM checkpoint lacks) keeps its initialisation.
   std::vector<std::string> newly_initialized;
   for (const auto& [k, t] : model.ordered_state_dict()) {

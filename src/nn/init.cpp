@@ -19,7 +19,7 @@ double fan(const Tensor& t, FanMode mode, const char* where) {
 }
 }  // namespace
 
-double calculate_gain(Nonlinearity nonlinearity, double param) {
+double calculate_gain(Nonlinearity nonlinearity, std::optional<double> param) {
   switch (nonlinearity) {
     case Nonlinearity::Linear:
     case Nonlinearity::Conv2d:
@@ -27,7 +27,7 @@ double calculate_gain(Nonlinearity nonlinearity, double param) {
     case Nonlinearity::Tanh: return 5.0 / 3.0;
     case Nonlinearity::ReLU: return std::sqrt(2.0);
     case Nonlinearity::LeakyReLU: {
-      double slope = param < 0 ? 0.01 : param;
+      const double slope = param.value_or(0.01);
       return std::sqrt(2.0 / (1.0 + slope * slope));
     }
     case Nonlinearity::SELU: return 0.75;

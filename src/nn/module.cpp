@@ -300,7 +300,10 @@ LoadStateDictResult Module::load_state_dict(const std::map<std::string, Tensor>&
       mismatches.push_back(kiln::detail::cat("undefined tensor for ", name));
     } else if (v.shape() != t.shape()) {
       mismatches.push_back(kiln::detail::cat("shape mismatch for ", name, ": expected ", t.shape(), ", got ", v.shape()));
-    } else if (v.dtype() != t.dtype()) {
+    } else if (v.dtype() != t.dtype() && (v.is_floating_point() != t.is_floating_point() || v.dtype() == kBool ||
+                                          t.dtype() == kBool)) {
+      // Another float type is cast (PyTorch's copy_: a float16 checkpoint loads into a float32
+      // model), an integer one likewise; a float for an integer (or bool) is another tensor.
       mismatches.push_back(kiln::detail::cat("dtype mismatch for ", name, ": expected ", t.dtype(), ", got ", v.dtype()));
     }
   }

@@ -117,7 +117,7 @@ std::map<std::string, Tensor> GradScaler::state_dict() const {
 
 void GradScaler::load_state_dict(const std::map<std::string, Tensor>& state) {
   const char* where = "GradScaler::load_state_dict";
-  KILN_CHECK(enabled_, where, "the scaler is disabled");
+  if (!enabled_) return;  // as torch's: a disabled scaler (a run resumed without AMP) ignores it
   auto get = [&](const char* key) {
     auto it = state.find(key);
     KILN_CHECK(it != state.end() && it->second.defined() && it->second.numel() == 1, where, "missing '", key, "'");

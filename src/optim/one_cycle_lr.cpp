@@ -91,6 +91,15 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, const OneCycleLROptions& o)
     phases_ = {{o.pct_start * total - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"},
                {total - 1, "max_lr", "min_lr", "base_momentum", "max_momentum"}};
   }
+  // A phase of no steps would divide by zero: NaN learning rates and momenta, then NaN weights
+  // after one step (torch raises ZeroDivisionError there). A phase that ends before it starts
+  // (pct_start 0) is never entered, as in torch.
+  double start = 0;
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    KILN_CHECK(phases_[i].end_step != start, "OneCycleLR", "phase ", i + 1, " of ", phases_.size(), " has no steps (",
+               "pct_start ", o.pct_start, " of ", total_steps_, " total steps); use more steps or another pct_start");
+    start = phases_[i].end_step;
+  }
   initial_step();
 }
 

@@ -1,6 +1,8 @@
 // kiln::nn::init (torch.nn.init): in-place initialisers with PyTorch's fan and gain rules.
 #pragma once
 
+#include <optional>
+
 #include "kiln/tensor.h"
 
 namespace kiln::nn::init {
@@ -9,8 +11,8 @@ enum class FanMode { FanIn, FanOut };
 enum class Nonlinearity { Linear, Conv2d, Sigmoid, Tanh, ReLU, LeakyReLU, SELU };
 
 // PyTorch's calculate_gain: 1 for linear/conv/sigmoid, 5/3 for tanh, sqrt(2) for relu,
-// sqrt(2 / (1 + param^2)) for leaky_relu (param = negative slope, 0.01 when negative), 3/4 for selu.
-double calculate_gain(Nonlinearity nonlinearity, double param = -1.0);
+// sqrt(2 / (1 + param^2)) for leaky_relu (param = negative slope, 0.01 when not given), 3/4 for selu.
+double calculate_gain(Nonlinearity nonlinearity, std::optional<double> param = std::nullopt);
 // fan_in = size(1) * receptive field, fan_out = size(0) * receptive field; needs dim >= 2.
 std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& tensor);
 

@@ -102,7 +102,9 @@ class Module : public std::enable_shared_from_this<Module> {
   NamedTensors ordered_state_dict() const;
   // Copies values into the registered tensors under NoGradGuard. Names, shapes and dtypes are
   // checked and all problems are reported in one kiln::Error. With strict = false, missing
-  // and unexpected keys are returned instead (shape and dtype mismatches are still errors).
+  // and unexpected keys are returned instead (shape and dtype mismatches are still errors). A
+  // value of another floating-point (or integer) dtype is cast, as PyTorch's copy_ does; a float
+  // for an integer or bool tensor, or the other way round, is a dtype mismatch.
   // A missing "num_batches_tracked" is not an error (older checkpoints lack it, as in PyTorch).
   LoadStateDictResult load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
 
