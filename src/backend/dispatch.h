@@ -109,7 +109,13 @@ struct ReduceAttrs {
 };
 struct DimAttrs { int64_t dim = 0; };
 struct TriAttrs { int64_t diagonal = 0; };
-struct ArangeAttrs { double start = 0, step = 1; };
+// out[i] = start + i * step, in double; or, when `integral`, istart + i * istep in int64 (a
+// double holds 53 bits: arange(2^60, 2^60 + 3)).
+struct ArangeAttrs {
+  double start = 0, step = 1;
+  bool integral = false;
+  int64_t istart = 0, istep = 1;
+};
 struct RandomAttrs {
   uint64_t seed = 0, offset = 0;
   double a = 0, b = 1;     // uniform: [a, b); normal: mean a, std b

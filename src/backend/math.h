@@ -173,12 +173,12 @@ void with_pow_exponent(C e, Run&& run) {
   else run(PowBy<C>{e});
 }
 
-// clamp(x, lo, hi) with NaN passing through, as torch.clamp.
+// clamp(x, lo, hi) with NaN passing through, and a NaN bound giving NaN, as torch.clamp.
 template <class T>
 KILN_HOST_DEVICE T clamp(T x, bool has_lo, T lo, bool has_hi, T hi) {
   if (x != x) return x;
-  if (has_lo && x < lo) x = lo;
-  if (has_hi && x > hi) x = hi;
+  if (has_lo && (x < lo || lo != lo)) x = lo;
+  if (has_hi && (x > hi || hi != hi)) x = hi;
   return x;
 }
 

@@ -94,15 +94,14 @@ autograd::BackwardFn make_backward(Op op, const Tensor& a, const Tensor& b, cons
         }
         return {ga, gb};
       };
-    default: {  // Maximum, Minimum: the larger (smaller) input gets the gradient; ties split it
+    default: {  // Maximum, Minimum: the larger (smaller) input gets the gradient; ties split it;
+      // where one is NaN (the result), both get it, as PyTorch's (neither loses a comparison).
       const bool is_max = op == Op::Maximum;
       return [ma, mb, is_max, sa = SavedTensor(a), sb = SavedTensor(b)](const Tensor& g) -> TensorList {
         Tensor av = sa.get("MaximumBackward"), bv = sb.get("MaximumBackward");
-        Tensor wins = is_max ? gt(av, bv) : lt(av, bv);
-        Tensor ties = eq(av, bv);
-        Tensor share = where(wins, g, zeros_like(g)) + where(ties, g * 0.5, zeros_like(g));
-        Tensor other = g - share;
-        return {ma.needs ? ma(share) : Tensor(), mb.needs ? mb(other) : Tensor()};
+        const Tensor z = zeros_like(g), shared = where(eq(av, bv), g * 0.5, g);
+        return {ma.needs ? ma(where(is_max ? lt(av, bv) : gt(av, bv), z, shared)) : Tensor(),
+                mb.needs ? mb(where(is_max ? gt(av, bv) : lt(av, bv), z, shared)) : Tensor()};
       };
     }
   }
@@ -116,13 +115,40 @@ ScalarType compute_type(Op op, const Tensor& a, const Tensor& b, const char* nam
   return ct;
 }
 
+// The dtype a result of dtype ct is computed in: ct, except that PyTorch multiplies and divides
+// 16-bit floats by a number in float32 (its opmath type), so that x / 65536 in float16 is not
+// x / inf, nor x * 1e-8 zero: a number (or 0-d CPU tensor) with no exact 16-bit value makes the
+// op run in float32, its result rounded once. Numbers that are exact (0.5, 0.125) keep the
+// 16-bit kernels, with the same result.
+ScalarType math_type(Op op, ScalarType ct, const Tensor& a, const Tensor& b) {
+  if ((op != Op::Mul && op != Op::Div) || (ct != kFloat16 && ct != kBFloat16)) return ct;
+  for (const Tensor* t : {&a, &b})
+    if (t->dim() == 0 && t->device().is_cpu() && t->dtype() != ct && t->is_floating_point() &&
+        !ops::exact_in(t->item<double>(), ct))
+      return kFloat32;
+  return ct;
+}
+
+// out = ac op bc, the operands already in the computation's dtype; through a temporary when out's
+// dtype differs from what the kernel writes (the operands' dtype, or bool for a predicate).
+void compute_into(Op op, Tensor& out, const Tensor& ac, const Tensor& bc) {
+  if ((is_predicate(op) ? kBool : ac.dtype()) == out.dtype()) {
+    ops::run1(op, out.device(), {ac, bc}, out);
+  } else {
+    Tensor tmp = make_empty(out.shape(), is_predicate(op) ? kBool : ac.dtype(), out.device());
+    ops::run1(op, out.device(), {ac, bc}, tmp);
+    ops::run1(Op::Copy, out.device(), {tmp}, out);
+  }
+}
+
 Tensor binary(Op op, const char* name, const Tensor& a, const Tensor& b) {
   Device dev = ops::common_device({&a, &b}, name);
   ScalarType ct = compute_type(op, a, b, name);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor out = make_empty_like(a.shape() == shape ? a : b, shape, is_predicate(op) ? kBool : ct, dev);
-  Tensor ac = ops::cast(a, ct), bc = ops::cast(b, ct);
-  ops::run1(op, dev, {ac, bc}, out);
+  const ScalarType mt = math_type(op, ct, a, b);
+  Tensor ac = ops::cast(a, mt), bc = ops::cast(b, mt);
+  compute_into(op, out, ac, bc);
   if (is_differentiable(op) && autograd::needs_grad({&a, &b}))
     autograd::record(backward_name(op), {&a, &b}, out, make_backward(op, ac, bc, out, InputMeta(a), InputMeta(b)));
   return out;
@@ -145,16 +171,9 @@ ScalarType check_into(Op op, const char* name, const Tensor& out, const Tensor& 
   return ct;
 }
 
-// out = ac op bc, the operands already in the computation's dtype; through a temporary when out's
-// dtype differs from it.
+// compute_into an existing tensor, which changes its version.
 void run_into(Op op, Tensor& out, const Tensor& ac, const Tensor& bc) {
-  if (ac.dtype() == out.dtype()) {
-    ops::run1(op, out.device(), {ac, bc}, out);
-  } else {
-    Tensor tmp = make_empty(out.shape(), ac.dtype(), out.device());
-    ops::run1(op, out.device(), {ac, bc}, tmp);
-    ops::run1(Op::Copy, out.device(), {tmp}, out);
-  }
+  compute_into(op, out, ac, bc);
   ops::bump_version(out);
 }
 
@@ -168,10 +187,11 @@ Tensor& binary_(Op op, const char* name, Tensor& self, const Tensor& other) {
   // overwrote it, and saved for backward with the new values: use a copy made first (a recorded
   // one, so that the gradient still reaches the operand).
   const Tensor b_before = other.storage() == self.storage() ? other.clone() : other;
-  Tensor bc = ops::cast(b_before, ct);
-  run_into(op, self, ops::cast(self, ct), bc);
+  const ScalarType mt = math_type(op, ct, self, b_before);
+  Tensor bc = ops::cast(b_before, mt);
+  run_into(op, self, ops::cast(self, mt), bc);
   if (rec) {
-    Tensor ac = ops::cast(a_before, ct);
+    Tensor ac = ops::cast(a_before, mt);
     autograd::record_inplace(backward_name(op), self, {&a_before, &b_before}, make_backward(op, ac, bc, self, ma, mb));
   }
   return self;
@@ -189,7 +209,8 @@ Tensor& binary_out(Op op, const char* name, Tensor& out, const Tensor& a, const 
              "the form that returns a new tensor)");
   autograd::check_inplace(out, name);  // out is written in place: the same rules
   auto apart = [&](const Tensor& t) { return t.storage() == out.storage() && !t.is_same(out) ? t.clone() : t; };
-  run_into(op, out, ops::cast(apart(a), ct), ops::cast(apart(b), ct));
+  const ScalarType mt = math_type(op, ct, a, b);
+  run_into(op, out, ops::cast(apart(a), mt), ops::cast(apart(b), mt));
   return out;
 }
 

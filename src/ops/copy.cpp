@@ -164,6 +164,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::fill_(Scalar value) {
   ops::check_defined(*this, "fill_");
+  ops::check_fill_value(value, dtype(), "fill_");
   const bool rec = autograd::needs_grad({this});
   autograd::check_inplace(*this, "fill_");
   backend::ScalarAttrs attrs{value};

@@ -121,6 +121,7 @@ Tensor empty_strided(const Shape& shape, const Shape& strides, TensorOptions o) 
 Tensor full(const Shape& shape, Scalar value, TensorOptions o) {
   runtime_for(o.device(), "full");
   if (!o.has_dtype()) o = o.dtype(value.natural_dtype());
+  ops::check_fill_value(value, o.dtype(), "full");
   Tensor t = make_empty(shape, o.dtype(), o.device());
   backend::ScalarAttrs attrs{value};
   ops::run1(Op::Fill, t.device(), {}, t, &attrs);
@@ -142,12 +143,24 @@ Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions o) {
     bool any_float = start.is_floating_point() || end.is_floating_point() || step.is_floating_point();
     o = o.dtype(any_float ? kDefaultFloat : kInt64);
   }
-  const double count = std::ceil((e - s) / st);
-  KILN_CHECK(std::isfinite(count) && count < 9.2e18, "arange", "the range from ", s, " to ", e, " in steps of ", st,
-             " has ", count, " elements, more than a tensor can hold");
-  const int64_t n = static_cast<int64_t>(count);
-  Tensor t = make_empty({n}, o.dtype(), o.device());
   backend::ArangeAttrs attrs{s, st};
+  int64_t n = 0;
+  if (!start.is_floating_point() && !end.is_floating_point() && !step.is_floating_point() &&
+      !is_floating_point(o.dtype())) {
+    // Integers throughout: counted and filled in int64, exact past 2^53.
+    const __int128 is = start.to_int(), ie = end.to_int(), ist = step.to_int();
+    const __int128 count = (ie - is + ist - (ist > 0 ? 1 : -1)) / ist;  // ceil((e - s) / step)
+    KILN_CHECK(count >= 0 && count < (static_cast<__int128>(1) << 63), "arange", "the range from ", start.to_int(),
+               " to ", end.to_int(), " in steps of ", step.to_int(), " is inconsistent with its step, or too long");
+    n = static_cast<int64_t>(count);
+    attrs.integral = true, attrs.istart = start.to_int(), attrs.istep = step.to_int();
+  } else {
+    const double count = std::ceil((e - s) / st);
+    KILN_CHECK(std::isfinite(count) && count < 9.2e18, "arange", "the range from ", s, " to ", e, " in steps of ",
+               st, " has ", count, " elements, more than a tensor can hold");
+    n = static_cast<int64_t>(count);
+  }
+  Tensor t = make_empty({n}, o.dtype(), o.device());
   ops::run1(Op::Arange, t.device(), {}, t, &attrs);
   return finish(t, o);
 }

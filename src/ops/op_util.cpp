@@ -1,6 +1,7 @@
 // Device checks, type promotion and reduction geometry shared by the ops.
 #include "ops/op_util.h"
 
+#include <cmath>
 #include <optional>
 
 namespace kiln::ops {
@@ -61,7 +62,41 @@ ScalarType result_type_of(const Tensor& t, Scalar s) {
   return *combine(t.dtype(), number);
 }
 
-Tensor wrap_for(const Tensor& t, Scalar s) { return wrap_scalar(s, result_type_of(t, s)); }
+bool exact_in(double v, ScalarType t) {
+  const float f = static_cast<float>(v);
+  if (v != v) return true;
+  if (t == kFloat16) return static_cast<double>(static_cast<float>(Half(f))) == v;
+  if (t == kBFloat16) return static_cast<double>(static_cast<float>(BFloat16(f))) == v;
+  if (t == kFloat32) return static_cast<double>(f) == v;
+  return true;
+}
+
+void check_fill_value(Scalar v, ScalarType t, const char* op) {
+  if (t == kBool || t == kFloat64 || t == kFloat16 || t == kBFloat16 || v.is_bool()) return;
+  const double d = v.to_double();
+  if (t == kFloat32) {
+    KILN_CHECK(!(std::isfinite(d) && std::abs(d) > 3.4028234663852886e38), op, "value ", d,
+               " cannot be converted to float32 without overflow");
+    return;
+  }
+  // Integers: PyTorch's ranges (uint8 takes -255..255, negative values wrapping as in C).
+  const double lo = t == kUInt8 ? -255.0 : t == kInt32 ? -2147483648.0 : -9223372036854775808.0;
+  const double hi = t == kUInt8 ? 255.0 : t == kInt32 ? 2147483647.0 : 9223372036854775807.0;
+  const bool fits = v.is_integral() ? (t == kInt64 || (v.to_int() >= static_cast<int64_t>(lo) &&
+                                                        v.to_int() <= static_cast<int64_t>(hi)))
+                                    : std::isfinite(d) && std::trunc(d) >= lo && std::trunc(d) < hi + 1;
+  KILN_CHECK(fits, op, "value ", d, " cannot be converted to ", t, " without overflow");
+}
+
+Tensor wrap_for(const Tensor& t, Scalar s) {
+  const ScalarType rt = result_type_of(t, s);
+  // A number with no exact 16-bit value stays float32 (a wrapped number's dtype does not change
+  // the result's): mul and div compute with it there, as PyTorch's opmath does (binary.cpp);
+  // the other ops round it to the result's dtype, as before and as PyTorch.
+  if ((rt == kFloat16 || rt == kBFloat16) && s.is_floating_point() && !exact_in(s.to_double(), rt))
+    return wrap_scalar(s, kFloat32);
+  return wrap_scalar(s, rt);
+}
 
 Tensor backward_helper(Op op, const Tensor& g, const Tensor& saved) {
   Tensor gc = cast(g, saved.dtype());

@@ -39,19 +39,37 @@ void check_nonempty(const Tensor& x, const ReduceDims& r, const char* op) {
              x.shape(), ")");
 }
 
+// g spread evenly over the elements `hit` marks in each reduced group (the ties of amax, amin,
+// the inf-norm), the count taken in float32 (in a 16-bit dtype, 70,000 tied zeros would count as inf).
+Tensor spread_evenly(const Tensor& g, const Tensor& hit, const ReduceDims& r, const Tensor& xv) {
+  const Tensor count = sum(hit, mask_dims(r.mask, xv.dim()), true, kFloat32);
+  const Tensor ge = expand_grad(g, r.keep_shape, xv.shape());
+  return (where(hit, ge, zeros_like(ge)) / count).to(xv.dtype());
+}
+
+// var's gradient: 2 (x - mean) / (n - correction) times g.
+Tensor var_grad(const Tensor& xv, const Tensor& g, const ReduceDims& r, int64_t correction) {
+  Tensor centered = xv - mean(xv, mask_dims(r.mask, xv.dim()), true);
+  const double denom = static_cast<double>(r.count - correction);
+  return centered * (2.0 / denom) * expand_grad(g, r.keep_shape, xv.shape());
+}
+
 // `name` is the op the caller called (max() and argmax() reduce through these), for messages.
+// max() and min() of all elements give a NaN result's gradient to the NaN elements (PyTorch's
+// evenly_distribute_backward); amax and amin compare with the result, so NaN everywhere.
 Tensor extreme(const Tensor& x, const Shape& dims, bool keepdim, bool is_max, const char* name) {
   ops::check_defined(x, name);
   ReduceDims r = ops::reduce_dims(x, dims, keepdim, name);
   check_nonempty(x, r, name);
   Tensor out = reduce_raw(is_max ? Op::Amax : Op::Amin, x, r, x.dtype(), {});
   if (autograd::needs_grad({&x})) {
+    const bool nan_picks = std::string_view(name) == "max" || std::string_view(name) == "min";
     autograd::record(is_max ? "AmaxBackward" : "AminBackward", {&x}, out,
-                     [sx = SavedTensor(x), so = SavedTensor(out), r](const Tensor& g) -> TensorList {
-                       Tensor xv = sx.get("AmaxBackward");
-                       Tensor hit = (xv == so.get("AmaxBackward").reshape(r.keep_shape)).to(xv.dtype());
-                       Tensor count = sum(hit, mask_dims(r.mask, xv.dim()), true);
-                       return {hit / count * expand_grad(g, r.keep_shape, xv.shape())};
+                     [sx = SavedTensor(x), so = SavedTensor(out), r, nan_picks](const Tensor& g) -> TensorList {
+                       Tensor xv = sx.get("AmaxBackward"), ov = so.get("AmaxBackward").reshape(r.keep_shape);
+                       Tensor hit = xv == ov;
+                       if (nan_picks) hit = logical_or(hit, logical_and(ne(xv, xv), ne(ov, ov)));
+                       return {spread_evenly(g, hit, r, xv)};
                      });
   }
   return out;
@@ -108,7 +126,7 @@ Tensor sum(const Tensor& x_in, const Shape& dims, bool keepdim, std::optional<Sc
   ReduceDims r = ops::reduce_dims(x, dims, keepdim, "sum");
   ScalarType out_t = dtype ? *dtype : (is_floating_point(x.dtype()) ? x.dtype() : kInt64);
   Tensor out = reduce_raw(Op::Sum, ops::cast(x, out_t), r, out_t, {});
-  if (autograd::needs_grad({&x}))
+  if (autograd::needs_grad({&x}) && is_floating_point(out_t))  // an integer sum has no gradient
     autograd::record("SumBackward", {&x}, out, [r, shape = x.shape(), dt = x.dtype()](const Tensor& g) -> TensorList {
       return {ops::cast(expand_grad(g, r.keep_shape, shape), dt)};
     });
@@ -163,16 +181,29 @@ Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim)
   Tensor out = reduce_raw(Op::Var, x, r, x.dtype(), attrs);
   if (autograd::needs_grad({&x}))
     autograd::record("VarBackward", {&x}, out, [sx = SavedTensor(x), r, correction](const Tensor& g) -> TensorList {
-      Tensor xv = sx.get("VarBackward");
-      Tensor centered = xv - mean(xv, mask_dims(r.mask, xv.dim()), true);
-      double denom = static_cast<double>(r.count - correction);
-      return {centered * (2.0 / denom) * expand_grad(g, r.keep_shape, xv.shape())};
+      return {var_grad(sx.get("VarBackward"), g, r, correction)};
     });
   return out;
 }
 
+// sqrt(var) with PyTorch's std_backward: 0 where the std is 0 (a constant row), not the NaN
+// of sqrt's infinite slope times var's zero one.
 Tensor std(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
-  return sqrt(var(x, dims, correction, keepdim));
+  Tensor out;
+  {
+    NoGradGuard ng;
+    out = sqrt(var(x, dims, correction, keepdim));
+  }
+  if (autograd::needs_grad({&x})) {
+    const ReduceDims r = ops::reduce_dims(x, dims, keepdim, "std");
+    autograd::record("StdBackward", {&x}, out,
+                     [sx = SavedTensor(x), so = SavedTensor(out), r, correction](const Tensor& g) -> TensorList {
+                       const Tensor s = so.get("StdBackward");
+                       const Tensor gv = where(s == 0, zeros_like(g), g / (s * 2.0));
+                       return {var_grad(sx.get("StdBackward"), gv, r, correction)};
+                     });
+  }
+  return out;
 }
 
 Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) { return extreme(x, dims, keepdim, true, "amax"); }
@@ -234,8 +265,7 @@ Tensor norm(const Tensor& x_in, double p, const Shape& dims, bool keepdim) {
       } else if (p == 1) {
         d = sign(xv);
       } else if (std::isinf(p)) {
-        Tensor hit = (abs(xv) == n).to(xv.dtype());
-        d = sign(xv) * hit / sum(hit, mask_dims(r.mask, xv.dim()), true);
+        d = sign(xv) * spread_evenly(ones_like(n), abs(xv) == n, r, xv);
       } else {
         // x |x|^(p-2) / n^(p-1), and 0 where the norm is 0
         Tensor safe_n = where(n == 0, ones_like(n), n);

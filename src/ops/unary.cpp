@@ -231,6 +231,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   KILN_CHECK(shape == x.shape(), "masked_fill", "a mask of shape ", mask.shape(),
              " does not broadcast to the tensor's shape ", x.shape());
+  ops::check_fill_value(value, x.dtype(), "masked_fill");
   return where(mask, ops::wrap_scalar(value, x.dtype()), x);
 }
 

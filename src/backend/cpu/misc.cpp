@@ -211,7 +211,12 @@ void arange(KernelArgs& a) {
   visit_dtype(out.dtype(), "arange", [&]<class T>() {
     T* o = static_cast<T*>(out.data_ptr());
     parallel_for(out.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) o[i] = static_cast<T>(r.start + static_cast<double>(i) * r.step);
+      if (r.integral)  // unsigned arithmetic: the op layer checked that the last value fits int64
+        for (int64_t i = b; i < e; ++i)
+          o[i] = static_cast<T>(static_cast<int64_t>(static_cast<uint64_t>(r.istart) +
+                                                     static_cast<uint64_t>(i) * static_cast<uint64_t>(r.istep)));
+      else
+        for (int64_t i = b; i < e; ++i) o[i] = static_cast<T>(r.start + static_cast<double>(i) * r.step);
     });
   });
 }

@@ -108,8 +108,12 @@ void triangle(KernelArgs& a) {
 __device__ __forceinline__ double add_product(double a, double b, double c) { return __dadd_rn(a, __dmul_rn(b, c)); }
 
 template <class T>
-__global__ void arange_kernel(T* o, int64_t n, double start, double step) {
-  KILN_GRID_STRIDE(i, n) o[i] = static_cast<T>(add_product(start, static_cast<double>(i), step));
+__global__ void arange_kernel(T* o, int64_t n, ArangeAttrs r) {
+  if (r.integral)  // as the CPU kernel: int64 values, unsigned arithmetic
+    KILN_GRID_STRIDE(i, n) o[i] = static_cast<T>(static_cast<int64_t>(
+        static_cast<uint64_t>(r.istart) + static_cast<uint64_t>(i) * static_cast<uint64_t>(r.istep)));
+  else
+    KILN_GRID_STRIDE(i, n) o[i] = static_cast<T>(add_product(r.start, static_cast<double>(i), r.step));
 }
 void arange(KernelArgs& a) {
   const auto& r = *static_cast<const ArangeAttrs*>(a.attrs);
@@ -117,7 +121,7 @@ void arange(KernelArgs& a) {
   if (out.numel() == 0) return;
   visit_dtype(out.dtype(), "arange", [&]<class T>() {
     arange_kernel<T><<<blocks_for(out.numel()), kThreads, 0, stream_of(a)>>>(static_cast<T*>(out.data_ptr()), out.numel(),
-                                                                            r.start, r.step);
+                                                                            r);
   });
   KILN_CUDA_LAUNCHED("arange");
 }

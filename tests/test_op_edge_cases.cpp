@@ -1,0 +1,120 @@
+// Ops at the edges PyTorch defines and Kiln once got wrong: numbers multiplying 16-bit floats,
+// NaN in gradients and bounds, constant rows, ties in 16 bits, int64 ranges past 2^53, fill
+// values that do not fit. Each expectation is PyTorch 2.15's result for the same call.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kiln/kiln.h"
+#include "test_util.h"
+
+namespace kiln::test {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double half_of(float v) { return static_cast<float>(Half(v)); }
+
+// The number stays float32 in mul and div (PyTorch's opmath), the result is rounded once: a
+// float16 loss scale undone by 65536 is not a division by inf, a tiny factor is not zero.
+TEST(OpEdgeCases, MulAndDivOf16BitFloatsKeepTheNumberInFloat32) {
+  const Tensor h = tensor({1000.0}, kFloat16);
+  EXPECT_EQ(values(h / 65536.0)[0], 1000.0 / 65536.0);
+  EXPECT_EQ(values(h / 1e5)[0], half_of(1000.0f / 1e5f));
+  EXPECT_EQ(values(h * 1e-8)[0], half_of(1000.0f * 1e-8f));
+  EXPECT_EQ(values(1e-8 * h)[0], half_of(1000.0f * 1e-8f));
+  EXPECT_EQ(values(h / scalar_tensor(1e5))[0], half_of(1000.0f / 1e5f));  // a 0-d CPU tensor likewise
+  EXPECT_EQ((h * 1e-8).dtype(), kFloat16);
+  Tensor a = h.clone();
+  a.div_(1e5);
+  EXPECT_EQ(values(a)[0], half_of(1000.0f / 1e5f));
+  Tensor o = empty({1}, kFloat16);
+  mul_out(o, h, 1e-8);
+  EXPECT_EQ(values(o)[0], half_of(1000.0f * 1e-8f));
+  EXPECT_EQ(values(tensor({300.0}, kBFloat16) * 1.01)[0], 304.0);  // 303 rounded once, not 300 x 1.0078
+  // A number with an exact 16-bit value gives the same as before.
+  EXPECT_EQ(values(h * 0.125)[0], 125.0);
+  // The gradient through such a product keeps the number too.
+  Tensor x = tensor({1000.0}, kFloat16).requires_grad_();
+  (x * 1e-3).sum().backward();
+  EXPECT_EQ(values(x.grad())[0], half_of(1e-3f));
+}
+
+// std's gradient is 0 where the std is 0 (PyTorch's std_backward), not NaN.
+TEST(OpEdgeCases, StdOfAConstantRowHasAZeroGradient) {
+  Tensor x = tensor({1.0, 1.0, 1.0}, kFloat64).requires_grad_();
+  std(x).backward();
+  EXPECT_EQ(values(x.grad()), std::vector<double>(3, 0.0));
+  Tensor y = tensor({2.0, 2.0, 1.0, 3.0}, kFloat64).reshape({2, 2}).requires_grad_();
+  std(y, {1}).sum().backward();
+  const std::vector<double> g = values(y.grad());
+  EXPECT_EQ(g[0], 0.0);
+  EXPECT_EQ(g[1], 0.0);
+  EXPECT_NEAR(g[2], -1 / std::sqrt(2.0), 1e-12);  // (x - mean) / ((n - 1) std)
+  EXPECT_NEAR(g[3], 1 / std::sqrt(2.0), 1e-12);
+}
+
+// max() and min() give a NaN result's gradient to the NaN element; maximum and minimum give
+// the NaN operand the whole gradient; a NaN clamp bound gives NaN.
+TEST(OpEdgeCases, NaNInExtremesAndClamp) {
+  Tensor x = tensor({1.0, kNaN, 3.0}, kFloat64).requires_grad_();
+  max(x).backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{0, 1, 0}));
+  Tensor a = tensor({kNaN, 1.0}, kFloat64).requires_grad_(), b = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+  maximum(a, b).sum().backward();
+  EXPECT_EQ(values(a.grad()), (std::vector<double>{1, 0}));
+  EXPECT_EQ(values(b.grad()), (std::vector<double>{1, 1}));
+  Tensor c = tensor({kNaN, 1.0}, kFloat64).requires_grad_(), d = tensor({1.0, 1.0}, kFloat64).requires_grad_();
+  minimum(c, d).sum().backward();
+  EXPECT_EQ(values(c.grad()), (std::vector<double>{1, 0.5}));
+  EXPECT_EQ(values(d.grad()), (std::vector<double>{1, 0.5}));
+  for (double v : values(clamp(tensor({1.0, 2.0}), Scalar(kNaN)))) EXPECT_TRUE(std::isnan(v));
+  for (double v : values(clamp(tensor({1.0, 2.0}), std::nullopt, Scalar(kNaN)))) EXPECT_TRUE(std::isnan(v));
+}
+
+// Ties are counted in float32: 70,000 tied float16 zeros share the gradient (1/70000 each), where
+// a float16 count is inf past 65504.
+TEST(OpEdgeCases, ManyTiesIn16BitsShareTheGradient) {
+  Tensor x = zeros({70000}, kFloat16).requires_grad_();
+  amax(x).backward();
+  EXPECT_EQ(values(x.grad())[0], half_of(1.0f / 70000.0f));
+  Tensor y = zeros({70000}, kFloat16).requires_grad_();
+  norm(y, std::numeric_limits<double>::infinity()).backward();
+  EXPECT_TRUE(std::isfinite(values(y.grad())[0]));
+}
+
+// Integer ranges are counted and filled in int64, exact past 2^53.
+TEST(OpEdgeCases, Int64RangesPastTwoToThe53) {
+  const int64_t big = int64_t{1} << 60;
+  Tensor r = arange(big, big + 3);
+  ASSERT_EQ(r.numel(), 3);
+  EXPECT_EQ(r.to_vector<int64_t>(), (std::vector<int64_t>{big, big + 1, big + 2}));
+  const int64_t b53 = int64_t{1} << 53;
+  EXPECT_EQ((arange(b53, b53 + 5) - b53).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(arange(10, 0, -3).to_vector<int64_t>(), (std::vector<int64_t>{10, 7, 4, 1}));
+  EXPECT_EQ(arange(0, 7, 2, kInt32).to_vector<int32_t>(), (std::vector<int32_t>{0, 2, 4, 6}));
+}
+
+// A fill value that does not fit the dtype is an error (PyTorch's checked conversion), not a
+// wrapped value; uint8 takes -255..255 as PyTorch's does.
+TEST(OpEdgeCases, FillValuesMustFitTheDtype) {
+  expect_error([] { full({2}, 300, kUInt8); }, "[full] value 300 cannot be converted to uint8 without overflow");
+  EXPECT_EQ(full({1}, -1, kUInt8).to_vector<uint8_t>()[0], 255);
+  expect_error([] { zeros({2}, kInt32).masked_fill(tensor({true, false}), -INFINITY); },
+               "[masked_fill] value -inf cannot be converted to int32");
+  expect_error([] { zeros({2}, kInt32).fill_(int64_t{1} << 40); }, "[fill_] value");
+  expect_error([] { full({1}, 1e39, kFloat32); }, "cannot be converted to float32");
+  EXPECT_EQ(full({1}, 2.5, kInt64).to_vector<int64_t>()[0], 2);
+  EXPECT_TRUE(std::isinf(values(full({1}, 1e6, kFloat16))[0]));  // float16 overflows to inf, as PyTorch
+}
+
+// An integer sum has no gradient (it would send an integer one back).
+TEST(OpEdgeCases, AnIntegerSumDoesNotRequireGrad) {
+  Tensor x = tensor({1.0, 2.0}).requires_grad_();
+  EXPECT_FALSE(sum(x, {}, false, kInt32).requires_grad());
+  EXPECT_TRUE(sum(x, {}, false, kFloat64).requires_grad());
+}
+
+}  // namespace
+}  // namespace kiln::test
