@@ -229,6 +229,32 @@ TEST(CudaAttentionRows, EmptyRowIsZeroWithInfiniteLse) {
   EXPECT_EQ(test::values(h[1].select(2, 1)), std::vector<double>(2 * 3, std::numeric_limits<double>::infinity()));
 }
 
+// A NaN value row at a key every query masks out: 0 x NaN is NaN in the CPU's tile products and in
+// torch, so the fused rows give NaN too (they skipped zero probabilities before), and a NaN in
+// the output gradient reaches dv through them.
+TEST(CudaAttentionRows, ANaNValueAtAMaskedKeyGivesNaNAsOnTheCpu) {
+  Call x = make_call({"nan value", {1}, {1}, 3, 4, 2, 2, MaskKind::kBool, {3, 4}}, kFloat64);
+  Tensor m = ones({1, 3, 4}, kBool);
+  m.narrow(2, 3, 1).fill_(false);
+  Tensor v = x.in[2].clone();
+  v.narrow(1, 3, 1).fill_(std::numeric_limits<double>::quiet_NaN());
+  x.in[2] = v, x.in[3] = m;
+  std::vector<Tensor> fwd{make_empty({1, 3, 2}, kFloat64, Device::cpu()), make_empty({1, 3}, kFloat64, Device::cpu())};
+  run_cpu(Op::Attention, x.in, fwd, x.at);
+  const std::vector<Tensor> h = host_forward<double>(x, kWhole);
+  for (double o : test::values(fwd[0])) EXPECT_TRUE(std::isnan(o)) << "the CPU kernel";
+  for (double o : test::values(h[0])) EXPECT_TRUE(std::isnan(o)) << "the fused rows";
+
+  x.in[2] = x.in[2].clone();
+  x.in[2].narrow(1, 3, 1).fill_(0.0);
+  run_cpu(Op::Attention, x.in, fwd, x.at);
+  Tensor go = ones({1, 3, 2}, kFloat64);
+  go.narrow(1, 0, 1).fill_(std::numeric_limits<double>::quiet_NaN());
+  const std::vector<Tensor> hg = host_backward<double>(x, fwd[0], fwd[1], go, kWhole);
+  const std::vector<double> dv = test::values(hg[2]);
+  EXPECT_TRUE(std::isnan(dv.back())) << "dv of the masked key";
+}
+
 TEST(CudaAttentionRows, KeepTestIsKeepBits) {
   for (double p : {0.0, 0.1, 0.3, 0.9, 1.0}) {
     const uint32_t thr = dropout_math::keep_threshold(p);

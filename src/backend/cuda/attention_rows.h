@@ -182,8 +182,9 @@ KILN_HOST_DEVICE void online_keys(const Rows& R, int64_t b, int64_t i, int64_t m
     if (alpha != T(1))
       for (int64_t e = 0; e < Ev; ++e) st.acc[e] *= alpha;
     for (int t = 0; t < nc; ++t) {
+      // No skip for p = 0 (a masked or dropped key): 0 x a NaN or inf value is NaN, as in the
+      // CPU's tile products and torch's.
       const T p = s[t] * drop_factor<T>(R, kw, R.score_index(b, i, keys.j0 + c0 + t));
-      if (p == T(0)) continue;
       const T* v = keys.v + (c0 + t) * keys.vrs;
       for (int64_t e = 0; e < Ev; ++e) st.acc[e] += p * v[e];
     }
@@ -226,12 +227,10 @@ KILN_HOST_DEVICE void key_row_grads(const Rows& R, int64_t b, int64_t j, const T
     const int64_t i = qr.i0 + t;
     const T* q = qr.q + t * qr.qrs;
     const T p = prob(R, dot(q, kj, E), qr.lse[t], i, j, qr.moff ? qr.moff[t] : 0);
-    if (p == T(0)) continue;
     const T* go = qr.go + t * qr.gors;
     const T f = drop_factor<T>(R, kw, R.score_index(b, i, j));
     const T dp = dot(go, vj, Ev) * f, pd = p * f;
-    if (pd != T(0))
-      for (int64_t e = 0; e < Ev; ++e) dv[e] += pd * go[e];
+    for (int64_t e = 0; e < Ev; ++e) dv[e] += pd * go[e];  // p = 0 too: a NaN in dO reaches dv, as on the CPU
     const T ds = p * (dp - qr.D[t]);
     for (int64_t e = 0; e < E; ++e) dk[e] += ds * q[e];
   }
@@ -249,7 +248,6 @@ KILN_HOST_DEVICE void query_row_grad(const Rows& R, int64_t b, int64_t i, int64_
     const int64_t j = keys.j0 + t;
     const T* k = keys.k + t * keys.krs;
     const T p = prob(R, dot(q, k, E), lse, i, j, moff);
-    if (p == T(0)) continue;
     const T dp = dot(go, keys.v + t * keys.vrs, Ev) * drop_factor<T>(R, kw, R.score_index(b, i, j));
     const T ds = p * (dp - D);
     for (int64_t e = 0; e < E; ++e) dq[e] += ds * k[e];

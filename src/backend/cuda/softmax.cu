@@ -47,10 +47,10 @@ __global__ void __launch_bounds__(1024)
         mx = (v > mx || v != v) ? v : mx;
       }
     mx = group_reduce(mx, MaxOp{}, -kInf, tg, shared);  // NaN wins
-    // A fully masked row gives zeros; an infinite max is shifted to 0 (masked: also +inf) so
-    // that exp stays defined, as on the CPU.
+    // A fully masked row gives zeros; a -inf max is shifted to 0 so that exp stays defined. A
+    // +inf score makes the row NaN (exp(inf - inf)), masked or not, as on the CPU and in torch.
     const bool dead = kMasked && mx == -kInf;
-    if (mx == -kInf || (kMasked && mx == kInf)) mx = A(0);
+    if (mx == -kInf) mx = A(0);
     A sum = 0;
     if (live)
       for (int64_t i = lane; i < g.n; i += tg.group) sum += dev_exp(score(i) - mx);
