@@ -91,7 +91,9 @@ void copy(KernelArgs& a) {
         unary_loop<To, Ti>(out, in, [](auto x) { return x != decltype(x)(0); });
       } else if constexpr (std::is_integral_v<To> && !std::is_integral_v<compute_t<Ti>>) {
         // Float to integer outside the integer's range is undefined in C++: go through int64
-        // (clamped, NaN as 0) and wrap from there, which is what PyTorch gives on x86 (300.0 -> 44).
+        // (clamped, NaN as 0) and wrap from there. For uint8 that is what PyTorch gives on x86
+        // (300.0 -> 44); for int32 PyTorch's x86 conversion gives INT32_MIN out of range and for
+        // NaN (3e9 -> -2^31 there, -1294967296 here): undefined in both, so not matched.
         unary_loop<To, Ti>(out, in, [](auto x) {
           constexpr double kLimit = 9.2233720368547748e18;  // just below 2^63
           double d = static_cast<double>(x);
