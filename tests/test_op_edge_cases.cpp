@@ -109,6 +109,10 @@ TEST(OpEdgeCases, FillValuesMustFitTheDtype) {
   EXPECT_TRUE(std::isinf(values(full({1}, 1e6, kFloat16))[0]));  // float16 overflows to inf, as PyTorch
 }
 
+TEST(OpEdgeCases, ExpandToANegativeSizeIsAnExpandError) {
+  expect_error([] { zeros({1}).expand({-2}); }, "[expand] negative size -2 in the target shape [-2]");
+}
+
 // An integer sum has no gradient (it would send an integer one back).
 TEST(OpEdgeCases, AnIntegerSumDoesNotRequireGrad) {
   Tensor x = tensor({1.0, 2.0}).requires_grad_();

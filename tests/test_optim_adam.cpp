@@ -380,13 +380,15 @@ TEST(OptimAdam, AFailedStepChangesNothing) {
         },
         "[SGD::step] the gradient of parameter 0 of param group 1 has dtype float32 but the parameter has dtype float64");
 
-  // A gradient on another device than its parameter, likewise (set_grad does not check devices).
+  // A gradient on another device than its parameter (the parameter moved after its gradient was
+  // set; set_grad itself refuses one), likewise.
   std::optional<test::StandInCuda> stand_in;
   if (!cuda::is_available()) stand_in.emplace();
   {
-    Tensor p = tensor({1.0f, 2.0f}).to(Device::cuda(0)).requires_grad_();
+    Tensor p = tensor({1.0f, 2.0f}).requires_grad_();
     optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9});
     p.set_grad(tensor({1.0f, 1.0f}));
+    nn::detail::set_data(p, p.detach().to(Device::cuda(0)));
     expect_error([&] { opt.step(); }, "[SGD::step] the gradient of parameter 0 of param group 0 is on cpu but the parameter is on cuda:0");
     EXPECT_TRUE(opt.state(p).empty());
   }

@@ -204,6 +204,7 @@ Tensor Tensor::expand(const Shape& shape_) const {
     }
     int64_t have = shape()[j];
     if (want == -1) want = have;
+    KILN_CHECK(want >= 0, "expand", "negative size ", want, " in the target shape ", shape_);
     KILN_CHECK(want == have || have == 1, "expand", "cannot expand shape ", shape(), " to ", shape_,
                " (dim ", i, ": size ", have, " is not 1)");
     sizes[i] = want;
