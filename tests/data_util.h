@@ -86,9 +86,9 @@ inline void write_grammar_corpus(const std::string& path, int64_t docs) {
 }
 
 // One gzip member holding `raw`, as gzip(1) writes it.
-inline Bytes gzip(const Bytes& raw) {
+inline Bytes gzip(const Bytes& raw, int level = Z_BEST_SPEED) {
   z_stream zs{};
-  EXPECT_EQ(deflateInit2(&zs, Z_BEST_SPEED, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  EXPECT_EQ(deflateInit2(&zs, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
   Bytes out(deflateBound(&zs, raw.size()) + 64);
   zs.next_in = const_cast<Bytef*>(raw.data());
   zs.avail_in = static_cast<uInt>(raw.size());

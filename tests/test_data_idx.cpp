@@ -124,6 +124,67 @@ TEST(DataIdx, BadGzipRejected) {
                "[read_idx] t.gz: more data than the dimensions declare (12 bytes expected");
 }
 
+// A 204 KB gzip declaring 1 GiB grew its output to 430 MB before "truncated" was found (a 20 MB
+// one could force ~40 GB). Deflate expands at most ~1032:1, so such a file is refused as soon
+// as its header is read.
+TEST(DataIdx, GzipDeclaringMoreThanDeflateCanHoldIsRefusedUpFront) {
+  Bytes bomb = gzip(idx_bytes(0x08, {1024, 1024, 1024}, Bytes(100000, 0)));
+  expect_error([&] { parse_idx(bomb.data(), bomb.size(), "bomb.gz"); },
+               "[read_idx] bomb.gz: dimensions [1024, 1024, 1024] declare 1073741840 bytes, more than " +
+                   std::to_string(bomb.size()) + " bytes of gzip can hold");
+  // The most compressible valid file (all zeros, compressed as hard as zlib can) is within it.
+  Bytes zeros = gzip(idx_bytes(0x08, {8 << 20}, Bytes(8 << 20, 0)), Z_BEST_COMPRESSION);
+  ASSERT_LT(zeros.size() * 1000, size_t{8} << 20);  // over 1000:1
+  Tensor t = parse_idx(zeros.data(), zeros.size(), "zeros.gz");
+  EXPECT_EQ(t.numel(), 8 << 20);
+  EXPECT_EQ(t.sum().item<int64_t>(), 0);
+}
+
+// The elements are decoded in the tensor's own buffer (the file's bytes at its end, widened
+// forwards): every type, raw and gzip, with enough elements to overlap.
+TEST(DataIdx, ElementsDecodeInPlaceForEveryTypeRawAndGzip) {
+  const int n = 1001;
+  Bytes b8, b16, b32, bf, bd;
+  std::vector<int64_t> want8, want16, want32;
+  std::vector<double> wantf, wantd;
+  for (int i = 0; i < n; ++i) {
+    int8_t v8 = static_cast<int8_t>(i * 37);
+    b8.push_back(static_cast<uint8_t>(v8));
+    want8.push_back(v8);
+    int16_t v16 = static_cast<int16_t>(i * 7919 - 30000);
+    b16.push_back(static_cast<uint8_t>(static_cast<uint16_t>(v16) >> 8));
+    b16.push_back(static_cast<uint8_t>(v16));
+    want16.push_back(v16);
+    int32_t v32 = i * 1000003 - 7;
+    put_be32(b32, static_cast<uint32_t>(v32));
+    want32.push_back(v32);
+    float f = static_cast<float>(i) * 0.25f - 3.0f;
+    uint32_t fu;
+    std::memcpy(&fu, &f, 4);
+    put_be32(bf, fu);
+    wantf.push_back(f);
+    double d = i * 0.1 - 50.0;
+    uint64_t du;
+    std::memcpy(&du, &d, 8);
+    put_be32(bd, static_cast<uint32_t>(du >> 32));
+    put_be32(bd, static_cast<uint32_t>(du));
+    wantd.push_back(d);
+  }
+  const uint32_t un = static_cast<uint32_t>(n);
+  for (bool compressed : {false, true}) {
+    auto parse = [&](uint8_t code, const Bytes& payload) {
+      Bytes b = idx_bytes(code, {un}, payload);
+      if (compressed) b = gzip(b);
+      return parse_idx(b.data(), b.size());
+    };
+    EXPECT_EQ(parse(0x09, b8).to_vector<int64_t>(), want8) << compressed;
+    EXPECT_EQ(parse(0x0B, b16).to_vector<int64_t>(), want16) << compressed;
+    EXPECT_EQ(parse(0x0C, b32).to_vector<int64_t>(), want32) << compressed;
+    EXPECT_EQ(parse(0x0D, bf).to_vector<double>(), wantf) << compressed;
+    EXPECT_EQ(parse(0x0E, bd).to_vector<double>(), wantd) << compressed;
+  }
+}
+
 TEST(DataIdx, MissingFileAndDirectory) {
   TempDir dir;
   expect_error([&] { read_idx(dir.file("nope.gz")); }, "[read_idx] " + dir.file("nope.gz") + ": no such file");

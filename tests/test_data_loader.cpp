@@ -212,6 +212,23 @@ TEST(DataLoader, BadArgumentsRejected) {
   expect_error([&] { ++it; }, "[DataLoader] advancing an iterator past the end");
 }
 
+// num_workers * prefetch wrapped to 0 (a ring of no slots: a division by zero) or asked for a
+// ring of 2^42 slots (std::bad_alloc); both are bounded, and the ring by the batches left.
+TEST(DataLoader, HugeWorkerAndPrefetchCountsAreErrorsAndTheRingIsCapped) {
+  auto ds = std::make_shared<CountingDataset>(10);
+  expect_error([&] { DataLoader(ds, {.batch_size = 2, .num_workers = 4, .prefetch = int64_t{1} << 62}); },
+               "[DataLoader] prefetch must be at most 65536, got 4611686018427387904");
+  expect_error([&] { DataLoader(ds, {.batch_size = 2, .num_workers = 4, .prefetch = int64_t{1} << 40}); },
+               "prefetch must be at most 65536");
+  expect_error([&] { DataLoader(ds, {.num_workers = int64_t{1} << 62}); },
+               "[DataLoader] num_workers must be at most 1024, got 4611686018427387904");
+  // The largest prefetch works, with a ring of the 5 batches there are (not 2^18 slots).
+  DataLoader loader(ds, {.batch_size = 2, .num_workers = 4, .prefetch = 65536});
+  EXPECT_EQ(targets_of(loader), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  loader.set_epoch(0, 3);  // started part-way: the ring holds the 2 batches left
+  EXPECT_EQ(targets_of(loader), (std::vector<int64_t>{6, 7, 8, 9}));
+}
+
 TEST(DataLoader, CollateChecksShapesAndHandlesViews) {
   Tensor x = arange(12, kFloat32).reshape({3, 4});
   Batch b = data::collate({{x.select(1, 0), scalar_tensor(0, kInt64)}, {x.select(1, 2), scalar_tensor(1, kInt64)}});

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "stand_in_device.h"
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -45,6 +46,12 @@ std::string make_file(const std::string& header, const std::string& data) {
 std::string raw_bytes(const Tensor& t) {
   Tensor c = t.contiguous();
   return std::string(static_cast<const char*>(c.data_ptr()), c.nbytes());
+}
+
+std::string zeros_array(int n) {
+  std::string s = "[";
+  for (int i = 0; i < n; ++i) s += i ? ",0" : "0";
+  return s + "]";
 }
 
 // Each test gets its own empty directory.
@@ -131,7 +138,7 @@ TEST_F(Safetensors, MetadataRoundTripsAndCheckpointsUseTheSameFormat) {
   EXPECT_EQ(f.tensors.size(), 2u);
   EXPECT_EQ(io::load_safetensors_metadata(path("m.safetensors")), meta);
 
-  // A checkpoint is the same file with the data section's CRC-32 in the metadata.
+  // A checkpoint is the same file with its CRC-32 (of the header and data) in the metadata.
   io::save_checkpoint(path("c.ckpt"), in, meta);
   io::SafetensorsFile c = io::load_checkpoint(path("c.ckpt"));
   std::map<std::string, std::string> with_crc = meta;
@@ -267,7 +274,7 @@ TEST_F(Safetensors, RejectsBadHeaderLengthsAndJson) {
   expect_rejected(make_file("{\"a\":01}", ""), "leading zero");
   std::string deep = "{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,1],\"x\":" + std::string(100, '[') +
                      std::string(100, ']') + "}}";
-  expect_rejected(make_file(deep, "a"), "nested deeper than 64 levels");
+  expect_rejected(make_file(deep, "a"), "nested deeper than 4 levels");
   std::string t = "{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}";
   expect_rejected(make_file("{\"a\":" + t + ",\"a\":" + t + "}", "a"), "duplicate key \"a\"");
   expect_rejected(make_file("{\"__metadata__\":{\"k\":1}}", ""), "\"__metadata__\" entry \"k\" is a number");
@@ -311,7 +318,7 @@ TEST_F(Safetensors, RejectsRanksNoOpTakes) {
   for (int i = 0; i < 65; ++i) shape += i ? ",1" : "1";
   shape += "]";
   expect_rejected(make_file("{\"deep\":{\"dtype\":\"F32\",\"shape\":" + shape + ",\"data_offsets\":[0,4]}}", "abcd"),
-                  "tensor \"deep\" has 65 dims; Kiln's ops take at most 64");
+                  "an array of more than 64 items");
   shape = "[";
   for (int i = 0; i < 64; ++i) shape += i ? ",1" : "1";
   shape += "]";
@@ -324,14 +331,22 @@ TEST_F(Safetensors, CheckpointChecksumCatchesFlippedBytes) {
   std::map<std::string, Tensor> in = {{"w", arange(1000, kFloat32)}, {"step", tensor({7}, TensorOptions(kInt64))}};
   io::save_checkpoint(path("c.ckpt"), in, {{"epoch", "3"}});
   std::string bytes = read_bytes(path("c.ckpt"));
-  // Python's zlib.crc32 of the data section, as the metadata says.
+  // zlib's CRC-32 (Python's zlib.crc32) of the header as written, less its padding and with the
+  // entry's value zeroed, then of the data, as io.h says.
   uint64_t header = 0;
   std::memcpy(&header, bytes.data(), 8);
-  EXPECT_EQ(io::load_checkpoint(path("c.ckpt")).metadata.at(io::kChecksumKey).size(), 8u);
+  const std::string sum = io::load_checkpoint(path("c.ckpt")).metadata.at(io::kChecksumKey);
+  ASSERT_EQ(sum.size(), 8u);
+  std::string text = bytes.substr(8, header);
+  text.erase(text.find_last_not_of(' ') + 1);
+  text.replace(text.find(sum), 8, "00000000");
+  uint32_t crc = io::detail::crc32_update(0, text.data(), text.size());
+  crc = io::detail::crc32_update(crc, bytes.data() + 8 + header, bytes.size() - 8 - header);
+  EXPECT_EQ(io::detail::crc32_hex(crc), sum);
   bytes[8 + header + 100] ^= 0x10;  // one bit of one weight
   write_bytes(path("c.ckpt"), bytes);
   expect_error([&] { io::load_checkpoint(path("c.ckpt")); },
-               "[load_checkpoint] " + path("c.ckpt") + ": the data's CRC-32 is ");
+               "[load_checkpoint] " + path("c.ckpt") + ": the CRC-32 of its header and data is ");
   expect_error([&] { io::load_checkpoint(path("c.ckpt")); }, "(--no-verify loads it anyway)");
   EXPECT_NO_THROW(io::load_checkpoint(path("c.ckpt"), false));  // verify off
   EXPECT_NO_THROW(io::load_safetensors(path("c.ckpt")));        // other readers ignore the entry
@@ -339,6 +354,112 @@ TEST_F(Safetensors, CheckpointChecksumCatchesFlippedBytes) {
   io::save_safetensors(path("plain.safetensors"), in);
   EXPECT_EQ(io::load_checkpoint(path("plain.safetensors")).tensors.size(), 2u);
   expect_error([&] { io::save_checkpoint(path("x.ckpt"), in, {{io::kChecksumKey, "0"}}); }, "is the checkpoint's own");
+  expect_error([&] { io::save_checkpoint(path("x.ckpt"), in, {{io::kDataChecksumKey, "0"}}); },
+               "is the checkpoint's own");
+}
+
+// The checksum covered the data alone: a changed resume setting or shape loaded silently, and a
+// flipped bit in the checksum entry's name switched verification off.
+TEST_F(Safetensors, CheckpointChecksumCoversTheHeader) {
+  const std::string p = path("h.ckpt");
+  const std::map<std::string, std::string> meta = {{"format", "kiln-train-checkpoint-1"}, {"lr", "0.001"}};
+  io::save_checkpoint(p, {{"w", arange(6, kFloat32).reshape({2, 3})}}, meta);
+  const std::string good = read_bytes(p);
+  io::SafetensorsFile f = io::load_checkpoint(p);
+  EXPECT_EQ(f.metadata.at("lr"), "0.001");
+  EXPECT_EQ(f.metadata.count(io::kDataChecksumKey), 0u);
+  auto changed = [&](const std::string& from, const std::string& to) {
+    std::string b = good;
+    size_t at = b.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) b.replace(at, from.size(), to);
+    write_bytes(p, b);
+  };
+  const std::string mismatch = "[load_checkpoint] " + p + ": the CRC-32 of its header and data is ";
+  changed("\"lr\":\"0.001\"", "\"lr\":\"0.003\"");  // one setting
+  expect_error([&] { io::load_checkpoint(p); }, mismatch);
+  EXPECT_EQ(io::load_checkpoint(p, false).metadata.at("lr"), "0.003");  // --no-verify
+  changed("\"shape\":[2,3]", "\"shape\":[3,2]");  // a shape
+  expect_error([&] { io::load_checkpoint(p); }, mismatch);
+  changed("\"w\":", "\"v\":");  // a name
+  expect_error([&] { io::load_checkpoint(p); }, mismatch);
+  changed("kiln_crc32", "jiln_crc32");  // the entry's own name
+  expect_error([&] { io::load_checkpoint(p); },
+               "[load_checkpoint] " + p + ": a Kiln checkpoint (format 'kiln-train-checkpoint-1') without its "
+               "checksum entry \"kiln_crc32\"");
+  EXPECT_NO_THROW(io::load_checkpoint(p, false));
+  // JSON whitespace changes nothing that loads, and is not covered.
+  {
+    std::string b = good;
+    b.insert(b.find("\"0.001\""), " ");
+    uint64_t n = 0;
+    std::memcpy(&n, b.data(), 8);
+    ++n;
+    std::memcpy(b.data(), &n, 8);
+    write_bytes(p, b);
+    EXPECT_EQ(io::load_checkpoint(p).metadata.at("lr"), "0.001");
+  }
+  // Still a plain safetensors file: only a metadata string differs from save_safetensors's.
+  write_bytes(p, good);
+  std::map<std::string, std::string> with_crc = meta;
+  with_crc[io::kChecksumKey] = f.metadata.at(io::kChecksumKey);
+  io::save_safetensors(path("plain.safetensors"), {{"w", arange(6, kFloat32).reshape({2, 3})}}, with_crc);
+  EXPECT_EQ(read_bytes(path("plain.safetensors")), good);
+}
+
+// Checkpoints written before the header was covered carry "kiln_data_crc32" (the data alone):
+// they load, and their data is still checked.
+TEST_F(Safetensors, CheckpointsFromEarlierVersionsStillVerifyTheirData) {
+  const std::string p = path("old.ckpt");
+  std::map<std::string, Tensor> in = {{"w", arange(100, kFloat32)}, {"step", tensor({7}, TensorOptions(kInt64))}};
+  io::save_safetensors(p, in, {{"format", "kiln-train-checkpoint-1"}, {io::kDataChecksumKey, "00000000"}});
+  std::string bytes = read_bytes(p);
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  const std::string crc = io::detail::crc32_hex(io::detail::crc32_update(0, bytes.data() + 8 + header, bytes.size() - 8 - header));
+  bytes.replace(bytes.find("00000000"), 8, crc);
+  write_bytes(p, bytes);
+  io::SafetensorsFile f = io::load_checkpoint(p);
+  EXPECT_EQ(f.metadata.at(io::kDataChecksumKey), crc);
+  expect_close(f.tensors.at("step"), {7}, {1}, 0, 0);
+  bytes[bytes.size() - 5] ^= 0x01;
+  write_bytes(p, bytes);
+  expect_error([&] { io::load_checkpoint(p); }, "[load_checkpoint] " + p + ": the CRC-32 of its data is ");
+  EXPECT_NO_THROW(io::load_checkpoint(p, false));
+}
+
+// A 98 MB header of `{"__metadata__":[0,0,...]}` took 6.5 GB as a tree before its schema was
+// checked. The reader stops at the schema's bounds, where they are first exceeded.
+TEST_F(Safetensors, HostileHeadersStopAtTheSchemasBounds) {
+  std::string zeros = "{\"__metadata__\":[";
+  for (int i = 0; i < 100000; ++i) zeros += i ? ",0" : "0";
+  zeros += "]}";
+  // The 65th item starts at byte 17 + 64 * 2.
+  expect_rejected(make_file(zeros, ""), "invalid JSON header at byte 145: an array of more than 64 items");
+  expect_rejected(make_file("{\"a\":{\"shape\":[[1]]}}", ""), "at byte 16: nested deeper than 4 levels");
+  expect_rejected(make_file("{\"__metadata__\":{\"k\":{\"x\":[1]}}}", ""), "nested deeper than 4 levels");
+}
+
+TEST(Json, LimitsStopTheReaderWhereTheyAreFirstExceeded) {
+  using io::json::parse;
+  using io::json::ParseLimits;
+  EXPECT_EQ(parse("[1,2]", "t", "", {.max_array_items = 2}).items.size(), 2u);
+  expect_error([] { parse("[1,2,3]", "t", "p: ", {.max_array_items = 2}); },
+               "[t] p: invalid JSON header at byte 5: an array of more than 2 items");
+  EXPECT_EQ(parse("{\"a\":[1]}", "t", "", {.max_depth = 3}).members.size(), 1u);
+  expect_error([] { parse("{\"a\":[[1]]}", "t", "", {.max_depth = 3}); }, "at byte 7: nested deeper than 3 levels");
+  std::string wide = "{";
+  for (int i = 0; i < 1000; ++i) wide += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
+  wide += "}";
+  EXPECT_EQ(parse(wide, "t", "").members.size(), 1000u);
+  expect_error([&] { parse(wide, "t", "", {.max_tree_bytes = 10000}); },
+               "needs more than 10000 bytes of memory to hold");
+  // Without limits: the defaults (64 levels, arrays and trees of any size).
+  EXPECT_EQ(parse(zeros_array(100000), "t", "").items.size(), 100000u);
+  EXPECT_NO_THROW(parse(std::string(64, '[') + std::string(64, ']'), "t", ""));
+  expect_error([] { parse(std::string(65, '[') + std::string(65, ']'), "t", ""); }, "nested deeper than 64 levels");
+  // Duplicate keys are still found, at the later one.
+  expect_error([] { parse("{\"b\":1,\"a\":2,\"b\":3,\"a\":4}", "t", ""); }, "at byte 13: duplicate key \"b\"");
 }
 
 // An empty tensor has no buffer (a null pointer), which zlib's crc32 takes as "start again": one
@@ -447,6 +568,49 @@ TEST_F(Safetensors, InterruptedAtomicWriteLeavesThePreviousFileAndNoTemporary) {
   struct stat st {};
   ASSERT_EQ(::stat(p.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0666 & ~mask);  // as any newly created file, not mkstemp's 0600
+}
+
+mode_t mode_of(const std::string& p) {
+  struct stat st {};
+  EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+  return st.st_mode & 07777;
+}
+
+// A save through a symbolic link replaced the link with a regular file (the file it named kept
+// its old contents), and a replaced file lost its permissions (a private checkpoint became
+// world-readable on its next save).
+TEST_F(Safetensors, SavingThroughALinkUpdatesItsTargetAndPermissionsAreKept) {
+  fs::create_directories(path("real"));
+  const std::string target = path("real/c.safetensors"), link = path("link.safetensors");
+  io::save_safetensors(target, {{"w", zeros({2})}});
+  ASSERT_EQ(::chmod(target.c_str(), 0600), 0);
+  fs::create_symlink("real/c.safetensors", link);  // relative to the link's directory
+  io::save_safetensors(link, {{"w", ones({2})}});
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(fs::read_symlink(link), fs::path("real/c.safetensors"));
+  expect_close(io::load_safetensors(target).at("w"), {1, 1}, {2}, 0, 0);
+  EXPECT_EQ(mode_of(target), 0600u);
+  EXPECT_EQ(listing(), (std::vector<std::string>{"link.safetensors", "real"}));  // no temporary left
+  // A link to a link, absolute this time; and a dangling link gets its file.
+  fs::create_symlink(link, path("link2.safetensors"));
+  io::save_checkpoint(path("link2.safetensors"), {{"w", full({2}, 3.0f)}});
+  expect_close(io::load_checkpoint(target).tensors.at("w"), {3, 3}, {2}, 0, 0);
+  EXPECT_EQ(mode_of(target), 0600u);
+  fs::create_symlink("real/new.safetensors", path("dangling.safetensors"));
+  io::save_safetensors(path("dangling.safetensors"), {{"w", ones({1})}});
+  EXPECT_TRUE(fs::is_symlink(path("dangling.safetensors")));
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(path("real/new.safetensors"))));
+  std::vector<std::string> in_real;
+  for (const auto& e : fs::directory_iterator(path("real"))) in_real.push_back(e.path().filename().string());
+  std::sort(in_real.begin(), in_real.end());
+  EXPECT_EQ(in_real, (std::vector<std::string>{"c.safetensors", "new.safetensors"}));
+  // A plain file keeps unusual permissions too.
+  const std::string plain = path("plain.txt");
+  io::write_file_atomically(plain, [](io::AtomicFile& f) { f.write("a", 1); });
+  ASSERT_EQ(::chmod(plain.c_str(), 0640), 0);
+  io::write_file_atomically(plain, [](io::AtomicFile& f) { f.write("b", 1); });
+  EXPECT_EQ(read_bytes(plain), "b");
+  EXPECT_EQ(mode_of(plain), 0640u);
 }
 
 }  // namespace

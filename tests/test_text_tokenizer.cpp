@@ -204,5 +204,51 @@ TEST_F(TextVocabFile, CrlfBlankLinesAndSaveRoundTrip) {
   EXPECT_EQ(back.tokens(), v.tokens());
 }
 
+// Hugging Face's tokenizer (tokenizers' WordPiece::read_file) drops each line's trailing White_Space
+// (Rust's trim_end); Kiln kept it, so "hello " never matched "hello". The expected ids are what
+// transformers 5.25's BertTokenizer(vocab=...) gives for this file.
+TEST_F(TextVocabFile, TrailingWhiteSpaceIsDroppedAsHuggingFaceDoes) {
+  const std::string file = write("ws.txt",
+                                 "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n"
+                                 "hello \nworld\r\nfoo\xc2\xa0\n##s\t\n"   // U+0020, "\r", U+00A0, "\t"
+                                 "bar\xe2\x80\x83\xe3\x80\x80\nbaz\x0b\x0c\nqux\xc2\x85\n"  // U+2003 U+3000, VT FF, U+0085
+                                 "zap\xe1\xa0\x8e\nzip\xe2\x80\x8b\n");  // U+180E, U+200B: not White_Space, kept
+  Vocab v = Vocab::from_file(file);
+  EXPECT_EQ(v.tokens(), (std::vector<std::string>{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world",
+                                                  "foo", "##s", "bar", "baz", "qux", "zap\xe1\xa0\x8e",
+                                                  "zip\xe2\x80\x8b"}));
+  BertTokenizer tok(v);
+  EXPECT_EQ(tok.tokenize("hello world foo foos bar baz qux zap zip"),
+            (std::vector<std::string>{"hello", "world", "foo", "foo", "##s", "bar", "baz", "qux", "[UNK]", "[UNK]"}));
+  EXPECT_EQ(tok.encode("foos", false), (std::vector<int64_t>{7, 8}));
+  // Lines that differ only in trailing white space are one token: still a duplicate (documented).
+  test::expect_error([&] { Vocab::from_file(write("dup_ws.txt", "[PAD]\nab\nab \t\n")); },
+                     "token \"ab\" appears twice, on lines 2 and 3");
+  // A line of white space alone is a blank line: an unused id.
+  EXPECT_EQ(Vocab::from_file(write("blank_ws.txt", "a\n \t\nb\n")).tokens(), (std::vector<std::string>{"a", "", "b"}));
+}
+
+// save wrote tokens that from_file then refused ("b" twice once "b\r" lost its "\r", a NUL byte,
+// invalid UTF-8) or read as another token ("b\r" as "b").
+TEST_F(TextVocabFile, SaveRefusesTokensTheFileCannotHold) {
+  const std::string out = dir_ + "/out.txt";
+  auto refused = [&](std::vector<std::string> tokens, const std::string& needle) {
+    Vocab v(std::move(tokens));
+    test::expect_error([&] { v.save(out); }, "[Vocab::save] " + out + ": token 1 ");
+    test::expect_error([&] { v.save(out); }, needle);
+    EXPECT_FALSE(std::filesystem::exists(out));
+  };
+  refused({"a", "b\r", "b"}, "\"b\\x0d\" ends with white space");
+  refused({"a", "b "}, "ends with white space");
+  refused({"a", "b\xc2\xa0"}, "ends with white space");
+  refused({"a", std::string("x\0y", 3)}, "contains a NUL byte");
+  refused({"a", "\xff"}, "is not valid UTF-8");
+  refused({"a", "b\nc"}, "contains a newline");
+  // White space inside a token, and blank placeholders, round-trip.
+  Vocab ok({"a", "b c", "", "\xe4\xb8\xad\xe6\x96\x87", "zap\xe1\xa0\x8e"});
+  ok.save(out);
+  EXPECT_EQ(Vocab::from_file(out).tokens(), ok.tokens());
+}
+
 }  // namespace
 }  // namespace kiln::text

@@ -1,8 +1,13 @@
 // The WordPiece trainer: specials first, every character present, deterministic, merges
 // that cover the training text; and the corpus reader's formats and errors.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "kiln/text.h"
 #include "test_util.h"
@@ -145,6 +150,32 @@ TEST_F(TextCorpus, ErrorsForMissingEmptyAndBinary) {
   for (int i = 0; i < 1000; ++i) junk.push_back(static_cast<char>(0x80 + (i * 37) % 120));
   test::expect_error([&] { read_corpus(write("junk.txt", junk)); }, "invalid UTF-8 sequences in 1000 bytes");
   test::expect_error([&] { read_corpus(write("nul.txt", std::string("text\0", 5))); }, "NUL byte at offset 4");
+}
+
+// A FIFO blocked the open until a writer came (forever, for `kiln train --data fifo`), and
+// /dev/zero was read up to the 4 GiB limit. Both are refused at once, as MappedFile does.
+TEST_F(TextCorpus, FifosAndDevicesAreRefusedNotWaitedOnOrRead) {
+  const std::string fifo = dir_ + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // A writer that opens and closes the FIFO at once, so that a reader that waits for one ends
+  // (reading nothing: a wrong error, not a hung test). It waits for a reader: `release` is one.
+  std::thread writer([&] {
+    int fd = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) ::close(fd);
+  });
+  std::string corpus_error, vocab_error;
+  try {
+    read_corpus(fifo);
+  } catch (const Error& e) {
+    corpus_error = e.what();
+  }
+  int release = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  writer.join();
+  if (release >= 0) ::close(release);
+  EXPECT_NE(corpus_error.find("[read_corpus] " + fifo + ": not a regular file"), std::string::npos) << corpus_error;
+  // A device: refused, not read until the size limit (32 MiB for a vocabulary).
+  test::expect_error([&] { Vocab::from_file("/dev/zero"); }, "[Vocab::from_file] /dev/zero: not a regular file");
+  test::expect_error([&] { read_corpus("/dev/null"); }, "[read_corpus] /dev/null: not a regular file");
 }
 
 TEST(TextCorpusFortunes, ReadsEachFileOnce) {

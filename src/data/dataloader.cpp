@@ -2,8 +2,10 @@
 // batches by worker threads.
 #include "kiln/data/dataloader.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <iostream>
@@ -111,7 +113,10 @@ struct EpochRun {
     // Workers pin on the starting thread's GPU, as PyTorch's pin-memory thread does: with no GPU
     // current, a pinned allocation makes a context on GPU 0 in every process of a multi-GPU job.
     if (options.pin_memory) pin_device = cuda::current_device();
-    slots.resize(static_cast<size_t>(w_count * options.prefetch));
+    // The ring never needs more slots than batches are left (a large prefetch on a small data set).
+    int64_t ring = 0;
+    if (__builtin_mul_overflow(w_count, options.prefetch, &ring)) ring = INT64_MAX;  // the constructor bounds both
+    slots.resize(static_cast<size_t>(std::min(ring, num_batches - start)));
     for (int64_t w = 0; w < w_count; ++w) {
       try {
         workers.emplace_back([this, start, w, w_count] { work(start + w, w_count); });
@@ -212,7 +217,11 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   KILN_CHECK(dataset_ != nullptr, "DataLoader", "the dataset is null");
   KILN_CHECK(options_.batch_size >= 1, "DataLoader", "batch_size must be at least 1, got ", options_.batch_size);
   KILN_CHECK(options_.num_workers >= 0, "DataLoader", "num_workers must be >= 0, got ", options_.num_workers);
+  KILN_CHECK(options_.num_workers <= kMaxWorkers, "DataLoader", "num_workers must be at most ", kMaxWorkers, ", got ",
+             options_.num_workers);
   KILN_CHECK(options_.prefetch >= 1, "DataLoader", "prefetch must be at least 1, got ", options_.prefetch);
+  KILN_CHECK(options_.prefetch <= kMaxPrefetch, "DataLoader", "prefetch must be at most ", kMaxPrefetch, ", got ",
+             options_.prefetch);
   KILN_CHECK(dataset_->size() >= 0, "DataLoader", "the dataset reports size ", dataset_->size());
   KILN_CHECK(!(options_.sampler && options_.shuffle), "DataLoader",
              "shuffle must be false with a sampler (the sampler decides the order)");

@@ -1,16 +1,18 @@
-// The IDX reader: header checks, gzip decompression through zlib, big-endian element decoding.
+// The IDX reader: header checks, gzip decompression through zlib straight into the tensor,
+// big-endian element decoding in place.
 #include "kiln/data/idx.h"
 
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <system_error>
-#include <vector>
+
+#include "io/mapped_file.h"
 
 namespace kiln::data {
 namespace {
@@ -76,70 +78,98 @@ std::optional<Header> parse_header(const uint8_t* p, size_t n, const std::string
   KILN_FAIL(kWhere, name, ": corrupt gzip data (zlib error ", ret, zs.msg ? std::string(": ") + zs.msg : "", ")");
 }
 
-// Decompresses a gzip stream (members may be concatenated). Output grows only as data arrives and
-// stops as soon as it exceeds what the IDX header declares, so a bad file cannot exhaust memory
-// beyond its own content.
-std::vector<uint8_t> gunzip(const uint8_t* in, size_t in_size, const std::string& name) {
-  z_stream zs{};
-  int ret = inflateInit2(&zs, 16 + MAX_WBITS);
-  if (ret != Z_OK) zlib_fail(zs, ret, name);
-  struct End { z_stream* zs; ~End() { inflateEnd(zs); } } end{&zs};
+// The most bytes deflate can expand n compressed bytes to: a 258-byte match takes at least 2
+// bits (a 1-bit length code and a 1-bit distance code), so about 1032:1. Headers, trailers and
+// block headers only lower it, so no valid file exceeds it.
+constexpr size_t kMaxDeflateRatio = 1032;
 
-  std::vector<uint8_t> out;
-  size_t produced = 0;
-  size_t consumed = 0;
-  std::optional<size_t> expected;  // header + payload, once the header has been decompressed
-  constexpr size_t kChunk = size_t{1} << 20;
-  constexpr size_t kMaxFeed = size_t{1} << 30;  // avail_in is a uInt
-  for (;;) {
-    if (zs.avail_in == 0 && consumed < in_size) {
-      size_t feed = std::min(in_size - consumed, kMaxFeed);
-      zs.next_in = const_cast<Bytef*>(in + consumed);
-      zs.avail_in = static_cast<uInt>(feed);
-      consumed += feed;
-    }
-    if (out.size() - produced < kChunk) out.resize(produced + kChunk);
-    zs.next_out = out.data() + produced;
-    zs.avail_out = static_cast<uInt>(out.size() - produced);
-    ret = inflate(&zs, Z_NO_FLUSH);
-    produced = out.size() - zs.avail_out;
-    if (!expected) {
-      if (auto h = parse_header(out.data(), produced, name)) expected = h->header_bytes + h->payload_bytes;
-    }
-    KILN_CHECK(!expected || produced <= *expected, kWhere, name, ": more data than the dimensions declare (",
-               *expected, " bytes expected, trailing bytes after them)");
-    if (ret == Z_STREAM_END) {
-      size_t left = zs.avail_in + (in_size - consumed);
-      if (left == 0) break;
-      const uint8_t* rest = in + (in_size - left);
-      KILN_CHECK(left >= 2 && rest[0] == 0x1f && rest[1] == 0x8b, kWhere, name, ": ", left,
-                 " trailing bytes after the gzip stream");
-      ret = inflateReset(&zs);  // another gzip member follows
-      if (ret != Z_OK) zlib_fail(zs, ret, name);
-      continue;
-    }
-    if (ret == Z_BUF_ERROR && zs.avail_in == 0 && consumed == in_size) {
-      KILN_FAIL(kWhere, name, ": truncated gzip stream (ends after ", produced, " decompressed bytes)");
-    }
-    if (ret != Z_OK && ret != Z_BUF_ERROR) zlib_fail(zs, ret, name);
+// A gzip stream (members may be concatenated), decompressed on demand into the caller's buffers.
+class Gunzip {
+ public:
+  Gunzip(const uint8_t* in, size_t n, const std::string& name) : in_(in), n_(n), name_(name) {
+    int ret = inflateInit2(&zs_, 16 + MAX_WBITS);
+    if (ret != Z_OK) zlib_fail(zs_, ret, name_);
   }
-  out.resize(produced);
-  return out;
+  ~Gunzip() { inflateEnd(&zs_); }
+  Gunzip(const Gunzip&) = delete;
+  Gunzip& operator=(const Gunzip&) = delete;
+
+  // Fills dst with up to `cap` bytes: fewer only when the last member has ended and no input is
+  // left. A corrupt or truncated stream, or bytes after it that start no member, throw.
+  size_t read(uint8_t* dst, size_t cap) {
+    constexpr size_t kMaxStep = size_t{1} << 30;  // avail_in and avail_out are uInt
+    size_t got = 0;
+    while (got < cap && !finished_) {
+      if (zs_.avail_in == 0 && consumed_ < n_) {
+        size_t feed = std::min(n_ - consumed_, kMaxStep);
+        zs_.next_in = const_cast<Bytef*>(in_ + consumed_);
+        zs_.avail_in = static_cast<uInt>(feed);
+        consumed_ += feed;
+      }
+      size_t step = std::min(cap - got, kMaxStep);
+      zs_.next_out = dst + got;
+      zs_.avail_out = static_cast<uInt>(step);
+      int ret = inflate(&zs_, Z_NO_FLUSH);
+      got += step - zs_.avail_out;
+      if (ret == Z_STREAM_END) {
+        size_t left = zs_.avail_in + (n_ - consumed_);
+        if (left == 0) {
+          finished_ = true;
+          break;
+        }
+        const uint8_t* rest = in_ + (n_ - left);
+        KILN_CHECK(left >= 2 && rest[0] == 0x1f && rest[1] == 0x8b, kWhere, name_, ": ", left,
+                   " trailing bytes after the gzip stream");
+        ret = inflateReset(&zs_);  // another gzip member follows
+        if (ret != Z_OK) zlib_fail(zs_, ret, name_);
+        continue;
+      }
+      if (ret == Z_BUF_ERROR && zs_.avail_in == 0 && consumed_ == n_)
+        KILN_FAIL(kWhere, name_, ": truncated gzip stream (ends after ", total_ + got, " decompressed bytes)");
+      if (ret != Z_OK && ret != Z_BUF_ERROR) zlib_fail(zs_, ret, name_);
+    }
+    total_ += got;
+    return got;
+  }
+
+ private:
+  z_stream zs_{};
+  const uint8_t* in_;
+  size_t n_;
+  size_t consumed_ = 0;  // input handed to zlib so far
+  size_t total_ = 0;     // bytes decompressed so far
+  bool finished_ = false;
+  const std::string& name_;
+};
+
+// Where the file's elements go in the tensor made for them: the end of its buffer, so that
+// decode_in_place can widen them to the tensor's type where they lie.
+uint8_t* payload_destination(Tensor& t, const Header& h) {
+  return static_cast<uint8_t*>(t.data_ptr()) + (t.nbytes() - h.payload_bytes);
 }
 
-template <class T>
-void decode(const uint8_t* src, T* dst, size_t numel, size_t elem_bytes, uint8_t code) {
-  for (size_t i = 0; i < numel; ++i, src += elem_bytes) {
-    if (code == 0x09) {
-      dst[i] = static_cast<T>(static_cast<int8_t>(src[0]));
-    } else if (code == 0x0B) {
-      dst[i] = static_cast<T>(static_cast<int16_t>((uint16_t{src[0]} << 8) | src[1]));
-    } else if (elem_bytes == 4) {
-      uint32_t u = be32(src);
-      std::memcpy(&dst[i], &u, 4);
+// Turns the big-endian elements at payload_destination(t, h) into t's values, in place: one
+// buffer holds the data, never two. Widening runs forward: element i's source bytes (at or past
+// byte 3n + i for int8, 2n + 2i for int16, of n elements) are read before element i is written,
+// and no later element's source lies below the bytes written so far.
+void decode_in_place(Tensor& t, const Header& h) {
+  const size_t n = static_cast<size_t>(t.numel());
+  if (n == 0 || h.code == 0x08) return;
+  uint8_t* base = static_cast<uint8_t*>(t.data_ptr());
+  const uint8_t* src = payload_destination(t, h);
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t* e = src + i * h.file_elem_size;
+    uint8_t* out = base + i * element_size(h.dtype);
+    if (h.code == 0x09 || h.code == 0x0B) {
+      int32_t v = h.code == 0x09 ? int32_t{static_cast<int8_t>(e[0])}
+                                 : int32_t{static_cast<int16_t>((uint16_t{e[0]} << 8) | e[1])};
+      std::memcpy(out, &v, 4);
+    } else if (h.file_elem_size == 4) {
+      uint32_t u = be32(e);
+      std::memcpy(out, &u, 4);
     } else {
-      uint64_t u = (uint64_t{be32(src)} << 32) | be32(src + 4);
-      std::memcpy(&dst[i], &u, 8);
+      uint64_t u = (uint64_t{be32(e)} << 32) | be32(e + 4);
+      std::memcpy(out, &u, 8);
     }
   }
 }
@@ -152,14 +182,38 @@ Tensor parse_raw(const uint8_t* p, size_t n, const std::string& name) {
   KILN_CHECK(n - h->header_bytes == h->payload_bytes, kWhere, name, ": ", n - h->header_bytes - h->payload_bytes,
              " trailing bytes after the ", h->payload_bytes, " bytes that dimensions ", h->dims, " declare");
   Tensor t = empty(h->dims, h->dtype);
-  const uint8_t* src = p + h->header_bytes;
-  size_t numel = static_cast<size_t>(t.numel());
-  switch (h->code) {
-    case 0x08: if (numel) std::memcpy(t.data_ptr(), src, numel); break;
-    case 0x09: case 0x0B: case 0x0C: decode(src, t.data_ptr<int32_t>(), numel, h->file_elem_size, h->code); break;
-    case 0x0D: decode(src, t.data_ptr<float>(), numel, 4, h->code); break;
-    default: decode(src, t.data_ptr<double>(), numel, 8, h->code); break;
+  if (h->payload_bytes > 0) std::memcpy(payload_destination(t, *h), p + h->header_bytes, h->payload_bytes);
+  decode_in_place(t, *h);
+  return t;
+}
+
+// Decompresses straight into the tensor, once the header says how large it is and that the
+// compressed size can hold that much: a small file declaring gigabytes fails before anything
+// is allocated for them.
+Tensor parse_gzip(const uint8_t* p, size_t n, const std::string& name) {
+  Gunzip gz(p, n, name);
+  uint8_t head[4 + 4 * kMaxDims];
+  size_t got = gz.read(head, 4);
+  std::optional<Header> h = parse_header(head, got, name);  // checks the rank before reading the dims
+  if (!h && got == 4) {
+    got += gz.read(head + 4, 4 * size_t{head[3]});
+    h = parse_header(head, got, name);
   }
+  KILN_CHECK(h.has_value(), kWhere, name, ": truncated header (", got, " bytes)");
+  size_t bound = 0;
+  if (__builtin_mul_overflow(n, kMaxDeflateRatio, &bound)) bound = SIZE_MAX;
+  const size_t declared = h->header_bytes + h->payload_bytes;
+  KILN_CHECK(declared <= bound, kWhere, name, ": dimensions ", h->dims, " declare ", declared,
+             " bytes, more than ", n, " bytes of gzip can hold (deflate expands at most ", kMaxDeflateRatio,
+             ":1): the file is truncated or corrupt");
+  Tensor t = empty(h->dims, h->dtype);
+  const size_t have = h->payload_bytes > 0 ? gz.read(payload_destination(t, *h), h->payload_bytes) : 0;
+  KILN_CHECK(have == h->payload_bytes, kWhere, name, ": truncated data: dimensions ", h->dims, " need ",
+             h->payload_bytes, " bytes, the file has ", have);
+  uint8_t extra = 0;
+  KILN_CHECK(gz.read(&extra, 1) == 0, kWhere, name, ": more data than the dimensions declare (", declared,
+             " bytes expected, trailing bytes after them)");
+  decode_in_place(t, *h);
   return t;
 }
 
@@ -167,10 +221,7 @@ Tensor parse_raw(const uint8_t* p, size_t n, const std::string& name) {
 
 Tensor parse_idx(const void* bytes, size_t size, const std::string& name) {
   const auto* p = static_cast<const uint8_t*>(bytes);
-  if (size >= 2 && p[0] == 0x1f && p[1] == 0x8b) {
-    std::vector<uint8_t> raw = gunzip(p, size, name);
-    return parse_raw(raw.data(), raw.size(), name);
-  }
+  if (size >= 2 && p[0] == 0x1f && p[1] == 0x8b) return parse_gzip(p, size, name);
   return parse_raw(p, size, name);
 }
 
@@ -179,15 +230,9 @@ Tensor read_idx(const std::string& path) {
   auto status = std::filesystem::status(path, ec);
   KILN_CHECK(std::filesystem::exists(status), kWhere, path, ": no such file");
   KILN_CHECK(std::filesystem::is_regular_file(status), kWhere, path, ": not a regular file");
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  KILN_CHECK(in.good(), kWhere, path, ": cannot open the file");
-  std::streamoff size = in.tellg();
-  KILN_CHECK(size >= 0, kWhere, path, ": cannot read the file's size");
-  std::vector<uint8_t> bytes(static_cast<size_t>(size));
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(bytes.data()), size);
-  KILN_CHECK(in.gcount() == size, kWhere, path, ": read ", in.gcount(), " of ", size, " bytes");
-  return parse_idx(bytes.data(), bytes.size(), path);
+  // Mapped, not read into a buffer: the tensor is then the only copy of the data in memory.
+  io::MappedFile file(path, kWhere);
+  return parse_idx(file.data(), file.size(), path);
 }
 
 }  // namespace kiln::data

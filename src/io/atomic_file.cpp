@@ -1,4 +1,4 @@
-// AtomicFile: write to a temporary in the same directory, fsync, rename over the target, fsync
+// AtomicFile: write to a temporary in the target's directory, fsync, rename over the target, fsync
 // the directory — so a failed or interrupted save never destroys the previous file.
 #include <fcntl.h>
 #include <signal.h>
@@ -56,21 +56,55 @@ void remove_stale_temporaries(const std::string& path) {
   }
 }
 
+// The file a save to `path` replaces: `path` itself, or, where it is a symbolic link, the file the
+// link names (followed through further links, relative ones from their own directory), so the
+// link is kept and its target updated, as Python's open(path, "w") does. The target need not
+// exist yet (a dangling link gets its file).
+std::string resolve_links(const std::string& path, const char* where) {
+  std::string p = path;
+  for (int hops = 0;; ++hops) {
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    KILN_CHECK(hops < 40, where, path, ": too many levels of symbolic links");
+    std::string target(static_cast<size_t>(st.st_size > 0 ? st.st_size : 255) + 1, '\0');
+    ssize_t n = ::readlink(p.c_str(), target.data(), target.size());
+    KILN_CHECK(n >= 0, where, path, ": cannot read the symbolic link ", p, ": ", std::strerror(errno));
+    KILN_CHECK(static_cast<size_t>(n) < target.size(), where, path, ": the symbolic link ", p, " changed while read");
+    target.resize(static_cast<size_t>(n));
+    KILN_CHECK(!target.empty() && target.back() != '/', where, path, ": the symbolic link ", p, " names \"", target,
+               "\", which is not a file path");
+    p = target[0] == '/' || p.find('/') == std::string::npos ? target : directory_of(p) + "/" + target;
+  }
+}
+
 }  // namespace
 
 AtomicFile::AtomicFile(const std::string& path, const char* where) : path_(path), where_(where) {
   KILN_CHECK(!path.empty() && path.back() != '/', where_, "\"", path, "\" is not a file path");
-  remove_stale_temporaries(path);
+  target_ = resolve_links(path, where_);
+  remove_stale_temporaries(target_);
   for (int attempt = 0; attempt < 100; ++attempt) {
-    temp_path_ = temp_name(path);
-    // Mode 0666 filtered by the umask: the saved file gets the permissions any new file would.
+    temp_path_ = temp_name(target_);
+    // Mode 0666 filtered by the umask: a new file gets the permissions any new file would.
     fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd_ >= 0) return;
+    if (fd_ >= 0) break;
     if (errno != EEXIST) break;
   }
-  int err = errno;
-  KILN_FAIL(where_, path_, ": cannot create a temporary file ", temp_path_, " in its directory: ",
-            std::strerror(err));
+  if (fd_ < 0) {
+    int err = errno;
+    KILN_FAIL(where_, path_, ": cannot create a temporary file ", temp_path_, " in its directory: ",
+              std::strerror(err));
+  }
+  // A file being replaced keeps its permissions (a private checkpoint stays private), and its
+  // group and owner where this process may set them; set now, before any data is written.
+  struct stat old {};
+  if (::stat(target_.c_str(), &old) == 0 && S_ISREG(old.st_mode)) {
+    struct stat now {};
+    if (::fstat(fd_, &now) == 0 && (now.st_uid != old.st_uid || now.st_gid != old.st_gid))
+      (void)!::fchown(fd_, old.st_uid, old.st_gid);  // not permitted (another user's file): keep ours
+    if (::fchmod(fd_, old.st_mode & 07777) != 0)
+      fail("cannot give the temporary file the permissions of the file it replaces", errno);
+  }
 }
 
 AtomicFile::~AtomicFile() {
@@ -108,11 +142,11 @@ void AtomicFile::commit() {
   int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) fail("close failed", errno);
-  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) fail("cannot rename the temporary file over it", errno);
+  if (::rename(temp_path_.c_str(), target_.c_str()) != 0) fail("cannot rename the temporary file over it", errno);
   committed_ = true;
   // The rename is durable only once the directory entry is on disk. Some file systems cannot
   // fsync a directory (EINVAL); the file itself is complete by then.
-  int dir = ::open(directory_of(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dir = ::open(directory_of(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
     int rc = ::fsync(dir);
     int err = errno;

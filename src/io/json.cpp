@@ -1,7 +1,8 @@
 // The strict JSON reader and string escaping behind the safetensors header.
 #include "io/json.h"
 
-#include <unordered_set>
+#include <algorithm>
+#include <vector>
 
 #include "kiln/error.h"
 
@@ -75,11 +76,13 @@ void append_utf8(std::string& out, uint32_t cp) {
 
 class Reader {
  public:
-  Reader(std::string_view text, const char* where, const std::string& prefix)
-      : s_(text), where_(where), prefix_(prefix) {}
+  Reader(std::string_view text, const char* where, const std::string& prefix, const ParseLimits& limits)
+      : s_(text), where_(where), prefix_(prefix), limits_(limits),
+        max_depth_(std::min(std::max(limits.max_depth, 1), kMaxDepth)) {}
 
   Value document() {
     skip_space();
+    charge(sizeof(Value));
     Value v = value(0);
     skip_space();
     if (pos_ != s_.size()) fail("unexpected text after the JSON value");
@@ -103,9 +106,20 @@ class Reader {
     if (s_.substr(pos_, word.size()) != word) fail("unexpected character");
     pos_ += word.size();
   }
+  // Counts `bytes` more of the tree against limits_.max_tree_bytes.
+  void charge(size_t bytes) {
+    tree_bytes_ += bytes;
+    if (tree_bytes_ > limits_.max_tree_bytes)
+      fail("the document needs more than " + std::to_string(limits_.max_tree_bytes) + " bytes of memory to hold");
+  }
+  // What a string holds outside its own object (none while it fits the small-string buffer).
+  static size_t heap_bytes(const std::string& s) {
+    static const size_t inline_capacity = std::string().capacity();
+    return s.capacity() > inline_capacity ? s.capacity() + 1 : 0;
+  }
 
   Value value(int depth) {
-    if (depth >= kMaxDepth) fail("nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    if (depth >= max_depth_) fail("nested deeper than " + std::to_string(max_depth_) + " levels");
     Value v;
     if (at_end()) fail("unexpected end of the header");
     char c = s_[pos_];
@@ -116,6 +130,7 @@ class Reader {
     } else if (c == '"') {
       v.kind = Value::Kind::String;
       v.text = string();
+      charge(heap_bytes(v.text));
     } else if (c == 't' || c == 'f') {
       v.kind = Value::Kind::Bool;
       v.boolean = c == 't';
@@ -124,6 +139,7 @@ class Reader {
       literal("null");
     } else if (c == '-' || (c >= '0' && c <= '9')) {
       number(v);
+      charge(heap_bytes(v.text));
     } else {
       fail("unexpected character");
     }
@@ -135,16 +151,13 @@ class Reader {
     ++pos_;  // '{'
     skip_space();
     if (peek() == '}' && !at_end()) { ++pos_; return; }
-    std::unordered_set<std::string> seen;
+    std::vector<size_t> key_pos;  // where each member's key starts, for the duplicate check
     for (;;) {
       skip_space();
       if (peek() != '"' || at_end()) fail("expected a string key");
-      size_t key_pos = pos_;
+      key_pos.push_back(pos_);
       std::string key = string();
-      if (!seen.insert(key).second) {
-        pos_ = key_pos;
-        fail("duplicate key \"" + key + "\"");
-      }
+      charge(sizeof(Member) + heap_bytes(key));
       skip_space();
       expect(':');
       skip_space();
@@ -153,8 +166,27 @@ class Reader {
       skip_space();
       if (peek() == ',' && !at_end()) { ++pos_; continue; }
       expect('}');
-      return;
+      break;
     }
+    v.members.shrink_to_fit();
+    check_unique_keys(v.members, key_pos);
+  }
+
+  // Keys are checked once the object is read, by sorting, rather than through a set of copies
+  // of every key built alongside it: that set would double the memory a wide object takes.
+  void check_unique_keys(const std::vector<Member>& members, const std::vector<size_t>& key_pos) {
+    std::vector<size_t> order(members.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      int c = members[a].key.compare(members[b].key);
+      return c != 0 ? c < 0 : a < b;
+    });
+    size_t first_dup = members.size();  // the earliest key in the file that repeats an earlier one
+    for (size_t k = 1; k < order.size(); ++k)
+      if (members[order[k]].key == members[order[k - 1]].key) first_dup = std::min(first_dup, order[k]);
+    if (first_dup == members.size()) return;
+    pos_ = key_pos[first_dup];
+    fail("duplicate key \"" + members[first_dup].key + "\"");
   }
 
   void array(Value& v, int depth) {
@@ -164,12 +196,16 @@ class Reader {
     if (peek() == ']' && !at_end()) { ++pos_; return; }
     for (;;) {
       skip_space();
+      if (v.items.size() >= limits_.max_array_items)
+        fail("an array of more than " + std::to_string(limits_.max_array_items) + " items");
+      charge(sizeof(Value));
       v.items.push_back(value(depth + 1));
       skip_space();
       if (peek() == ',' && !at_end()) { ++pos_; continue; }
       expect(']');
-      return;
+      break;
     }
+    v.items.shrink_to_fit();
   }
 
   unsigned hex4() {
@@ -277,12 +313,15 @@ class Reader {
   size_t pos_ = 0;
   const char* where_;
   const std::string& prefix_;
+  const ParseLimits& limits_;
+  const int max_depth_;
+  size_t tree_bytes_ = 0;
 };
 
 }  // namespace
 
-Value parse(std::string_view text, const char* where, const std::string& prefix) {
-  return Reader(text, where, prefix).document();
+Value parse(std::string_view text, const char* where, const std::string& prefix, const ParseLimits& limits) {
+  return Reader(text, where, prefix, limits).document();
 }
 
 bool is_valid_utf8(std::string_view s) {

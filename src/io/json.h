@@ -1,7 +1,8 @@
 // A small strict JSON reader and string writer for file headers (safetensors), written for
-// untrusted input: bounded nesting, exact grammar, UTF-8 checked, duplicate keys rejected.
+// untrusted input: bounded nesting and size, exact grammar, UTF-8 checked, duplicate keys rejected.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -38,9 +39,23 @@ struct Member {
 // Nesting deeper than this is an error (keeps the recursive reader's stack bounded).
 inline constexpr int kMaxDepth = 64;
 
-// Parses exactly one JSON value, with optional whitespace around it. On bad input throws
-// kiln::Error "[where] <prefix>invalid JSON header at byte N: <reason>".
-Value parse(std::string_view text, const char* where, const std::string& prefix);
+// Bounds on what a document may make the reader build, each checked as the reader reaches it,
+// so that a hostile document fails before it costs more than the bounds allow. A tree takes
+// some 100 bytes per value, far more than the value's text (`0,` is two bytes): a caller
+// that knows its schema passes tighter bounds than these defaults.
+struct ParseLimits {
+  // Values are nested at most this many levels deep, the root being level 1 (so 3 allows
+  // {"a": [1]} but not {"a": [[1]]}). At most kMaxDepth.
+  int max_depth = kMaxDepth;
+  // Items in any one array.
+  size_t max_array_items = SIZE_MAX;
+  // An estimate of the memory the tree takes (its values, members and their strings).
+  size_t max_tree_bytes = SIZE_MAX;
+};
+
+// Parses exactly one JSON value, with optional whitespace around it. On bad input, or input
+// past `limits`, throws kiln::Error "[where] <prefix>invalid JSON header at byte N: <reason>".
+Value parse(std::string_view text, const char* where, const std::string& prefix, const ParseLimits& limits = {});
 
 // True if `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
 bool is_valid_utf8(std::string_view s);

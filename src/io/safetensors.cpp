@@ -22,17 +22,23 @@ std::string crc32_hex(uint32_t crc) {
   return buf;
 }
 
-SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const char* where, const std::string& origin) {
-  SafetensorsHeader h = parse_safetensors_header(data, size, where, origin);
-  SafetensorsFile out;
-  out.metadata = std::move(h.metadata);
+std::map<std::string, Tensor> copy_tensors(const SafetensorsHeader& h, const uint8_t* data) {
+  std::map<std::string, Tensor> out;
   for (const TensorRecord& r : h.tensors) {
     const uint8_t* src = data + h.data_start + r.begin;
     size_t nbytes = r.end - r.begin;
     Tensor t = empty(r.shape, TensorOptions(r.dtype).device(Device::cpu()));
     if (nbytes > 0) std::memcpy(t.data_ptr(), src, nbytes);
-    out.tensors.emplace(r.name, std::move(t));
+    out.emplace(r.name, std::move(t));
   }
+  return out;
+}
+
+SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const char* where, const std::string& origin) {
+  SafetensorsHeader h = parse_safetensors_header(data, size, where, origin);
+  SafetensorsFile out;
+  out.tensors = copy_tensors(h, data);
+  out.metadata = std::move(h.metadata);
   return out;
 }
 
@@ -54,18 +60,51 @@ std::map<std::string, Tensor> load_safetensors(const std::string& path) {
   return load_safetensors_file(path).tensors;
 }
 
+namespace {
+
+// Checks a checkpoint's checksum entries against the file (see save_checkpoint in kiln/io.h).
+void verify_checkpoint(const detail::SafetensorsHeader& h, const uint8_t* data, size_t size, const std::string& path) {
+  const char* where = "load_checkpoint";
+  const uint8_t* section = data + h.data_start;
+  const size_t section_bytes = size - h.data_start;
+  const auto& m = h.metadata;
+  auto check = [&](const char* covers, const std::string& got, const std::string& want) {
+    KILN_CHECK(got == want, where, path, ": the CRC-32 of ", covers, " is ", got, " but the checkpoint says ", want,
+               ": the file was changed or damaged after it was written (--no-verify loads it anyway)");
+  };
+  auto whole = m.find(kChecksumKey);
+  if (whole != m.end()) {
+    // The header as it was checksummed: rebuilt from what was read, so any change to what loads
+    // (a setting, a name, a dtype, a shape, an offset) changes it.
+    std::map<std::string, std::string> zeroed = m;
+    zeroed[kChecksumKey] = detail::kZeroChecksum;
+    const std::string header = detail::header_json(zeroed, h.tensors);
+    uint32_t crc = detail::crc32_update(0, header.data(), header.size());
+    crc = detail::crc32_update(crc, section, section_bytes);
+    check("its header and data", detail::crc32_hex(crc), whole->second);
+  }
+  auto data_only = m.find(kDataChecksumKey);  // checkpoints from before the header was covered
+  if (data_only != m.end())
+    check("its data", detail::crc32_hex(detail::crc32_update(0, section, section_bytes)), data_only->second);
+  if (whole == m.end() && data_only == m.end()) {
+    // Kiln's trainers mark their checkpoints with a "format" entry: one of them without a checksum
+    // has lost it to damage (a flipped bit in the entry's name), not been written so.
+    auto format = m.find("format");
+    KILN_CHECK(format == m.end() || format->second.rfind("kiln-", 0) != 0, where, path,
+               ": a Kiln checkpoint (format '", format->second, "') without its checksum entry \"", kChecksumKey,
+               "\": the file was changed or damaged after it was written (--no-verify loads it anyway)");
+  }
+}
+
+}  // namespace
+
 SafetensorsFile load_checkpoint(const std::string& path, bool verify) {
   MappedFile file(path, "load_checkpoint");
-  SafetensorsFile f = detail::parse_safetensors(file.data(), file.size(), "load_checkpoint", path);
-  auto it = f.metadata.find(kChecksumKey);
-  if (verify && it != f.metadata.end()) {
-    uint64_t header = 0;
-    std::memcpy(&header, file.data(), 8);  // parse_safetensors checked it fits
-    const size_t start = 8 + static_cast<size_t>(header);
-    const std::string got = detail::crc32_hex(detail::crc32_update(0, file.data() + start, file.size() - start));
-    KILN_CHECK(got == it->second, "load_checkpoint", path, ": the data's CRC-32 is ", got, " but the checkpoint says ",
-               it->second, ": the file was changed or damaged after it was written (--no-verify loads it anyway)");
-  }
+  detail::SafetensorsHeader h = detail::parse_safetensors_header(file.data(), file.size(), "load_checkpoint", path);
+  if (verify) verify_checkpoint(h, file.data(), file.size(), path);
+  SafetensorsFile f;
+  f.tensors = detail::copy_tensors(h, file.data());
+  f.metadata = std::move(h.metadata);
   return f;
 }
 

@@ -14,6 +14,9 @@ namespace kiln::io::detail {
 
 // The reference implementation's cap on the JSON header (100 MB).
 inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// The most memory the parsed header may take while it is checked (json::ParseLimits): about
+// 250,000 tensor entries. (A tree takes far more than its text: some 1 KB per tensor.)
+inline constexpr size_t kMaxHeaderTreeBytes = size_t{256} << 20;
 
 // One tensor's entry in the header, checked against the buffer it came from.
 struct TensorRecord {
@@ -39,6 +42,15 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
 // parse_safetensors_header, then copies each tensor into a new CPU tensor.
 SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const char* where,
                                   const std::string& origin);
+// Copies each tensor `h` describes out of `data` (the buffer `h` was parsed from) into a new CPU tensor.
+std::map<std::string, Tensor> copy_tensors(const SafetensorsHeader& h, const uint8_t* data);
+
+// The header's JSON as the Python library writes it (compact, "__metadata__" first when there
+// is any, then the tensors in the order given), without the padding.
+std::string header_json(const std::map<std::string, std::string>& metadata, const std::vector<TensorRecord>& tensors);
+
+// The checksum entry's value while the checksum is computed (kChecksumKey in kiln/io.h).
+inline constexpr const char* kZeroChecksum = "00000000";
 
 // zlib's CRC-32 (Python's zlib.crc32) of n more bytes, and as 8 lower-case hex digits.
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n);

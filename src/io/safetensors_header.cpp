@@ -48,7 +48,14 @@ class HeaderParser {
     KILN_CHECK(n <= size_ - 8, where_, prefix_, "header length ", n, " runs past the end of the file (",
                size_, " bytes)");
     std::string_view text(reinterpret_cast<const char*>(data_ + 8), n);
-    json::Value root = json::parse(text, where_, prefix_);
+    // The schema's bounds, so that a hostile header fails as soon as it leaves them: values at
+    // most 4 levels deep (root, entry, field, shape item), arrays no longer than a shape, and
+    // the tree within kMaxHeaderTreeBytes (a 100 MB header of `0,` would otherwise take ~6 GB).
+    json::ParseLimits limits;
+    limits.max_depth = 4;
+    limits.max_array_items = static_cast<size_t>(kMaxDims);
+    limits.max_tree_bytes = kMaxHeaderTreeBytes;
+    json::Value root = json::parse(text, where_, prefix_, limits);
     KILN_CHECK(root.kind == json::Value::Kind::Object, where_, prefix_, "header is ", root.kind_name(),
                ", expected a JSON object");
     SafetensorsHeader h;

@@ -55,42 +55,24 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
     int ra = reference_rank(a.data.dtype()), rb = reference_rank(b.data.dtype());
     return ra != rb ? ra > rb : *a.name < *b.name;
   });
-  if (checksum) {  // over the data section, which is the items' bytes in this order
-    uint32_t crc = 0;
+  std::vector<detail::TensorRecord> records;
+  records.reserve(items.size());
+  uint64_t offset = 0;
+  for (const Item& it : items) {
+    const uint64_t end = offset + it.data.nbytes();
+    records.push_back({*it.name, it.data.dtype(), it.data.shape(), offset, end});
+    offset = end;
+  }
+  if (checksum) {
+    // Over the header with this entry's value zeroed, then the data: a flipped bit in a resume
+    // setting or a shape is caught as surely as one in a weight.
+    metadata[kChecksumKey] = detail::kZeroChecksum;
+    const std::string zeroed = detail::header_json(metadata, records);
+    uint32_t crc = detail::crc32_update(0, zeroed.data(), zeroed.size());
     for (const Item& it : items) crc = detail::crc32_update(crc, it.data.data_ptr(), it.data.nbytes());
     metadata[kChecksumKey] = detail::crc32_hex(crc);
   }
-
-  // The header as serde_json writes it: compact, metadata first, then tensors in data order.
-  std::string header = "{";
-  if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata) {
-      if (!first) header += ',';
-      first = false;
-      json::append_string(header, k);
-      header += ':';
-      json::append_string(header, v);
-    }
-    header += "},";
-  }
-  uint64_t offset = 0;
-  for (const Item& it : items) {
-    json::append_string(header, *it.name);
-    header += ":{\"dtype\":\"";
-    header += detail::safetensors_dtype_name(it.data.dtype());
-    header += "\",\"shape\":[";
-    for (size_t d = 0; d < it.data.shape().size(); ++d) {
-      if (d) header += ',';
-      header += std::to_string(it.data.shape()[d]);
-    }
-    uint64_t end = offset + it.data.nbytes();
-    header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(end) + "]},";
-    offset = end;
-  }
-  if (header.back() == ',') header.pop_back();
-  header += '}';
+  std::string header = detail::header_json(metadata, records);
   // Spaces pad the header so the data section starts 8-byte aligned (the reference's rule).
   header.append((8 - header.size() % 8) % 8, ' ');
   KILN_CHECK(header.size() <= detail::kMaxHeaderBytes, where, path, ": the header would be ", header.size(),
@@ -110,6 +92,41 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
 
 }  // namespace
 
+namespace detail {
+
+std::string header_json(const std::map<std::string, std::string>& metadata, const std::vector<TensorRecord>& tensors) {
+  // As serde_json writes it: compact, metadata first, then the tensors.
+  std::string header = "{";
+  if (!metadata.empty()) {
+    header += "\"__metadata__\":{";
+    bool first = true;
+    for (const auto& [k, v] : metadata) {
+      if (!first) header += ',';
+      first = false;
+      json::append_string(header, k);
+      header += ':';
+      json::append_string(header, v);
+    }
+    header += "},";
+  }
+  for (const TensorRecord& r : tensors) {
+    json::append_string(header, r.name);
+    header += ":{\"dtype\":\"";
+    header += safetensors_dtype_name(r.dtype);
+    header += "\",\"shape\":[";
+    for (size_t d = 0; d < r.shape.size(); ++d) {
+      if (d) header += ',';
+      header += std::to_string(r.shape[d]);
+    }
+    header += "],\"data_offsets\":[" + std::to_string(r.begin) + "," + std::to_string(r.end) + "]},";
+  }
+  if (header.back() == ',') header.pop_back();
+  header += '}';
+  return header;
+}
+
+}  // namespace detail
+
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata) {
   write_safetensors(path, tensors, metadata, "save_safetensors", false);
@@ -117,8 +134,8 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
 
 void save_checkpoint(const std::string& path, const std::map<std::string, Tensor>& tensors,
                      const std::map<std::string, std::string>& metadata) {
-  KILN_CHECK(!metadata.count(kChecksumKey), "save_checkpoint", path, ": metadata key \"", kChecksumKey,
-             "\" is the checkpoint's own");
+  for (const char* key : {kChecksumKey, kDataChecksumKey})
+    KILN_CHECK(!metadata.count(key), "save_checkpoint", path, ": metadata key \"", key, "\" is the checkpoint's own");
   write_safetensors(path, tensors, metadata, "save_checkpoint", true);
 }
 

@@ -1,36 +1,57 @@
 // Whole-file reads for vocabularies and corpora, checked at every step.
 #include "text/read_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <memory>
 
 #include "kiln/error.h"
 
 namespace kiln::text::detail {
 
+namespace {
+
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
 std::string read_file(const std::string& path, const char* where, size_t max_bytes) {
-  std::error_code ec;
-  auto status = std::filesystem::status(path, ec);
-  KILN_CHECK(!ec && std::filesystem::exists(status), where, path, ": does not exist");
-  KILN_CHECK(!std::filesystem::is_directory(status), where, path, ": is a directory, not a file");
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  KILN_CHECK(f != nullptr, where, path, ": cannot be opened: ", std::strerror(errno));
+  // O_NONBLOCK: a FIFO would otherwise block the open until a writer comes; it is refused below,
+  // as are devices (/dev/zero would be read up to max_bytes). Regular files ignore the flag.
+  // One open then fstat, so what is checked is what is read.
+  Fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+  if (f.fd < 0) {
+    int err = errno;
+    KILN_CHECK(err != ENOENT, where, path, ": does not exist");
+    KILN_FAIL(where, path, ": cannot be opened: ", std::strerror(err));
+  }
+  struct stat st {};
+  KILN_CHECK(::fstat(f.fd, &st) == 0, where, path, ": cannot stat: ", std::strerror(errno));
+  KILN_CHECK(!S_ISDIR(st.st_mode), where, path, ": is a directory, not a file");
+  KILN_CHECK(S_ISREG(st.st_mode), where, path, ": not a regular file");
+  KILN_CHECK(static_cast<uint64_t>(st.st_size) <= max_bytes, where, path, ": is larger than ", max_bytes, " bytes");
   std::string data;
+  data.reserve(static_cast<size_t>(st.st_size));
   char buf[1 << 16];
-  // Read to the end rather than trusting the size a stat gives (pipes, files that grow).
-  while (true) {
-    size_t n = std::fread(buf, 1, sizeof buf, f.get());
-    if (n > 0) {
-      KILN_CHECK(data.size() + n <= max_bytes, where, path, ": is larger than ", max_bytes, " bytes");
-      data.append(buf, n);
+  // Read to the end rather than trusting the size fstat gave (a file that grows meanwhile).
+  for (;;) {
+    ssize_t n = ::read(f.fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      KILN_FAIL(where, path, ": read error: ", std::strerror(errno));
     }
-    if (n < sizeof buf) {
-      KILN_CHECK(!std::ferror(f.get()), where, path, ": read error: ", std::strerror(errno));
-      break;
-    }
+    if (n == 0) break;
+    KILN_CHECK(data.size() + static_cast<size_t>(n) <= max_bytes, where, path, ": is larger than ", max_bytes,
+               " bytes");
+    data.append(buf, static_cast<size_t>(n));
   }
   return data;
 }

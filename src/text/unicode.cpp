@@ -154,4 +154,28 @@ bool is_valid_utf8(std::string_view bytes) {
   return bad == 0;
 }
 
+bool is_white_space(char32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+         cp == 0x3000;
+}
+
+std::string_view trim_end_white_space(std::string_view text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  size_t end = text.size();
+  while (end > 0) {
+    size_t start = end - 1;  // back over continuation bytes to the last character's first byte
+    while (start > 0 && end - start < 4 && (p[start] & 0xC0) == 0x80) --start;
+    char32_t cp = p[start];
+    size_t n = end - start;
+    if (n > 1) {
+      cp &= 0xFF >> (n + 1);
+      for (size_t k = start + 1; k < end; ++k) cp = (cp << 6) | (p[k] & 0x3F);
+    }
+    if (!is_white_space(cp)) break;
+    end = start;
+  }
+  return text.substr(0, end);
+}
+
 }  // namespace kiln::text::unicode

@@ -67,4 +67,10 @@ std::string encode_utf8(std::u32string_view text);
 // Whether `bytes` is entirely valid UTF-8.
 bool is_valid_utf8(std::string_view bytes);
 
+// Unicode's White_Space property, as Rust's char::is_whitespace (U+0009-U+000D, U+0020, U+0085,
+// U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000).
+bool is_white_space(char32_t cp);
+// `text` (valid UTF-8) without its trailing White_Space, as Rust's str::trim_end.
+std::string_view trim_end_white_space(std::string_view text);
+
 }  // namespace kiln::text::unicode

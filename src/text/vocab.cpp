@@ -12,8 +12,9 @@ namespace {
 
 std::string quoted(std::string_view s) {
   std::string out = "\"";
+  const bool utf8 = unicode::is_valid_utf8(s);  // else every byte past ASCII is shown as \xNN too
   for (unsigned char c : s.substr(0, 60)) {
-    if (c < 0x20 || c == 0x7F) {
+    if (c < 0x20 || c == 0x7F || (c >= 0x80 && !utf8)) {
       const char* hex = "0123456789abcdef";
       out += "\\x";
       out += hex[c >> 4];
@@ -48,12 +49,12 @@ Vocab Vocab::from_file(const std::string& path) {
     size_t end = data.find('\n', start);
     if (end == std::string::npos) end = data.size();
     std::string_view line(data.data() + start, end - start);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     size_t line_no = tokens.size() + 1;
     KILN_CHECK(line.find('\0') == std::string_view::npos, where, path, ":", line_no,
                ": has a NUL byte (a binary file, not a vocab.txt?)");
     KILN_CHECK(unicode::is_valid_utf8(line), where, path, ":", line_no, ": is not valid UTF-8: ", quoted(line));
-    tokens.emplace_back(line);
+    // As tokenizers' WordPiece::read_file (Rust's trim_end): "\r", spaces, tabs, U+00A0, ...
+    tokens.emplace_back(unicode::trim_end_white_space(line));
     start = end + 1;
   }
   KILN_CHECK(!tokens.empty(), where, path, ": has no tokens");
@@ -69,18 +70,28 @@ Vocab Vocab::from_file(const std::string& path) {
 }
 
 void Vocab::save(const std::string& path) const {
+  const char* where = "Vocab::save";
+  // Only what from_file reads back as the same token, so the file reloads as this vocabulary.
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    const std::string& t = tokens_[i];
+    auto refuse = [&](const char* why) { KILN_FAIL(where, path, ": token ", i, " ", quoted(t), " ", why); };
+    if (t.find('\n') != std::string::npos) refuse("contains a newline, which a vocab.txt cannot hold");
+    if (t.find('\0') != std::string::npos) refuse("contains a NUL byte, which Vocab::from_file refuses");
+    if (!unicode::is_valid_utf8(t)) refuse("is not valid UTF-8, which Vocab::from_file refuses");
+    if (unicode::trim_end_white_space(t).size() != t.size())
+      refuse("ends with white space, which Vocab::from_file (as Hugging Face) would drop");
+  }
   io::write_file_atomically(
       path,
       [&](io::AtomicFile& f) {
         std::string data;
         for (const std::string& t : tokens_) {
-          KILN_CHECK(t.find('\n') == std::string::npos, "Vocab::save", "token ", quoted(t), " contains a newline");
           data += t;
           data += '\n';
         }
         f.write(data.data(), data.size());
       },
-      "Vocab::save");
+      where);
 }
 
 int64_t Vocab::find(std::string_view token) const {

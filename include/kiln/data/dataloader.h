@@ -23,14 +23,19 @@ struct Batch {
 // are copied with one memcpy each; others go through kiln::stack.
 Batch collate(const std::vector<Example>& examples);
 
+// Bounds on DataLoaderOptions (larger values are a kiln::Error): far past any machine's cores,
+// and past any useful read-ahead.
+inline constexpr int64_t kMaxWorkers = 1024;
+inline constexpr int64_t kMaxPrefetch = 65536;
+
 // Fields in torch.utils.data.DataLoader's order, for designated initialisers:
 // DataLoader loader(dataset, {.batch_size = 128, .shuffle = true, .num_workers = 2}).
 struct DataLoaderOptions {
   int64_t batch_size = 1;
   bool shuffle = false;
   bool drop_last = false;  // drop the last batch when it is smaller than batch_size
-  int64_t num_workers = 0;  // 0: batches are made on the iterating thread
-  int64_t prefetch = 2;     // ready batches each worker may hold ahead of the consumer
+  int64_t num_workers = 0;  // 0: batches are made on the iterating thread; at most kMaxWorkers
+  int64_t prefetch = 2;     // batches each worker may hold ready ahead of the consumer; at most kMaxPrefetch
   uint64_t seed = 0;        // shuffling and random transforms derive from (seed, epoch)
   // Batches in page-locked memory, so that batch.data.to(kiln::Device::cuda()) is asynchronous
   // (done by the worker that makes the batch). Without a CUDA device: a warning, and not pinned.
@@ -56,10 +61,10 @@ struct EpochRun;
 // starts at).
 //
 // Workers: with num_workers = W, worker w makes batches start + w, start + w + W, ..., at most
-// W * prefetch batches ahead of the consumer (a bounded buffer). An exception thrown while making a
-// batch reaches the consumer when it gets to that batch. Destroying the iterator (a loop that
-// breaks, an exception) stops and joins its workers; an iterator does not refer to its loader,
-// so either may be destroyed first.
+// W * prefetch batches ahead of the consumer (a bounded buffer, never larger than the batches
+// left). An exception thrown while making a batch reaches the consumer when it gets to that
+// batch. Destroying the iterator (a loop that breaks, an exception) stops and joins its
+// workers; an iterator does not refer to its loader, so either may be destroyed first.
 class DataLoader {
  public:
   class Iterator;

@@ -16,13 +16,20 @@ class Vocab {
   // strings are allowed as unused placeholder ids (as blank lines in a vocab.txt are).
   explicit Vocab(std::vector<std::string> tokens);
 
-  // Reads a vocab.txt as Hugging Face's load_vocab does (one token per line, "\n" separated),
-  // except that a "\r" before the "\n" is dropped too. The file is untrusted: a missing or
-  // unreadable file, an empty file, invalid UTF-8, a NUL byte or a duplicate token is a
-  // kiln::Error "[Vocab::from_file] <path>: ...".
+  // Reads a vocab.txt as Hugging Face's tokenizer does (tokenizers' WordPiece::read_file, behind
+  // transformers 5's BertTokenizer): one token per line, "\n" separated, each line without its
+  // trailing Unicode White_Space (Rust's trim_end: "\r", spaces, tabs, U+00A0, U+3000, ...).
+  // The file is untrusted: a missing or unreadable file, anything but a regular file, an empty
+  // file, invalid UTF-8 or a NUL byte is a kiln::Error "[Vocab::from_file] <path>: ...". So is a
+  // token on two lines (lines that differ only in trailing white space are the same token):
+  // Hugging Face gives such a token the later line's id and leaves the earlier id unused, which
+  // is rarely what the file's author meant, so Kiln refuses the file rather than guess.
   static Vocab from_file(const std::string& path);
 
-  // Writes one token per line, atomically (a temporary file renamed over `path`).
+  // Writes one token per line, atomically (a temporary file renamed over `path`). A token that
+  // from_file would read back differently or refuse (one with a newline, a NUL byte, trailing
+  // white space such as "\r", or invalid UTF-8) is a kiln::Error "[Vocab::save] <path>: token
+  // <id> ..." and nothing is written.
   void save(const std::string& path) const;
 
   int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
