@@ -87,6 +87,19 @@ void BM_KilnUnary(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * x.nbytes() * 2);
 }
 kiln::Tensor gelu_erf(const kiln::Tensor& x) { return kiln::gelu(x); }
+
+// A bfloat16 tensor of 16M elements times a number: exact in bfloat16 (arg 0: 0.125) or not (arg 1:
+// 0.1, kept in float32 by the op layer as PyTorch's opmath does): the two should cost the same.
+void BM_KilnMulNumberBf16(benchmark::State& state) {
+  kiln::manual_seed(0);
+  kiln::Tensor x = kiln::randn({int64_t{1} << 24}).to(kiln::kBFloat16);
+  const double number = state.range(0) == 0 ? 0.125 : 0.1;
+  for (auto _ : state) {
+    kiln::Tensor y = x * number;
+    benchmark::DoNotOptimize(y.data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * x.nbytes() * 2);
+}
 }  // namespace
 
 BENCHMARK(BM_KilnUnary<kiln::exp>)->Name("BM_KilnExp")->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -100,6 +113,7 @@ BENCHMARK(BM_KilnAdd)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KilnAddInplace)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KilnAddBroadcastRow)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KilnSum)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KilnMulNumberBf16)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 // Batch norm then ReLU, forward and backward, at ResNet-50's first bottleneck (batch 16,
 // training): the two ops one after the other (range(0) = 0) against batch_norm_relu (1), in the
 // layout range(1) says (0 row-major, 1 channels-last).

@@ -253,6 +253,19 @@ TEST(CudaAttentionRows, ANaNValueAtAMaskedKeyGivesNaNAsOnTheCpu) {
   const std::vector<Tensor> hg = host_backward<double>(x, fwd[0], fwd[1], go, kWhole);
   const std::vector<double> dv = test::values(hg[2]);
   EXPECT_TRUE(std::isnan(dv.back())) << "dv of the masked key";
+
+  // NaN values at keys masked ahead of any attended one (a whole leading chunk of the fused rows).
+  Call y = make_call({"leading masked chunk", {1}, {1}, 2, 40, 2, 2, MaskKind::kBool, {2, 40}}, kFloat64);
+  Tensor m2 = ones({1, 2, 40}, kBool);
+  m2.narrow(2, 0, 32).fill_(false);
+  Tensor v2 = y.in[2].clone();
+  v2.narrow(1, 0, 32).fill_(std::numeric_limits<double>::quiet_NaN());
+  y.in[2] = v2, y.in[3] = m2;
+  std::vector<Tensor> f2{make_empty({1, 2, 2}, kFloat64, Device::cpu()), make_empty({1, 2}, kFloat64, Device::cpu())};
+  run_cpu(Op::Attention, y.in, f2, y.at);
+  for (double o : test::values(f2[0])) EXPECT_TRUE(std::isnan(o)) << "the CPU kernel, leading chunk";
+  for (int64_t tile : {kWhole, kAsKernels})
+    for (double o : test::values(host_forward<double>(y, tile)[0])) EXPECT_TRUE(std::isnan(o)) << "fused, leading chunk";
 }
 
 TEST(CudaAttentionRows, KeepTestIsKeepBits) {

@@ -52,6 +52,20 @@ TEST(CustomFunction, GradientsTakeTheInputsDtype) {
   expect_close(x.grad(), {2, 2, 2}, {3});
 }
 
+// A gradient returned for an input that needs none (an index) is ignored, whatever it is.
+struct IndexGrad : autograd::Function<IndexGrad> {
+  static Tensor forward(AutogradContext*, const Tensor& x, const Tensor&) { return x * 2.0; }
+  static std::vector<Tensor> backward(AutogradContext*, std::vector<Tensor> g) {
+    return {g[0] * 2.0, zeros({5}, kInt64)};
+  }
+};
+
+TEST(CustomFunction, AGradientForAnInputThatNeedsNoneIsIgnored) {
+  Tensor x = ones({3}).requires_grad_();
+  IndexGrad::apply(x, zeros({3}, kInt64)).sum().backward();
+  expect_close(x.grad(), {2, 2, 2}, {3});
+}
+
 TEST(CustomFunction, GradientMatchesTheComposedOps) {
   manual_seed(0);
   Tensor x = randn({5, 7}, kFloat64).requires_grad_();

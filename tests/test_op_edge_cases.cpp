@@ -23,7 +23,6 @@ TEST(OpEdgeCases, MulAndDivOf16BitFloatsKeepTheNumberInFloat32) {
   EXPECT_EQ(values(h / 65536.0)[0], 1000.0 / 65536.0);
   EXPECT_EQ(values(h / 1e5)[0], half_of(1000.0f / 1e5f));
   EXPECT_EQ(values(h * 1e-8)[0], half_of(1000.0f * 1e-8f));
-  EXPECT_EQ(values(1e-8 * h)[0], half_of(1000.0f * 1e-8f));
   EXPECT_EQ(values(h / scalar_tensor(1e5))[0], half_of(1000.0f / 1e5f));  // a 0-d CPU tensor likewise
   EXPECT_EQ((h * 1e-8).dtype(), kFloat16);
   Tensor a = h.clone();
@@ -33,6 +32,12 @@ TEST(OpEdgeCases, MulAndDivOf16BitFloatsKeepTheNumberInFloat32) {
   mul_out(o, h, 1e-8);
   EXPECT_EQ(values(o)[0], half_of(1000.0f * 1e-8f));
   EXPECT_EQ(values(tensor({300.0}, kBFloat16) * 1.01)[0], 304.0);  // 303 rounded once, not 300 x 1.0078
+  // Integers too: 65536 is inf in float16, 257 is 256 in bfloat16.
+  EXPECT_EQ(values(h / 65536)[0], 1000.0 / 65536.0);
+  EXPECT_EQ(values(zeros({2}, kFloat16) * 70000)[1], 0.0);  // not 0 x inf
+  EXPECT_EQ(values(tensor({3.0}, kBFloat16) * 257)[0], 772.0);
+  EXPECT_EQ(values(1e-8 * h)[0], half_of(1000.0f * 1e-8f));  // the number first
+  EXPECT_EQ(values(65536.0 / tensor({2.0}, kFloat16))[0], 32768.0);
   // A number with an exact 16-bit value gives the same as before.
   EXPECT_EQ(values(h * 0.125)[0], 125.0);
   // The gradient through such a product keeps the number too.
@@ -97,7 +102,8 @@ TEST(OpEdgeCases, Int64RangesPastTwoToThe53) {
 }
 
 // A fill value that does not fit the dtype is an error (PyTorch's checked conversion), not a
-// wrapped value; uint8 takes -255..255 as PyTorch's does.
+// wrapped value; an integer into uint8 may be -255..255, as PyTorch's checked conversion allows, a
+// float may not be negative.
 TEST(OpEdgeCases, FillValuesMustFitTheDtype) {
   expect_error([] { full({2}, 300, kUInt8); }, "[full] value 300 cannot be converted to uint8 without overflow");
   EXPECT_EQ(full({1}, -1, kUInt8).to_vector<uint8_t>()[0], 255);
@@ -106,7 +112,10 @@ TEST(OpEdgeCases, FillValuesMustFitTheDtype) {
   expect_error([] { zeros({2}, kInt32).fill_(int64_t{1} << 40); }, "[fill_] value");
   expect_error([] { full({1}, 1e39, kFloat32); }, "cannot be converted to float32");
   EXPECT_EQ(full({1}, 2.5, kInt64).to_vector<int64_t>()[0], 2);
-  EXPECT_TRUE(std::isinf(values(full({1}, 1e6, kFloat16))[0]));  // float16 overflows to inf, as PyTorch
+  expect_error([] { full({2}, 70000.0, kFloat16); }, "[full] value 70000 cannot be converted to float16");
+  expect_error([] { full({2}, -1.0, kUInt8); }, "cannot be converted to uint8");
+  expect_error([] { full({2}, -0.5, kUInt8); }, "cannot be converted to uint8");
+  EXPECT_TRUE(std::isinf(values(full({1}, INFINITY, kFloat16))[0]));  // inf fills as it is
 }
 
 TEST(OpEdgeCases, ExpandToANegativeSizeIsAnExpandError) {

@@ -611,6 +611,15 @@ TEST_F(Safetensors, SavingThroughALinkUpdatesItsTargetAndPermissionsAreKept) {
   io::write_file_atomically(plain, [](io::AtomicFile& f) { f.write("b", 1); });
   EXPECT_EQ(read_bytes(plain), "b");
   EXPECT_EQ(mode_of(plain), 0640u);
+  // A link to something that is not a regular file (a FIFO here; /dev/null in practice) is
+  // refused: renaming over it would replace a device with a file.
+  const std::string fifo = path("fifo"), to_fifo = path("to_fifo.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(::symlink(fifo.c_str(), to_fifo.c_str()), 0);
+  expect_error([&] { io::save_safetensors(to_fifo, {{"w", ones({2})}}); }, ": is not a regular file; not replaced");
+  struct stat st {};
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ struct SafetensorsFile {
 // untrusted: any malformed header, layout or unsupported dtype is a kiln::Error
 // "[load_safetensors] <path>: ...". The header is read within the schema's bounds, so a hostile
 // one fails before it costs much memory: values nest at most 4 levels, an array holds at most
-// kMaxDims items, and the parsed header may take at most 256 MiB (about 250,000 tensors).
+// kMaxDims items, and the parsed header may take at most 24 times its text (at least 256 MiB).
 std::map<std::string, Tensor> load_safetensors(const std::string& path);
 SafetensorsFile load_safetensors_file(const std::string& path);
 // Only the "__metadata__" map (the whole layout is still checked; no tensor data is copied).

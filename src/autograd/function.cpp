@@ -290,14 +290,16 @@ Tensor record_custom(const char* mangled, const std::vector<Tensor>& inputs, con
     if (t.defined() && t.impl() == output.impl()) out = alias_detached(output);  // never rewrite an input's history
   // What each input's gradient must be: its shape is checked, its dtype and device are the
   // input's (a gradient in another dtype is cast, as PyTorch's validate_outputs does).
+  // An input that needs no gradient has its returned one ignored, as PyTorch's (an index input's).
   struct InputMeta {
+    bool needs = false;
     Shape shape;
     ScalarType dtype = kFloat32;
     Device device;
   };
   std::vector<InputMeta> metas;
   for (const Tensor& t : inputs)
-    metas.push_back(t.defined() ? InputMeta{t.shape(), t.dtype(), t.device()} : InputMeta{});
+    metas.push_back(t.defined() ? InputMeta{t.requires_grad(), t.shape(), t.dtype(), t.device()} : InputMeta{});
   // The context's saved tensors are the closure's; they are counted here, not by take_saved(),
   // since forward saves them whether or not the function is recorded.
   take_saved();
@@ -306,8 +308,9 @@ Tensor record_custom(const char* mangled, const std::vector<Tensor>& inputs, con
     KILN_CHECK(grads.size() == metas.size(), name, "backward returned ", grads.size(), " gradient(s) for ",
                metas.size(), " tensor input(s)");
     for (size_t i = 0; i < grads.size(); ++i) {
-      if (!grads[i].defined()) continue;
       const InputMeta& m = metas[i];
+      if (!m.needs) grads[i] = Tensor();
+      if (!grads[i].defined()) continue;
       KILN_CHECK(grads[i].shape() == m.shape, name, "backward returned a gradient of shape ", grads[i].shape(),
                  " for tensor input ", i, " of shape ", m.shape);
       KILN_CHECK(grads[i].is_floating_point(), name, "backward returned a gradient of dtype ", grads[i].dtype(),

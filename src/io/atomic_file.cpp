@@ -82,6 +82,13 @@ std::string resolve_links(const std::string& path, const char* where) {
 AtomicFile::AtomicFile(const std::string& path, const char* where) : path_(path), where_(where) {
   KILN_CHECK(!path.empty() && path.back() != '/', where_, "\"", path, "\" is not a file path");
   target_ = resolve_links(path, where_);
+  {
+    // A device, FIFO or socket (a link to /dev/null to throw checkpoints away) is never replaced
+    // by a regular file: as root, renaming over /dev/null would break the machine.
+    struct stat st {};
+    KILN_CHECK(::stat(target_.c_str(), &st) != 0 || S_ISREG(st.st_mode), where_, path_,
+               target_ == path_ ? "" : " (a link to " + target_ + ")", ": is not a regular file; not replaced");
+  }
   remove_stale_temporaries(target_);
   for (int attempt = 0; attempt < 100; ++attempt) {
     temp_path_ = temp_name(target_);

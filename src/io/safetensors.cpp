@@ -92,7 +92,8 @@ void verify_checkpoint(const detail::SafetensorsHeader& h, const uint8_t* data, 
     auto format = m.find("format");
     KILN_CHECK(format == m.end() || format->second.rfind("kiln-", 0) != 0, where, path,
                ": a Kiln checkpoint (format '", format->second, "') without its checksum entry \"", kChecksumKey,
-               "\": the file was changed or damaged after it was written (--no-verify loads it anyway)");
+               "\": damaged after it was written, or written before 2026-12-02, when checkpoints gained one "
+               "(--no-verify loads it)");
   }
 }
 

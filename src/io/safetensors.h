@@ -14,9 +14,11 @@ namespace kiln::io::detail {
 
 // The reference implementation's cap on the JSON header (100 MB).
 inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
-// The most memory the parsed header may take while it is checked (json::ParseLimits): about
-// 250,000 tensor entries. (A tree takes far more than its text: some 1 KB per tensor.)
-inline constexpr size_t kMaxHeaderTreeBytes = size_t{256} << 20;
+// The most memory the parsed header may take while it is checked (json::ParseLimits): 24 times
+// its text, and at least 256 MiB. A real header of many tensors takes some 16 times its text as
+// a tree; a hostile one of tiny values (`[0,0,...]`) took 65 times before the bounds.
+inline constexpr size_t kMinHeaderTreeBytes = size_t{256} << 20;
+inline constexpr size_t kHeaderTreeBytesPerByte = 24;
 
 // One tensor's entry in the header, checked against the buffer it came from.
 struct TensorRecord {

@@ -50,11 +50,11 @@ class HeaderParser {
     std::string_view text(reinterpret_cast<const char*>(data_ + 8), n);
     // The schema's bounds, so that a hostile header fails as soon as it leaves them: values at
     // most 4 levels deep (root, entry, field, shape item), arrays no longer than a shape, and
-    // the tree within kMaxHeaderTreeBytes (a 100 MB header of `0,` would otherwise take ~6 GB).
+    // the tree within 24 times the text (a 100 MB header of `0,` would otherwise take ~6 GB).
     json::ParseLimits limits;
     limits.max_depth = 4;
     limits.max_array_items = static_cast<size_t>(kMaxDims);
-    limits.max_tree_bytes = kMaxHeaderTreeBytes;
+    limits.max_tree_bytes = std::max(kMinHeaderTreeBytes, kHeaderTreeBytesPerByte * static_cast<size_t>(n));
     json::Value root = json::parse(text, where_, prefix_, limits);
     KILN_CHECK(root.kind == json::Value::Kind::Object, where_, prefix_, "header is ", root.kind_name(),
                ", expected a JSON object");

@@ -115,27 +115,29 @@ ScalarType compute_type(Op op, const Tensor& a, const Tensor& b, const char* nam
   return ct;
 }
 
-// The dtype a result of dtype ct is computed in: ct, except that PyTorch multiplies and divides
-// 16-bit floats by a number in float32 (its opmath type), so that x / 65536 in float16 is not
-// x / inf, nor x * 1e-8 zero: a number (or 0-d CPU tensor) with no exact 16-bit value makes the
-// op run in float32, its result rounded once. Numbers that are exact (0.5, 0.125) keep the
-// 16-bit kernels, with the same result.
-ScalarType math_type(Op op, ScalarType ct, const Tensor& a, const Tensor& b) {
-  if ((op != Op::Mul && op != Op::Div) || (ct != kFloat16 && ct != kBFloat16)) return ct;
-  for (const Tensor* t : {&a, &b})
-    if (t->dim() == 0 && t->device().is_cpu() && t->dtype() != ct && t->is_floating_point() &&
-        !ops::exact_in(t->item<double>(), ct))
-      return kFloat32;
-  return ct;
+// The operands as the kernel takes them: in ct, except that PyTorch multiplies and divides 16-bit
+// floats by a number in float32 (its opmath type), so that x / 65536 in float16 is not x / inf,
+// nor x * 1e-8 zero: a number (or 0-d CPU tensor) with no exact 16-bit value stays float32, and
+// the kernels (CPU and CUDA) read it as the float they compute the 16-bit elements in. The tensor
+// is not copied; numbers that are exact (0.5, 0.125, 3) are cast as before.
+std::pair<Tensor, Tensor> kernel_operands(Op op, ScalarType ct, const Tensor& a, const Tensor& b) {
+  auto kept = [&](const Tensor& t) {
+    return (op == Op::Mul || op == Op::Div) && (ct == kFloat16 || ct == kBFloat16) && t.dim() == 0 &&
+           t.device().is_cpu() && t.dtype() != ct && t.dtype() != kBool && !ops::exact_in(t.item<double>(), ct);
+  };
+  if (kept(b) && !(a.dim() == 0 && a.device().is_cpu() && a.dtype() != ct)) return {ops::cast(a, ct), ops::cast(b, kFloat32)};
+  if (kept(a) && !(b.dim() == 0 && b.device().is_cpu() && b.dtype() != ct)) return {ops::cast(a, kFloat32), ops::cast(b, ct)};
+  return {ops::cast(a, ct), ops::cast(b, ct)};
 }
 
-// out = ac op bc, the operands already in the computation's dtype; through a temporary when out's
-// dtype differs from what the kernel writes (the operands' dtype, or bool for a predicate).
-void compute_into(Op op, Tensor& out, const Tensor& ac, const Tensor& bc) {
-  if ((is_predicate(op) ? kBool : ac.dtype()) == out.dtype()) {
+// out = ac op bc, the kernel computing in ct (bool for a predicate); through a temporary when out's
+// dtype differs from that (an out= tensor of another dtype).
+void compute_into(Op op, Tensor& out, const Tensor& ac, const Tensor& bc, ScalarType ct) {
+  const ScalarType kt = is_predicate(op) ? kBool : ct;
+  if (kt == out.dtype()) {
     ops::run1(op, out.device(), {ac, bc}, out);
   } else {
-    Tensor tmp = make_empty(out.shape(), is_predicate(op) ? kBool : ac.dtype(), out.device());
+    Tensor tmp = make_empty(out.shape(), kt, out.device());
     ops::run1(op, out.device(), {ac, bc}, tmp);
     ops::run1(Op::Copy, out.device(), {tmp}, out);
   }
@@ -146,9 +148,8 @@ Tensor binary(Op op, const char* name, const Tensor& a, const Tensor& b) {
   ScalarType ct = compute_type(op, a, b, name);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor out = make_empty_like(a.shape() == shape ? a : b, shape, is_predicate(op) ? kBool : ct, dev);
-  const ScalarType mt = math_type(op, ct, a, b);
-  Tensor ac = ops::cast(a, mt), bc = ops::cast(b, mt);
-  compute_into(op, out, ac, bc);
+  const auto [ac, bc] = kernel_operands(op, ct, a, b);
+  compute_into(op, out, ac, bc, ct);
   if (is_differentiable(op) && autograd::needs_grad({&a, &b}))
     autograd::record(backward_name(op), {&a, &b}, out, make_backward(op, ac, bc, out, InputMeta(a), InputMeta(b)));
   return out;
@@ -172,8 +173,8 @@ ScalarType check_into(Op op, const char* name, const Tensor& out, const Tensor& 
 }
 
 // compute_into an existing tensor, which changes its version.
-void run_into(Op op, Tensor& out, const Tensor& ac, const Tensor& bc) {
-  compute_into(op, out, ac, bc);
+void run_into(Op op, Tensor& out, const Tensor& ac, const Tensor& bc, ScalarType ct) {
+  compute_into(op, out, ac, bc, ct);
   ops::bump_version(out);
 }
 
@@ -187,11 +188,10 @@ Tensor& binary_(Op op, const char* name, Tensor& self, const Tensor& other) {
   // overwrote it, and saved for backward with the new values: use a copy made first (a recorded
   // one, so that the gradient still reaches the operand).
   const Tensor b_before = other.storage() == self.storage() ? other.clone() : other;
-  const ScalarType mt = math_type(op, ct, self, b_before);
-  Tensor bc = ops::cast(b_before, mt);
-  run_into(op, self, ops::cast(self, mt), bc);
+  const auto [sc, bc] = kernel_operands(op, ct, self, b_before);
+  run_into(op, self, sc, bc, ct);
   if (rec) {
-    Tensor ac = ops::cast(a_before, mt);
+    Tensor ac = ops::cast(a_before, sc.dtype());
     autograd::record_inplace(backward_name(op), self, {&a_before, &b_before}, make_backward(op, ac, bc, self, ma, mb));
   }
   return self;
@@ -209,8 +209,8 @@ Tensor& binary_out(Op op, const char* name, Tensor& out, const Tensor& a, const 
              "the form that returns a new tensor)");
   autograd::check_inplace(out, name);  // out is written in place: the same rules
   auto apart = [&](const Tensor& t) { return t.storage() == out.storage() && !t.is_same(out) ? t.clone() : t; };
-  const ScalarType mt = math_type(op, ct, a, b);
-  run_into(op, out, ops::cast(apart(a), mt), ops::cast(apart(b), mt));
+  const auto [ac, bc] = kernel_operands(op, ct, apart(a), apart(b));
+  run_into(op, out, ac, bc, ct);
   return out;
 }
 

@@ -72,19 +72,22 @@ bool exact_in(double v, ScalarType t) {
 }
 
 void check_fill_value(Scalar v, ScalarType t, const char* op) {
-  if (t == kBool || t == kFloat64 || t == kFloat16 || t == kBFloat16 || v.is_bool()) return;
+  if (t == kBool || t == kFloat64 || v.is_bool()) return;
   const double d = v.to_double();
-  if (t == kFloat32) {
-    KILN_CHECK(!(std::isfinite(d) && std::abs(d) > 3.4028234663852886e38), op, "value ", d,
-               " cannot be converted to float32 without overflow");
+  if (is_floating_point(t)) {  // the largest finite value; inf and NaN fill as they are
+    const double max = t == kFloat32 ? 3.4028234663852886e38 : t == kFloat16 ? 65504.0 : 3.3895313892515355e38;
+    KILN_CHECK(!(std::isfinite(d) && std::abs(d) > max), op, "value ", d, " cannot be converted to ", t,
+               " without overflow");
     return;
   }
-  // Integers: PyTorch's ranges (uint8 takes -255..255, negative values wrapping as in C).
-  const double lo = t == kUInt8 ? -255.0 : t == kInt32 ? -2147483648.0 : -9223372036854775808.0;
+  // Integers: PyTorch's ranges (an integer into uint8 may be -255..255, wrapping as in C; a float
+  // may not be negative).
+  const double lo = t == kUInt8 ? (v.is_integral() ? -255.0 : 0.0) : t == kInt32 ? -2147483648.0 : -9223372036854775808.0;
   const double hi = t == kUInt8 ? 255.0 : t == kInt32 ? 2147483647.0 : 9223372036854775807.0;
   const bool fits = v.is_integral() ? (t == kInt64 || (v.to_int() >= static_cast<int64_t>(lo) &&
                                                         v.to_int() <= static_cast<int64_t>(hi)))
-                                    : std::isfinite(d) && std::trunc(d) >= lo && std::trunc(d) < hi + 1;
+                                    : std::isfinite(d) && (t == kUInt8 ? d >= 0 : std::trunc(d) >= lo) &&
+                                          std::trunc(d) < hi + 1;
   KILN_CHECK(fits, op, "value ", d, " cannot be converted to ", t, " without overflow");
 }
 
@@ -93,7 +96,7 @@ Tensor wrap_for(const Tensor& t, Scalar s) {
   // A number with no exact 16-bit value stays float32 (a wrapped number's dtype does not change
   // the result's): mul and div compute with it there, as PyTorch's opmath does (binary.cpp);
   // the other ops round it to the result's dtype, as before and as PyTorch.
-  if ((rt == kFloat16 || rt == kBFloat16) && s.is_floating_point() && !exact_in(s.to_double(), rt))
+  if ((rt == kFloat16 || rt == kBFloat16) && !s.is_bool() && !exact_in(s.to_double(), rt))
     return wrap_scalar(s, kFloat32);
   return wrap_scalar(s, rt);
 }

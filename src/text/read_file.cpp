@@ -24,9 +24,10 @@ struct Fd {
 }  // namespace
 
 std::string read_file(const std::string& path, const char* where, size_t max_bytes) {
-  // O_NONBLOCK: a FIFO would otherwise block the open until a writer comes; it is refused below,
-  // as are devices (/dev/zero would be read up to max_bytes). Regular files ignore the flag.
-  // One open then fstat, so what is checked is what is read.
+  // O_NONBLOCK: the open does not wait on a FIFO before it is known to be one. Devices are
+  // refused (/dev/zero would be read up to max_bytes); a pipe (--data <(zcat corpus.gz), or
+  // /dev/stdin piped) is read to its end, opened again to wait for its writer as any reader of a
+  // FIFO does. One open then fstat, so what is checked is what is read.
   Fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
   if (f.fd < 0) {
     int err = errno;
@@ -36,7 +37,12 @@ std::string read_file(const std::string& path, const char* where, size_t max_byt
   struct stat st {};
   KILN_CHECK(::fstat(f.fd, &st) == 0, where, path, ": cannot stat: ", std::strerror(errno));
   KILN_CHECK(!S_ISDIR(st.st_mode), where, path, ": is a directory, not a file");
-  KILN_CHECK(S_ISREG(st.st_mode), where, path, ": not a regular file");
+  KILN_CHECK(S_ISREG(st.st_mode) || S_ISFIFO(st.st_mode), where, path, ": not a regular file or a pipe");
+  if (S_ISFIFO(st.st_mode)) {
+    Fd blocking{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+    KILN_CHECK(blocking.fd >= 0, where, path, ": cannot be opened: ", std::strerror(errno));
+    std::swap(f.fd, blocking.fd);
+  }
   KILN_CHECK(static_cast<uint64_t>(st.st_size) <= max_bytes, where, path, ": is larger than ", max_bytes, " bytes");
   std::string data;
   data.reserve(static_cast<size_t>(st.st_size));

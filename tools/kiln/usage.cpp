@@ -15,7 +15,7 @@ const char* usage(const std::string& command) {
            "  --data DIR|FILE       MNIST-format IDX files (CNNs) or a text file or directory (BERT)\n"
            "  --checkpoint-dir DIR  (default checkpoints) --resume  continue exactly from the last checkpoint\n"
            "                        (with the checkpoint's settings, trainer, model and data, unless --data)\n"
-           "  --no-verify           resume from a checkpoint whose data checksum does not match\n"
+           "  --no-verify           resume from a checkpoint whose checksum does not match (or is absent)\n"
            "  --threads N           CPU threads (at most the CPUs this process may use)\n"
            "  --memory-limit SIZE   CPU memory limit: 20G, 512M, 80% or 0 for none (default 90% of memory)\n"
            "  --gpu-memory-limit SIZE  each GPU's: 20G, 80% (of its memory) or 0 for none (the default)\n"
@@ -26,7 +26,7 @@ const char* usage(const std::string& command) {
     return "usage: kiln eval --checkpoint PATH [options]\n"
            "  A checkpoint's test accuracy (CNN) or held-out loss and perplexity (BERT).\n"
            "  --data DIR|FILE --device D --threads N --memory-limit SIZE --gpu-memory-limit SIZE\n"
-           "  --no-verify           load a checkpoint whose data checksum does not match\n";
+           "  --no-verify           load a checkpoint whose checksum does not match (or is absent)\n";
   if (command == "bench")
     return "usage: kiln bench [options]\n"
            "  Times training and evaluation steps (default: resnet50, bert-base, vgg16; train and eval; cpu and\n"

@@ -13,6 +13,20 @@ void arith(KernelArgs& a) {
     binary_loop<T, T, T>(a.outputs[0], a.inputs[0], a.inputs[1], F{});
   });
 }
+// Mul and Div: as arith, and a float16/bfloat16 tensor with a number the op layer kept in float32
+// (PyTorch's opmath: x / 65536 in float16 is not x / inf), read as float by the same loops.
+template <class F>
+void arith_number(KernelArgs& a) {
+  const ScalarType ta = a.inputs[0].dtype(), tb = a.inputs[1].dtype();
+  if (ta == tb) return arith<F>(a);
+  visit_dtype(a.outputs[0].dtype(), "elementwise", [&]<class T>() {
+    if constexpr (std::is_same_v<compute_t<T>, float> && !std::is_same_v<T, float>) {
+      if (ta == kFloat32) return binary_loop<T, float, T>(a.outputs[0], a.inputs[0], a.inputs[1], F{});
+      if (tb == kFloat32) return binary_loop<T, T, float>(a.outputs[0], a.inputs[0], a.inputs[1], F{});
+    }
+    KILN_FAIL("elementwise", "operands of ", ta, " and ", tb, " for a ", a.outputs[0].dtype(), " result");
+  });
+}
 template <class F>
 void arith_float(KernelArgs& a) {
   visit_float_dtype(a.inputs[0].dtype(), "elementwise", [&]<class T>() {
@@ -58,8 +72,8 @@ void logical_not(KernelArgs& a) {
 constexpr DeviceType kCpu = DeviceType::CPU;
 KILN_REGISTER_KERNEL(Op::Add, kCpu, arith<math::Add>);
 KILN_REGISTER_KERNEL(Op::Sub, kCpu, arith<math::Sub>);
-KILN_REGISTER_KERNEL(Op::Mul, kCpu, arith<math::Mul>);
-KILN_REGISTER_KERNEL(Op::Div, kCpu, arith<math::Div>);
+KILN_REGISTER_KERNEL(Op::Mul, kCpu, arith_number<math::Mul>);
+KILN_REGISTER_KERNEL(Op::Div, kCpu, arith_number<math::Div>);
 KILN_REGISTER_KERNEL(Op::Pow, kCpu, pow_kernel);
 KILN_REGISTER_KERNEL(Op::Maximum, kCpu, arith<math::Maximum>);
 KILN_REGISTER_KERNEL(Op::Minimum, kCpu, arith<math::Minimum>);

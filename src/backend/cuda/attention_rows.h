@@ -173,7 +173,13 @@ KILN_HOST_DEVICE void online_keys(const Rows& R, int64_t b, int64_t i, int64_t m
       s[t] = masked_score(R, dot(q, keys.k + (c0 + t) * keys.krs, E), i, j, moff);
       mx = s[t] > mx || s[t] != s[t] ? s[t] : mx;  // a NaN wins: the row's out and lse become NaN, as torch's
     }
-    if (mx == -inf<T>()) continue;  // nothing attended yet: the chunk adds nothing
+    if (mx == -inf<T>()) {  // nothing attended yet: the chunk adds 0 x its values (NaN stays NaN)
+      for (int t = 0; t < nc; ++t) {
+        const T* v = keys.v + (c0 + t) * keys.vrs;
+        for (int64_t e = 0; e < Ev; ++e) st.acc[e] += T(0) * v[e];
+      }
+      continue;
+    }
     const T alpha = dev_exp(st.m - mx);  // 0 the first time (m = -inf)
     T sum = 0;
     for (int t = 0; t < nc; ++t) sum += (s[t] = dev_exp(s[t] - mx));

@@ -168,10 +168,15 @@ struct BindA {
     return f(a, y);
   }
 };
-// A number's value: a CPU operand is a 0-d tensor (perhaps expanded), one element at data_ptr().
+// A number's value: a CPU operand is a 0-d tensor (perhaps expanded), one element at data_ptr(),
+// read in its own dtype (a float32 number with a 16-bit tensor: the op layer's opmath rule).
 template <class T>
 compute_t<T> host_number(const Tensor& t) {
-  return static_cast<compute_t<T>>(*static_cast<const T*>(t.data_ptr()));
+  compute_t<T> v{};
+  visit_dtype(t.dtype(), "elementwise", [&]<class U>() {
+    v = static_cast<compute_t<T>>(static_cast<compute_t<U>>(*static_cast<const U*>(t.data_ptr())));
+  });
+  return v;
 }
 
 // out = f(a, b); an operand on the CPU is a number (the kernel is registered with
@@ -197,9 +202,10 @@ void binary_kernel(const KernelArgs& a, F f, const char* name) {
 // The per-dtype entry points the elementwise kernel files register, one per kind of op. Inputs
 // already have the compute dtype (the op layer casts); the output has it too. The binary kernels
 // take C++ numbers (0-d CPU tensors) by value, with no copy to the device.
+// The output's dtype is the tensors' (a number may be float32 with 16-bit tensors: host_number).
 template <class F>
 void arith_op(KernelArgs& a) {
-  visit_dtype(a.inputs[0].dtype(), "elementwise", [&]<class T>() { binary_kernel<T, T, T>(a, F{}, "arith"); });
+  visit_dtype(a.outputs[0].dtype(), "elementwise", [&]<class T>() { binary_kernel<T, T, T>(a, F{}, "arith"); });
 }
 template <class F>
 void arith_float_op(KernelArgs& a) {
