@@ -248,7 +248,9 @@ TEST_F(Cuda, NumbersGoToBinaryKernelsByValueWithTheCpusResults) {
       Tensor c = base.to(dt).to(d), odd = c.flatten().narrow(0, 1, 183);  // dense (vectorised) and misaligned
       std::vector<Tensor> r{a * 3, 2 - a, a + 1, a / 4, 7 / (a.abs() + 1), a > 1, a <= 0, a + full({}, 2.0),
                             a.maximum(zeros({}, dt)), inplace, c * 3, c + c, c > 0, -c, odd * odd, odd + 1,
-                            c.to(kFloat32), c.to(kFloat16)};
+                            c.to(kFloat32), c.to(kFloat16),
+                            // numbers with no exact 16-bit value stay float32 (PyTorch's opmath)
+                            a * 0.1, a / 65536, 0.3 / (a.abs() + 1), c * 1e-3};
       std::vector<std::vector<double>> v;
       for (const Tensor& t : r) v.push_back(values(t.cpu()));
       return v;
