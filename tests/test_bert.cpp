@@ -357,6 +357,9 @@ TEST(BertPretrained, ConfigFieldsThatChangeTheModelAreUsedOrRefused) {
                "\"is_decoder\": true (a causal or cross-attending BERT) is not supported");
   expect_error([] { BertConfig::from_pretrained(write_config(R"({"add_cross_attention": true})")); },
                "\"add_cross_attention\": true");
+  // A string is not a bool (Python would read "false" as true).
+  expect_error([] { BertConfig::from_pretrained(write_config(R"({"is_decoder": "true"})")); },
+               "\"is_decoder\" must be true or false, got");
   expect_error([] { BertConfig::from_pretrained(write_config(R"({"position_embedding_type": "relative_key"})")); },
                "\"position_embedding_type\" \"relative_key\" is not supported");
   expect_error([] { BertConfig::from_pretrained(write_config(R"({"tie_word_embeddings": false})")); },

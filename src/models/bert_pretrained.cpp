@@ -92,13 +92,17 @@ BertConfig BertConfig::from_pretrained(const std::string& dir_or_file) {
         c.classifier_dropout = p;
       }
     } else if (key == "is_decoder" || key == "add_cross_attention") {
-      KILN_CHECK(v.kind != io::json::Value::Kind::Bool || !v.boolean, where, path, ": \"", key,
+      KILN_CHECK(v.kind == io::json::Value::Kind::Bool, where, path, ": \"", key, "\" must be true or false, got ",
+                 v.describe());
+      KILN_CHECK(!v.boolean, where, path, ": \"", key,
                  "\": true (a causal or cross-attending BERT) is not supported; Kiln builds the bidirectional encoder");
     } else if (key == "position_embedding_type") {
       KILN_CHECK(v.kind == io::json::Value::Kind::String && v.text == "absolute", where, path,
                  ": \"position_embedding_type\" ", v.describe(), " is not supported (only \"absolute\")");
     } else if (key == "tie_word_embeddings") {
-      KILN_CHECK(v.kind != io::json::Value::Kind::Bool || v.boolean, where, path,
+      KILN_CHECK(v.kind == io::json::Value::Kind::Bool, where, path, ": \"", key, "\" must be true or false, got ",
+                 v.describe());
+      KILN_CHECK(v.boolean, where, path,
                  ": \"tie_word_embeddings\": false is not supported (Kiln's masked-LM decoder is the word embeddings)");
     } else if (key == "pad_token_id") {
       if (v.kind == io::json::Value::Kind::Null) {
