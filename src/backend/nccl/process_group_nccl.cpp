@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/check.h"
 #include "distributed/process_group.h"
@@ -50,6 +51,7 @@ cudaStream_t native(const cuda::Stream& s) { return static_cast<cudaStream_t>(s.
 class NcclGroup final : public DeviceGroup {
  public:
   NcclGroup(ProcessGroup& host, int device) : device_(device) {
+    check_one_gpu_each(host);
     // The id goes out even when rank 0 could not make one (all zero bytes then), so that no
     // process waits for it forever: every process fails alike.
     ncclUniqueId id{};
@@ -86,6 +88,31 @@ class NcclGroup final : public DeviceGroup {
   }
 
  private:
+  // NCCL needs a GPU of its own for each process (two on one GPU fail inside ncclCommInitRank, or
+  // hang): every process sends its GPU's UUID and all check the same table, so all fail alike,
+  // with the ranks named. A process that cannot read its UUID still takes part (its entry says so).
+  void check_one_gpu_each(ProcessGroup& host) const {
+    struct Entry {
+      unsigned char uuid[16] = {};
+      int32_t ok = 0;
+    } mine;
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device_) == cudaSuccess) {
+      std::memcpy(mine.uuid, prop.uuid.bytes, sizeof mine.uuid);
+      mine.ok = 1;
+    }
+    const int world = host.world_size();
+    std::vector<Entry> all(static_cast<size_t>(world));
+    host.all_gather(&mine, all.data(), sizeof(Entry));
+    for (int r = 0; r < world; ++r) {
+      KILN_CHECK(all[static_cast<size_t>(r)].ok, "distributed", "rank ", r, " cannot read its GPU's properties");
+      for (int q = 0; q < r; ++q)
+        KILN_CHECK(std::memcmp(all[static_cast<size_t>(q)].uuid, all[static_cast<size_t>(r)].uuid, 16) != 0,
+                   "distributed", "ranks ", q, " and ", r, " use the same GPU; NCCL needs one GPU per process "
+                   "(each uses cuda:local_rank: start at most as many processes per machine as it has GPUs)");
+    }
+  }
+
   int device_;
   ncclComm_t comm_ = nullptr;
 };
