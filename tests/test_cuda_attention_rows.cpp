@@ -189,12 +189,19 @@ const std::vector<Case>& cases() {
   return c;
 }
 
+// The CPU attention kernel's {out, lse} for a call.
+std::vector<Tensor> cpu_forward(const Call& x) {
+  const int64_t L = x.in[0].size(-2), Ev = x.in[2].size(-1);
+  std::vector<Tensor> fwd{make_empty(rows(x.batch, L, Ev), x.dt, Device::cpu()),
+                          make_empty(with(x.batch, L), x.dt, Device::cpu())};
+  run_cpu(Op::Attention, x.in, fwd, x.at);
+  return fwd;
+}
+
 template <class T>
 void check_case(const Case& c, ScalarType dt, double rtol) {
   const Call x = make_call(c, dt);
-  std::vector<Tensor> fwd{make_empty(rows(x.batch, c.L, c.Ev), dt, Device::cpu()),
-                          make_empty(with(x.batch, c.L), dt, Device::cpu())};
-  run_cpu(Op::Attention, x.in, fwd, x.at);
+  const std::vector<Tensor> fwd = cpu_forward(x);
   const Tensor go = randn(rows(x.batch, c.L, c.Ev), dt);
   std::vector<Tensor> bin = x.in;
   bin.insert(bin.end(), {fwd[0], fwd[1], go});
@@ -229,43 +236,41 @@ TEST(CudaAttentionRows, EmptyRowIsZeroWithInfiniteLse) {
   EXPECT_EQ(test::values(h[1].select(2, 1)), std::vector<double>(2 * 3, std::numeric_limits<double>::infinity()));
 }
 
+// A float64 call of L queries over S keys whose keys [k0, k0 + n) every query masks out, with NaN
+// value rows there.
+Call masked_nan_values(int64_t L, int64_t S, int64_t k0, int64_t n) {
+  Call x = make_call({"masked NaN values", {1}, {1}, L, S, 2, 2, MaskKind::kBool, {L, S}}, kFloat64);
+  x.in[3] = ones({1, L, S}, kBool);
+  x.in[3].narrow(2, k0, n).fill_(false);
+  x.in[2] = x.in[2].clone();
+  x.in[2].narrow(1, k0, n).fill_(std::numeric_limits<double>::quiet_NaN());
+  return x;
+}
+
+void expect_all_nan(const Tensor& t, const std::string& what) {
+  for (double o : test::values(t)) EXPECT_TRUE(std::isnan(o)) << what;
+}
+
 // A NaN value row at a key every query masks out: 0 x NaN is NaN in the CPU's tile products and in
 // torch, so the fused rows give NaN too (they skipped zero probabilities before), and a NaN in
 // the output gradient reaches dv through them.
 TEST(CudaAttentionRows, ANaNValueAtAMaskedKeyGivesNaNAsOnTheCpu) {
-  Call x = make_call({"nan value", {1}, {1}, 3, 4, 2, 2, MaskKind::kBool, {3, 4}}, kFloat64);
-  Tensor m = ones({1, 3, 4}, kBool);
-  m.narrow(2, 3, 1).fill_(false);
-  Tensor v = x.in[2].clone();
-  v.narrow(1, 3, 1).fill_(std::numeric_limits<double>::quiet_NaN());
-  x.in[2] = v, x.in[3] = m;
-  std::vector<Tensor> fwd{make_empty({1, 3, 2}, kFloat64, Device::cpu()), make_empty({1, 3}, kFloat64, Device::cpu())};
-  run_cpu(Op::Attention, x.in, fwd, x.at);
-  const std::vector<Tensor> h = host_forward<double>(x, kWhole);
-  for (double o : test::values(fwd[0])) EXPECT_TRUE(std::isnan(o)) << "the CPU kernel";
-  for (double o : test::values(h[0])) EXPECT_TRUE(std::isnan(o)) << "the fused rows";
+  Call x = masked_nan_values(3, 4, 3, 1);
+  expect_all_nan(cpu_forward(x)[0], "the CPU kernel");
+  expect_all_nan(host_forward<double>(x, kWhole)[0], "the fused rows");
 
   x.in[2] = x.in[2].clone();
   x.in[2].narrow(1, 3, 1).fill_(0.0);
-  run_cpu(Op::Attention, x.in, fwd, x.at);
+  const std::vector<Tensor> fwd = cpu_forward(x);
   Tensor go = ones({1, 3, 2}, kFloat64);
   go.narrow(1, 0, 1).fill_(std::numeric_limits<double>::quiet_NaN());
   const std::vector<Tensor> hg = host_backward<double>(x, fwd[0], fwd[1], go, kWhole);
-  const std::vector<double> dv = test::values(hg[2]);
-  EXPECT_TRUE(std::isnan(dv.back())) << "dv of the masked key";
+  EXPECT_TRUE(std::isnan(test::values(hg[2]).back())) << "dv of the masked key";
 
   // NaN values at keys masked ahead of any attended one (a whole leading chunk of the fused rows).
-  Call y = make_call({"leading masked chunk", {1}, {1}, 2, 40, 2, 2, MaskKind::kBool, {2, 40}}, kFloat64);
-  Tensor m2 = ones({1, 2, 40}, kBool);
-  m2.narrow(2, 0, 32).fill_(false);
-  Tensor v2 = y.in[2].clone();
-  v2.narrow(1, 0, 32).fill_(std::numeric_limits<double>::quiet_NaN());
-  y.in[2] = v2, y.in[3] = m2;
-  std::vector<Tensor> f2{make_empty({1, 2, 2}, kFloat64, Device::cpu()), make_empty({1, 2}, kFloat64, Device::cpu())};
-  run_cpu(Op::Attention, y.in, f2, y.at);
-  for (double o : test::values(f2[0])) EXPECT_TRUE(std::isnan(o)) << "the CPU kernel, leading chunk";
-  for (int64_t tile : {kWhole, kAsKernels})
-    for (double o : test::values(host_forward<double>(y, tile)[0])) EXPECT_TRUE(std::isnan(o)) << "fused, leading chunk";
+  const Call y = masked_nan_values(2, 40, 0, 32);
+  expect_all_nan(cpu_forward(y)[0], "the CPU kernel, leading chunk");
+  for (int64_t tile : {kWhole, kAsKernels}) expect_all_nan(host_forward<double>(y, tile)[0], "fused, leading chunk");
 }
 
 TEST(CudaAttentionRows, KeepTestIsKeepBits) {

@@ -82,13 +82,12 @@ std::string resolve_links(const std::string& path, const char* where) {
 AtomicFile::AtomicFile(const std::string& path, const char* where) : path_(path), where_(where) {
   KILN_CHECK(!path.empty() && path.back() != '/', where_, "\"", path, "\" is not a file path");
   target_ = resolve_links(path, where_);
-  {
-    // A device, FIFO or socket (a link to /dev/null to throw checkpoints away) is never replaced
-    // by a regular file: as root, renaming over /dev/null would break the machine.
-    struct stat st {};
-    KILN_CHECK(::stat(target_.c_str(), &st) != 0 || S_ISREG(st.st_mode), where_, path_,
-               target_ == path_ ? "" : " (a link to " + target_ + ")", ": is not a regular file; not replaced");
-  }
+  // A device, FIFO or socket (a link to /dev/null to throw checkpoints away) is never replaced
+  // by a regular file: as root, renaming over /dev/null would break the machine.
+  struct stat old {};
+  const bool replaces = ::stat(target_.c_str(), &old) == 0;
+  KILN_CHECK(!replaces || S_ISREG(old.st_mode), where_, path_,
+             target_ == path_ ? "" : " (a link to " + target_ + ")", ": is not a regular file; not replaced");
   remove_stale_temporaries(target_);
   for (int attempt = 0; attempt < 100; ++attempt) {
     temp_path_ = temp_name(target_);
@@ -104,8 +103,7 @@ AtomicFile::AtomicFile(const std::string& path, const char* where) : path_(path)
   }
   // A file being replaced keeps its permissions (a private checkpoint stays private), and its
   // group and owner where this process may set them; set now, before any data is written.
-  struct stat old {};
-  if (::stat(target_.c_str(), &old) == 0 && S_ISREG(old.st_mode)) {
+  if (replaces) {
     struct stat now {};
     if (::fstat(fd_, &now) == 0 && (now.st_uid != old.st_uid || now.st_gid != old.st_gid))
       (void)!::fchown(fd_, old.st_uid, old.st_gid);  // not permitted (another user's file): keep ours

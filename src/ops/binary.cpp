@@ -125,8 +125,9 @@ std::pair<Tensor, Tensor> kernel_operands(Op op, ScalarType ct, const Tensor& a,
     return (op == Op::Mul || op == Op::Div) && (ct == kFloat16 || ct == kBFloat16) && t.dim() == 0 &&
            t.device().is_cpu() && t.dtype() != ct && t.dtype() != kBool && !ops::exact_in(t.item<double>(), ct);
   };
-  if (kept(b) && !(a.dim() == 0 && a.device().is_cpu() && a.dtype() != ct)) return {ops::cast(a, ct), ops::cast(b, kFloat32)};
-  if (kept(a) && !(b.dim() == 0 && b.device().is_cpu() && b.dtype() != ct)) return {ops::cast(a, kFloat32), ops::cast(b, ct)};
+  // At most one is kept: a 16-bit ct needs an operand of that dtype, which is not.
+  if (kept(b)) return {ops::cast(a, ct), ops::cast(b, kFloat32)};
+  if (kept(a)) return {ops::cast(a, kFloat32), ops::cast(b, ct)};
   return {ops::cast(a, ct), ops::cast(b, ct)};
 }
 

@@ -63,11 +63,10 @@ ScalarType result_type_of(const Tensor& t, Scalar s) {
 }
 
 bool exact_in(double v, ScalarType t) {
-  const float f = static_cast<float>(v);
   if (v != v) return true;
+  const float f = static_cast<float>(v);
   if (t == kFloat16) return static_cast<double>(static_cast<float>(Half(f))) == v;
   if (t == kBFloat16) return static_cast<double>(static_cast<float>(BFloat16(f))) == v;
-  if (t == kFloat32) return static_cast<double>(f) == v;
   return true;
 }
 

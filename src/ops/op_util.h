@@ -63,7 +63,7 @@ ScalarType result_type_of(std::initializer_list<const Tensor*> ts);
 ScalarType result_type_of(const Tensor& t, Scalar s);
 // The number as a wrapped 0-d tensor of the type an op on (t, s) computes in.
 Tensor wrap_for(const Tensor& t, Scalar s);
-// Whether v has an exact value in the floating-point type t (float16 and bfloat16 may not).
+// Whether v has an exact value in float16 or bfloat16 (t); true for any other t.
 bool exact_in(double v, ScalarType t);
 // A value filled into a tensor of dtype t (full, fill_, masked_fill) must fit it, as PyTorch's
 // checked conversion: an error naming op, not 300 stored in uint8 as 44 or -inf in int32 as 0.
