@@ -1,8 +1,8 @@
 // The host-side decisions of the cuDNN convolutions (src/backend/cuda/conv_plan.h), without a GPU
 // or cuDNN: which layout a call runs in, which operands are copied dense first (checked against
 // Tensor::is_contiguous on real tensors), the math types, a plan key that tells apart any two
-// calls differing in one size or attribute, and the order in which ranked algorithms (and the
-// graph API's engines) are tried.
+// calls differing in one size or attribute, the order in which ranked algorithms (and the graph
+// API's engines) are tried, and what the plan cache keeps after a run.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -178,6 +178,21 @@ TEST(CudnnHost, CandidatesKeepCudnnsOrderDeterministicFirst) {
 
   EXPECT_TRUE(cp::select_candidates({}, kFloat32, true, 1000, workspace).empty());
   EXPECT_TRUE(cp::select_candidates({{0, false, true, Math::Default}}, kFloat32, true, 1000, workspace).empty());
+}
+
+// After a run the plan starts at the candidate that ran, also when one before it was skipped for
+// want of workspace memory (PyTorch's try_all): left first, it would ask for that memory on every
+// call, each time a device sync and a flush of the allocator's cache.
+TEST(CudnnHost, ThePlanKeptAfterARunStartsAtTheCandidateThatRan) {
+  for (const bool cached : {false, true}) {
+    SCOPED_TRACE(cached ? "a kept plan" : "a fresh plan");
+    EXPECT_EQ(cp::kept_from({2, true}, cached), std::optional<size_t>(2));  // 0 and 1 lacked memory
+    EXPECT_EQ(cp::kept_from({2, false}, cached), std::optional<size_t>(2));  // 0 and 1 were refused
+    EXPECT_EQ(cp::kept_from({-1, true}, cached), std::nullopt);              // none ran: nothing kept
+    EXPECT_EQ(cp::kept_from({-1, false}, cached), std::nullopt);
+  }
+  EXPECT_EQ(cp::kept_from({0, false}, false), std::optional<size_t>(0));
+  EXPECT_EQ(cp::kept_from({0, false}, true), std::nullopt);  // a kept plan whose first ran stays
 }
 
 // The graph API's engines under the legacy path's rules: float32 takes TF32 engines only when

@@ -62,6 +62,10 @@ struct FakeDevice final : backend::StreamDevice {
   void synchronize() override {
     for (auto& [s, q] : queued) finished[s] = q;
   }
+  bool failing_fill = false;  // fill throws, as cudaMemset does after a device fault
+  void fill(void*, int, size_t) override {
+    if (failing_fill) KILN_FAIL("cuda", "cudaMemset(p, byte, n) failed: cudaErrorIllegalAddress");
+  }
   void run(StreamId s) { finished[s] = queued[s]; }  // the stream caught up
 };
 
@@ -251,6 +255,25 @@ TEST(StreamAllocatorSystem, EveryBlockGoesToTheDeviceAndBack) {
   alloc.deallocate(a);
   EXPECT_TRUE(dev->live.empty());
   EXPECT_FALSE(alloc.stats().caching);
+}
+
+// A poisoning fill that fails gives the new segment back and counts nothing: reserved stays what
+// the device holds.
+TEST(StreamAllocatorSystem, AFailedFillGivesTheSegmentBack) {
+  auto d = std::make_unique<FakeDevice>();
+  FakeDevice* dev = d.get();
+  StreamAllocator alloc("cuda:0", std::move(d), backend::CachingAllocator::Mode::System);
+  dev->failing_fill = true;
+  EXPECT_THROW(alloc.allocate(1000, stream(0)), Error);
+  EXPECT_EQ(dev->used, 0u);
+  EXPECT_TRUE(dev->live.empty());
+  EXPECT_EQ(alloc.stats().reserved, 0u);
+  EXPECT_EQ(alloc.stats().os_allocations, 0u);
+  dev->failing_fill = false;
+  void* a = alloc.allocate(1000, stream(0));
+  EXPECT_EQ(alloc.stats().reserved, 1024u);
+  alloc.deallocate(a);
+  EXPECT_EQ(alloc.stats().reserved, 0u);
 }
 
 }  // namespace

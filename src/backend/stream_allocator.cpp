@@ -83,9 +83,17 @@ StreamAllocator::Block* StreamAllocator::new_segment_locked(size_t size, bool sm
     ptr = device_->raw_alloc(seg);
   }
   if (!ptr) n_.out_of_memory(device_name_, asked, !n_.over_limit(seg));
+  // Poisoned before it is counted: a failed fill gives the segment back and leaves the counts right.
+  if (mode_ == CachingAllocator::Mode::System) {
+    try {
+      device_->fill(ptr, 0xFF, seg);
+    } catch (...) {
+      device_->raw_free(ptr);
+      throw;
+    }
+  }
   n_.reserved += seg;
   ++n_.os_allocations;
-  if (mode_ == CachingAllocator::Mode::System) device_->fill(ptr, 0xFF, seg);
   auto* b = new Block;
   b->ptr = ptr;
   b->size = seg;

@@ -318,17 +318,11 @@ cudnnStatus_t execute(cudnnHandle_t h, Kind k, const Descriptors& d, const Opera
   return CUDNN_STATUS_BAD_PARAM;
 }
 
-// The first candidate cuDNN carries out (-1: none), and whether one before it was skipped for
-// want of workspace memory rather than refused (then it stays in the plan: memory may be free
-// next time). The allocator's error is kept in `oom`.
-struct Ran {
-  int index = -1;
-  bool skipped_for_memory = false;
-};
-
-Ran run_candidates(cudnnHandle_t h, Kind k, const Descriptors& d, const Operands& o,
-                   const std::vector<cp::Candidate>& candidates, std::exception_ptr& oom) {
-  Ran r;
+// Runs the candidates in order until cuDNN carries one out (conv_plan::Ran says which, and whether
+// one was skipped for want of workspace memory). The allocator's error is kept in `oom`.
+cp::Ran run_candidates(cudnnHandle_t h, Kind k, const Descriptors& d, const Operands& o,
+                       const std::vector<cp::Candidate>& candidates, std::exception_ptr& oom) {
+  cp::Ran r;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const cp::Candidate& c = candidates[i];
     Tensor ws;
@@ -357,8 +351,9 @@ struct Plan {
   Layout layout = Layout::NHWC;
   std::vector<cp::Candidate> candidates;
 };
-std::mutex g_plan_mutex;
-std::map<cp::PlanKey, std::shared_ptr<const Plan>> g_plans;
+// Never destroyed: a convolution from a thread still running at exit finds them.
+std::mutex& g_plan_mutex = *new std::mutex;
+std::map<cp::PlanKey, std::shared_ptr<const Plan>>& g_plans = *new std::map<cp::PlanKey, std::shared_ptr<const Plan>>;
 constexpr size_t kMaxPlans = 4096;
 
 std::shared_ptr<const Plan> cached_plan(const cp::PlanKey& key) {
@@ -367,7 +362,7 @@ std::shared_ptr<const Plan> cached_plan(const cp::PlanKey& key) {
   return it == g_plans.end() ? nullptr : it->second;
 }
 
-// Keeps the candidates from `first` on (those before it were refused).
+// Keeps the candidates from `first` on (conv_plan::kept_from).
 void store_plan(const cp::PlanKey& key, Layout l, const std::vector<cp::Candidate>& candidates, size_t first) {
   auto plan = std::make_shared<Plan>(Plan{
       l, std::vector<cp::Candidate>(candidates.begin() + static_cast<std::ptrdiff_t>(first), candidates.end())});
@@ -410,10 +405,10 @@ void run_conv(const Conv& c, cudaStream_t stream) {
       Descriptors d;
       if (set_descriptors(d, c, plan->layout, base)) {
         const Operands o = operands(plan->layout);
-        const Ran ran = run_candidates(h, c.kind, d, o, plan->candidates, oom);
+        const cp::Ran ran = run_candidates(h, c.kind, d, o, plan->candidates, oom);
         if (ran.index >= 0) {
-          if (ran.index > 0 && !ran.skipped_for_memory)
-            store_plan(key, plan->layout, plan->candidates, static_cast<size_t>(ran.index));
+          if (const std::optional<size_t> first = cp::kept_from(ran, true))
+            store_plan(key, plan->layout, plan->candidates, *first);
           finish(c, o);
           return;
         }
@@ -421,7 +416,6 @@ void run_conv(const Conv& c, cudaStream_t stream) {
       // Every cached algorithm was refused (or ran out of memory): plan afresh below.
     }
     const Layout preferred = cp::preferred_layout(t);
-    bool short_of_memory = false;  // a layout whose algorithms all lacked workspace memory this time
     for (const Layout l : {preferred, cp::other(preferred)}) {
       Descriptors d;
       if (!set_descriptors(d, c, l, base)) continue;
@@ -432,14 +426,12 @@ void run_conv(const Conv& c, cudaStream_t stream) {
           ranked, t, tf32, kWorkspaceLimit, [&](int algo, Math m) { return workspace_size(h, c.kind, d, algo, m); });
       if (candidates.empty()) continue;
       if (!o) o = operands(l);
-      const Ran ran = run_candidates(h, c.kind, d, *o, candidates, oom);
-      if (ran.index < 0) {
-        short_of_memory = short_of_memory || ran.skipped_for_memory;
-        continue;
-      }
-      // Not kept when the preferred layout only lacked memory: the next call plans afresh rather
-      // than staying in the other layout (and its copies) for good.
-      if (!short_of_memory) store_plan(key, l, candidates, ran.skipped_for_memory ? 0 : static_cast<size_t>(ran.index));
+      // Kept also when the preferred layout only lacked workspace memory: planning afresh on every
+      // call would ask for that memory (a device sync and a cache flush) each time.
+      const cp::Ran ran = run_candidates(h, c.kind, d, *o, candidates, oom);
+      const std::optional<size_t> first = cp::kept_from(ran, false);
+      if (!first) continue;
+      store_plan(key, l, candidates, *first);
       finish(c, *o);
       return;
     }

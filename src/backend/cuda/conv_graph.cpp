@@ -2,8 +2,9 @@
 // operand and convolution descriptors, a one-operation graph, heuristics mode A's engine configs
 // tried in conv_plan::engine_order until one's execution plan finalizes and runs; then each call
 // only builds a variant pack (the call's pointers and workspace) and executes the kept plan. An
-// engine that cuDNN cannot build is skipped (cudnn_engine_accepts); one whose workspace memory is
-// not to be had this time is skipped without the choice being kept, as conv.cpp's legacy path does.
+// engine that cuDNN cannot build is skipped (cudnn_engine_accepts); so is one whose workspace memory
+// is not to be had, and the engine that runs after it is kept (conv_plan::kept_from, as conv.cpp's
+// legacy path does).
 #if defined(KILN_HAVE_CUDNN)
 #include "backend/cuda/conv_graph.h"
 
@@ -87,9 +88,13 @@ struct Plan {
   int64_t workspace = 0;
 };
 
-std::mutex g_mutex;
-std::map<std::pair<cp::PlanKey, cudnnHandle_t>, std::shared_ptr<Plan>> g_plans;
-std::set<cp::PlanKey> g_no_engine;  // geometries no engine takes (on any handle: the legacy API runs them)
+// Never destroyed: a convolution from a thread still running at exit finds them, and the plans'
+// descriptors are not destroyed after the CUDA runtime has gone.
+std::mutex& g_mutex = *new std::mutex;
+std::map<std::pair<cp::PlanKey, cudnnHandle_t>, std::shared_ptr<Plan>>& g_plans =
+    *new std::map<std::pair<cp::PlanKey, cudnnHandle_t>, std::shared_ptr<Plan>>;
+// Geometries no engine took (on any handle: the legacy API runs them).
+std::set<cp::PlanKey>& g_no_engine = *new std::set<cp::PlanKey>;
 constexpr size_t kMaxPlans = 4096;
 
 Desc tensor(int64_t uid, const cp::Dims& d, cp::Layout l, cudnnDataType_t dt) {
@@ -219,16 +224,15 @@ Outcome execute(cudnnHandle_t h, const Desc& plan, int64_t workspace, const Grap
                                                                                                 : Outcome::Refused;
 }
 
-// A plan that ran (or an empty one: no engine did), and whether an engine ranked before it (or
-// any, when none ran) was skipped for want of workspace memory this time.
+// A plan that ran (or an empty one: no engine did), and which engine of engine_order's it was.
 struct Planned {
   std::shared_ptr<Plan> plan;
-  bool short_of_memory = false;
+  cp::Ran ran;
 };
 
 // Builds the graph and runs the engine configs in order until one runs.
 Planned plan_and_run(cudnnHandle_t h, const GraphConv& c, Device device) {
-  Planned r{std::make_shared<Plan>()};
+  Planned r{std::make_shared<Plan>(), {}};
   Plan* p = r.plan.get();
   auto keep = [&](Desc d) -> Desc& { return p->parts.emplace_back(std::move(d)); };
   // Reserved so that the references handed out stay valid (every part below, and the configs).
@@ -274,7 +278,9 @@ Planned plan_and_run(cudnnHandle_t h, const GraphConv& c, Device device) {
       described.push_back(std::move(cfg));
     }
   }
-  for (const size_t i : cp::engine_order(c.dtype, c.allow_tf32, notes)) {
+  const std::vector<size_t> order = cp::engine_order(c.dtype, c.allow_tf32, notes);
+  for (size_t k = 0; k < order.size(); ++k) {
+    const size_t i = order[k];
     Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -289,11 +295,12 @@ Planned plan_and_run(cudnnHandle_t h, const GraphConv& c, Device device) {
         workspace > kWorkspaceLimit)
       continue;
     const Outcome o = execute(h, plan, workspace, c, device);
-    r.short_of_memory = r.short_of_memory || o == Outcome::NoMemory;
+    r.ran.skipped_for_memory = r.ran.skipped_for_memory || o == Outcome::NoMemory;
     if (o != Outcome::Ran) continue;
     keep(std::move(described[i]));
     p->plan = &keep(std::move(plan));
     p->workspace = workspace;
+    r.ran.index = static_cast<int>(k);
     return r;
   }
   return r;
@@ -338,19 +345,24 @@ bool run_conv_graph(cudnnHandle_t h, const GraphConv& c, const cp::PlanKey& key)
     auto it = g_plans.find({key, h});
     if (it != g_plans.end()) plan = it->second;
   }
-  // A kept plan whose run is refused now (e.g. its workspace not to be had) tries the legacy API.
-  if (plan) return execute(h, *plan->plan, plan->workspace, c, device) == Outcome::Ran;
+  // A kept plan whose run is refused now tries the legacy API; one whose workspace memory is not to
+  // be had now is planned afresh, and the engine that runs then is kept (as conv.cpp does).
+  if (plan) {
+    const Outcome o = execute(h, *plan->plan, plan->workspace, c, device);
+    if (o != Outcome::NoMemory) return o == Outcome::Ran;
+  }
   t_last_refusal.clear();
   const Planned planned = plan_and_run(h, c, device);
-  const bool ran = planned.plan->plan != nullptr;
-  // Not kept when a better engine (or every one) lacked workspace memory this time: the next call
-  // plans afresh rather than keeping a worse engine, or none, for good.
-  if (planned.short_of_memory) return ran;
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (!ran) {
+  // The engine that ran is kept even when one ranked before it lacked workspace memory, and a
+  // geometry on which none ran, even for want of memory, goes to the legacy API from now on:
+  // planning afresh on every call would finalize every plan and ask for that memory (a device
+  // sync and a cache flush) each time.
+  if (!cp::kept_from(planned.ran, false)) {
     if (g_no_engine.insert(key).second)
-      std::cerr << "kiln: warning: [conv2d] cuDNN's graph API has no engine for the " << describe(c)
-                << "; using the legacy API for it"
+      std::cerr << "kiln: warning: [conv2d] cuDNN's graph API has no engine "
+                << (planned.ran.skipped_for_memory ? "whose workspace memory is free " : "") << "for the "
+                << describe(c) << "; using the legacy API for it"
                 << (t_last_refusal.empty() ? "" : " (the last refusal: " + t_last_refusal + ")") << "\n";
     return false;
   }

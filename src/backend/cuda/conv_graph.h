@@ -28,9 +28,9 @@ bool graph_api_enabled();
 // Runs `c` on `h`'s stream: the operation graph, the engine configs of heuristics mode A in
 // conv_plan::engine_order, the first whose plan finalizes and runs kept per plan key and handle
 // (so planned once per cuDNN handle: one per thread convolving at the same time). False when no
-// engine takes the case (the caller runs the legacy API; a warning says so once per geometry,
-// with cuDNN's last refusal) or when the engine's workspace memory is not to be had this time; a
-// failure other than a refusal throws naming the cuDNN call.
+// engine takes the case, or none whose workspace memory is to be had (the caller runs the legacy
+// API, for this geometry from now on; a warning says so once, with cuDNN's last refusal), or when
+// the kept engine refuses this call; a failure other than a refusal throws naming the cuDNN call.
 bool run_conv_graph(cudnnHandle_t h, const GraphConv& c, const conv_plan::PlanKey& key);
 
 // Whether the graph API is known to have no engine for `key`'s geometry (then the caller need not

@@ -1,7 +1,7 @@
 // The host-side decisions of the cuDNN convolutions (backend/cuda/conv.cpp) in plain C++, so that
 // g++ tests them without cuDNN (tests/test_cudnn_host.cpp): the layout a convolution runs in,
-// which operands need a dense copy, the math type, the plan-cache key, and the order in which
-// cuDNN's ranked algorithms are tried.
+// which operands need a dense copy, the math type, the plan-cache key, the order in which
+// cuDNN's ranked algorithms are tried, and what the plan cache keeps after a run.
 #pragma once
 
 #include <algorithm>
@@ -144,6 +144,23 @@ std::vector<Candidate> select_candidates(const std::vector<Ranked>& ranked, Scal
   }
   first.insert(first.end(), later.begin(), later.end());
   return first;
+}
+
+// The outcome of trying a plan's candidates (or the graph API's engines) in order: the first that
+// ran (-1: none), and whether one was skipped because its workspace memory was not to be had.
+struct Ran {
+  int index = -1;
+  bool skipped_for_memory = false;
+};
+
+// Where the plan kept after a run starts (nullopt: the cache stays as it is): at the candidate
+// that ran, also when one before it lacked workspace memory, as PyTorch's Conv_v7 try_all keeps
+// the algorithm that ran after an out-of-memory. A skipped candidate left first would ask for its
+// memory again on every call, and each failed ask synchronizes the device and empties the
+// allocator's cache. A kept plan (`cached`) whose first candidate ran stays as it is.
+inline std::optional<size_t> kept_from(const Ran& r, bool cached) {
+  if (r.index < 0 || (cached && r.index == 0)) return std::nullopt;
+  return static_cast<size_t>(r.index);
 }
 
 // What cuDNN's graph API says of an engine (its numerical notes) that decides whether Kiln runs it.

@@ -70,6 +70,9 @@ class CudaStreamDevice final : public StreamDevice {
   }
   bool event_done(void* event) override {
     if (!event) return true;
+    // The event's device current: a query from a thread whose current device has no context yet
+    // would create one there (StreamAllocator::allocate runs on any thread, with no device scope).
+    DeviceGuard g(index_);
     const cudaError_t st = cudaEventQuery(static_cast<cudaEvent_t>(event));
     if (st == cudaErrorNotReady) {
       cudaGetLastError();
@@ -191,10 +194,11 @@ class CudaRuntime final : public DeviceRuntime {
   }
   void* timing_event(int index) override {
     DeviceGuard g(index);
-    cudaEvent_t e = nullptr;
-    KILN_CUDA_CHECK(cudaEventCreate(&e));
-    KILN_CUDA_CHECK(cudaEventRecord(e, cuda::current_stream(index)));
-    return e;
+    cudaEvent_t raw = nullptr;
+    KILN_CUDA_CHECK(cudaEventCreate(&raw));
+    OwnedEvent e(raw);
+    KILN_CUDA_CHECK(cudaEventRecord(e.get(), cuda::current_stream(index)));
+    return e.release();
   }
   double elapsed_ms(void* start, void* end) override {
     struct Destroy {  // both events, whether the calls below succeed or throw

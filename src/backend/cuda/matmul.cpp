@@ -11,6 +11,8 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <sstream>
+#include <string>
 #include <tuple>
 
 #include "backend/cuda/context.h"
@@ -98,7 +100,17 @@ struct Gemm {
   const Tensor *a, *w, *out;
   const Tensor* bias = nullptr;  // [N], for the epilogue
   int activation = 0;            // LinearAttrs' numbering
+  const char* op = "matmul";     // the op its errors name
 };
+
+// "float32 [B, M, K] (strides [...]) x [B, K, N] (strides [...]) into float32 [B, M, N]", for errors.
+std::string describe(const Gemm& g) {
+  std::ostringstream os;
+  os << g.a->dtype() << " " << g.a->shape() << " (strides " << g.a->strides() << ") x " << g.w->shape()
+     << " (strides " << g.w->strides() << ") into " << g.out->dtype() << " " << g.out->shape();
+  if (g.bias) os << " with bias";
+  return os.str();
+}
 
 // out[b] = act(a[b] @ w[b] + bias) in one cuBLASLt call. False when cuBLASLt cannot take it
 // (the caller then makes the operands dense, or falls back).
@@ -200,6 +212,18 @@ bool lt_matmul(const Gemm& g, cudaStream_t stream, bool fuse_epilogue) {
   return true;
 }
 
+// lt_matmul, a failure named with the op and its operands as conv's are (cuBLASLt's own message
+// names neither); an out-of-memory error passes unchanged, so that callers still see its type.
+bool lt_matmul_named(const Gemm& g, cudaStream_t stream, bool fuse_epilogue) {
+  try {
+    return lt_matmul(g, stream, fuse_epilogue);
+  } catch (const OutOfMemoryError&) {
+    throw;
+  } catch (const Error& e) {
+    KILN_FAIL(g.op, describe(g), ": ", e.what());
+  }
+}
+
 // Operands cuBLASLt cannot take as they are (both strides > 1 in the last two dims, or an
 // alignment no algorithm takes) are made dense first, on the device: a dense view at an odd
 // offset is copied too, into a fresh (aligned) allocation.
@@ -238,14 +262,13 @@ void run_gemm(Gemm g, cudaStream_t stream, bool fuse) {
     KILN_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), stream));
     return finish(false);
   }
-  if (lt_matmul(g, stream, fuse)) return finish(fuse);
+  if (lt_matmul_named(g, stream, fuse)) return finish(fuse);
   const Tensor a = dense(*g.a), w = dense(*g.w);
   Gemm d = g;
   d.a = &a, d.w = &w;
-  if (lt_matmul(d, stream, fuse)) return finish(fuse);
+  if (lt_matmul_named(d, stream, fuse)) return finish(fuse);
   // No algorithm with the epilogue (rare: some dtype/epilogue pairs): the product, then our own.
-  KILN_CHECK(lt_matmul(d, stream, false), "matmul", "cuBLASLt has no algorithm for ", a.dtype(), " into ", out.dtype(),
-             " [", out.size(0), ", ", out.size(1), ", ", a.size(2), "] x [", w.size(1), ", ", w.size(2), "]");
+  KILN_CHECK(lt_matmul_named(d, stream, false), g.op, "cuBLASLt has no algorithm for ", describe(d));
   finish(false);
 }
 
@@ -253,7 +276,8 @@ void matmul(KernelArgs& args) { gemm(args.inputs[0], args.inputs[1], args.output
 
 void linear(KernelArgs& args) {
   const auto& at = *static_cast<const LinearAttrs*>(args.attrs);
-  Gemm g{&args.inputs[0], &args.inputs[1], &args.outputs[0], at.has_bias ? &args.inputs[2] : nullptr, at.activation};
+  Gemm g{&args.inputs[0], &args.inputs[1], &args.outputs[0], at.has_bias ? &args.inputs[2] : nullptr, at.activation,
+         "linear"};
   run_gemm(g, static_cast<cudaStream_t>(args.stream), true);
 }
 

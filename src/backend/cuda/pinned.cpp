@@ -61,10 +61,12 @@ class PinnedPool {
     if (!b) return false;
     prune(*b);
     DeviceGuard g(device);
-    cudaEvent_t e = nullptr;
-    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    KILN_CUDA_CHECK(cudaEventRecord(e, stream));
-    b->events.emplace_back(device, e);
+    cudaEvent_t raw = nullptr;
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&raw, cudaEventDisableTiming));
+    OwnedEvent e(raw);
+    KILN_CUDA_CHECK(cudaEventRecord(e.get(), stream));
+    b->events.emplace_back(device, e.get());
+    e.release();
     return true;
   }
 
@@ -77,10 +79,12 @@ class PinnedPool {
     --it;
     return a < it->first + it->second->size ? it->second : nullptr;
   }
-  // Drops the events of copies that are done.
+  // Drops the events of copies that are done, each queried and destroyed with its device current
+  // (from another device, the call would create a context there).
   static void prune(Block& b) {
     auto& ev = b.events;
     for (size_t k = 0; k < ev.size();) {
+      DeviceGuard g(ev[k].first);
       const cudaError_t st = cudaEventQuery(ev[k].second);
       if (st == cudaErrorNotReady) {
         cudaGetLastError();

@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <memory>
+
 #include "backend/cuda/check.h"
 #include "backend/stream_allocator.h"
 
@@ -17,6 +19,12 @@ int device_count();
 void check_device(int device, const char* where);
 // -1 means the thread's current device.
 int resolve(int device, const char* where);
+
+// An event destroyed with its owner unless released (one whose record failed does not leak).
+struct EventDestroy {
+  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+};
+using OwnedEvent = std::unique_ptr<CUevent_st, EventDestroy>;
 
 // Makes `index` the current device of the calling thread while alive.
 class DeviceGuard {

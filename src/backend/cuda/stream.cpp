@@ -45,6 +45,17 @@ StreamPool& pool(int device) {
 
 std::atomic<bool> g_allow_tf32{false};
 
+// Destroys an event with its device current: from a thread whose current device is another one,
+// cudaEventDestroy would create that device's context (PyTorch guards it for this reason). Never
+// throws (destructors call it), so not DeviceGuard, whose failures throw.
+void destroy_event(void* event, int device) {
+  if (!event) return;
+  int prev = 0;
+  const bool switched = cudaGetDevice(&prev) == cudaSuccess && prev != device && cudaSetDevice(device) == cudaSuccess;
+  cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  if (switched) cudaSetDevice(prev);
+}
+
 }  // namespace
 
 DeviceProperties get_device_properties(int device) {
@@ -128,15 +139,13 @@ Event::Event(int device, bool enable_timing) : device_(be::resolve(device, "cuda
   event_ = e;
 }
 
-Event::~Event() {
-  if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
-}
+Event::~Event() { destroy_event(event_, device_); }
 
 Event::Event(Event&& o) noexcept : event_(o.event_), device_(o.device_), timed_(o.timed_) { o.event_ = nullptr; }
 
 Event& Event::operator=(Event&& o) noexcept {
   if (this != &o) {
-    if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+    destroy_event(event_, device_);
     event_ = o.event_;
     device_ = o.device_;
     timed_ = o.timed_;
@@ -154,7 +163,9 @@ void Event::record(const Stream& stream) {
 
 void Event::record() { record(current_stream(device_)); }
 
+// The event's device current for the query and synchronize, as for destroy_event.
 bool Event::query() const {
+  be::DeviceGuard g(device_);
   const cudaError_t st = cudaEventQuery(static_cast<cudaEvent_t>(event_));
   if (st == cudaErrorNotReady) {
     cudaGetLastError();
@@ -164,7 +175,10 @@ bool Event::query() const {
   return true;
 }
 
-void Event::synchronize() const { KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_))); }
+void Event::synchronize() const {
+  be::DeviceGuard g(device_);
+  KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
+}
 
 void Event::wait(const Stream& stream) const {
   be::DeviceGuard g(stream.device());
