@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <thread>
 #include <utility>
 
@@ -22,7 +23,10 @@ class HostBackedRuntime final : public backend::cpu::HostRuntime {
   void copy_to_host(void* d, const void* s, size_t n, int i) override {
     HostRuntime::copy_to_host(d, s, n, i);
     ++to_host;
+    if (after_copy_to_host) after_copy_to_host();
   }
+  // Runs after each copy to the host: another writer of the device memory (a thread, a stream).
+  std::function<void()> after_copy_to_host;
   void copy_from_host(void* d, const void* s, size_t n, int i, bool nb) override {
     HostRuntime::copy_from_host(d, s, n, i, nb);
     ++from_host;

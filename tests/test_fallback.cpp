@@ -112,6 +112,27 @@ TEST_F(Fallback, InPlaceOnANonContiguousDeviceView) {
   test::expect_close(d.cpu(), {0, 5, 0, 0, 5, 0}, {2, 3});
 }
 
+// The fallback writes back only its output's elements: between its copy to the host and the
+// copy back, another writer (a thread on the other column, a kernel on another stream) fills the
+// gaps, and what it wrote stays. Writing the whole storage range back undid it.
+TEST_F(Fallback, AStridedOutputWritesOnlyItsOwnElementsBack) {
+  backend::register_kernel(backend::Op::Copy, DeviceType::CUDA, backend::kernel_for(backend::Op::Copy, DeviceType::CPU),
+                           nullptr);  // the device's own copy kernel scatters the result
+  Tensor d = zeros({4, 2}).to(Device::cuda(0));
+  float* data = d.data_ptr<float>();  // the stand-in's device memory is host memory
+  int writes = 0;  // each write a new value: a stale copy of an older one shows
+  stand_in_->runtime().after_copy_to_host = [data, &writes] {
+    ++writes;
+    for (int r = 0; r < 4; ++r) data[r * 2 + 1] = static_cast<float>(writes);
+  };
+  NoGradGuard ng;
+  d.select(1, 0).add_(1);
+  stand_in_->runtime().after_copy_to_host = nullptr;
+  ASSERT_GT(writes, 0);
+  const double w = writes;
+  EXPECT_EQ(test::values(d.cpu()), (std::vector<double>{1, w, 1, w, 1, w, 1, w}));
+}
+
 TEST_F(Fallback, MixingDevicesIsAnError) {
   Tensor a = ones({2}).to(Device::cuda(0));
   test::expect_error([&] { (void)(a + ones({2})); }, "[add] expected all tensors on one device");

@@ -129,5 +129,103 @@ TEST(OpEdgeCases, AnIntegerSumDoesNotRequireGrad) {
   EXPECT_TRUE(sum(x, {}, false, kFloat64).requires_grad());
 }
 
+// The divisor's gradient is -g * (a / b) / b, as torch forms it: b * b overflows float16 once
+// |b| > 256 (the gradient was -0), and float32 past 1.8e19.
+TEST(OpEdgeCases, DivisorGradientDoesNotSquareTheDivisor) {
+  Tensor a = tensor({1.0, 2.0}, kFloat16).requires_grad_();
+  Tensor b = tensor({300.0, 1000.0}, kFloat16).requires_grad_();
+  (a / b).sum().backward();
+  const std::vector<double> gb = values(b.grad());
+  // torch 2.15's float16 results (subnormals: steps of 2^-24, about 6e-8); it was -0 for both.
+  EXPECT_NEAR(gb[0], -1.1086e-05, 6e-8);
+  EXPECT_NEAR(gb[1], -2.0266e-06, 6e-8);
+  Tensor c = tensor({1e30f}).requires_grad_(), d = tensor({1e20f}).requires_grad_();
+  (c / d).sum().backward();
+  EXPECT_NEAR(values(d.grad())[0], -1e-10, 1e-15);
+}
+
+// linear with no input or no output features trains (nn::Linear takes 0): its backward reshapes
+// with the rows it knows, not -1.
+TEST(OpEdgeCases, LinearWithZeroFeaturesHasGradients) {
+  Tensor x = zeros({3, 0}, kFloat64).requires_grad_();
+  Tensor w = zeros({4, 0}, kFloat64).requires_grad_();
+  Tensor b = ones({4}, kFloat64).requires_grad_();
+  linear(x, w, b).sum().backward();
+  EXPECT_EQ(w.grad().shape(), (Shape{4, 0}));
+  EXPECT_EQ(values(b.grad()), std::vector<double>(4, 3.0));
+  Tensor x2 = ones({2, 5}, kFloat64).requires_grad_();
+  Tensor w2 = zeros({0, 5}, kFloat64).requires_grad_();
+  linear(x2, w2).sum().backward();
+  EXPECT_EQ(values(x2.grad()), std::vector<double>(10, 0.0));
+  EXPECT_EQ(w2.grad().shape(), (Shape{0, 5}));
+}
+
+// An empty batch in training (the last one split across processes) is an empty output, and the
+// running statistics stay as they were, as in torch.
+TEST(OpEdgeCases, BatchNormTakesAnEmptyBatchInTraining) {
+  Tensor rm = zeros({3}), rv = ones({3});
+  Tensor x = zeros({0, 3, 5}).requires_grad_();
+  Tensor w = ones({3}).requires_grad_();
+  Tensor y = batch_norm(x, rm, rv, w, {}, /*training=*/true);
+  EXPECT_EQ(y.shape(), (Shape{0, 3, 5}));
+  EXPECT_EQ(values(rm), std::vector<double>(3, 0.0));
+  EXPECT_EQ(values(rv), std::vector<double>(3, 1.0));
+  y.sum().backward();
+  EXPECT_EQ(values(w.grad()), std::vector<double>(3, 0.0));
+  expect_error([] { batch_norm(zeros({1, 3}), zeros({3}), ones({3}), {}, {}, true); },
+               "expected more than 1 value per channel when training");
+}
+
+// Window parameters are ints, as in torch: past INT32_MAX a span d * (k - 1) + 1 overflows. A
+// max window far larger than the input takes the input's time, not the kernel's.
+TEST(OpEdgeCases, HugePoolingAndConvParametersAreErrorsAndLargeWindowsAreQuick) {
+  Tensor x = arange(25, kFloat32).reshape({1, 1, 5, 5});
+  const int64_t big = int64_t{1} << 62;
+  expect_error([&] { max_pool2d(x, {big, 1}, {1, 1}, {big / 2, 0}); }, "[max_pool2d] kernel_size must be at most 2147483647");
+  expect_error([&] { max_pool2d(x, {5, 1}, {1, 1}, {0, 0}, {big, 1}); }, "[max_pool2d] dilation must be at most");
+  expect_error([&] { avg_pool2d(x, {big, 1}, {1, 1}, {big / 2, 0}); }, "[avg_pool2d] kernel_size must be at most");
+  expect_error([&] { conv2d(x, ones({1, 1, 5, 1}), {}, {1, 1}, {0, 0}, {big, 1}); }, "[conv2d] dilation must be at most");
+  // A 2^30-row window over 5 rows (padding half of it): every output is the column's max.
+  const int64_t k = int64_t{1} << 30;
+  Tensor y = max_pool2d(x, {k + 1, 1}, {k, 1}, {k / 2, 0});
+  EXPECT_EQ(y.shape(), (Shape{1, 1, 1, 5}));
+  EXPECT_EQ(values(y), (std::vector<double>{20, 21, 22, 23, 24}));
+}
+
+// Class weights: with probability targets the loss is differentiable in them (torch's composite);
+// with class indices torch's nll_loss has no gradient for them, and one that wants it is an error.
+TEST(OpEdgeCases, LossClassWeightsThatRequireGrad) {
+  manual_seed(3);
+  Tensor x = randn({3, 4}, kFloat64), t = softmax(randn({3, 4}, kFloat64), 1);
+  Tensor w = rand({4}, kFloat64).add(0.5).requires_grad_();
+  EXPECT_TRUE(autograd::gradcheck(
+      [&](const std::vector<Tensor>& in) { return cross_entropy(x, t, in[0], Reduction::Mean, -100, 0.1); }, {w}));
+  Tensor idx = tensor(std::vector<int64_t>{0, 3, 1});
+  expect_error([&] { cross_entropy(x, idx, w); }, "[cross_entropy] is not differentiable with respect to weight");
+  expect_error([&] { nll_loss(x, idx, w); }, "[nll_loss] is not differentiable with respect to weight");
+  NoGradGuard ng;
+  EXPECT_TRUE(std::isfinite(cross_entropy(x, idx, w).item<double>()));
+}
+
+// Tensor basics at their edges: a 0-d tensor has no size(0); an integer copy of a float is a
+// constant; full_like checks its value as full does; empty tensors are contiguous; index
+// arithmetic near INT64_MAX is an error, not an overflow.
+TEST(OpEdgeCases, TensorBasicsAtTheirEdges) {
+  expect_error([] { scalar_tensor(3.0).size(0); }, "[size] dim 0 asked of a 0-d tensor");
+  expect_error([] { scalar_tensor(3.0).stride(-1); }, "[stride] dim -1 asked of a 0-d tensor");
+  Tensor x = tensor({1.5, -2.5}).requires_grad_();
+  Tensor i = zeros({2}, kInt64);
+  i.copy_(x);
+  EXPECT_FALSE(i.requires_grad());
+  (i.to(kFloat32) * x).sum().backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{1, -2}));
+  expect_error([] { full_like(zeros({2}, kUInt8), 300); }, "[full_like] value 300 cannot be converted to uint8");
+  expect_error([] { full_like(zeros({2}, kFloat16), 1e6); }, "[full_like] value 1e+06 cannot be converted to float16");
+  EXPECT_TRUE(zeros({4, 6}).slice(1, 0, 6, 2).slice(0, 0, 0).is_contiguous());
+  expect_error([] { arange(10).narrow(0, 1, std::numeric_limits<int64_t>::max()); }, "[narrow] start 1 + length");
+  EXPECT_EQ(arange(10).slice(0, 1, 10, std::numeric_limits<int64_t>::max()).shape(), (Shape{1}));
+  expect_error([] { scalar_tensor(1.0).flatten(5, 7); }, "[flatten]");
+}
+
 }  // namespace
 }  // namespace kiln::test

@@ -201,6 +201,13 @@ TEST(TensorPrint, SummarisesLargeTensors) {
   std::string m = zeros({100, 100}).to_string();
   EXPECT_NE(m.find("..."), std::string::npos);
   EXPECT_LT(m.size(), 1000u);
+  // Only the edges are read; each row and column shows its own: first and last rows, 3 each end.
+  std::string e = arange(10000).view({100, 100}).to_string();
+  EXPECT_NE(e.find("[[   0,    1,    2, ...,   97,   98,   99],"), std::string::npos) << e;
+  EXPECT_NE(e.find("[9900, 9901, 9902, ..., 9997, 9998, 9999]]"), std::string::npos) << e;
+  // Integers print exactly, past 2^53 too.
+  std::string big = tensor(std::vector<int64_t>{9007199254740993LL}).to_string();
+  EXPECT_NE(big.find("[9007199254740993]"), std::string::npos) << big;
 
   // At the threshold nothing is left out.
   std::string full = arange(1000).to_string();
@@ -303,6 +310,11 @@ TEST(TensorMemory, ParseMemoryLimit) {
   }
   for (const char* bad : {"", "lots", "-1G", "12X", "inf", "nan", "1e30", "G", "+-1G", "++1G"})
     expect_error([&] { parse_memory_limit(bad, g, "--memory-limit"); }, "[--memory-limit] expected a size");
+  // A limit that rounds to 0 bytes would mean none at all; more than all the memory is no share.
+  expect_error([&] { parse_memory_limit("0.5", g, "--memory-limit"); }, "'0.5' is less than one byte (0 means no");
+  expect_error([&] { parse_memory_limit("1e-12%", g, "--memory-limit"); }, "less than one byte");
+  expect_error([&] { parse_memory_limit("200%", g, "--memory-limit"); }, "at most 100%, got '200%'");
+  EXPECT_EQ(parse_memory_limit("100%", g), g);
 }
 
 TEST(TensorRuntime, NumThreads) {

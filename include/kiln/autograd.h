@@ -44,6 +44,9 @@ void queue_callback(std::function<void()> callback);
 
 // Gradients of outputs with respect to inputs (which may be leaves or intermediate tensors),
 // without touching any .grad(). grad_outputs default to ones for one-element outputs.
+// First order only: there is no create_graph (backward formulas record no graph, and many run
+// fused kernels), so the gradients returned do not require grad and cannot be differentiated
+// again (no Hessian-vector products or gradient penalties).
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
                          bool allow_unused = false);

@@ -54,6 +54,20 @@ FallbackMode fallback_mode() {
   return static_cast<FallbackMode>(mode);
 }
 
+// A fallback's output back on its device. A dense one is its storage range; one with gaps (a
+// column of a matrix) goes to a dense buffer that the device's copy kernel scatters, so that
+// only its own elements are written: writing back the whole range would undo what another
+// thread or stream wrote to the gaps meanwhile.
+void upload_output(const Tensor& mirror, const Tensor& out) {
+  Kernel copy = table().kernels[static_cast<int>(Op::Copy)][static_cast<int>(out.device().type)];
+  if (is_non_overlapping_and_dense(out) || !copy) return upload_mirror(mirror, out);
+  const Tensor dense = mirror.contiguous();
+  Tensor staged = make_empty(out.shape(), out.dtype(), out.device());
+  upload_mirror(dense, staged);
+  Tensor dst = out;
+  run(Op::Copy, out.device(), std::initializer_list<Tensor>{staged}, std::span<Tensor>(&dst, 1), nullptr);
+}
+
 // Runs `op` on the CPU for `device`'s tensors: `refused` when the device has a kernel whose
 // supports rule does not take these arguments (the message names them), else it has none.
 void run_fallback(Op op, Device device, std::span<const Tensor> inputs, std::span<Tensor> outputs,
@@ -82,7 +96,7 @@ void run_fallback(Op op, Device device, std::span<const Tensor> inputs, std::spa
   KernelArgs args{in, out, attrs, nullptr};
   cpu(args);
   for (size_t i = 0; i < outputs.size(); ++i)
-    if (!outputs[i].device().is_cpu()) upload_mirror(out[i], outputs[i]);
+    if (!outputs[i].device().is_cpu()) upload_output(out[i], outputs[i]);
 }
 
 // A device kernel's run (not the CPU's): on the device's current stream, with the device current,

@@ -56,6 +56,17 @@ KILN_HOST_DEVICE inline Range outputs_holding(const PoolAttrs& a, int dim, int64
   return {first, max64(first, last)};
 }
 
+// The taps k in [0, kernel) of a max window starting at `start` (dilation d) that land inside
+// [0, in): the loops run over these only, so their time depends on the input, not the kernel.
+struct Taps {
+  int64_t first, last;
+};
+KILN_HOST_DEVICE inline Taps taps_inside(int64_t start, int64_t d, int64_t kernel, int64_t in) {
+  const int64_t first = max64(0, div_ceil(-start, d));
+  const int64_t last = min64(kernel, div_floor(in - 1 - start, d) + 1);
+  return {first, max64(first, last)};
+}
+
 // One output of a plane: max pooling's value and flat arg max h * W + w, x(h, w) reading the
 // plane. NaN wins (a later NaN moves the arg max), and an all -inf window points at its first tap
 // inside the input: the CPU kernel's rules.
@@ -68,12 +79,11 @@ template <class A, class X>
 KILN_HOST_DEVICE MaxAt<A> max_at(const PoolAttrs& a, int64_t oh, int64_t ow, int64_t h, int64_t w, const X& x) {
   const int64_t h0 = oh * a.stride[0] - a.padding[0], w0 = ow * a.stride[1] - a.padding[1];
   MaxAt<A> r{-static_cast<A>(INFINITY), -1};
-  for (int64_t kh = 0; kh < a.kernel[0]; ++kh) {
+  const Taps th = taps_inside(h0, a.dilation[0], a.kernel[0], h), tw = taps_inside(w0, a.dilation[1], a.kernel[1], w);
+  for (int64_t kh = th.first; kh < th.last; ++kh) {
     const int64_t ih = h0 + kh * a.dilation[0];
-    if (ih < 0 || ih >= h) continue;
-    for (int64_t kw = 0; kw < a.kernel[1]; ++kw) {
+    for (int64_t kw = tw.first; kw < tw.last; ++kw) {
       const int64_t iw = w0 + kw * a.dilation[1];
-      if (iw < 0 || iw >= w) continue;
       const A v = x(ih, iw);
       if (r.arg < 0) r.arg = ih * w + iw;
       if (v > r.value || v != v) r = {v, ih * w + iw};

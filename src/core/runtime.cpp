@@ -103,7 +103,11 @@ size_t parse_memory_limit(const std::string& text, size_t total, const char* whe
   else if (!unit.empty()) scale = -1;
   KILN_CHECK(number && std::isfinite(v) && v >= 0 && scale > 0 && v * scale < 1.8e19, where,
              "expected a size such as 20G, 512M, 4096 or 80%, or 0 for no limit; got '", text, "'");
-  return static_cast<size_t>(v * scale);
+  KILN_CHECK(unit != "%" || v <= 100, where, "a share of the memory is at most 100%, got '", text, "'");
+  const auto bytes = static_cast<size_t>(v * scale);
+  // 0 means no limit: a limit that rounds to it would silently remove the one asked for.
+  KILN_CHECK(bytes > 0 || v == 0, where, "'", text, "' is less than one byte (0 means no limit)");
+  return bytes;
 }
 
 void set_memory_limit(Device device, size_t bytes) {

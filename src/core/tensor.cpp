@@ -102,10 +102,11 @@ Tensor alias_detached(const Tensor& t) {
 }
 
 bool compute_contiguous(const Shape& sizes, const Shape& strides) {
+  // No elements: contiguous whatever the strides (as torch), wherever the empty dim is.
+  if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) return true;
   int64_t expected = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
     if (sizes[i] == 1) continue;
-    if (sizes[i] == 0) return true;
     if (strides[i] != expected) return false;
     expected *= sizes[i];
   }
@@ -139,8 +140,15 @@ void upload_mirror(const Tensor& mirror, const Tensor& t) {
              static_cast<size_t>(hi - lo) * es);
 }
 
-int64_t Tensor::size(int64_t d) const { return impl_->sizes[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
+// wrap_dim takes dim 0 (and -1) of a 0-d tensor, as reductions over it do; a size has none.
+int64_t Tensor::size(int64_t d) const {
+  KILN_CHECK(dim() > 0, "size", "dim ", d, " asked of a 0-d tensor, which has no dims");
+  return impl_->sizes[wrap_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  KILN_CHECK(dim() > 0, "stride", "dim ", d, " asked of a 0-d tensor, which has no dims");
+  return impl_->strides[wrap_dim(d, dim(), "stride")];
+}
 bool Tensor::is_contiguous() const { return compute_contiguous(impl_->sizes, impl_->strides); }
 bool Tensor::is_contiguous(MemoryFormat format) const {
   if (format == MemoryFormat::Contiguous || dim() != 4) return is_contiguous();

@@ -66,7 +66,8 @@ autograd::BackwardFn make_backward(Op op, const Tensor& a, const Tensor& b, cons
       return [ma, mb, sa = SavedTensor(mb.needs ? a : Tensor()), sb = SavedTensor(b)](const Tensor& g) -> TensorList {
         Tensor bv = sb.get("DivBackward");
         Tensor gb;
-        if (mb.needs) gb = mb(neg(g) * sa.get("DivBackward") / (bv * bv));
+        // -g * a / b^2 as torch forms it, (a / b) / b: b * b overflows float16 once |b| > 256.
+        if (mb.needs) gb = mb(neg(g) * (sa.get("DivBackward") / bv) / bv);
         return {ma.needs ? ma(g / bv) : Tensor(), gb};
       };
     case Op::Pow:

@@ -37,6 +37,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   KILN_CHECK(c_out % groups == 0, "conv2d", "weight has ", c_out, " output channels, not divisible by groups=",
              groups);
   KILN_CHECK(kh > 0 && kw > 0 && c_out > 0, "conv2d", "weight shape ", weight.shape(), " has an empty dim");
+  KILN_CHECK(kh <= INT32_MAX && kw <= INT32_MAX, "conv2d", "kernel ", weight.shape(), " is too large");
   KILN_CHECK(input.is_floating_point(), "conv2d", "expected a floating-point input, got ", input.dtype());
   KILN_CHECK(weight.dtype() == input.dtype(), "conv2d", "input is ", input.dtype(), " but weight is ",
              weight.dtype());

@@ -143,7 +143,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
   Shape shape = broadcast_shapes(this->shape(), src.shape(), "copy_");
   KILN_CHECK(shape == this->shape(), "copy_", "a source of shape ", src.shape(),
              " does not broadcast to the destination's shape ", this->shape());
-  const bool rec = autograd::needs_grad({this, &src});
+  // Gradients flow into floating-point tensors only: an integer copy of a float is a constant.
+  const bool rec = is_floating_point() && autograd::needs_grad({this, &src});
   autograd::check_inplace(*this, "copy_");
   Tensor s = src;
   if (s.device() != device()) {

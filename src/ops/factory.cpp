@@ -230,6 +230,7 @@ Tensor finish_like(Tensor out, const std::optional<TensorOptions>& o) { return o
 Tensor empty_like(const Tensor& t, std::optional<TensorOptions> o) { return finish_like(empty_in_layout(t, o), o); }
 Tensor full_like(const Tensor& t, Scalar v, std::optional<TensorOptions> o) {
   Tensor out = empty_in_layout(t, o);
+  ops::check_fill_value(v, out.dtype(), "full_like");
   backend::ScalarAttrs attrs{v};
   ops::run1(Op::Fill, out.device(), {}, out, &attrs);
   return finish_like(out, o);

@@ -28,14 +28,20 @@ void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
 }
 
+// The rows of x[..., in]: the product of its leading dims (x.numel() / in fails for in == 0).
+int64_t leading_rows(const Tensor& x) {
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  return rows;
+}
+
 // act(x @ weight^T + bias) in one kernel: the bias and activation are the matmul's epilogue.
 Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
   const int64_t in = weight.size(1), outf = weight.size(0);
   Shape shape = x.shape();
   shape.back() = outf;
   Tensor out = make_empty(shape, x.dtype(), x.device());
-  int64_t rows = 1;
-  for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  const int64_t rows = leading_rows(x);
   if (out.numel() == 0) return out;
   // weight.t() is a strided view: the kernels (oneDNN) read it transposed in place.
   Tensor x3 = x.detach().reshape({1, rows, in});
@@ -59,13 +65,14 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
     const bool nb = bias.defined() && bias.requires_grad();
     autograd::record("LinearBackward", {&x, &weight, &bias}, out,
                      [sx = SavedTensor(nw ? x : Tensor()), sw = SavedTensor(nx ? weight : Tensor()), nx, nw, nb,
-                      in = weight.size(1), outf = weight.size(0)](const Tensor& g) -> TensorList {
+                      in = weight.size(1), outf = weight.size(0), rows = leading_rows(x)](const Tensor& g) -> TensorList {
                        Tensor gx, gw, gb;
                        // g [..., out] @ weight [out, in]
                        if (nx) gx = matmul(g, sw.get("LinearBackward"));
                        // g^T [out, rows] @ x [rows, in]: a dense [out, in] gradient, laid out like weight
-                       Tensor g2 = (nw || nb) ? g.reshape({-1, outf}) : Tensor();
-                       if (nw) gw = matmul(g2.t(), sx.get("LinearBackward").reshape({-1, in}));
+                       // (rows, not -1: a reshape cannot infer it when in or out is 0)
+                       Tensor g2 = (nw || nb) ? g.reshape({rows, outf}) : Tensor();
+                       if (nw) gw = matmul(g2.t(), sx.get("LinearBackward").reshape({rows, in}));
                        if (nb) gb = sum(g2, {0});
                        return {gx, gw, gb};
                      });

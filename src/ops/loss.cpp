@@ -27,6 +27,13 @@ void check_weight(const Tensor& input, const Tensor& weight, int64_t classes, co
              input.dtype());
 }
 
+// With class-index targets the weights are constants of the loss (torch's nll_loss has no
+// gradient for them): a weight that wants one is an error, not silently left without.
+void check_index_weight(const Tensor& weight, const char* op) {
+  KILN_CHECK(!(weight.defined() && weight.requires_grad() && autograd::is_grad_enabled()), op,
+             "is not differentiable with respect to weight with class-index targets; pass weight.detach()");
+}
+
 void check_index_shapes(const Tensor& input, const Tensor& target, const char* op) {
   KILN_CHECK(input.dim() >= 1, op, "input must have at least 1 dim (classes), got shape ", input.shape());
   KILN_CHECK(target.dtype() == kInt64 || target.dtype() == kInt32, op,
@@ -122,7 +129,7 @@ Tensor cross_entropy_probs(const Tensor& input, const Tensor& target, const Tens
   if (weight.defined()) {
     Shape ws(static_cast<size_t>(input.dim()), 1);
     ws[static_cast<size_t>(cdim)] = classes;
-    prod = prod * weight.detach().reshape(ws);
+    prod = prod * weight.reshape(ws);  // differentiable in the weight, as torch's composite
   }
   if (reduction == Reduction::None) return neg(sum(prod, {cdim}));
   Tensor total = neg(acc_sum(prod));
@@ -185,6 +192,7 @@ static Tensor nll_loss_body(const Tensor& input_, const Tensor& target_, const T
   const char* op = "nll_loss";
   check_input(input_, target_, op);
   check_index_shapes(input_, target_, op);
+  check_index_weight(weight, op);
   Tensor input = input_, target = target_;
   const bool batched = batch_single(input, target);
   check_weight(input, weight, input.size(1), op);
@@ -207,6 +215,7 @@ static Tensor cross_entropy_body(const Tensor& input_, const Tensor& target_, co
   KILN_CHECK(!target_.is_floating_point(), op, "a class-probability target must have the input's shape ",
              input_.shape(), ", got ", target_.shape());
   check_index_shapes(input_, target_, op);
+  check_index_weight(weight, op);
   Tensor input = input_, target = target_;
   const bool batched = batch_single(input, target);
   const int64_t classes = input.size(1);

@@ -51,8 +51,12 @@ Tensor batch_norm_impl(const Tensor& x_in, const Tensor& running_mean, const Ten
        weight.defined() ? &weight : &x_in, bias.defined() ? &bias : &x_in},
       op);
   const int64_t per_channel = c == 0 ? 0 : x_in.numel() / c;
+  // An empty batch (the last one split across processes) is an empty output, as in torch: no
+  // statistics, running averages untouched.
+  const bool empty = x_in.numel() == 0;
   if (training)
-    KILN_CHECK(per_channel > 1, op, "expected more than 1 value per channel when training, got input ", x_in.shape());
+    KILN_CHECK(empty || per_channel > 1, op, "expected more than 1 value per channel when training, got input ",
+               x_in.shape());
 
   const ScalarType acc = x_in.dtype() == kFloat64 ? kFloat64 : kFloat32;
   Tensor x = dense_for_kernel(x_in);
@@ -60,7 +64,10 @@ Tensor batch_norm_impl(const Tensor& x_in, const Tensor& running_mean, const Ten
   {
     NoGradGuard ng;
     backend::BatchNormAttrs a{eps, training, relu, momentum};
-    if (training) {
+    if (training && empty) {
+      mean = zeros({c}, TensorOptions(acc).device(dev));
+      stat = ones({c}, TensorOptions(acc).device(dev));
+    } else if (training) {
       mean = make_empty({c}, acc, dev);
       stat = make_empty({c}, acc, dev);
       // The running statistics are updated by the kernel, in place (a strided buffer through a
@@ -103,7 +110,7 @@ Tensor batch_norm_impl(const Tensor& x_in, const Tensor& running_mean, const Ten
                          backend::run(Op::BatchNormBackward, xs.device(),
                                       std::initializer_list<Tensor>{g, xs, mean, stat, w, b}, std::span<Tensor>(outs),
                                       &a);
-                       else  // an empty input (in evaluation): no elements, zero weight and bias gradients
+                       else  // an empty batch: no elements, zero weight and bias gradients
                          for (size_t i = 1; i < outs.size(); ++i) outs[i].zero_();
                        return {need_x ? outs[0] : Tensor(), need_w ? ops::cast(outs[1], mw) : Tensor(),
                                need_b ? ops::cast(outs[2], mw) : Tensor()};

@@ -1,6 +1,7 @@
 // Helpers every op family shares: device checks, type promotion, output allocation, dispatch.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <utility>
 
@@ -56,6 +57,8 @@ inline void pair_param(const char* op, const Shape& v, const char* what, int64_t
   out[0] = v[0];
   out[1] = v.size() == 2 ? v[1] : v[0];
   KILN_CHECK(out[0] >= min && out[1] >= min, op, what, " must be at least ", min, ", got ", v);
+  // torch takes these as int; past it a window's span d * (k - 1) + 1 overflows.
+  KILN_CHECK(out[0] <= INT32_MAX && out[1] <= INT32_MAX, op, what, " must be at most ", INT32_MAX, ", got ", v);
 }
 
 ScalarType result_type_of(std::initializer_list<const Tensor*> ts);

@@ -146,7 +146,7 @@ Tensor Tensor::slice(int64_t dim_, std::optional<int64_t> start, std::optional<i
   int64_t e = end ? clamp_index(*end) : n;
   if (e < s) e = s;
   Shape sizes = shape(), st = strides();
-  sizes[d] = (e - s + step - 1) / step;
+  sizes[d] = e == s ? 0 : (e - s - 1) / step + 1;  // not e - s + step - 1: a huge step overflows it
   st[d] *= step;
   Shape in_shape = shape();
   return make_view_op("SliceBackward", *this, sizes, st, storage_offset() + s * strides()[d],
@@ -164,7 +164,7 @@ Tensor Tensor::narrow(int64_t dim_, int64_t start, int64_t length) const {
   const int64_t n = shape()[d];
   KILN_CHECK(start >= -n && start <= n, "narrow", "start ", start, " is out of range for dim ", d, " of size ", n);
   if (start < 0) start += n;
-  KILN_CHECK(length >= 0 && start + length <= n, "narrow", "start ", start, " + length ", length,
+  KILN_CHECK(length >= 0 && length <= n - start, "narrow", "start ", start, " + length ", length,
              " exceeds dim ", d, " of size ", n);
   return slice(d, start, start + length, 1);
 }
@@ -253,7 +253,11 @@ Tensor Tensor::unsqueeze(int64_t dim_) const {
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   ops::check_defined(*this, "flatten");
-  if (dim() == 0) return reshape({1});
+  if (dim() == 0) {  // a 0-d tensor takes dims 0 and -1 only, as torch
+    wrap_dim(start_dim, 0, "flatten");
+    wrap_dim(end_dim, 0, "flatten");
+    return reshape({1});
+  }
   const int64_t s = wrap_dim(start_dim, dim(), "flatten"), e = wrap_dim(end_dim, dim(), "flatten");
   KILN_CHECK(s <= e, "flatten", "start_dim ", start_dim, " comes after end_dim ", end_dim);
   Shape sizes;

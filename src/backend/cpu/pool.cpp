@@ -42,12 +42,12 @@ KILN_VECTORIZE void max_pool_row(const T* xp, T* yp, int64_t* ip, const int64_t*
   for (int64_t ow = 0; ow < d.ow; ++ow) {
     const int64_t h0 = oh * a.stride[0] - a.padding[0], w0 = ow * a.stride[1] - a.padding[1];
     bool first = true;
-    for (int64_t kh = 0; kh < a.kernel[0]; ++kh) {
+    const pool::Taps th = pool::taps_inside(h0, a.dilation[0], a.kernel[0], d.h);
+    const pool::Taps tw = pool::taps_inside(w0, a.dilation[1], a.kernel[1], d.w);
+    for (int64_t kh = th.first; kh < th.last; ++kh) {
       const int64_t ih = h0 + kh * a.dilation[0];
-      if (ih < 0 || ih >= d.h) continue;
-      for (int64_t kw = 0; kw < a.kernel[1]; ++kw) {
+      for (int64_t kw = tw.first; kw < tw.last; ++kw) {
         const int64_t iw = w0 + kw * a.dilation[1];
-        if (iw < 0 || iw >= d.w) continue;
         const T* __restrict src = xp + n * xs[0] + ih * xs[2] + iw * xs[3];
         const I flat = static_cast<I>(ih * d.w + iw);
         if (first) {
