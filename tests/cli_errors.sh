@@ -78,6 +78,22 @@ fi
 check "is a file; MNIST data is a directory" train --data "$tmp/one.txt"
 check "[kiln eval] checkpoint" eval --checkpoint "$fixtures/bert/hf_tiny/model.safetensors"
 check "unknown command 'bogus'" bogus
+check "unknown command 'bogus'" help bogus
+# A flag where a value belongs, a flag given twice, and flags that would change nothing.
+check "--checkpoint-dir needs a value, got the flag --no-verify" train --checkpoint-dir --no-verify --resume
+check "--checkpoint needs a value, got the flag --help" eval --checkpoint --help
+check "--epochs is given twice ('2', then '1')" train --epochs 2 --epochs 1
+check "--resume is given twice" train --resume --resume
+check "--no-verify goes with --resume" train --no-verify --max-steps 0
+check "--python goes with --vs-pytorch" bench --python python3 --out "$tmp/bench"
+check "--seq applies to BERT and sdpa" bench --models small_cnn --seq 7 --out "$tmp/bench"
+check "--devices must name at least one, got ','" bench --devices , --out "$tmp/bench"
+check "--models names 'small_cnn' twice" bench --models small_cnn,small_cnn --out "$tmp/bench"
+check "--momentum must be in [0, 1), got 7" train --momentum 7 --max-steps 0
+check "--weight-decay must be >= 0, got -1" train --model bert-tiny --weight-decay -1
+check "--lr must be positive, got -0.1" train --lr -0.1
+check "'0.5' is less than one byte" train --memory-limit 0.5
+check "--seed expects an integer from 0 to 18446744073709551615, got '-1'" train --seed -1
 check "[kiln info] unknown option --bogus" info --bogus
 check "[kiln train] --amp expects bf16, fp16 or off, got 'fp8'" train --amp fp8
 check "--amp cannot be combined with --resume" train --resume --amp bf16
@@ -86,6 +102,16 @@ if [[ -d $fmnist ]]; then
   check "[kiln train] cannot write checkpoints to $tmp/one.txt" train --checkpoint-dir "$tmp/one.txt" --max-steps 1
   # A batch larger than the data set is capped (a note on stdout); the memory limit then stops it.
   check "[cpu] out of memory: asked" train --batch-size 99999999 --max-steps 2 --memory-limit 1G --workers 0
+fi
+
+# KILN_PROFILE: 1 prints the per-op table at exit, off prints none, anything else is a warning.
+out=$(KILN_PROFILE=1 "$kiln" info 2>&1 >/dev/null)
+if [[ "$out" != *"per-op profile (KILN_PROFILE=1)"* ]]; then echo "FAIL: KILN_PROFILE=1 printed no profile: $out"; fail=1; fi
+out=$(KILN_PROFILE=off "$kiln" info 2>&1 >/dev/null)
+if [[ -n "$out" ]]; then echo "FAIL: KILN_PROFILE=off printed: $out"; fail=1; fi
+out=$(KILN_PROFILE=yes "$kiln" info 2>&1 >/dev/null)
+if [[ "$out" != *"KILN_PROFILE must be 1 (or on) or 0 (or off), got 'yes'"* ]]; then
+  echo "FAIL: KILN_PROFILE=yes: $out"; fail=1
 fi
 
 # --help: usage on stdout, exit 0, for the command and every subcommand.
@@ -111,6 +137,9 @@ if [[ $? -ne 0 ]] || ! grep -qa '"scaler.scale"' "$tmp/mlm16/last.safetensors" |
 fi
 out=$("$kiln" train --model bert-tiny --data "$tmp/corpus.txt" --resume --checkpoint-dir "$tmp/mlm16" --max-steps 3 2>&1)
 if [[ $? -ne 0 || "$out" != *"resumed at epoch 1 step 2"* ]]; then echo "FAIL: resuming an --amp fp16 run: $out"; fail=1; fi
+# --model with --resume names the checkpoint's model or is an error (it was dropped unseen).
+check "--model bert-small is not the checkpoint's model, bert-tiny" train --model bert-small --data "$tmp/corpus.txt" \
+  --resume --checkpoint-dir "$tmp/mlm" --max-steps 2
 out=$("$kiln" train --model bert-tiny --data "$tmp/corpus.txt" --resume --checkpoint-dir "$tmp/mlm" --max-steps 2 2>&1)
 if [[ $? -ne 0 || "$out" != *"resumed at epoch 1 step 1"* || "$out" != *"lr 0.001,"* ]]; then
   echo "FAIL: resuming the --max-steps checkpoint: $out"; fail=1

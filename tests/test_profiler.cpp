@@ -224,5 +224,17 @@ TEST(Profiler, StatsAreSortedByTimeAndTheTableNamesThem) {
   EXPECT_NE(profiler::format_table({}).find("total (kernels)"), std::string::npos);
 }
 
+// Ops on several threads (data-loader workers) can sum to more than the wall time: the table
+// says so rather than showing 0 s outside the kernels.
+TEST(Profiler, TheTableNotesKernelTimeBeyondTheWallTime) {
+  const std::vector<OpStat> stats{{"Matmul", 40, 0.072, 0}};
+  const std::string overlapping = profiler::format_table(stats, 0.043);
+  EXPECT_EQ(overlapping.find("outside kernels"), std::string::npos) << overlapping;
+  EXPECT_NE(overlapping.find("summed over the threads that ran them"), std::string::npos) << overlapping;
+  const std::string serial = profiler::format_table(stats, 0.1);
+  EXPECT_NE(serial.find("outside kernels"), std::string::npos) << serial;
+  EXPECT_EQ(serial.find("summed over"), std::string::npos) << serial;
+}
+
 }  // namespace
 }  // namespace kiln::test

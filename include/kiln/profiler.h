@@ -29,7 +29,10 @@ struct OpStat {
 // own (self) time. On CUDA, kernels run asynchronously: an op's time there is its time on the GPU,
 // between CUDA events recorded around it on the current stream (the ops a device kernel
 // dispatches itself are counted, their time is the outer op's); reading a session's stats waits
-// for the GPU. Ops that fall back to the CPU are timed by the wall clock, copies included.
+// for the GPU. Ops that fall back to the CPU because the device has no kernel are timed by the
+// wall clock, copies included; a device kernel that refuses its arguments falls back between the
+// device's events, which then time the copies and the host's work. Times are summed over the
+// threads that ran ops (data-loader workers too), so their sum can exceed the wall time.
 //
 // FLOPs, from the shapes and attributes at dispatch (multiply and add each count 1, as in
 // PyTorch's torch.utils.flop_counter and the usual "model FLOPs"):
@@ -68,7 +71,8 @@ bool recording();
 
 // A text table: op, count, total ms, mean us, share %, GFLOP, GFLOP/s, one line per stat and a
 // total line. With total_wall_seconds > 0 (the caller's own clock around the same work), shares
-// are of that wall time and a line shows the time outside kernels; otherwise of the ops' sum.
+// are of that wall time and a line shows the time outside kernels (or, when ops on several
+// threads sum to more than the wall time, a note saying so); otherwise of the ops' sum.
 std::string format_table(const std::vector<OpStat>& stats, double total_wall_seconds = 0);
 
 }  // namespace kiln::profiler

@@ -3,6 +3,7 @@
 #include "kiln/profiler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -76,7 +77,11 @@ void flush_locked() {
 }
 }  // namespace
 
+void process_profile_on_device();  // below
+
 void record_device_time(Op op, DeviceRuntime* runtime, void* start, void* end) {
+  static std::once_flag first;
+  std::call_once(first, process_profile_on_device);
   std::lock_guard<std::mutex> lock(g_device_mutex);
   g_device_times.push_back({op, runtime, start, end});
   if (g_device_times.size() >= kMaxPendingDeviceTimes) flush_locked();  // bounded: a long session waits now and then
@@ -208,8 +213,10 @@ std::string format_table(const std::vector<OpStat>& stats, double total_wall_sec
   for (const OpStat& s : stats) line(s.op, s.count, s.seconds, s.flops);
   line("total (kernels)", calls, kernel_s, flops);
   if (total_wall_seconds > 0) {
-    line("outside kernels", -1, std::max(0.0, total_wall_seconds - kernel_s), 0);
+    if (kernel_s <= total_wall_seconds) line("outside kernels", -1, total_wall_seconds - kernel_s, 0);
     line("wall", -1, total_wall_seconds, flops);
+    if (kernel_s > total_wall_seconds)
+      os << "(the kernels' times are summed over the threads that ran them, and their sum exceeds the wall time)\n";
   }
   return os.str();
 }
@@ -220,22 +227,32 @@ namespace {
 struct ProcessProfile {
   Session* session = nullptr;  // never deleted: it must outlive every static destructor's ops
   std::chrono::steady_clock::time_point start;
+  std::atomic<bool> printed{false};
 };
 ProcessProfile g_process;
 
 void print_process_profile() {
-  if (!g_process.session) return;
+  if (!g_process.session || g_process.printed.exchange(true)) return;
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - g_process.start).count();
-  const std::string table = format_table(g_process.session->stats(), wall);
-  // stdio, not iostreams: it is usable in any atexit handler.
-  std::fprintf(stderr, "kiln: per-op profile (KILN_PROFILE=1), %.3f s wall:\n%s", wall, table.c_str());
+  // stdio, not iostreams: it is usable in any atexit handler. Nothing may escape one: an
+  // exception there (a GPU's event times unreadable) would abort the process at its very end.
+  try {
+    const std::string table = format_table(g_process.session->stats(), wall);
+    std::fprintf(stderr, "kiln: per-op profile (KILN_PROFILE=1), %.3f s wall:\n%s", wall, table.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln: KILN_PROFILE=1: no profile: %s\n", e.what());
+  }
   std::fflush(stderr);
 }
 
 bool start_process_profile() {
   const char* v = std::getenv("KILN_PROFILE");
-  if (!v || !*v || std::strcmp(v, "0") == 0) return false;
+  if (!v || !*v || !std::strcmp(v, "0") || !std::strcmp(v, "off") || !std::strcmp(v, "false")) return false;
+  if (std::strcmp(v, "1") && std::strcmp(v, "on") && std::strcmp(v, "true")) {
+    std::fprintf(stderr, "kiln: warning: KILN_PROFILE must be 1 (or on) or 0 (or off), got '%s'; no profile\n", v);
+    return false;
+  }
   g_process.start = std::chrono::steady_clock::now();
   g_process.session = new Session(SessionOptions{.timing = true});
   std::atexit(print_process_profile);
@@ -244,4 +261,13 @@ bool start_process_profile() {
 [[maybe_unused]] const bool g_process_profile_started = start_process_profile();
 
 }  // namespace
+
+namespace detail {
+// The first device op timed: the GPU runtime is up by now, and its own exit handler (which
+// unloads it) was registered before this one, so this one runs first and can still read the
+// device's event times. The one registered at start-up then finds the table printed.
+void process_profile_on_device() {
+  if (g_process.session) std::atexit(print_process_profile);
+}
+}  // namespace detail
 }  // namespace kiln::profiler

@@ -68,9 +68,10 @@ std::string ImageClassification::checkpoint_format() const { return kFormat; }
 
 void ImageClassification::check_options() {
   const char* where = options_.command.c_str();
-  KILN_CHECK(options_.epochs >= 1 && options_.batch_size >= 1, where, "epochs and batch size must be positive");
-  KILN_CHECK(std::isfinite(options_.lr) && options_.lr > 0, where, "the learning rate must be positive, got ",
-             options_.lr);
+  check_training_numbers(options_.epochs, options_.batch_size, options_.lr, options_.weight_decay, where);
+  // The one-cycle schedule moves momentum between 0.85/0.95 of it and it: 1 or more diverges.
+  KILN_CHECK(options_.momentum >= 0 && options_.momentum < 1, where, "--momentum must be in [0, 1), got ",
+             options_.momentum);
 }
 
 void ImageClassification::load_settings(const CheckpointMeta& m) {

@@ -84,8 +84,7 @@ void MaskedLM::checkpoint_saved(const std::string& checkpoint_dir) {
 void MaskedLM::prepare(std::vector<std::string>& notes) {
   const char* where = options_.command.c_str();
   const auto& o = options_;
-  KILN_CHECK(o.epochs >= 1 && o.batch_size >= 1, where, "epochs and batch size must be positive");
-  KILN_CHECK(std::isfinite(o.lr) && o.lr > 0, where, "the learning rate must be positive, got ", o.lr);
+  check_training_numbers(o.epochs, o.batch_size, o.lr, o.weight_decay, where);
   KILN_CHECK(o.warmup >= 0 && o.warmup <= 1, where, "--warmup is a share of the steps in [0, 1], got ", o.warmup);
   KILN_CHECK(std::isfinite(o.clip) && o.clip >= 0, where, "--clip must be >= 0, got ", o.clip);
   config_ = models::BertConfig::preset(o.model);
@@ -102,7 +101,15 @@ void MaskedLM::prepare(std::vector<std::string>& notes) {
   text::Vocab vocab;
   if (!vocab_tokens_.empty()) vocab = text::Vocab(vocab_tokens_);
   else if (!o.vocab.empty()) vocab = text::Vocab::from_file(o.vocab);
-  else vocab = text::train_wordpiece(docs, {.vocab_size = o.vocab_size});
+  else {
+    vocab = text::train_wordpiece(docs, {.vocab_size = o.vocab_size});
+    const int64_t got = vocab.size();
+    if (got != o.vocab_size)
+      notes.push_back("--vocab-size " + std::to_string(o.vocab_size) + ": the vocabulary trained on the corpus has " +
+                      std::to_string(got) + " tokens (" +
+                      (got > o.vocab_size ? "its characters and the special tokens alone need that many"
+                                          : "the corpus has no more word pieces") + ")");
+  }
   tokenizer_ = std::make_unique<text::BertTokenizer>(std::move(vocab));
   data_ = text::prepare_mlm_data(*tokenizer_, docs, {.max_length = o.seq_len, .held_out_fraction = kHeldOut, .seed = o.seed});
   KILN_CHECK(!data_.train.empty() && !data_.held_out.empty(), where, "corpus ", options_.data,

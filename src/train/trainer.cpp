@@ -34,6 +34,14 @@ constexpr uint64_t kStepStream = 0xD1B54A32D192ED03ULL;
 
 }  // namespace
 
+void check_training_numbers(int64_t epochs, int64_t batch_size, double lr, double weight_decay, const char* where) {
+  KILN_CHECK(epochs >= 1, where, "--epochs must be at least 1, got ", epochs);
+  KILN_CHECK(batch_size >= 1, where, "--batch-size must be at least 1, got ", batch_size);
+  KILN_CHECK(std::isfinite(lr) && lr > 0, where, "--lr must be positive, got ", lr);
+  KILN_CHECK(std::isfinite(weight_decay) && weight_decay >= 0, where, "--weight-decay must be >= 0, got ",
+             weight_decay);
+}
+
 Trainer::Trainer(Task& task) : task_(task) {
   TrainerOptions& o = task_.options();
   if (!o.device.empty()) parse_device(o.device, where());  // a bad --device before anything else

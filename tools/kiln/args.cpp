@@ -3,7 +3,6 @@
 
 #include <sched.h>
 
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 
@@ -32,17 +31,27 @@ Args::Args(const char* command, int argc, char** argv, std::set<std::string> opt
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
-    if (switches.count(name)) {
+    const bool is_switch = switches.count(name) > 0;
+    KILN_CHECK(is_switch || options.count(name), where, "unknown option --", name, " (see kiln ", command_, " --help)");
+    if (is_switch) {
+      KILN_CHECK(!values_.count(name), where, "--", name, " is given twice");
       KILN_CHECK(!inline_value, where, "--", name, " takes no value");
       values_[name] = "1";
       continue;
     }
-    KILN_CHECK(options.count(name), where, "unknown option --", name, " (see kiln ", command_, " --help)");
     if (!inline_value) {
       KILN_CHECK(i + 1 < argc, where, "--", name, " needs a value");
       value = argv[++i];
+      // A flag where the value belongs was swallowed as the value (`--checkpoint-dir --resume`
+      // made a directory named --resume and lost the switch). --name=--x passes such a value.
+      const std::string next = value.rfind("--", 0) == 0 ? value.substr(2, value.find('=') - 2) : "";
+      KILN_CHECK(!options.count(next) && !switches.count(next) && next != "help", where, "--", name, " needs a value, got the flag ",
+                 value, " (write --", name, "=", value, " for a value that starts with --)");
     }
     KILN_CHECK(!value.empty(), where, "--", name, " needs a value, got an empty one");
+    // The last of two would win unseen (a long command line with --lr twice).
+    KILN_CHECK(!values_.count(name), where, "--", name, " is given twice ('", values_[name], "', then '", value,
+               "')");
     values_[name] = value;
   }
 }
@@ -55,14 +64,21 @@ std::string Args::get(const std::string& name, const std::string& fallback) cons
 int64_t Args::get_int(const std::string& name, int64_t fallback, int64_t min, int64_t max) const {
   auto it = values_.find(name);
   if (it == values_.end()) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  long long v = std::strtoll(it->second.c_str(), &end, 10);
-  KILN_CHECK(errno == 0 && end && *end == '\0' && !it->second.empty(), where_.c_str(), "--", name,
-             " expects an integer, got '", it->second, "'");
+  const std::optional<int64_t> parsed = kiln::detail::parse_number<int64_t>(it->second);
+  KILN_CHECK(parsed, where_.c_str(), "--", name, " expects an integer, got '", it->second, "'");
+  const int64_t v = *parsed;
   KILN_CHECK(v >= min, where_.c_str(), "--", name, " must be at least ", min, ", got ", v);
   KILN_CHECK(v <= max, where_.c_str(), "--", name, " must be at most ", max, ", got ", v);
   return v;
+}
+
+uint64_t Args::get_unsigned(const std::string& name, uint64_t fallback) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  const std::optional<uint64_t> v = kiln::detail::parse_number<uint64_t>(it->second);
+  KILN_CHECK(v, where_.c_str(), "--", name, " expects an integer from 0 to 18446744073709551615, got '",
+             it->second, "'");
+  return *v;
 }
 
 double Args::get_double(const std::string& name, double fallback) const {
@@ -97,11 +113,20 @@ void apply_runtime_flags(const Args& args) {
     const std::string flag = args.where() + " --gpu-memory-limit";
     const std::string text = args.get("gpu-memory-limit", "");
     const int n = cuda::device_count();
-    KILN_CHECK(n > 0, flag.c_str(), "there is no GPU to limit (",
-               build_info().cuda ? "CUDA finds none" : "this build has no CUDA", ")");
+    // 0 (no limit, the default) is fine on any machine: a script may pass it everywhere.
+    KILN_CHECK(n > 0 || parse_memory_limit(text, total_memory(), flag.c_str()) == 0, flag.c_str(),
+               "there is no GPU to limit (", build_info().cuda ? "CUDA finds none" : "this build has no CUDA", ")");
     for (int i = 0; i < n; ++i)
       set_memory_limit(Device::cuda(i), parse_memory_limit(text, total_memory(Device::cuda(i)), flag.c_str()));
   }
+}
+
+void print_fallbacks(std::ostream& os) {
+  const auto counts = fallback_counts();
+  if (counts.empty()) return;
+  os << "fallbacks to the cpu:";
+  for (const auto& [op, n] : counts) os << " " << op << "=" << n;
+  os << "\n";
 }
 
 }  // namespace kiln::cli

@@ -1,11 +1,13 @@
 // kiln bench: the seed's benchmark (ResNet-50, BERT-base, VGG-16; train and eval; every device and
 // precision) with a table, results.jsonl and a chart; optionally beside PyTorch.
+#include <algorithm>
 #include <iostream>
 #include <sstream>
 
 #include "kiln/kiln.h"
 #include "tools/kiln/args.h"
 #include "tools/kiln/bench_suite.h"
+#include "tools/kiln/bench_workloads.h"
 #include "tools/kiln/commands.h"
 
 #ifndef KILN_SOURCE_DIR
@@ -14,11 +16,18 @@
 
 namespace kiln::cli {
 namespace {
-std::vector<std::string> split(const std::string& s) {
+// --models a,b: each item once (a repeat would run again, as a second row in the table and chart).
+std::vector<std::string> list(const Args& args, const char* name) {
+  const std::string text = args.get(name, "");
   std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (item.empty()) continue;
+    KILN_CHECK(std::find(out.begin(), out.end(), item) == out.end(), args.where().c_str(), "--", name, " names '",
+               item, "' twice (", text, ")");
+    out.push_back(item);
+  }
+  KILN_CHECK(!out.empty(), args.where().c_str(), "--", name, " must name at least one, got '", text, "'");
   return out;
 }
 }  // namespace
@@ -29,10 +38,14 @@ int bench_command(int argc, char** argv) {
              "gpu-memory-limit", "seq", "out", "pytorch-script", "python"},
             {"quick", "vs-pytorch", "profile", "cudnn-benchmark"});
   bench::SuiteOptions o;
-  if (args.has("models")) o.models = split(args.get("models", ""));
-  if (args.has("modes")) o.modes = split(args.get("modes", ""));
-  if (args.has("devices")) o.devices = split(args.get("devices", ""));
-  if (args.has("dtypes")) o.dtypes = split(args.get("dtypes", ""));
+  for (auto [name, items] : {std::pair{"models", &o.models}, {"modes", &o.modes}, {"devices", &o.devices},
+                             {"dtypes", &o.dtypes}})
+    if (args.has(name)) *items = list(args, name);
+  // Flags that would change nothing are errors, not silently ignored.
+  for (const char* f : {"pytorch-script", "python"})
+    KILN_CHECK(!args.has(f) || args.has("vs-pytorch"), args.where().c_str(), "--", f, " goes with --vs-pytorch");
+  KILN_CHECK(!args.has("seq") || std::any_of(o.models.begin(), o.models.end(), bench::takes_seq),
+             args.where().c_str(), "--seq applies to BERT and sdpa, and no model in --models takes it");
   o.batch = args.get_int("batch", 0, 1);
   o.steps = args.get_int("steps", 0, 1);
   o.warmup = args.get_int("warmup", -1, 0);
@@ -46,6 +59,7 @@ int bench_command(int argc, char** argv) {
   o.python = args.get("python", "python3");
   apply_runtime_flags(args);
   bench::run_suite(o, std::cout, std::cerr);
+  print_fallbacks(std::cout);
   return 0;
 }
 

@@ -39,12 +39,6 @@ int info(int argc, char** argv) {
   MemoryStats m = memory_stats(Device::cpu());
   std::cout << "memory:   " << total_memory() / (1 << 20) << " MiB, limit "
             << (m.limit ? std::to_string(m.limit >> 20) + " MiB" : std::string("none")) << "\n";
-  auto fb = fallback_counts();
-  if (!fb.empty()) {
-    std::cout << "fallbacks to the cpu:";
-    for (auto& [op, n] : fb) std::cout << " " << op << "=" << n;
-    std::cout << "\n";
-  }
   return 0;
 }
 }  // namespace kiln::cli

@@ -9,6 +9,30 @@
 #include "tools/kiln/args.h"
 #include "tools/kiln/commands.h"
 
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int argc, char** argv);
+};
+constexpr Command kCommands[] = {{"info", kiln::cli::info},
+                                 {"train", kiln::cli::train},
+                                 {"eval", kiln::cli::eval},
+                                 {"bench", kiln::cli::bench_command}};
+
+const Command* find_command(const std::string& name) {
+  for (const Command& c : kCommands)
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
+int unknown_command(const std::string& name) {
+  std::cerr << "kiln: error: unknown command '" << name << "' (kiln help lists the commands)\n";
+  return 1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::cerr << kiln::cli::usage("");
@@ -16,16 +40,15 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   if (cmd == "help" || cmd == "--help" || cmd == "-h") {
-    std::cout << kiln::cli::usage(argc > 2 ? argv[2] : "");
+    const std::string topic = argc > 2 ? argv[2] : "";
+    if (!topic.empty() && !find_command(topic)) return unknown_command(topic);
+    std::cout << kiln::cli::usage(topic);
     return 0;
   }
+  const Command* command = find_command(cmd);
+  if (!command) return unknown_command(cmd);
   try {
-    if (cmd == "info") return kiln::cli::info(argc - 1, argv + 1);
-    if (cmd == "train") return kiln::cli::train(argc - 1, argv + 1);
-    if (cmd == "eval") return kiln::cli::eval(argc - 1, argv + 1);
-    if (cmd == "bench") return kiln::cli::bench_command(argc - 1, argv + 1);
-    std::cerr << "kiln: error: unknown command '" << cmd << "' (kiln help lists the commands)\n";
-    return 1;
+    return command->run(argc - 1, argv + 1);
   } catch (const kiln::cli::HelpRequested& h) {
     std::cout << kiln::cli::usage(h.command);
     return 0;

@@ -109,6 +109,22 @@ constexpr const char* kImageFlags[] = {"momentum", "checkpoint-every", "workers"
 // Data-loading threads beyond this only wait on one another (each makes whole batches).
 constexpr int64_t kMaxWorkers = 64;
 
+// With --resume the checkpoint sets the model and its training settings: the flags that would
+// set them again are errors, not silently overridden.
+void refuse_with_resume(const Args& args, std::initializer_list<const char*> task_flags) {
+  auto refuse = [&](const char* f) {
+    KILN_CHECK(!args.has(f), "kiln train", "--", f, " cannot be combined with --resume (the checkpoint sets it)");
+  };
+  for (const char* f : {"epochs", "batch-size", "lr", "weight-decay", "seed", "amp"}) refuse(f);
+  for (const char* f : task_flags) refuse(f);
+}
+
+// --model with --resume may name the checkpoint's model, not another one (it was dropped unseen).
+void check_resumed_model(const Args& args, const std::string& model) {
+  KILN_CHECK(!args.has("model") || args.get("model", "") == model, "kiln train", "--model ", args.get("model", ""),
+             " is not the checkpoint's model, ", model, " (--resume continues the checkpoint's)");
+}
+
 int train_bert(const Args& args) {
   for (const char* f : kImageFlags)
     KILN_CHECK(!args.has(f), "kiln train", "--", f, " is not a flag of the BERT trainer");
@@ -126,21 +142,19 @@ int train_bert(const Args& args) {
   o.clip = args.get_double("clip", o.clip);
   o.eval_every = args.get_int("eval-every", o.eval_every, 0);
   o.device = args.get("device", "");
-  o.seed = static_cast<uint64_t>(args.get_int("seed", 0, 0));
+  o.seed = args.get_unsigned("seed", 0);
   o.checkpoint_dir = args.get("checkpoint-dir", o.checkpoint_dir);
   o.max_steps = args.get_int("max-steps", -1, -1);
   o.resume = args.has("resume");
   o.verify_checkpoint = !args.has("no-verify");
   o.amp = args.get("amp", "");
-  if (o.resume)
-    for (const char* f : {"epochs", "batch-size", "lr", "weight-decay", "seed", "seq-len", "vocab", "vocab-size",
-                          "warmup", "clip", "eval-every", "amp"})
-      KILN_CHECK(!args.has(f), "kiln train", "--", f, " cannot be combined with --resume (the checkpoint sets it)");
+  if (o.resume) refuse_with_resume(args, {"seq-len", "vocab", "vocab-size", "warmup", "clip", "eval-every"});
 
   const auto t0 = Clock::now();
   train::MaskedLM task(o);
   train::Trainer trainer(task);
   const auto& opt = task.options();
+  if (o.resume) check_resumed_model(args, opt.model);
   const auto& d = task.data();
   std::cout << "kiln train: " << opt.model << " (masked LM) on " << opt.data << ": " << d.documents << " documents, "
             << d.train.size() << " training sequences (" << d.train_tokens << " tokens), " << d.held_out.size()
@@ -171,8 +185,10 @@ int train_bert(const Args& args) {
   };
   trainer.fit(cb);
   bar.end();
-  if (std::filesystem::is_regular_file(trainer.checkpoint_path()))  // none when no step ran
+  if (trainer.has_checkpoint())  // none when no step ran
     std::printf("checkpoint %s\n", trainer.checkpoint_path().c_str());
+  std::fflush(stdout);
+  print_fallbacks(std::cout);
   return 0;
 }
 
@@ -189,20 +205,19 @@ int train_image(const Args& args) {
   o.device = args.get("device", o.device);
   o.resume = args.has("resume");
   o.data = args.get("data", o.resume ? "" : o.data);  // resuming: the checkpoint's, unless given
-  o.seed = static_cast<uint64_t>(args.get_int("seed", 0, 0));
+  o.seed = args.get_unsigned("seed", 0);
   o.checkpoint_dir = args.get("checkpoint-dir", o.checkpoint_dir);
   o.checkpoint_every = args.get_int("checkpoint-every", 0, 0);
   o.workers = args.get_int("workers", o.workers, 0, kMaxWorkers);
   o.max_steps = args.get_int("max-steps", -1, -1);
   o.verify_checkpoint = !args.has("no-verify");
   o.amp = args.get("amp", "");
-  if (o.resume)
-    for (const char* f : {"model", "epochs", "batch-size", "lr", "momentum", "weight-decay", "seed", "amp"})
-      KILN_CHECK(!args.has(f), "kiln train", "--", f, " cannot be combined with --resume (the checkpoint sets it)");
+  if (o.resume) refuse_with_resume(args, {"momentum"});
 
   train::ImageClassification task(o);
   train::Trainer trainer(task);
   const auto& opt = task.options();
+  if (o.resume) check_resumed_model(args, opt.model);
   std::cout << "kiln train: " << opt.model << " on " << opt.data << ", device " << device_line(trainer) << ", "
             << opt.epochs << " epoch(s), batch " << opt.batch_size << ", lr " << opt.lr << ", "
             << get_num_threads() << " thread(s)" << processes_note();
@@ -228,9 +243,11 @@ int train_image(const Args& args) {
   };
   trainer.fit(cb);
   bar.end();
-  if (trainer.epoch() < opt.epochs && std::filesystem::is_regular_file(trainer.checkpoint_path()))
+  if (trainer.epoch() < opt.epochs && trainer.has_checkpoint())
     std::printf("stopped at step %lld (--max-steps), checkpoint %s\n", static_cast<long long>(trainer.step()),
                 trainer.checkpoint_path().c_str());
+  std::fflush(stdout);
+  print_fallbacks(std::cout);
   return 0;
 }
 
@@ -240,7 +257,7 @@ bool is_mlm_file(const std::string& path) {
 
 // Which trainer: --model's, or with --resume the checkpoint's (which sets the model).
 bool bert_run(const Args& args) {
-  if (args.has("model") || !args.has("resume")) return train::is_bert_model(args.get("model", ""));
+  if (!args.has("resume")) return train::is_bert_model(args.get("model", ""));
   const std::string path =
       (std::filesystem::path(args.get("checkpoint-dir", train::TrainerOptions{}.checkpoint_dir)) / "last.safetensors")
           .string();
@@ -257,6 +274,8 @@ int train(int argc, char** argv) {
              "max-steps", "vocab", "vocab-size", "seq-len", "warmup", "clip", "eval-every", "amp"},
             {"resume", "no-verify"});
   // clang-format on
+  KILN_CHECK(args.has("resume") || !args.has("no-verify"), "kiln train",
+             "--no-verify goes with --resume (it loads a checkpoint without checking its checksum)");
   apply_runtime_flags(args);
   // Under mpirun (or another MPI launcher): one process of a data-parallel job; rank 0 prints.
   if (!distributed::is_initialized()) distributed::init();

@@ -44,6 +44,10 @@ struct TrainerOptions {
   std::string command = "kiln train";  // names the command in errors
 };
 
+// The settings every task has, checked alike; errors name the kiln train flags (--epochs,
+// --batch-size, --lr, --weight-decay) and what they got.
+void check_training_numbers(int64_t epochs, int64_t batch_size, double lr, double weight_decay, const char* where);
+
 // After each training step (on every process; samples are this process's).
 struct StepInfo {
   int64_t epoch, batch, batches, step;  // 0-based epoch and batch in it; step: steps completed
@@ -159,6 +163,9 @@ class Trainer {
   // The loop's settings as the run uses them (after a checkpoint's).
   const TrainerOptions& options() const { return task_.options(); }
   std::string checkpoint_path() const;
+  // Whether checkpoint_path() holds this run's model: saved by it, or the one it resumed from
+  // (a file there from another run does not count).
+  bool has_checkpoint() const { return saved_step_ >= 0; }
   void save_checkpoint();
 
  private:
