@@ -69,6 +69,16 @@ TEST(AutogradViews, AViewOfALeafThatRequiresGradCannotChangeInPlace) {
   Tensor x = leaf({1, 2});
   expect_error([&] { x.select(0, 0).mul_(2.0); }, "[mul_] a view of a leaf tensor that requires grad");
   expect_close(x, {1, 2}, {2});
+  // The leaf itself a view of another tensor (a parameter made by a reshape): its views' base is
+  // the storage's root, which needs no grad; the gradient came out [20, 20, 0], torch refuses.
+  Tensor y = arange(3, kFloat64).add(1.0).reshape({3}).requires_grad_();
+  ASSERT_TRUE(y.is_leaf());
+  expect_error([&] { y.slice(0, 0, 2).mul_(10.0); }, "[mul_] a view of a leaf tensor that requires grad");
+  expect_error([&] { y.view({1, 3}).select(0, 0).slice(0, 1, 2).zero_(); }, "a view of a leaf tensor");
+  expect_close(y, {1, 2, 3}, {3});
+  NoGradGuard ng;  // an optimizer's in-place step is fine
+  y.slice(0, 0, 2).mul_(10.0);
+  expect_close(y, {10, 20, 3}, {3});
 }
 
 // A view taken before a recorded change of its base has the base's old history; PyTorch
@@ -114,6 +124,21 @@ TEST(AutogradViews, AViewTakenBeforeItsBaseHadHistoryFollowsTheBase) {
   buf2.copy_(x2);
   (u * 5.0).sum().backward();
   expect_close(x2.grad(), {0, 5, 5}, {3});
+}
+
+// Asking a stale view whether it requires grad brings its history up to date first, as torch's
+// requires_grad (it stayed false until an op used the view).
+TEST(AutogradViews, AStaleViewSaysItRequiresGrad) {
+  Tensor x = zeros({4}, kFloat64);
+  Tensor old = x.slice(0, 0, 2), v = x.slice(0, 1, 3);
+  Tensor w = leaf({1, 2});
+  v.mul_(0.0);
+  EXPECT_FALSE(old.requires_grad());
+  v.add_(w);
+  EXPECT_TRUE(x.requires_grad());
+  EXPECT_TRUE(old.requires_grad());
+  (old * 3.0).sum().backward();
+  expect_close(w.grad(), {3, 0}, {2});
 }
 
 // Rows taken from a buffer once, each filled in turn (the second row is a view taken before the

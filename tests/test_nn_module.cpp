@@ -155,13 +155,29 @@ TEST(NnModule, ApplyVisitsEveryModule) {
 
 TEST(NnModule, RegistrationErrors) {
   nn::LinearImpl lin(2, 2);
-  expect_error([&] { lin.register_parameter("weight", zeros({1})); }, "[register_parameter] \"weight\" is already registered");
+  expect_error([&] { lin.register_buffer("weight", zeros({1})); }, "[register_buffer] \"weight\" is already registered");
+  expect_error([&] { lin.register_module("bias", nn::ReLU()); }, "[register_module] \"bias\" is already registered");
   expect_error([&] { lin.register_buffer("a.b", zeros({1})); }, "[register_buffer] the name must not contain '.'");
   expect_error([&] { lin.register_module("", nn::ReLU()); }, "[register_module] the name must not be empty");
   nn::Linear empty{nullptr};
   EXPECT_TRUE(empty.is_empty());
   expect_error([&] { empty->forward(zeros({1, 2})); }, "[ModuleHolder] accessing an empty module holder");
   expect_error([&] { lin.register_module("sub", empty); }, "[register_module] submodule \"sub\" is empty");
+}
+
+// Registering a parameter again under its name replaces it (Python's register_parameter): a
+// decoder tied to an embedding lists the embedding's weight once, and both uses add to its grad.
+TEST(NnModule, RegisteringAParameterAgainReplacesItToTieWeights) {
+  nn::Embedding emb(5, 3);
+  nn::Linear head(3, 5, false);
+  head->weight = head->register_parameter("weight", emb->weight);
+  nn::Sequential both(emb, head);
+  EXPECT_EQ(both->parameters().size(), 1u);
+  EXPECT_TRUE(both->named_parameters()[0].second.is_same(emb->weight));
+  EXPECT_EQ(both->state_dict().size(), 2u);  // both names, as torch's state_dict
+  both->forward(tensor(std::vector<int64_t>{1, 2})).sum().backward();
+  EXPECT_TRUE(emb->weight.grad().defined());
+  EXPECT_GT(values(emb->weight.grad().abs().sum())[0], 0.0);
 }
 
 TEST(NnModule, RegisterParameterMakesALeafThatRequiresGrad) {
@@ -317,6 +333,11 @@ TEST(NnModule, PrintsLikePyTorch) {
             "  (3): Linear(in_features=3, out_features=1, bias=False)\n"
             "  (4): Flatten(start_dim=1, end_dim=-1)\n"
             ")");
+  // Numbers as Python's repr writes floats: 0.0 and 1.0, not 0 and 1.
+  std::ostringstream numbers;
+  numbers << nn::Sequential(nn::Dropout(0.0), nn::BatchNorm2d(2, {.momentum = 1.0}));
+  EXPECT_NE(numbers.str().find("Dropout(p=0.0, inplace=False)"), std::string::npos) << numbers.str();
+  EXPECT_NE(numbers.str().find("BatchNorm2d(2, eps=1e-05, momentum=1.0,"), std::string::npos) << numbers.str();
   Net net;
   std::ostringstream nested;
   nested << *net;

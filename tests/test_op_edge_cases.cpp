@@ -78,6 +78,17 @@ TEST(OpEdgeCases, NaNInExtremesAndClamp) {
   for (double v : values(clamp(tensor({1.0, 2.0}), std::nullopt, Scalar(kNaN)))) EXPECT_TRUE(std::isnan(v));
 }
 
+// clamp passes the gradient strictly inside its bounds, as torch 2.15 (and relu at 0): an element
+// exactly at a bound (a pixel at 0 or 1) gets none.
+TEST(OpEdgeCases, ClampGivesNoGradientAtItsBounds) {
+  Tensor x = tensor({0.0, 0.5, 1.0}, kFloat64).requires_grad_();
+  clamp(x, 0.0, 1.0).sum().backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{0, 1, 0}));
+  Tensor y = tensor({0.0, 0.5, 1.0}, kFloat64).requires_grad_();
+  (clamp_min(y, 0.0) + clamp_max(y, 1.0)).sum().backward();
+  EXPECT_EQ(values(y.grad()), (std::vector<double>{1, 2, 1}));
+}
+
 // Ties are counted in float32: 70,000 tied float16 zeros share the gradient (1/70000 each), where
 // a float16 count is inf past 65504.
 TEST(OpEdgeCases, ManyTiesIn16BitsShareTheGradient) {

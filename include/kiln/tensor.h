@@ -366,7 +366,16 @@ inline uint64_t Tensor::version() const { return impl_->storage->version.load(st
 inline void* Tensor::data_ptr() const {
   return static_cast<char*>(impl_->storage->data) + impl_->offset * static_cast<int64_t>(element_size());
 }
-inline bool Tensor::requires_grad() const { return impl_ && impl_->autograd && impl_->autograd->requires_grad; }
+namespace detail {
+// A view's requires_grad, its history brought up to date first (autograd's refresh_view): a view
+// of a base changed in place by an op that requires grad requires grad too, as in torch.
+bool view_requires_grad(const Tensor& t);
+}  // namespace detail
+inline bool Tensor::requires_grad() const {
+  if (!impl_) return false;
+  if (impl_->is_view && impl_->view_base && !impl_->view_no_grad) [[unlikely]] return detail::view_requires_grad(*this);
+  return impl_->autograd && impl_->autograd->requires_grad;
+}
 
 namespace detail {
 void check_data_ptr(const Tensor& t, ScalarType want);

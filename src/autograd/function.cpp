@@ -135,11 +135,24 @@ void refresh_view(const Tensor& t) {
   attach_as_view_of(t, base, geometry_of(t, base));
 }
 
+}  // namespace kiln::autograd
+
+namespace kiln::detail {
+bool view_requires_grad(const Tensor& t) {
+  autograd::refresh_view(t);
+  const auto& meta = t.impl()->autograd;
+  return meta && meta->requires_grad;
+}
+}  // namespace kiln::detail
+
+namespace kiln::autograd {
+
 namespace {
 void record_node(const char* name, std::span<const Tensor* const> inputs, const Tensor& output, BackwardFn backward,
-                 bool saves_tensors) {
+                 bool saves_tensors, bool is_view = false) {
   auto node = std::make_shared<FunctionNode>(name, std::move(backward));
   node->saves_tensors = saves_tensors;
+  node->is_view = is_view;
   node->next_edges.reserve(inputs.size());
   for (const Tensor* t : inputs) {
     if (t->defined()) refresh_view(*t);
@@ -164,6 +177,29 @@ void record(const char* name, const std::vector<Tensor>& inputs, const Tensor& o
   record_node(name, pointers(inputs), output, std::move(backward), take_saved());
 }
 
+void record_view(const char* name, const Tensor& source, const Tensor& view, BackwardFn backward) {
+  const Tensor* in[] = {&source};
+  record_node(name, in, view, std::move(backward), take_saved(), /*is_view=*/true);
+}
+
+namespace {
+constexpr const char* kViewOfALeaf =
+    "a view of a leaf tensor that requires grad cannot be changed in place while grad mode is on "
+    "(use kiln::NoGradGuard, or an out-of-place op)";
+
+// Whether `t`'s history is a chain of view ops down to a leaf that requires grad (a view of a
+// view that is itself a leaf: the base check below sees only the storage's root).
+bool views_a_grad_leaf(const Tensor& t) {
+  const auto& meta = t.impl()->autograd;
+  const Node* n = meta ? meta->grad_fn.get() : nullptr;
+  while (const auto* f = dynamic_cast<const FunctionNode*>(n)) {
+    if (!f->is_view || f->next_edges.empty()) return false;
+    n = f->next_edges[0].fn.get();
+  }
+  return dynamic_cast<const AccumulateGrad*>(n) != nullptr;
+}
+}  // namespace
+
 void check_inplace(const Tensor& self, const char* op) {
   // Elements that share memory (an expanded tensor) would each be written, in an order that
   // depends on the loop and the threads; PyTorch refuses too.
@@ -177,14 +213,13 @@ void check_inplace(const Tensor& self, const char* op) {
               "(use kiln::NoGradGuard, or an out-of-place op)");
   const TensorImpl& impl = *self.impl();
   if (!impl.is_view) return;
+  KILN_CHECK(!views_a_grad_leaf(self), op, kViewOfALeaf);
   refresh_view(self);
   Tensor base(impl.view_base);
   if (!base.requires_grad()) return;
   // From here the base requires grad, so the change must be recorded on it, whatever the op's
   // other operands (a no-grad view's zero_() of a weight would otherwise change it unseen).
-  KILN_CHECK(!base.is_leaf(), op,
-             "a view of a leaf tensor that requires grad cannot be changed in place while grad mode is on "
-             "(use kiln::NoGradGuard, or an out-of-place op)");
+  KILN_CHECK(!base.is_leaf(), op, kViewOfALeaf);
   KILN_CHECK(!impl.view_no_grad, op,
              "the tensor changed in place is a view taken under NoGradGuard, but its base requires grad: the change "
              "would be hidden from autograd (PyTorch refuses too); take the view with grad mode on");

@@ -38,6 +38,10 @@ bool needs_grad(const std::vector<Tensor>& inputs);
 void record(const char* name, std::initializer_list<const Tensor*> inputs, const Tensor& output,
             BackwardFn backward);
 void record(const char* name, const std::vector<Tensor>& inputs, const Tensor& output, BackwardFn backward);
+// record() for a view op (view, slice, permute, ...): `view` shares `source`'s storage, and its
+// node says so, so that check_inplace finds a leaf that requires grad however many views lie
+// between (a parameter that is itself a view of another tensor).
+void record_view(const char* name, const Tensor& source, const Tensor& view, BackwardFn backward);
 
 // For in-place ops: the tensor being changed must not have elements that share memory, nor (in
 // grad mode) be a leaf that requires grad, a view of one, or a view taken under NoGradGuard of a

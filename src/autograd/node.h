@@ -26,6 +26,8 @@ class FunctionNode final : public Node {
   // Whether the backward function holds saved tensors (record() tells, from the SavedTensors
   // made since the last node was recorded on this thread; a stray one only keeps this true).
   bool saves_tensors = true;
+  // A view op's node (record_view): its one edge leads to the tensor the view was taken of.
+  bool is_view = false;
   // Called with this node's incoming gradient before apply (retain_grad uses it).
   std::vector<std::function<void(const Tensor&)>> pre_hooks;
 

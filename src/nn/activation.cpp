@@ -2,6 +2,7 @@
 #include "kiln/nn/activation.h"
 
 #include "kiln/ops.h"
+#include "nn/python_float.h"
 
 namespace kiln::nn {
 
@@ -24,6 +25,6 @@ DropoutImpl::DropoutImpl(double p) : p(p) {
 
 Tensor DropoutImpl::forward(const Tensor& x) { return kiln::dropout(x, p, is_training()); }
 
-void DropoutImpl::pretty_print(std::ostream& os) const { os << "Dropout(p=" << p << ", inplace=False)"; }
+void DropoutImpl::pretty_print(std::ostream& os) const { os << "Dropout(p=" << detail::python_float(p) << ", inplace=False)"; }
 
 }  // namespace kiln::nn

@@ -4,6 +4,7 @@
 #include "kiln/autograd.h"
 #include "kiln/nn/init.h"
 #include "kiln/ops.h"
+#include "nn/python_float.h"
 
 namespace kiln::nn {
 
@@ -66,9 +67,9 @@ Tensor BatchNorm2dImpl::run(const Tensor& x, bool relu) {
 }
 
 void BatchNorm2dImpl::pretty_print(std::ostream& os) const {
-  os << "BatchNorm2d(" << num_features << ", eps=" << options.eps << ", momentum=";
+  os << "BatchNorm2d(" << num_features << ", eps=" << detail::python_float(options.eps) << ", momentum=";
   if (options.momentum) {
-    os << *options.momentum;
+    os << detail::python_float(*options.momentum);
   } else {
     os << "None";
   }

@@ -24,16 +24,30 @@ std::string type_name(const std::type_info& info) {
   return name;
 }
 
-void check_name(const std::string& name, const char* where, const NamedTensors& params,
-                const NamedTensors& bufs, const NamedModules& children) {
+bool taken(const auto& list, const std::string& name) {
+  for (const auto& [n, v] : list)
+    if (n == name) return true;
+  return false;
+}
+
+// `name` is free for a new entry of one kind: not empty, no '.', and not taken by an entry of
+// another kind (`others`). Taken by the same kind, a parameter or buffer is replaced (as
+// Python's register_parameter and register_buffer do), a submodule is an error.
+template <class... Lists>
+void check_name(const std::string& name, const char* where, const Lists&... others) {
   KILN_CHECK(!name.empty(), where, "the name must not be empty");
   KILN_CHECK(name.find('.') == std::string::npos, where, "the name must not contain '.', got \"", name, "\"");
-  auto taken = [&](const auto& list) {
-    for (const auto& [n, v] : list)
-      if (n == name) return true;
-    return false;
-  };
-  KILN_CHECK(!taken(params) && !taken(bufs) && !taken(children), where, "\"", name, "\" is already registered");
+  KILN_CHECK(!(taken(others, name) || ...), where, "\"", name, "\" is already registered");
+}
+
+// Replaces the entry `name` of `list`, or adds it.
+void put(NamedTensors& list, const std::string& name, const Tensor& tensor) {
+  for (auto& [n, t] : list)
+    if (n == name) {
+      t = tensor;
+      return;
+    }
+  list.emplace_back(name, tensor);
 }
 
 // PyTorch's remove_duplicate: a tensor registered under several names (a shared module, or
@@ -91,18 +105,18 @@ const std::string& Module::name() const {
 }
 
 Tensor Module::register_parameter(const std::string& name, Tensor tensor, bool requires_grad) {
-  check_name(name, "register_parameter", parameters_, buffers_, children_);
+  check_name(name, "register_parameter", buffers_, children_);
   if (tensor.defined()) {
     if (!tensor.is_leaf()) tensor = tensor.detach();
     if (requires_grad || tensor.requires_grad()) tensor.requires_grad_(requires_grad);
   }
-  parameters_.emplace_back(name, tensor);
+  put(parameters_, name, tensor);
   return tensor;
 }
 
 Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
-  check_name(name, "register_buffer", parameters_, buffers_, children_);
-  buffers_.emplace_back(name, tensor);
+  check_name(name, "register_buffer", parameters_, children_);
+  put(buffers_, name, tensor);
   return tensor;
 }
 

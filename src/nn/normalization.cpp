@@ -3,6 +3,7 @@
 
 #include "kiln/nn/init.h"
 #include "kiln/ops.h"
+#include "nn/python_float.h"
 
 namespace kiln::nn {
 
@@ -29,7 +30,7 @@ Tensor LayerNormImpl::forward(const Tensor& x) {
 void LayerNormImpl::pretty_print(std::ostream& os) const {
   os << "LayerNorm((";
   for (size_t i = 0; i < normalized_shape.size(); ++i) os << (i ? ", " : "") << normalized_shape[i];
-  os << (normalized_shape.size() == 1 ? ",)" : ")") << ", eps=" << options.eps
+  os << (normalized_shape.size() == 1 ? ",)" : ")") << ", eps=" << detail::python_float(options.eps)
      << ", elementwise_affine=" << (options.elementwise_affine ? "True" : "False") << ")";
 }
 

@@ -109,9 +109,11 @@ backend::ClampAttrs clamp_attrs(std::optional<Scalar> lo, std::optional<Scalar> 
 autograd::BackwardFn clamp_backward(const Tensor& x, backend::ClampAttrs a) {
   return [sx = SavedTensor(x), a](const Tensor& g) -> TensorList {
     Tensor xv = sx.get("ClampBackward");
+    // Strictly inside the bounds, as torch 2.15: an element at a bound (a pixel at exactly 0 or
+    // 1) gets no gradient, as relu's at 0.
     Tensor pass = ones_like(xv, kBool);
-    if (a.has_min) pass = logical_and(pass, xv >= a.min);
-    if (a.has_max) pass = logical_and(pass, xv <= a.max);
+    if (a.has_min) pass = logical_and(pass, xv > a.min);
+    if (a.has_max) pass = logical_and(pass, xv < a.max);
     return {where(pass, g, zeros_like(g))};
   };
 }

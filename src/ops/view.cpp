@@ -12,7 +12,7 @@ using autograd::BackwardFn;
 
 Tensor make_view_op(const char* name, const Tensor& x, Shape sizes, Shape strides, int64_t offset, BackwardFn bw) {
   Tensor v = make_view(x, std::move(sizes), std::move(strides), offset);
-  if (autograd::needs_grad({&x})) autograd::record(name, {&x}, v, std::move(bw));
+  if (autograd::needs_grad({&x})) autograd::record_view(name, x, v, std::move(bw));
   return v;
 }
 

@@ -45,8 +45,9 @@ Args::Args(const char* command, int argc, char** argv, std::set<std::string> opt
       // A flag where the value belongs was swallowed as the value (`--checkpoint-dir --resume`
       // made a directory named --resume and lost the switch). --name=--x passes such a value.
       const std::string next = value.rfind("--", 0) == 0 ? value.substr(2, value.find('=') - 2) : "";
-      KILN_CHECK(!options.count(next) && !switches.count(next) && next != "help", where, "--", name, " needs a value, got the flag ",
-                 value, " (write --", name, "=", value, " for a value that starts with --)");
+      KILN_CHECK(!options.count(next) && !switches.count(next) && next != "help", where, "--", name,
+                 " needs a value, got the flag ", value, " (write --", name, "=", value,
+                 " for a value that starts with --)");
     }
     KILN_CHECK(!value.empty(), where, "--", name, " needs a value, got an empty one");
     // The last of two would win unseen (a long command line with --lr twice).

@@ -29,7 +29,9 @@ struct LoadStateDictResult {
 // members (`lin->weight`). Operations that change a tensor's dtype or device (to()) change the
 // tensor behind the handle in place (set_data), so every handle, an optimizer's list included,
 // sees the new tensor and a parameter stays the same leaf. Assigning a new Tensor to a member
-// after registration does not change the registry (as in libtorch): register it again instead.
+// after registration does not change the registry (as in libtorch): register it again under its
+// name, which replaces it (as Python's register_parameter), e.g. to tie weights:
+//   head->weight = head->register_parameter("weight", embedding->weight);
 class Module : public std::enable_shared_from_this<Module> {
  public:
   Module() = default;
@@ -42,8 +44,9 @@ class Module : public std::enable_shared_from_this<Module> {
   // The module's type name for printing, e.g. "Linear".
   const std::string& name() const;
 
-  // Registers a leaf parameter (a non-leaf is detached first) and returns its handle. An
-  // undefined tensor is allowed (an absent bias) and is skipped by every listing.
+  // Registers a leaf parameter (a non-leaf is detached first) and returns its handle; a
+  // parameter (buffer) of that name is replaced. An undefined tensor is allowed (an absent bias)
+  // and is skipped by every listing.
   Tensor register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
   Tensor register_buffer(const std::string& name, Tensor tensor);
   // Registers a submodule; returns what it was given (a holder or a shared_ptr).
