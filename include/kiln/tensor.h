@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -332,6 +333,9 @@ struct AutogradMeta {
   uint32_t output_nr = 0;
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves only
   std::vector<std::pair<uint64_t, std::function<void(Tensor&)>>> post_accumulate_grad_hooks;  // leaves only
+  // A leaf's gradient accumulation and its lazily made accumulator: backward passes on two
+  // threads into one leaf (a shared parameter) each add their whole gradient, as in torch.
+  std::mutex mutex;
 };
 
 struct TensorImpl {

@@ -1,6 +1,7 @@
 // The backward engine: runs nodes in reverse creation order, accumulates gradients, and the
 // autograd parts of Tensor (requires_grad_, grad, backward, retain_grad).
 #include <atomic>
+#include <mutex>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -190,6 +191,7 @@ bool sole_owner(const Tensor& g) {
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   Tensor g = std::move(grads[0]);
   AutogradMeta& meta = leaf_->autograd_meta();
+  std::unique_lock<std::mutex> lock(meta.mutex);
   if (!meta.grad.defined()) {
     // Steal the buffer when nothing else shares it and it is laid out like the leaf (PyTorch's
     // gradient layout contract: a channels-last weight gets a channels-last .grad()); otherwise
@@ -214,6 +216,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   if (!meta.post_accumulate_grad_hooks.empty()) {
     Tensor leaf(leaf_);
     const auto hooks = meta.post_accumulate_grad_hooks;  // a hook may remove itself
+    lock.unlock();  // hooks run unlocked: one may read or set .grad() itself
     for (const auto& [id, hook] : hooks) hook(leaf);
   }
   return {};

@@ -70,6 +70,8 @@ Edge gradient_edge(const Tensor& t) {
   if (!t.defined() || !t.requires_grad()) return {};
   AutogradMeta& meta = t.impl()->autograd_meta();
   if (meta.grad_fn) return {meta.grad_fn, meta.output_nr};
+  // Threads recording ops on one shared leaf make and keep a single accumulator.
+  std::lock_guard<std::mutex> lock(meta.mutex);
   std::shared_ptr<Node> acc = meta.grad_accumulator.lock();
   if (!acc) {
     acc = std::make_shared<AccumulateGrad>(t.impl_ptr());

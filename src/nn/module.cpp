@@ -100,7 +100,10 @@ void set_data(Tensor& t, const Tensor& data) {
 }  // namespace detail
 
 const std::string& Module::name() const {
-  if (name_.empty()) name_ = type_name(typeid(*this));
+  // Once, also when threads sharing the module ask at the same time (a const call that writes).
+  std::call_once(name_once_, [this] {
+    if (name_.empty()) name_ = type_name(typeid(*this));
+  });
   return name_;
 }
 

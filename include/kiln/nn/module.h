@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -126,6 +127,7 @@ class Module : public std::enable_shared_from_this<Module> {
   void convert_tensors(const std::function<Tensor(const Tensor&)>& fn);
 
   mutable std::string name_;
+  mutable std::once_flag name_once_;
   bool training_ = true;
   NamedTensors parameters_;
   NamedTensors buffers_;
