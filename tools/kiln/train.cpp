@@ -187,8 +187,6 @@ int train_bert(const Args& args) {
   bar.end();
   if (trainer.has_checkpoint())  // none when no step ran
     std::printf("checkpoint %s\n", trainer.checkpoint_path().c_str());
-  std::fflush(stdout);
-  print_fallbacks(std::cout);
   return 0;
 }
 
@@ -246,8 +244,6 @@ int train_image(const Args& args) {
   if (trainer.epoch() < opt.epochs && trainer.has_checkpoint())
     std::printf("stopped at step %lld (--max-steps), checkpoint %s\n", static_cast<long long>(trainer.step()),
                 trainer.checkpoint_path().c_str());
-  std::fflush(stdout);
-  print_fallbacks(std::cout);
   return 0;
 }
 
@@ -280,7 +276,9 @@ int train(int argc, char** argv) {
   // Under mpirun (or another MPI launcher): one process of a data-parallel job; rank 0 prints.
   if (!distributed::is_initialized()) distributed::init();
   if (distributed::rank() != 0) (void)std::freopen("/dev/null", "w", stdout);
-  return bert_run(args) ? train_bert(args) : train_image(args);
+  const int status = bert_run(args) ? train_bert(args) : train_image(args);
+  print_fallbacks(std::cout);
+  return status;
 }
 
 int eval(int argc, char** argv) {
