@@ -238,7 +238,6 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   std::vector<Tensor> root_grads;
   for (size_t i = 0; i < outputs.size(); ++i) {
     KILN_CHECK(outputs[i].defined(), "autograd::grad", "output ", i, " is an undefined tensor");
-    refresh_view(outputs[i]);
     KILN_CHECK(outputs[i].requires_grad(), "autograd::grad", "output ", i,
                " does not require grad and has no grad_fn");
     roots.push_back(gradient_edge(outputs[i]));
@@ -326,7 +325,6 @@ void Tensor::retain_grad() {
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   KILN_CHECK(defined(), "backward", "the tensor is undefined");
-  autograd::refresh_view(*this);
   KILN_CHECK(requires_grad(), "backward", "the tensor does not require grad and has no grad_fn "
              "(did you call requires_grad_() on the inputs, or run under NoGradGuard?)");
   Tensor g = gradient.defined() ? gradient : autograd::default_grad(*this, "backward");

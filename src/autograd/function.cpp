@@ -49,8 +49,7 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   bool any = false;
   for (const Tensor* t : inputs) {
     if (!t->defined()) continue;
-    refresh_view(*t);  // before asking: a refreshed view may require grad now
-    any = any || t->requires_grad();
+    any = any || t->requires_grad();  // a stale view's history is brought up to date first
   }
   return any;
 }
@@ -60,7 +59,6 @@ bool needs_grad(const std::vector<Tensor>& inputs) {
   bool any = false;
   for (const Tensor& t : inputs) {
     if (!t.defined()) continue;
-    refresh_view(t);
     any = any || t.requires_grad();
   }
   return any;
@@ -156,10 +154,7 @@ void record_node(const char* name, std::span<const Tensor* const> inputs, const 
   node->saves_tensors = saves_tensors;
   node->is_view = is_view;
   node->next_edges.reserve(inputs.size());
-  for (const Tensor* t : inputs) {
-    if (t->defined()) refresh_view(*t);
-    node->next_edges.push_back(gradient_edge(*t));
-  }
+  for (const Tensor* t : inputs) node->next_edges.push_back(gradient_edge(*t));
   attach(node, output);
 }
 
@@ -215,8 +210,7 @@ void check_inplace(const Tensor& self, const char* op) {
               "(use kiln::NoGradGuard, or an out-of-place op)");
   const TensorImpl& impl = *self.impl();
   if (!impl.is_view) return;
-  KILN_CHECK(!views_a_grad_leaf(self), op, kViewOfALeaf);
-  refresh_view(self);
+  KILN_CHECK(!views_a_grad_leaf(self), op, kViewOfALeaf);  // self.requires_grad() above refreshed it
   Tensor base(impl.view_base);
   if (!base.requires_grad()) return;
   // From here the base requires grad, so the change must be recorded on it, whatever the op's
@@ -254,10 +248,7 @@ void record_inplace(const char* name, const Tensor& self, std::initializer_list<
       });
   copy_slices->saves_tensors = take_saved();
   copy_slices->next_edges.push_back(gradient_edge(base));
-  for (const Tensor* t : inputs) {
-    if (t->defined()) refresh_view(*t);
-    copy_slices->next_edges.push_back(gradient_edge(*t));
-  }
+  for (const Tensor* t : inputs) copy_slices->next_edges.push_back(gradient_edge(*t));
   self.storage()->history.fetch_add(1, std::memory_order_relaxed);
   attach(copy_slices, base);
   attach_as_view_of(self, base, geo);

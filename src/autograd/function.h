@@ -45,15 +45,16 @@ void record_view(const char* name, const Tensor& source, const Tensor& view, Bac
 
 // For in-place ops: the tensor being changed must not have elements that share memory, nor (in
 // grad mode) be a leaf that requires grad, a view of one, or a view taken under NoGradGuard of a
-// base that requires grad. A stale view is refreshed first (refresh_view).
+// base that requires grad. A stale view is refreshed first (by requires_grad()).
 void check_inplace(const Tensor& self, const char* op);
 
 // PyTorch's view regeneration. A view taken in grad mode whose base has since been changed in
 // place with autograd recording (or which has no history while its base requires grad: taken
 // before the base had any) would carry the base's old history, or none, while its values are
 // the base's current ones: its history becomes "its region of the base as the base is now".
-// needs_grad, record and the roots of backward call it; views taken under NoGradGuard stay
-// without history, as in PyTorch.
+// Tensor::requires_grad() calls it (so needs_grad, record, check_inplace and the roots of
+// backward all see the regenerated history); views taken under NoGradGuard stay without
+// history, as in PyTorch.
 void refresh_view(const Tensor& t);
 
 // Records an in-place op on `self`. `inputs` are self's value before the op (its old history)
