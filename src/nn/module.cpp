@@ -40,16 +40,6 @@ void check_name(const std::string& name, const char* where, const Lists&... othe
   KILN_CHECK(!(taken(others, name) || ...), where, "\"", name, "\" is already registered");
 }
 
-// Replaces the entry `name` of `list`, or adds it.
-void put(NamedTensors& list, const std::string& name, const Tensor& tensor) {
-  for (auto& [n, t] : list)
-    if (n == name) {
-      t = tensor;
-      return;
-    }
-  list.emplace_back(name, tensor);
-}
-
 // PyTorch's remove_duplicate: a tensor registered under several names (a shared module, or
 // register_parameter("w", other->weight)) is listed once, under the first name, so that an
 // optimizer, zero_grad or gradient clipping sees it once. Identity is the TensorImpl, as in the
@@ -113,13 +103,15 @@ Tensor Module::register_parameter(const std::string& name, Tensor tensor, bool r
     if (!tensor.is_leaf()) tensor = tensor.detach();
     if (requires_grad || tensor.requires_grad()) tensor.requires_grad_(requires_grad);
   }
-  put(parameters_, name, tensor);
+  if (Tensor* old = find_parameter(name)) *old = tensor;
+  else parameters_.emplace_back(name, tensor);
   return tensor;
 }
 
 Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
   check_name(name, "register_buffer", parameters_, children_);
-  put(buffers_, name, tensor);
+  if (Tensor* old = find_buffer(name)) *old = tensor;
+  else buffers_.emplace_back(name, tensor);
   return tensor;
 }
 
