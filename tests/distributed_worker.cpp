@@ -13,6 +13,8 @@
 //   throw        rank 1 throws mid-step: the job ends, non-zero, with the error once
 //   late         rank 1 reaches a collective past KILN_DISTRIBUTED_TIMEOUT: the job ends with that error
 //   early_end    rank 1 ends (finalize) while rank 0 is in a collective: the job ends at once, naming it
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -174,6 +176,25 @@ void mismatch() {
     dist::Work w = dist::all_reduce_async(h, dist::ReduceOp::Sum);
     while (!w.is_completed()) std::this_thread::yield();
     expect(h.to_vector<double>()[0] == dist::world_size(), "a float16 all_reduce polled to completion");
+  }
+  for (int round = 0; round < 4; ++round) {  // two threads waiting on one work both see the result
+    Tensor h = ones({1 << 24}, kFloat16);  // staged: its result is copied in by the first waiter
+    dist::Work w = dist::all_reduce_async(h, dist::ReduceOp::Sum);
+    std::atomic<int> right = 0;
+    auto waiter = [&] {
+      w.wait();
+      // The last elements first: a copy still under way writes them last (per thread).
+      const int64_t n = h.numel();
+      bool ok = h.narrow(0, n - 1, 1).item<double>() == dist::world_size() &&
+                h.narrow(0, n / 2 - 1, 1).item<double>() == dist::world_size();
+      const std::vector<double> v = h.to_vector<double>();
+      ok = ok && std::all_of(v.begin(), v.end(), [](double x) { return x == dist::world_size(); });
+      right += ok;
+    };
+    std::thread other(waiter);
+    waiter();
+    other.join();
+    expect(right == 2, "a float16 all_reduce waited for on two threads");
   }
   // After those, the group still works.
   Tensor t = ones({3});

@@ -3,6 +3,7 @@
 // tensors the transport cannot take as they are, and ending the whole job on a failure.
 #include "kiln/distributed.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -28,8 +29,33 @@ struct Work::State {
   std::condition_variable cv;
   bool done = false;
   std::exception_ptr error;
-  std::function<void()> finish;  // on the waiting thread, once the transport is done
-  bool finished = false;
+  std::function<void()> finish;  // on the first waiting thread, once the transport is done
+  bool finishing = false;        // a thread runs `finish`; other waiters wait for it
+  bool finished = false;         // the result is in the tensor (or `error` says why not)
+
+  // Runs `finish` once, on the first thread here after the transport is done, with `lock`
+  // released; a failure of it becomes the collective's error. Every caller returns only after
+  // it has run, so a second thread's wait() never sees the tensor before its result.
+  void complete(std::unique_lock<std::mutex>& lock) {
+    if (!finishing) {
+      finishing = true;
+      std::function<void()> f = std::move(finish);
+      if (f && !error) {
+        lock.unlock();
+        std::exception_ptr failed;
+        try {
+          f();
+        } catch (...) {
+          failed = std::current_exception();
+        }
+        lock.lock();
+        if (failed) error = failed;
+      }
+      finished = true;
+      cv.notify_all();
+    }
+    cv.wait(lock, [&] { return finished; });
+  }
 };
 
 namespace detail {
@@ -185,7 +211,7 @@ class Comm {
     std::fflush(nullptr);  // what the process printed before the failure stays in its log
     static std::once_flag printed;
     std::call_once(printed, [&] {
-      std::fprintf(stderr, "[distributed] rank %d failed: %s\n", rank_, message.c_str());
+      std::fprintf(stderr, "[distributed] rank %d failed: %s\n", rank_.load(), message.c_str());
       std::fflush(stderr);
     });
     ProcessGroup* group = nullptr;
@@ -300,7 +326,8 @@ class Comm {
   std::map<int, std::unique_ptr<detail::DeviceGroup>> device_groups_;  // the communication thread's
   std::map<int, cuda::Stream> streams_;
   bool initialized_ = false, finalized_ = false, stopping_ = false;
-  int rank_ = 0, world_ = 1, local_rank_ = 0;
+  // Read without the lock (rank() while another thread runs init()): atomics.
+  std::atomic<int> rank_ = 0, world_ = 1, local_rank_ = 0;
   std::string backend_ = "none";
 };
 
@@ -378,30 +405,18 @@ void Work::wait() {
   if (!state_) return;
   std::unique_lock lock(state_->m);
   state_->cv.wait(lock, [&] { return state_->done; });
-  if (state_->finished) {
-    if (state_->error) std::rethrow_exception(state_->error);  // each wait of a failed collective throws
-    return;
-  }
-  state_->finished = true;
-  std::function<void()> finish = std::move(state_->finish);
-  std::exception_ptr error = state_->error;
-  lock.unlock();
-  if (error) std::rethrow_exception(error);
-  if (finish) finish();
+  state_->complete(lock);
+  if (state_->error) std::rethrow_exception(state_->error);  // each wait of a failed collective throws
 }
 
 bool Work::is_completed() const {
   if (!state_) return true;
   std::unique_lock lock(state_->m);
   if (!state_->done) return false;
-  if (!state_->finished && !state_->error) {
-    // A result staged through a copy (16-bit floats, a non-contiguous tensor) goes into the
-    // tensor before the work says it is complete, as torch's is_completed means.
-    state_->finished = true;
-    std::function<void()> finish = std::move(state_->finish);
-    lock.unlock();
-    if (finish) finish();
-  }
+  // A result staged through a copy (16-bit floats, a non-contiguous tensor) goes into the
+  // tensor before the work says it is complete, as torch's is_completed means.
+  if (state_->finishing && !state_->finished) return false;  // another thread is copying it in
+  state_->complete(lock);
   return true;
 }
 
