@@ -244,5 +244,27 @@ TEST(Threads, BackwardPassesIntoASharedLeafAllAccumulate) {
   EXPECT_EQ(g.max().item<double>(), 2.0 * kPasses * 16);
 }
 
+// Two threads using one view whose base was changed in place both bring its history up to date
+// (as torch locks a view's grad_fn): under ThreadSanitizer, unlocked, the two refreshes raced
+// on the view's autograd record. Each round's gradient arrives exactly once per use.
+TEST(Threads, AStaleViewUsedOnTwoThreadsGetsOneHistory) {
+  Tensor leaf = ones({64}).requires_grad_();
+  constexpr int kRounds = 100;
+  for (int round = 0; round < kRounds; ++round) {
+    Tensor a = leaf * 1.0;
+    const Tensor v = a.narrow(0, 0, 32);
+    a.mul_(2.0);  // v's history is stale now
+    std::atomic<int> arrived = 0;  // both threads reach the stale view at once
+    const std::vector<Tensor> sums = run_jobs<Tensor>(2, true, [&](int) {
+      for (++arrived; arrived < 2;) std::this_thread::yield();
+      return v.sum();
+    });
+    ASSERT_EQ(sums[0].item<double>(), 64.0);
+    (sums[0] + sums[1]).backward();
+  }
+  const std::vector<double> g = leaf.grad().to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(g[i], i < 32 ? 4.0 * kRounds : 0.0) << i;
+}
+
 }  // namespace
 }  // namespace kiln::test

@@ -1,6 +1,7 @@
 // Recording ops on the tape: saved tensors, edges, in-place checks and broadcast reduction.
 #include <cxxabi.h>
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -129,6 +130,10 @@ bool requires_grad(const TensorImpl& t) { return t.autograd && (t.autograd->requ
 void refresh_view(const Tensor& t) {
   const TensorImpl& impl = *t.impl();
   if (!impl.is_view || impl.view_no_grad || !impl.view_base) return;
+  // Threads using one view check and renew its history under a lock (torch locks a view's
+  // grad_fn the same way); locks are striped by tensor so unrelated views do not contend.
+  static std::array<std::mutex, 64> locks;
+  std::lock_guard<std::mutex> lock(locks[(reinterpret_cast<uintptr_t>(&impl) >> 6) % locks.size()]);
   const bool current = impl.view_history == history(t) && impl.autograd && impl.autograd->grad_fn;
   if (current || !requires_grad(*impl.view_base)) return;
   Tensor base(impl.view_base);
