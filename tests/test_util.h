@@ -26,15 +26,17 @@ inline void expect_close(const Tensor& t, const std::vector<double>& expected, c
   ASSERT_EQ(t.shape(), shape) << what;
   std::vector<double> got = values(t);
   ASSERT_EQ(got.size(), expected.size()) << what;
+  // The first 20 bad elements each, then their count (a broken kernel on a large case must not
+  // write a log of millions of lines).
+  size_t bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(expected[i])) {
-      EXPECT_TRUE(std::isnan(got[i])) << what << " element " << i;
-    } else if (std::isinf(expected[i])) {
-      EXPECT_EQ(got[i], expected[i]) << what << " element " << i;
-    } else {
-      EXPECT_NEAR(got[i], expected[i], atol + rtol * std::abs(expected[i])) << what << " element " << i;
-    }
+    const double e = expected[i], g = got[i];
+    const bool ok = std::isnan(e) ? std::isnan(g) : std::isinf(e) ? g == e : std::abs(g - e) <= atol + rtol * std::abs(e);
+    if (ok || ++bad > 20) continue;
+    ADD_FAILURE() << what << " element " << i << ": got " << g << ", expected " << e << " (tolerance "
+                  << atol + rtol * std::abs(e) << ")";
   }
+  if (bad > 20) ADD_FAILURE() << what << ": " << bad << " of " << got.size() << " elements differ (the first 20 shown)";
 }
 
 // Sets an environment variable for a scope (nullptr: unset), then restores what was there.
