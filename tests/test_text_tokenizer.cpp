@@ -169,6 +169,12 @@ TEST(TextTokenizer, Utf8DecoderReplacesMaximalInvalidSubsequences) {
     if (cp < 0xD800 || cp > 0xDFFF) all.push_back(cp);
   EXPECT_EQ(unicode::decode_utf8(unicode::encode_utf8(all), &bad), all);
   EXPECT_EQ(bad, 0u);
+  // The count and the replaced text without a decoded copy (a corpus's check) agree with it.
+  for (const std::string s : {"a\xe2\x82z", "\xc0\xaf", "caf\xc3", "\xed\xa0\x80x\xf4\x90\x80\x80y\xff", "ok \xc3\xa9"}) {
+    const std::u32string decoded = unicode::decode_utf8(s, &bad);
+    EXPECT_EQ(unicode::count_invalid_utf8(s), bad) << s;
+    EXPECT_EQ(unicode::replace_invalid_utf8(s), unicode::encode_utf8(decoded)) << s;
+  }
 }
 
 class TextVocabFile : public test::TempDirTest {};
@@ -180,6 +186,17 @@ TEST_F(TextVocabFile, BadFilesGiveClearErrors) {
   test::expect_error([&] { BertTokenizer::from_file(write("empty.txt", "")); }, "is empty");
   test::expect_error([&] { BertTokenizer::from_file(write("dup.txt", "[PAD]\n[UNK]\nab\n[CLS]\nab\n")); },
                      "token \"ab\" appears twice, on lines 3 and 5");
+  {  // a long token is cut at a character's start: the message stays UTF-8
+    std::string long_token = "a";
+    for (int i = 0; i < 40; ++i) long_token += "\xc3\xa9";
+    try {
+      BertTokenizer::from_file(write("long.txt", "[PAD]\n" + long_token + "\n" + long_token + "\n"));
+      ADD_FAILURE() << "a duplicated token was accepted";
+    } catch (const Error& e) {
+      EXPECT_TRUE(unicode::is_valid_utf8(e.what())) << e.what();
+      EXPECT_NE(std::string(e.what()).find("a\xc3\xa9\xc3\xa9"), std::string::npos) << e.what();
+    }
+  }
   test::expect_error([&] { BertTokenizer::from_file(write("bin.txt", std::string("ab\0cd\n", 6))); }, "NUL byte");
   test::expect_error([&] { BertTokenizer::from_file(write("utf.txt", "[PAD]\nab\xff\n")); }, ":2: is not valid UTF-8");
   std::string no_mask = write("nomask.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n");
@@ -244,6 +261,7 @@ TEST_F(TextVocabFile, SaveRefusesTokensTheFileCannotHold) {
   refused({"a", std::string("x\0y", 3)}, "contains a NUL byte");
   refused({"a", "\xff"}, "is not valid UTF-8");
   refused({"a", "b\nc"}, "contains a newline");
+  test::expect_error([&] { Vocab().save(out); }, "the vocabulary is empty");  // from_file refuses an empty file
   // White space inside a token, and blank placeholders, round-trip.
   Vocab ok({"a", "b c", "", "\xe4\xb8\xad\xe6\x96\x87", "zap\xe1\xa0\x8e"});
   ok.save(out);

@@ -118,6 +118,12 @@ class Gunzip {
           break;
         }
         const uint8_t* rest = in_ + (n_ - left);
+        // Zero padding after the last member (a block-padded copy) ends the file, as gzip -d and
+        // Python's gzip read it.
+        if (std::all_of(rest, rest + left, [](uint8_t b) { return b == 0; })) {
+          finished_ = true;
+          break;
+        }
         KILN_CHECK(left >= 2 && rest[0] == 0x1f && rest[1] == 0x8b, kWhere, name_, ": ", left,
                    " trailing bytes after the gzip stream");
         ret = inflateReset(&zs_);  // another gzip member follows

@@ -64,25 +64,24 @@ void append_lower(char32_t cp, std::u32string& out) {
   out.push_back(cp);
 }
 
-std::u32string decode_utf8(std::string_view bytes, size_t* invalid) {
-  std::u32string out;
-  out.reserve(bytes.size());
+namespace {
+// Calls sink(cp) for each code point of `bytes`, U+FFFD for each maximal invalid subsequence
+// (the Unicode standard's table 3-7: no overlong forms, surrogates or values past U+10FFFF);
+// returns how many of those there were.
+template <class Sink>
+size_t for_each_code_point(std::string_view bytes, Sink&& sink) {
   size_t bad = 0;
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   const size_t n = bytes.size();
   size_t i = 0;
   while (i < n) {
     unsigned char b = p[i];
-    if (b < 0x80) {  // a run of ASCII at once: most text is mostly ASCII
-      size_t j = i + 1;
-      while (j < n && p[j] < 0x80) ++j;
-      size_t at = out.size();
-      out.resize(at + (j - i));
-      for (; i < j; ++i) out[at++] = p[i];
+    if (b < 0x80) {
+      sink(static_cast<char32_t>(b));
+      ++i;
       continue;
     }
-    // Lead byte: sequence length and the allowed range of the second byte (excludes overlong
-    // forms, surrogates and values past U+10FFFF, per the Unicode standard's table 3-7).
+    // Lead byte: sequence length and the allowed range of the second byte.
     int len = 0;
     unsigned char lo = 0x80, hi = 0xBF;
     char32_t cp = 0;
@@ -93,33 +92,46 @@ std::u32string decode_utf8(std::string_view bytes, size_t* invalid) {
     else if (b == 0xF0) { len = 4; lo = 0x90; cp = b & 0x07; }
     else if (b == 0xF4) { len = 4; hi = 0x8F; cp = b & 0x07; }
     else if (b >= 0xF1 && b <= 0xF3) { len = 4; cp = b & 0x07; }
-    if (len == 0) {  // a continuation byte or an impossible lead byte
-      out.push_back(0xFFFD);
-      ++bad;
-      ++i;
-      continue;
-    }
     size_t j = i + 1;
-    bool ok = true;
-    for (int k = 1; k < len; ++k, ++j) {
+    bool ok = len != 0;  // not a continuation byte or an impossible lead byte
+    for (int k = 1; ok && k < len; ++k, ++j) {
       unsigned char c = j < n ? p[j] : 0;
       unsigned char clo = k == 1 ? lo : 0x80, chi = k == 1 ? hi : 0xBF;
       if (j >= n || c < clo || c > chi) {
-        ok = false;
+        ok = false;  // the invalid byte starts what follows
         break;
       }
       cp = (cp << 6) | (c & 0x3F);
     }
-    if (!ok) {  // the maximal valid prefix [i, j) becomes one replacement character
-      out.push_back(0xFFFD);
+    if (!ok) {  // the maximal valid prefix [i, j) (at least one byte) becomes one replacement
+      sink(char32_t{0xFFFD});
       ++bad;
       i = j;
       continue;
     }
-    out.push_back(cp);
+    sink(cp);
     i = j;
   }
+  return bad;
+}
+}  // namespace
+
+std::u32string decode_utf8(std::string_view bytes, size_t* invalid) {
+  std::u32string out;
+  out.reserve(bytes.size());
+  const size_t bad = for_each_code_point(bytes, [&](char32_t cp) { out.push_back(cp); });
   if (invalid) *invalid = bad;
+  return out;
+}
+
+size_t count_invalid_utf8(std::string_view bytes) {
+  return for_each_code_point(bytes, [](char32_t) {});
+}
+
+std::string replace_invalid_utf8(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  for_each_code_point(bytes, [&](char32_t cp) { append_utf8(cp, out); });
   return out;
 }
 
@@ -148,11 +160,7 @@ std::string encode_utf8(std::u32string_view text) {
   return out;
 }
 
-bool is_valid_utf8(std::string_view bytes) {
-  size_t bad = 0;
-  decode_utf8(bytes, &bad);
-  return bad == 0;
-}
+bool is_valid_utf8(std::string_view bytes) { return count_invalid_utf8(bytes) == 0; }
 
 bool is_white_space(char32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||

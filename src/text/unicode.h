@@ -64,6 +64,9 @@ std::u32string decode_utf8(std::string_view bytes, size_t* invalid = nullptr);
 // Appends the UTF-8 encoding of cp (cp must be a scalar value).
 void append_utf8(char32_t cp, std::string& out);
 std::string encode_utf8(std::u32string_view text);
+// decode_utf8's count of invalid subsequences, and its result as UTF-8, without the decoded copy.
+size_t count_invalid_utf8(std::string_view bytes);
+std::string replace_invalid_utf8(std::string_view bytes);
 // Whether `bytes` is entirely valid UTF-8.
 bool is_valid_utf8(std::string_view bytes);
 

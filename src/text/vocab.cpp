@@ -1,6 +1,8 @@
 // Vocab: reading, checking and atomically writing a vocab.txt.
 #include "kiln/text/vocab.h"
 
+#include <algorithm>
+
 #include "kiln/error.h"
 #include "kiln/io.h"
 #include "text/read_file.h"
@@ -13,7 +15,10 @@ namespace {
 std::string quoted(std::string_view s) {
   std::string out = "\"";
   const bool utf8 = unicode::is_valid_utf8(s);  // else every byte past ASCII is shown as \xNN too
-  for (unsigned char c : s.substr(0, 60)) {
+  // At most 60 bytes, cut at a character's start (the message stays UTF-8).
+  size_t shown = std::min<size_t>(s.size(), 60);
+  while (utf8 && shown < s.size() && shown > 0 && (static_cast<unsigned char>(s[shown]) & 0xC0) == 0x80) --shown;
+  for (unsigned char c : s.substr(0, shown)) {
     if (c < 0x20 || c == 0x7F || (c >= 0x80 && !utf8)) {
       const char* hex = "0123456789abcdef";
       out += "\\x";
@@ -23,7 +28,7 @@ std::string quoted(std::string_view s) {
       out += static_cast<char>(c);
     }
   }
-  return out + (s.size() > 60 ? "...\"" : "\"");
+  return out + (shown < s.size() ? "...\"" : "\"");
 }
 
 }  // namespace
@@ -72,6 +77,7 @@ Vocab Vocab::from_file(const std::string& path) {
 void Vocab::save(const std::string& path) const {
   const char* where = "Vocab::save";
   // Only what from_file reads back as the same token, so the file reloads as this vocabulary.
+  KILN_CHECK(!tokens_.empty(), where, path, ": the vocabulary is empty (Vocab::from_file refuses an empty file)");
   for (size_t i = 0; i < tokens_.size(); ++i) {
     const std::string& t = tokens_[i];
     auto refuse = [&](const char* why) { KILN_FAIL(where, path, ": token ", i, " ", quoted(t), " ", why); };
