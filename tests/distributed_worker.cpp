@@ -309,6 +309,13 @@ void ddp() {
   // Tiny buckets: several buckets in flight during backward.
   ddp_matches_one_process<optim::SGD>(optim::SGDOptions{.lr = 0.1, .momentum = 0.9}, "SGD", false, 0.001);
   ddp_matches_one_process<optim::SGD>(optim::SGDOptions{.lr = 0.1, .momentum = 0.9}, "SGD", true, 0.001);
+  {  // a model converted after wrapping: DDP's own error, naming the parameter
+    nn::Sequential net = small_net();
+    nn::parallel::DistributedDataParallel model(net);
+    net->to(kFloat64);
+    expect_error([&] { model.forward(randn({2, 2, 6, 6}, kFloat64)); }, "bias is float64 on cpu but was float32 on cpu when the module was wrapped",
+                 "a model converted after wrapping");
+  }
 }
 
 // Each rank's gradient is (rank + 1) * v for fixed v: the average is mean(rank + 1) * v, which

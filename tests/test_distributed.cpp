@@ -41,6 +41,13 @@ TEST(DistributedWorldOfOne, CollectivesLeaveTensorsAsTheyAre) {
   expect_error([&] { dist::broadcast(t, 1); }, "[broadcast] root 1 is not a rank of this world of 1");
 }
 
+// torchrun's variables with no MPI launcher: an error, not a world of one in every process.
+TEST(DistributedWorldOfOne, TorchrunsVariablesWithoutMpiAreAnError) {
+  ScopedEnv world("WORLD_SIZE", "2"), rank("RANK", "1");
+  expect_error([] { dist::init(); }, "[distributed::init] WORLD_SIZE=2 is set (by torchrun?) but no MPI launcher");
+  EXPECT_FALSE(dist::is_initialized());
+}
+
 TEST(DistributedWorldOfOne, DistributedDataParallelIsTheModule) {
   manual_seed(2);
   nn::Linear a(3, 2);

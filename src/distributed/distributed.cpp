@@ -91,6 +91,12 @@ class Comm {
     KILN_CHECK(!initialized_, "distributed::init", "already initialised");
     KILN_CHECK(!finalized_ || !detail::launched_by_mpi(), "distributed::init",
                "MPI cannot be started again after finalize()");
+    // torchrun's variables without an MPI launcher: every process would be rank 0 of a world of
+    // one, training alone on cuda:0 and writing the same checkpoints.
+    if (const char* w = std::getenv("WORLD_SIZE"); w != nullptr && !detail::launched_by_mpi())
+      KILN_CHECK(std::string(w) == "1", "distributed::init", "WORLD_SIZE=", w,
+                 " is set (by torchrun?) but no MPI launcher started this process: Kiln's process group "
+                 "comes from mpirun (mpirun -np ", w, " PROGRAM)");
     if (detail::launched_by_mpi()) {
       std::exception_ptr error;
       bool ready = false;

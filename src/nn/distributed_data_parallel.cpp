@@ -239,7 +239,16 @@ void DistributedDataParallel::before_forward() {
     for (size_t b = 0; b < state_->next_launch; ++b) state_->buckets[b].work.wait();
     state_->reset_backward();
   }
-  if (options_.broadcast_buffers && dist::world_size() > 1) broadcast_buffers_coalesced(module_->named_buffers());
+  if (dist::world_size() == 1) return;
+  // The buckets were made for the parameters as they were when wrapped.
+  for (const State::Param& p : state_->params) {
+    const Tensor& bucket = state_->buckets[static_cast<size_t>(p.bucket)].buffer;
+    KILN_CHECK(p.tensor.device() == bucket.device() && p.tensor.dtype() == bucket.dtype(), "DistributedDataParallel",
+               "parameter ", p.name, " is ", p.tensor.dtype(), " on ", p.tensor.device(), " but was ", bucket.dtype(),
+               " on ", bucket.device(), " when the module was wrapped: move or convert the model before making "
+               "DistributedDataParallel, as in PyTorch");
+  }
+  if (options_.broadcast_buffers) broadcast_buffers_coalesced(module_->named_buffers());
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
