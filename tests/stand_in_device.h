@@ -38,11 +38,19 @@ class HostBackedRuntime final : public backend::cpu::HostRuntime {
     if (fail_frees) KILN_FAIL("stand-in free", "a device fault");
   }
   bool fail_frees = false;
-  // The devices made current by threads other than `main_thread` (data-loading workers).
+  // `devices` devices (1 unless a test asks for more), all the same host memory; the current one
+  // per thread, as CUDA's. The devices made current by threads other than `main_thread`
+  // (data-loading workers) are counted.
+  int device_count() const override { return devices; }
+  int devices = 1;
+  int current_device() const override { return current; }
   int exchange_device(int index) override {
     if (std::this_thread::get_id() != main_thread) worker_device_sets.fetch_add(1);
-    return index;
+    const int previous = current;
+    current = index;
+    return previous;
   }
+  inline static thread_local int current = 0;
   std::thread::id main_thread = std::this_thread::get_id();
   std::atomic<int> worker_device_sets{0};
   // Kernels that depend on the GPU's generation see an H200's.

@@ -42,6 +42,40 @@ TEST_F(Fallback, ToDeviceAndBackKeepsValues) {
   EXPECT_GT(memory_stats(Device::cuda(0)).allocated, 0u);
 }
 
+// A CUDA device named without an index is the current one, as in libtorch: after set_device(1),
+// "cuda", kCUDA, Device::cuda() and x.cuda() mean cuda:1 (they meant cuda:0, so a ported
+// data-parallel script put every rank on GPU 0). Copies between two devices keep the values.
+TEST_F(Fallback, AnIndexlessCudaDeviceIsTheCurrentOne) {
+  stand_in_->runtime().devices = 2;
+  struct Restore {
+    ~Restore() { cuda::set_device(0); }
+  } restore;
+  EXPECT_FALSE(Device("cuda").has_index());
+  EXPECT_EQ(Device("cuda").str(), "cuda");
+  EXPECT_EQ(Device("cuda").resolved(), Device::cuda(0));
+  cuda::set_device(1);
+  EXPECT_EQ(Device("cuda").resolved(), Device::cuda(1));
+  const Tensor x = tensor({1.0, 2.0});
+  for (const Tensor& t : {x.cuda(), x.to(Device("cuda")), x.to(kCUDA), x.to(Device::cuda(), kFloat64),
+                          zeros({2}, kCUDA), empty_like(x, TensorOptions(kCUDA))}) {
+    EXPECT_EQ(t.device(), Device::cuda(1));
+    EXPECT_TRUE(t.is_cuda());
+    EXPECT_EQ(t.get_device(), 1);
+  }
+  EXPECT_EQ(x.get_device(), -1);
+  EXPECT_TRUE(x.is_cpu());
+  nn::Linear lin(2, 2);
+  lin->to(Device("cuda"));
+  EXPECT_EQ(lin->weight.device(), Device::cuda(1));
+  EXPECT_EQ(memory_stats(Device("cuda")).allocated, memory_stats(Device::cuda(1)).allocated);
+  // cuda:0 to cuda:1 and back (a device-to-device copy between two devices), values kept.
+  const Tensor on0 = x.to(Device::cuda(0));
+  const Tensor on1 = on0.to(Device::cuda(1));
+  EXPECT_EQ(on1.device(), Device::cuda(1));
+  EXPECT_EQ(test::values(on1.to(Device::cuda(0))), test::values(x));
+  EXPECT_TRUE(on1.to(Device("cuda")).is_same(on1));  // already on the current device
+}
+
 // A dense tensor keeps its layout across devices (PyTorch's preserve_format), a strided view
 // arrives row-major; both with their values.
 TEST_F(Fallback, ToDeviceKeepsADenseLayout) {

@@ -343,7 +343,11 @@ TEST(TensorDevice, Parsing) {
   EXPECT_EQ(g.index, 1);
   EXPECT_EQ(g, Device::cuda(1));
   EXPECT_EQ(g.str(), "cuda:1");
-  EXPECT_EQ(Device("cuda"), Device::cuda(0));
+  EXPECT_EQ(Device("cuda"), Device::cuda());  // index -1: the current device, fixed where used
+  EXPECT_EQ(Device("cuda").index, -1);
+  EXPECT_EQ(Device("cuda").str(), "cuda");
+  EXPECT_EQ(Device(kCUDA), Device::cuda());
+  EXPECT_FALSE(Device("cuda") == Device::cuda(0));  // as torch.device("cuda") != "cuda:0"
   EXPECT_EQ(Device("cpu:0"), Device::cpu());
   EXPECT_FALSE(Device::cuda(0) == Device::cuda(1));
 

@@ -13,7 +13,9 @@ bool allow_tf32();
 
 // With benchmark on, the first convolution of each geometry times cuDNN's algorithms on the real
 // operands and keeps the fastest (torch.backends.cudnn.benchmark); off (the default), cuDNN's
-// heuristics choose without running anything. Either choice is made once per geometry.
+// heuristics choose without running anything. Either choice is made once per geometry, and
+// both take a deterministic algorithm whenever cuDNN has one that fits (the same bits on every
+// run, as torch.backends.cudnn.deterministic = True); there is no switch to trade that for speed.
 void set_benchmark(bool enabled);
 bool benchmark();
 

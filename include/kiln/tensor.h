@@ -44,7 +44,7 @@ class TensorOptions {
   TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }
   ScalarType dtype() const { return dtype_.value_or(kDefaultFloat); }
   bool has_dtype() const { return dtype_.has_value(); }
-  Device device() const { return device_.value_or(Device::cpu()); }
+  Device device() const { return device_.value_or(Device::cpu()).resolved(); }
   bool has_device() const { return device_.has_value(); }
   bool requires_grad() const { return requires_grad_; }
 
@@ -140,15 +140,22 @@ class Tensor {
   Tensor to(ScalarType dtype) const;
   // non_blocking (torch's to(device, non_blocking=True)): from pinned memory, the copy to a GPU
   // is only queued, and the source must not be written until the stream has done it; otherwise
-  // to() returns once the source may be reused.
+  // to() returns once the source may be reused (from pinned memory that waits for the work
+  // queued on the stream before the copy, as in PyTorch: pass non_blocking for the overlap).
+  // A copy to the CPU always returns with the data there (the host reads it next).
   Tensor to(Device device, bool non_blocking = false) const;
-  Tensor to(Device device, ScalarType dtype) const;
+  Tensor to(Device device, ScalarType dtype, bool non_blocking = false) const;
   Tensor cpu() const { return to(Device::cpu()); }
   // A copy in page-locked ("pinned") CPU memory, from which copies to a GPU are asynchronous
   // (torch.Tensor.pin_memory); itself if already pinned. Needs a CUDA device.
   Tensor pin_memory() const;
   bool is_pinned() const;
-  Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
+  // On CUDA device `index` (-1: the current device), as torch's x.cuda().
+  Tensor cuda(int index = -1, bool non_blocking = false) const { return to(Device::cuda(index), non_blocking); }
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_cpu() const { return device().is_cpu(); }
+  // The CUDA device's index; -1 on the CPU (torch's get_device()).
+  int get_device() const { return is_cuda() ? device().index : -1; }
 
   // ---- autograd
   bool requires_grad() const;

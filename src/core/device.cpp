@@ -15,7 +15,7 @@ Device::Device(const std::string& spec) {
   } else {
     KILN_FAIL("Device", "unknown device '", spec, "' (expected cpu, cuda or cuda:N)");
   }
-  index = 0;
+  index = type == DeviceType::CPU ? 0 : -1;
   if (colon != std::string::npos) {
     std::string num = spec.substr(colon + 1);
     bool digits = !num.empty() && num.size() < 6 &&
@@ -27,7 +27,8 @@ Device::Device(const std::string& spec) {
 }
 
 std::string Device::str() const {
-  return type == DeviceType::CPU ? "cpu" : "cuda:" + std::to_string(index);
+  if (type == DeviceType::CPU) return "cpu";
+  return has_index() ? "cuda:" + std::to_string(index) : "cuda";
 }
 
 std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "kiln/device.h"
@@ -27,6 +28,13 @@ class DeviceRuntime {
   virtual void copy_to_host(void* dst, const void* src, size_t nbytes, int index) = 0;
   virtual void copy_from_host(void* dst, const void* src, size_t nbytes, int index, bool non_blocking) = 0;
   virtual void copy_on_device(void* dst, const void* src, size_t nbytes, int index) = 0;
+  // From device src_index to device dst_index, after the work queued on both devices' current
+  // streams, and before what is queued on them next. Here: through the host.
+  virtual void copy_between_devices(void* dst, int dst_index, const void* src, int src_index, size_t nbytes) {
+    std::unique_ptr<char[]> host(new char[nbytes]);
+    copy_to_host(host.get(), src, nbytes, src_index);
+    copy_from_host(dst, host.get(), nbytes, dst_index, false);
+  }
   virtual void synchronize(int index) = 0;
   // The device's memory in bytes (see kiln::total_memory).
   virtual size_t total_memory(int index) const = 0;

@@ -37,6 +37,11 @@ DeviceRuntime& runtime_for(Device device, const char* where) {
   return *r;
 }
 
+Device Device::with_current_index() const {
+  DeviceRuntime* r = find_runtime(type);
+  return Device(type, r != nullptr && r->device_count() > 0 ? r->current_device() : 0);
+}
+
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes, bool non_blocking) {
   if (nbytes == 0) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
@@ -48,15 +53,14 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   } else if (dst_device == src_device) {
     runtime_for(dst_device, "copy").copy_on_device(dst, src, nbytes, dst_device.index);
   } else {
-    // Between two accelerators: through the host (peer copies come with multi-GPU work).
-    std::vector<char> host(nbytes);
-    runtime_for(src_device, "copy").copy_to_host(host.data(), src, nbytes, src_device.index);
-    runtime_for(dst_device, "copy").copy_from_host(dst, host.data(), nbytes, dst_device.index, false);
+    KILN_CHECK(dst_device.type == src_device.type, "copy", "no copy from ", src_device.str(), " to ", dst_device.str());
+    runtime_for(src_device, "copy");  // both indices checked
+    runtime_for(dst_device, "copy").copy_between_devices(dst, dst_device.index, src, src_device.index, nbytes);
   }
 }
 
-Storage::Storage(size_t n, Device d) : nbytes(n), device(d) {
-  data = runtime_for(d, "allocate").allocate(n, d.index);
+Storage::Storage(size_t n, Device d) : nbytes(n), device(d.resolved()) {
+  data = runtime_for(device, "allocate").allocate(n, device.index);
 }
 
 Storage::Storage(size_t n, Pinned) : nbytes(n), device(Device::cpu()), pinned(true) {
@@ -82,11 +86,18 @@ Storage::~Storage() {
   }
 }
 
-MemoryStats memory_stats(Device device) { return runtime_for(device, "memory_stats").stats(device.index); }
-void reset_peak_memory_stats(Device device) {
+MemoryStats memory_stats(Device d) {
+  const Device device = d.resolved();
+  return runtime_for(device, "memory_stats").stats(device.index);
+}
+void reset_peak_memory_stats(Device d) {
+  const Device device = d.resolved();
   runtime_for(device, "reset_peak_memory_stats").reset_peak(device.index);
 }
-size_t total_memory(Device device) { return runtime_for(device, "total_memory").total_memory(device.index); }
+size_t total_memory(Device d) {
+  const Device device = d.resolved();
+  return runtime_for(device, "total_memory").total_memory(device.index);
+}
 
 size_t parse_memory_limit(const std::string& text, size_t total, const char* where) {
   size_t used = 0;
@@ -110,10 +121,14 @@ size_t parse_memory_limit(const std::string& text, size_t total, const char* whe
   return bytes;
 }
 
-void set_memory_limit(Device device, size_t bytes) {
+void set_memory_limit(Device d, size_t bytes) {
+  const Device device = d.resolved();
   runtime_for(device, "set_memory_limit").set_limit(device.index, bytes);
 }
-void empty_cache(Device device) { runtime_for(device, "empty_cache").empty_cache(device.index); }
+void empty_cache(Device d) {
+  const Device device = d.resolved();
+  runtime_for(device, "empty_cache").empty_cache(device.index);
+}
 
 namespace cuda {
 int device_count() {

@@ -235,11 +235,13 @@ void Module::convert_tensors(const std::function<Tensor(const Tensor&)>& fn) {
 namespace {
 
 // Module::to's conversion: integer and bool tensors (num_batches_tracked) keep their dtype, as in PyTorch.
-std::function<Tensor(const Tensor&)> moved(std::optional<Device> device, std::optional<ScalarType> dtype) {
+std::function<Tensor(const Tensor&)> moved(std::optional<Device> device, std::optional<ScalarType> dtype,
+                                           bool non_blocking = false) {
+  if (device) device = device->resolved();
   return [=](const Tensor& t) {
     const ScalarType want = dtype && t.is_floating_point() ? *dtype : t.dtype();
     const Device where = device.value_or(t.device());
-    return want == t.dtype() && where == t.device() ? Tensor() : t.to(where, want);
+    return want == t.dtype() && where == t.device() ? Tensor() : t.to(where, want, non_blocking);
   };
 }
 
@@ -249,14 +251,14 @@ void check_float(ScalarType dtype) {
 
 }  // namespace
 
-void Module::to(Device device) { convert_tensors(moved(device, std::nullopt)); }
+void Module::to(Device device, bool non_blocking) { convert_tensors(moved(device, std::nullopt, non_blocking)); }
 void Module::to(ScalarType dtype) {
   check_float(dtype);
   convert_tensors(moved(std::nullopt, dtype));
 }
-void Module::to(Device device, ScalarType dtype) {
+void Module::to(Device device, ScalarType dtype, bool non_blocking) {
   check_float(dtype);
-  convert_tensors(moved(device, dtype));
+  convert_tensors(moved(device, dtype, non_blocking));
 }
 void Module::to(MemoryFormat format) {
   convert_tensors([format](const Tensor& t) {

@@ -114,8 +114,9 @@ Tensor Tensor::to(ScalarType t) const {
   return out;
 }
 
-Tensor Tensor::to(Device d, bool non_blocking) const {
+Tensor Tensor::to(Device device_or_current, bool non_blocking) const {
   ops::check_defined(*this, "to");
+  const Device d = device_or_current.resolved();
   if (d == device()) return *this;
   runtime_for(d, "to");
   Tensor out = transfer(*this, d, non_blocking);
@@ -123,7 +124,7 @@ Tensor Tensor::to(Device d, bool non_blocking) const {
   return out;
 }
 
-Tensor Tensor::to(Device d, ScalarType t) const { return to(t).to(d); }
+Tensor Tensor::to(Device d, ScalarType t, bool non_blocking) const { return to(t).to(d, non_blocking); }
 
 Tensor Tensor::pin_memory() const {
   ops::check_defined(*this, "pin_memory");

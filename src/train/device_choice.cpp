@@ -10,7 +10,7 @@
 namespace kiln::train {
 
 Device parse_device(const std::string& name, const char* where) {
-  Device d(name);
+  const Device d = Device(name).resolved();
   if (d.is_cuda())
     KILN_CHECK(d.index < cuda::device_count(), where, "device ", name, " is not present (",
                cuda::device_count(), " CUDA device(s) found)");

@@ -78,12 +78,13 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
   KILN_CHECK(!ec, "kiln bench", "could not write ", path.string(), " (", ec.message(), ")");
 }
 
-// The devices as Device::str() spells them ("cpu:0" is "cpu", "cuda" is "cuda:0"), each once, in
-// the order given: the peer and the JSON lines then agree, and "cpu" is recognised as the baseline.
+// The devices as Device::str() spells them ("cpu:0" is "cpu", "cuda" the current device: "cuda:0"
+// unless set), each once, in the order given: the peer and the JSON lines then agree, and "cpu" is
+// recognised as the baseline.
 std::vector<std::string> normalised(const std::vector<std::string>& devices) {
   std::vector<std::string> out;
   for (const auto& d : devices) {
-    const std::string name = Device(d).str();
+    const std::string name = Device(d).resolved().str();
     if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
   }
   return out;
@@ -126,7 +127,7 @@ std::vector<RunSpec> plan(const SuiteOptions& o) {
     for (int i = 0; i < cuda::device_count(); ++i) devices.push_back("cuda:" + std::to_string(i));
   }
   for (const auto& d : devices) {
-    Device dev(d);
+    const Device dev = Device(d).resolved();
     KILN_CHECK(!dev.is_cuda() || dev.index < cuda::device_count(), where, "device ", d, " is not present (",
                cuda::device_count(), " CUDA device(s) found)");
   }

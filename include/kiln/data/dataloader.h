@@ -37,8 +37,10 @@ struct DataLoaderOptions {
   int64_t num_workers = 0;  // 0: batches are made on the iterating thread; at most kMaxWorkers
   int64_t prefetch = 2;     // batches each worker may hold ready ahead of the consumer; at most kMaxPrefetch
   uint64_t seed = 0;        // shuffling and random transforms derive from (seed, epoch)
-  // Batches in page-locked memory, so that batch.data.to(kiln::Device::cuda()) is asynchronous
-  // (done by the worker that makes the batch). Without a CUDA device: a warning, and not pinned.
+  // Batches in page-locked memory (pinned by the worker that makes the batch), so that
+  // batch.data.to(device, /*non_blocking=*/true) only queues the copy, as in PyTorch; without
+  // non_blocking the copy waits for the GPU's queued work first. Without a CUDA device: a
+  // warning, and not pinned.
   bool pin_memory = false;
   // Which indices each epoch visits (e.g. a DistributedSampler); shuffle must then be false, as
   // in PyTorch. The loader passes its epoch to the sampler.

@@ -85,11 +85,13 @@ class Module : public std::enable_shared_from_this<Module> {
   void eval() { train(false); }
   bool is_training() const { return training_; }
 
-  // Moves parameters and buffers (and gradients) to a device; to(dtype) converts only the
-  // floating-point ones, as PyTorch does. Handles keep referring to the converted tensors.
-  void to(Device device);
+  // Moves parameters and buffers (and gradients) to a device ("cuda": the current one); to(dtype)
+  // converts only the floating-point ones, as PyTorch does. Handles keep referring to the
+  // converted tensors (an optimizer made before the move updates the moved ones). non_blocking:
+  // as Tensor::to.
+  void to(Device device, bool non_blocking = false);
   void to(ScalarType dtype);
-  void to(Device device, ScalarType dtype);
+  void to(Device device, ScalarType dtype, bool non_blocking = false);
   // Lays out every 4-D floating-point parameter and buffer (and its gradient) in `format`, as
   // PyTorch's module.to(memory_format=...): after to(MemoryFormat::ChannelsLast) convolutions
   // read their weights, and write their weight gradients, as cuDNN's NHWC kernels want them

@@ -26,6 +26,35 @@ bool runtime_gone(cudaError_t st) {
   return true;
 }
 
+// An untimed event recorded on `stream` (of the current device).
+OwnedEvent recorded_event(cudaStream_t stream) {
+  cudaEvent_t raw = nullptr;
+  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&raw, cudaEventDisableTiming));
+  OwnedEvent e(raw);
+  KILN_CUDA_CHECK(cudaEventRecord(e.get(), stream));
+  return e;
+}
+
+// Lets device `from` read and write device `to`'s memory directly, once per pair, where the
+// hardware allows it (cudaMemcpyPeerAsync works without it, staged by the driver).
+void enable_peer_access(int from, int to) {
+  static std::mutex m;
+  static std::array<std::array<bool, kMaxDevices>, kMaxDevices> tried{};
+  std::lock_guard<std::mutex> lock(m);
+  bool& done = tried.at(static_cast<size_t>(from)).at(static_cast<size_t>(to));
+  if (done) return;
+  done = true;
+  int can = 0;
+  KILN_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, from, to));
+  if (!can) return;
+  DeviceGuard g(from);
+  const cudaError_t st = cudaDeviceEnablePeerAccess(to, 0);
+  if (st == cudaSuccess) return;
+  cudaGetLastError();
+  KILN_CHECK(st == cudaErrorPeerAccessAlreadyEnabled, "cuda", "cudaDeviceEnablePeerAccess(", to, ") on cuda:", from,
+             " failed: ", cudaGetErrorName(st));
+}
+
 // Device memory and events for the allocator. Events come from a small free list: creating
 // one per freed block would cost a driver call on every free of a cross-stream tensor.
 class CudaStreamDevice final : public StreamDevice {
@@ -169,6 +198,24 @@ class CudaRuntime final : public DeviceRuntime {
   void copy_on_device(void* dst, const void* src, size_t n, int index) override {
     DeviceGuard g(index);
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, cuda::current_stream(index)));
+  }
+  // GPU to GPU directly (NVLink or PCIe peer to peer where the pair allows it; else the driver
+  // stages it), on the source's current stream, ordered after the destination stream's work and
+  // before its next (PyTorch's rule).
+  void copy_between_devices(void* dst, int dst_index, const void* src, int src_index, size_t n) override {
+    enable_peer_access(src_index, dst_index);
+    cudaStream_t ss = cuda::current_stream(src_index), ds = cuda::current_stream(dst_index);
+    {
+      DeviceGuard g(dst_index);
+      OwnedEvent before = recorded_event(ds);
+      DeviceGuard gs(src_index);
+      KILN_CUDA_CHECK(cudaStreamWaitEvent(ss, before.get(), 0));
+    }
+    DeviceGuard g(src_index);
+    KILN_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_index, src, src_index, n, ss));
+    OwnedEvent done = recorded_event(ss);
+    DeviceGuard gd(dst_index);
+    KILN_CUDA_CHECK(cudaStreamWaitEvent(ds, done.get(), 0));
   }
   void synchronize(int index) override {
     DeviceGuard g(index);

@@ -38,7 +38,7 @@ class PinnedPool {
       release_free();  // cached blocks of other sizes back to the driver, then once more
       if (cudaHostAlloc(&p, size, cudaHostAllocPortable) != cudaSuccess) {
         cudaGetLastError();
-        KILN_FAIL("pin_memory", "cannot page-lock ", size, " bytes of host memory");
+        throw OutOfMemoryError(detail::cat("[pin_memory] out of memory: cannot page-lock ", size, " bytes of host memory"));
       }
     }
     auto* b = new Block{static_cast<char*>(p), size, true, {}};
