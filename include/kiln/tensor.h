@@ -152,6 +152,7 @@ class Tensor {
   bool is_pinned() const;
   // On CUDA device `index` (-1: the current device), as torch's x.cuda().
   Tensor cuda(int index = -1, bool non_blocking = false) const { return to(Device::cuda(index), non_blocking); }
+  Tensor cuda(bool non_blocking) const = delete;  // x.cuda(true) would be cuda:1: write cuda(-1, true)
   bool is_cuda() const { return device().is_cuda(); }
   bool is_cpu() const { return device().is_cpu(); }
   // The CUDA device's index; -1 on the CPU (torch's get_device()).

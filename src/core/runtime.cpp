@@ -32,12 +32,13 @@ DeviceRuntime& runtime_for(Device device, const char* where) {
   KILN_CHECK(r != nullptr, where, "device ", device.str(), " is not available: Kiln was built without ",
              device.is_cuda() ? "CUDA" : "this backend");
   int n = r->device_count();
-  KILN_CHECK(device.index >= 0 && device.index < n, where, "device ", device.str(),
-             " does not exist (", n, " present)");
+  KILN_CHECK(device.index >= 0 && device.index < n, where, "device ", device.type == kCUDA ? "cuda:" : "cpu:",
+             device.index, " does not exist (", n, " present)");
   return *r;
 }
 
 Device Device::with_current_index() const {
+  KILN_CHECK(index == -1, "Device", "device index ", index, " is not a device (-1: the current one)");
   DeviceRuntime* r = find_runtime(type);
   return Device(type, r != nullptr && r->device_count() > 0 ? r->current_device() : 0);
 }
@@ -86,17 +87,23 @@ Storage::~Storage() {
   }
 }
 
-MemoryStats memory_stats(Device d) {
+namespace {
+// f(runtime, index) for device d (index-less: the current device).
+template <class F>
+decltype(auto) on_device(Device d, const char* where, F&& f) {
   const Device device = d.resolved();
-  return runtime_for(device, "memory_stats").stats(device.index);
+  return f(runtime_for(device, where), device.index);
+}
+}  // namespace
+
+MemoryStats memory_stats(Device d) {
+  return on_device(d, "memory_stats", [](DeviceRuntime& r, int i) { return r.stats(i); });
 }
 void reset_peak_memory_stats(Device d) {
-  const Device device = d.resolved();
-  runtime_for(device, "reset_peak_memory_stats").reset_peak(device.index);
+  on_device(d, "reset_peak_memory_stats", [](DeviceRuntime& r, int i) { r.reset_peak(i); });
 }
 size_t total_memory(Device d) {
-  const Device device = d.resolved();
-  return runtime_for(device, "total_memory").total_memory(device.index);
+  return on_device(d, "total_memory", [](DeviceRuntime& r, int i) { return r.total_memory(i); });
 }
 
 size_t parse_memory_limit(const std::string& text, size_t total, const char* where) {
@@ -122,12 +129,10 @@ size_t parse_memory_limit(const std::string& text, size_t total, const char* whe
 }
 
 void set_memory_limit(Device d, size_t bytes) {
-  const Device device = d.resolved();
-  runtime_for(device, "set_memory_limit").set_limit(device.index, bytes);
+  on_device(d, "set_memory_limit", [bytes](DeviceRuntime& r, int i) { r.set_limit(i, bytes); });
 }
 void empty_cache(Device d) {
-  const Device device = d.resolved();
-  runtime_for(device, "empty_cache").empty_cache(device.index);
+  on_device(d, "empty_cache", [](DeviceRuntime& r, int i) { r.empty_cache(i); });
 }
 
 namespace cuda {
