@@ -93,7 +93,8 @@ void attach(const std::shared_ptr<FunctionNode>& node, const Tensor& output) {
   meta.requires_grad = true;
   meta.grad_fn = node;
   meta.output_nr = 0;
-  output.impl()->view_history = history(output);
+  // Last, with release: refresh_view reads it without a lock (see there).
+  std::atomic_ref<uint64_t>(output.impl()->view_history).store(history(output), std::memory_order_release);
 }
 
 // The geometry of a view inside a fresh buffer laid out like its base.
@@ -129,13 +130,19 @@ bool requires_grad(const TensorImpl& t) { return t.autograd && (t.autograd->requ
 
 void refresh_view(const Tensor& t) {
   const TensorImpl& impl = *t.impl();
-  if (!impl.is_view || impl.view_no_grad || !impl.view_base) return;
-  // Threads using one view check and renew its history under a lock (torch locks a view's
-  // grad_fn the same way); locks are striped by tensor so unrelated views do not contend.
+  if (!impl.is_view || impl.view_no_grad || !impl.view_base || !requires_grad(*impl.view_base)) return;
+  // A current view (every op's case but the first after an in-place change) takes no lock:
+  // attach() publishes view_history last, so a match read here sees the grad_fn it goes with.
+  auto current = [&] {
+    return std::atomic_ref<uint64_t>(t.impl()->view_history).load(std::memory_order_acquire) == history(t) &&
+           impl.autograd && impl.autograd->grad_fn;
+  };
+  if (current()) return;
+  // Threads renewing one stale view do it under a lock (torch locks a view's grad_fn the same
+  // way), striped by tensor so that unrelated views do not contend.
   static std::array<std::mutex, 64> locks;
   std::lock_guard<std::mutex> lock(locks[(reinterpret_cast<uintptr_t>(&impl) >> 6) % locks.size()]);
-  const bool current = impl.view_history == history(t) && impl.autograd && impl.autograd->grad_fn;
-  if (current || !requires_grad(*impl.view_base)) return;
+  if (current()) return;  // another thread renewed it
   Tensor base(impl.view_base);
   attach_as_view_of(t, base, geometry_of(t, base));
 }

@@ -82,7 +82,7 @@ Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset)
   impl->offset = offset;
   impl->dtype = base.dtype();
   impl->is_view = true;
-  impl->view_history = base.storage()->history.load(std::memory_order_relaxed);
+  impl->view_history = ~uint64_t{0};  // no history attached yet (autograd's attach sets it)
   impl->view_no_grad = !autograd::is_grad_enabled();
   impl->view_base = base.impl()->view_base ? base.impl()->view_base : base.impl_ptr();
   return Tensor(std::move(impl));
