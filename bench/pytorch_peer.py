@@ -32,7 +32,8 @@ FlopCounterMode counts matmuls (2*M*N*K: mm, addmm, bmm, linear), convolutions (
 backwards) and scaled-dot-product attention (forward and backward) -- the convention of Kiln's
 profiler; elementwise work, normalisation, pooling, the loss and the optimizer count as 0.
 peak_bytes: torch.cuda.max_memory_allocated over the timed steps (the peak is reset first, so it
-includes the weights and optimizer state held then); null on the CPU, where PyTorch keeps no
+includes the weights and optimizer state held then), peak_reserved_bytes torch.cuda.max_memory_reserved
+(what the run needed of the device, the cache included); both null on the CPU, where PyTorch keeps no
 allocator statistics -- peak_rss_bytes is the process's RSS high-water mark (getrusage) instead.
 
   OMP_NUM_THREADS=2 python3 bench/pytorch_peer.py --model resnet50 --mode train --batch 16 --threads 2
@@ -367,13 +368,14 @@ def run(torch, a, device):
         times.append(time.perf_counter() - t0)
     med = statistics.median(times)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    peak_reserved = torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     result = {
         "framework": "pytorch", "model": a.model, "mode": a.mode, "device": a.device,
         "device_name": gpu or cpu_name(), "dtype": a.dtype, "batch": a.batch, "steps": a.steps,
         "warmup": max(a.warmup, 1), "median_s": med, "min_s": min(times), "max_s": max(times),
         "host_s": statistics.median(host), "samples_per_s": a.batch / med, "flops_per_step": flops, "tflops": flops / med / 1e12,
-        "peak_bytes": peak, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_bytes": peak, "peak_reserved_bytes": peak_reserved, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "cpu": cpu_name(), "threads": torch.get_num_threads(), "gpu": gpu, "commit": None,
         "torch": torch.__version__,
     }

@@ -41,7 +41,7 @@ double number(const Value& v) {  // the same under a decimal-comma locale
 // clang-format off
 const std::vector<std::string> kFields = {"model", "mode", "device", "device_name", "dtype", "batch", "steps",
                                           "median_s", "min_s", "max_s", "host_s", "samples_per_s", "tflops",
-                                          "peak_bytes", "speedup_vs_cpu_fp32", "cpu", "threads", "gpu", "version",
+                                          "peak_bytes", "peak_reserved_bytes", "speedup_vs_cpu_fp32", "cpu", "threads", "gpu", "version",
                                           "commit", "onednn", "cuda", "cudnn", "warmup", "profiled"};
 // clang-format on
 
@@ -65,6 +65,7 @@ void expect_run_line(const std::string& line, const RunSpec& spec) {
   EXPECT_LE(host, hi * (1 + 1e-5));
   EXPECT_NEAR(number(member(v, "samples_per_s")), spec.batch / med, 1e-4 * spec.batch / med);
   EXPECT_GT(member(v, "peak_bytes").integer, 0);
+  EXPECT_GE(member(v, "peak_reserved_bytes").integer, member(v, "peak_bytes").integer);
   EXPECT_EQ(member(v, "threads").integer, get_num_threads());
   EXPECT_EQ(member(v, "gpu").kind, spec.device == "cpu" ? Value::Kind::Null : Value::Kind::String);
   EXPECT_FALSE(member(v, "version").text.empty());

@@ -77,6 +77,60 @@ TEST_F(Fallback, AnIndexlessCudaDeviceIsTheCurrentOne) {
   EXPECT_TRUE(on1.to(Device("cuda")).is_same(on1));  // already on the current device
 }
 
+// torch.cuda's device context and memory functions, through the runtime (the stand-in here): the
+// guard restores the device, the fields of memory_stats under torch's names, the peak of reserved
+// bytes, the device's free memory and the summary.
+TEST_F(Fallback, TorchCudaDeviceAndMemoryFunctions) {
+  stand_in_->runtime().devices = 2;
+  struct Restore {
+    ~Restore() { cuda::set_device(0); }
+  } restore;
+  {
+    cuda::DeviceGuard g(1);
+    EXPECT_EQ(cuda::current_device(), 1);
+    {
+      cuda::DeviceGuard current(-1);
+      EXPECT_EQ(cuda::current_device(), 1);
+    }
+    EXPECT_EQ(cuda::current_device(), 1);
+  }
+  EXPECT_EQ(cuda::current_device(), 0);
+  test::expect_error([] { cuda::DeviceGuard g(2); }, "[cuda::DeviceGuard] device cuda:2 does not exist (2 present)");
+  EXPECT_EQ(cuda::current_device(), 0);
+
+  cuda::empty_cache();
+  cuda::reset_peak_memory_stats();
+  const size_t before = cuda::memory_allocated();
+  constexpr size_t kBig = size_t{4} << 20;
+  {
+    const Tensor big = zeros({int64_t{1} << 20}, kCUDA);  // 4 MiB
+    EXPECT_GE(cuda::memory_allocated(), before + kBig);
+  }
+  const MemoryStats m = cuda::memory_stats();
+  EXPECT_EQ(cuda::memory_allocated(), m.allocated);
+  EXPECT_EQ(cuda::max_memory_allocated(), m.peak);
+  EXPECT_GE(m.peak, before + kBig);
+  EXPECT_EQ(cuda::memory_reserved(), m.reserved);
+  EXPECT_EQ(cuda::max_memory_reserved(), m.peak_reserved);
+  EXPECT_GE(m.peak_reserved, kBig);
+  cuda::empty_cache();
+  EXPECT_LE(cuda::memory_reserved() + kBig, cuda::max_memory_reserved());  // gone; its peak stays
+  cuda::reset_peak_memory_stats();
+  EXPECT_EQ(cuda::max_memory_reserved(), cuda::memory_reserved());
+  EXPECT_EQ(cuda::max_memory_allocated(), cuda::memory_allocated());
+
+  const auto [free, total] = cuda::mem_get_info();
+  EXPECT_EQ(total, total_memory(Device::cuda(0)));
+  EXPECT_EQ(free, total - cuda::memory_reserved());  // the stand-in's: all but what is reserved
+  const std::string summary = cuda::memory_summary();
+  const size_t peak = cuda::max_memory_allocated();
+  for (const std::string& part : std::vector<std::string>{"cuda:0 memory", "allocated", "peak " + format_bytes(peak),
+                                                          "free", "of " + format_bytes(total), "out-of-memory errors"})
+    EXPECT_NE(summary.find(part), std::string::npos) << part << " not in\n" << summary;
+  cuda::set_device(1);
+  EXPECT_EQ(cuda::memory_summary().rfind("cuda:1 memory", 0), 0u);
+}
+
 // A dense tensor keeps its layout across devices (PyTorch's preserve_format), a strided view
 // arrives row-major; both with their values.
 TEST_F(Fallback, ToDeviceKeepsADenseLayout) {

@@ -381,6 +381,31 @@ TEST(OpTableIndex, IndexSelectGradientSumsThePicksOfEachSlice) {
       }
 }
 
+// gather's gradient adds repeated picks in float32 for 16-bit data, rounded once, on every device:
+// 1000 picks of one element, each with gradient 0.01, give 10 (bfloat16 adds gave 4; a bfloat16
+// sum of ones stopped at 256).
+TEST(OpTableIndex, GatherGradientSumsRepeatedPicksInFloat32) {
+  for (Device dev : test::devices())
+    for (ScalarType dt : {kBFloat16, kFloat16, kFloat32}) {
+      const TensorOptions opts = TensorOptions(dt).device(dev);
+      Tensor x = zeros({4, 3}, opts).requires_grad_(true);
+      const Tensor index = zeros({1000, 3}, TensorOptions(kInt64).device(dev));
+      const Tensor g = full({1000, 3}, 0.01, opts);
+      gather(x, 0, index).backward(g);
+      const double one = test::values(g)[0];  // 0.01 in the dtype
+      const double sum = test::values(full({}, one * 1000, TensorOptions(kFloat64)).to(dt))[0];
+      const Vec got = test::values(x.grad());
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double want = i < 3 ? sum : 0.0;  // float32: 1000 adds, each rounded
+        EXPECT_NEAR(got[i], want, dt == kFloat32 ? 1e-3 : 0.0) << dtype_name(dt) << " on " << dev.str() << " at " << i;
+      }
+      // Picks of ones: the bfloat16 sum that stopped at 256.
+      Tensor y = zeros({2}, opts).requires_grad_(true);
+      gather(y, 0, zeros({1000}, TensorOptions(kInt64).device(dev))).sum().backward();
+      EXPECT_EQ(test::values(y.grad())[0], 1000.0) << dtype_name(dt) << " on " << dev.str();
+    }
+}
+
 TEST(OpTableIndex, GatherAndScatterAdd) {
   struct Case {
     Shape x;

@@ -236,13 +236,21 @@ TEST_F(StreamAllocatorTest, AnImpossibleSizeIsOutOfMemory) {
   EXPECT_THROW(alloc->allocate(std::numeric_limits<size_t>::max() / 8, stream(0)), OutOfMemoryError);
 }
 
+// The peaks of allocated and of reserved bytes (torch's max_memory_allocated / _reserved); a
+// reset brings both down to the present values.
 TEST_F(StreamAllocatorTest, PeakAndReset) {
   void* a = alloc->allocate(1 << 20, stream(0));
   void* b = alloc->allocate(1 << 20, stream(0));
+  void* big = alloc->allocate(33 << 20, stream(0));  // a 34 MiB segment of its own
   alloc->deallocate(a);
-  EXPECT_EQ(alloc->stats().peak, size_t{2} << 20);
+  alloc->deallocate(big);
+  alloc->empty_cache();  // the big segment goes back; b's 2 MiB segment stays
+  EXPECT_EQ(alloc->stats().peak, (size_t{2} << 20) + (size_t{34} << 20));  // blocks count rounded
+  EXPECT_EQ(alloc->stats().reserved, size_t{2} << 20);
+  EXPECT_EQ(alloc->stats().peak_reserved, (size_t{2} << 20) + (size_t{34} << 20));
   alloc->reset_peak();
   EXPECT_EQ(alloc->stats().peak, size_t{1} << 20);
+  EXPECT_EQ(alloc->stats().peak_reserved, size_t{2} << 20);
   alloc->deallocate(b);
 }
 

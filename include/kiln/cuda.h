@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/runtime.h"
@@ -16,6 +17,20 @@ namespace kiln::cuda {
 // (is_available, device_count and synchronize are declared in kiln/runtime.h.)
 int current_device();
 void set_device(int device);
+
+// Makes `device` (-1: the current one) the calling thread's current device while alive, then
+// restores the previous one (torch.cuda.device(i) / c10::cuda::CUDAGuard).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = 0;
+  bool changed_ = false;
+};
 
 struct DeviceProperties {
   std::string name;
@@ -29,6 +44,7 @@ struct DeviceProperties {
   std::string incompatible;
 };
 DeviceProperties get_device_properties(int device = -1);
+std::string get_device_name(int device = -1);
 
 // The GPU code in this build, as torch.cuda.get_arch_list(): "sm_90" (machine code),
 // "compute_90" (PTX, which the driver compiles for newer GPUs); from -DKILN_CUDA_ARCHITECTURES.
@@ -104,6 +120,7 @@ class Event {
   void synchronize() const;
   // Work queued on `stream` after the call waits for this event.
   void wait(const Stream& stream) const;
+  void wait() const;  // on the current stream of the event's device
   // Milliseconds between this event and `end`, both recorded and complete.
   double elapsed_ms(const Event& end) const;
 
@@ -118,6 +135,16 @@ class Event {
 MemoryStats memory_stats(int device = -1);
 void reset_peak_memory_stats(int device = -1);
 void empty_cache(int device = -1);
+// Fields of memory_stats(device), under torch.cuda's names.
+size_t memory_allocated(int device = -1);      // .allocated
+size_t max_memory_allocated(int device = -1);  // .peak
+size_t memory_reserved(int device = -1);       // .reserved
+size_t max_memory_reserved(int device = -1);   // .peak_reserved
+// memory_stats as a table, with the device's free and total memory as the driver reports them.
+std::string memory_summary(int device = -1);
+// {free, total} bytes of the device as the driver reports them (cudaMemGetInfo): free counts
+// every process's use, this one's cache included (torch.cuda.mem_get_info).
+std::pair<size_t, size_t> mem_get_info(int device = -1);
 // Caps what the allocator reserves at fraction x the device's memory (torch's
 // set_per_process_memory_fraction); past it, allocations are an OutOfMemoryError.
 void set_memory_fraction(double fraction, int device = -1);

@@ -19,6 +19,7 @@ struct MemoryStats {
   size_t allocated = 0;  // bytes in live tensors
   size_t reserved = 0;   // bytes held by the caching allocator (live + cached)
   size_t peak = 0;       // high-water mark of allocated since the last reset
+  size_t peak_reserved = 0;  // high-water mark of reserved since the last reset
   size_t limit = 0;      // 0: no limit
   uint64_t os_allocations = 0;  // times the allocator went to the OS or driver
   uint64_t allocation_retries = 0;  // times the cache was freed to make room
@@ -37,6 +38,8 @@ void empty_cache(Device device = Device::cpu());
 // The device's memory in bytes: the CPU's physical memory (or its cgroup limit when lower), a
 // GPU's global memory.
 size_t total_memory(Device device = Device::cpu());
+// A byte count as text: "512 bytes", "1.50 GiB", "21.6 GiB".
+std::string format_bytes(size_t n);
 // A limit as text: "20G", "512M", "1.5GiB", "4096" (bytes; K/M/G/T are powers of 1024), "80%"
 // (of `total`) or "0" (no limit). Anything else is a kiln::Error naming `where`.
 size_t parse_memory_limit(const std::string& text, size_t total, const char* where = "memory limit");

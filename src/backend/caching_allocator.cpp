@@ -26,17 +26,6 @@ CachingAllocator::Mode CachingAllocator::mode_from_env() {
   return fallback;
 }
 
-std::string format_bytes(size_t n) {
-  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024 && u < 5) v /= 1024, ++u;
-  char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%zu bytes", n);
-  else std::snprintf(buf, sizeof buf, v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, units[u]);
-  return buf;
-}
-
 size_t CachingAllocator::size_class(size_t n) {
   if (n <= 256) return (n + 63) & ~size_t{63};
   size_t p = size_t{1} << (63 - __builtin_clzll(n));  // largest power of two <= n
@@ -66,8 +55,7 @@ void* CachingAllocator::allocate(size_t nbytes) {
       p = raw_alloc_(cls);
     }
     if (!p) n_.out_of_memory(device_name_, nbytes, true);
-    n_.reserved += cls;
-    ++n_.os_allocations;
+    n_.reserve(cls);
     if (mode_ == Mode::System && raw_fill_) raw_fill_(p, 0xFF, cls);
   }
   n_.hand_out(cls);
@@ -107,6 +95,7 @@ MemoryStats AllocatorCounts::stats(bool caching) const {
   m.allocated = allocated;
   m.reserved = reserved;
   m.peak = peak;
+  m.peak_reserved = peak_reserved;
   m.limit = limit;
   m.os_allocations = os_allocations;
   m.allocation_retries = retries;
@@ -122,7 +111,7 @@ MemoryStats CachingAllocator::stats() const {
 
 void CachingAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mutex_);
-  n_.peak = n_.allocated;
+  n_.reset_peaks();
 }
 
 void CachingAllocator::set_limit(size_t bytes) {

@@ -13,18 +13,25 @@
 
 namespace kiln::backend {
 
-// A byte count for messages: "512 bytes", "1.50 GiB", "21.6 GiB".
-std::string format_bytes(size_t n);
-
 // What an allocator counts, under its own lock: bytes handed out (and their peak), bytes held
 // from the OS or the driver, the limit (0: none), and the events memory_stats reports.
 struct AllocatorCounts {
-  size_t allocated = 0, reserved = 0, peak = 0, limit = 0;
+  size_t allocated = 0, reserved = 0, peak = 0, peak_reserved = 0, limit = 0;
   uint64_t os_allocations = 0, retries = 0, ooms = 0;
 
   void hand_out(size_t n) {
     allocated += n;
     if (allocated > peak) peak = allocated;
+  }
+  // A block newly taken from the OS or the driver.
+  void reserve(size_t n) {
+    reserved += n;
+    ++os_allocations;
+    if (reserved > peak_reserved) peak_reserved = reserved;
+  }
+  void reset_peaks() {
+    peak = allocated;
+    peak_reserved = reserved;
   }
   bool over_limit(size_t more) const { return limit && (more > limit || reserved > limit - more); }
   MemoryStats stats(bool caching) const;

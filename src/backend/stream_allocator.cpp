@@ -92,8 +92,7 @@ StreamAllocator::Block* StreamAllocator::new_segment_locked(size_t size, bool sm
       throw;
     }
   }
-  n_.reserved += seg;
-  ++n_.os_allocations;
+  n_.reserve(seg);
   auto* b = new Block;
   b->ptr = ptr;
   b->size = seg;
@@ -241,7 +240,7 @@ MemoryStats StreamAllocator::stats() const {
 
 void StreamAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mutex_);
-  n_.peak = n_.allocated;
+  n_.reset_peaks();
 }
 
 void StreamAllocator::set_limit(size_t bytes) {

@@ -38,6 +38,12 @@ class DeviceRuntime {
   virtual void synchronize(int index) = 0;
   // The device's memory in bytes (see kiln::total_memory).
   virtual size_t total_memory(int index) const = 0;
+  // Of it, the bytes free (CUDA: cudaMemGetInfo, every process's use counted); by default what
+  // this process's allocator has not reserved.
+  virtual size_t free_memory(int index) const {
+    const size_t total = total_memory(index), reserved = stats(index).reserved;
+    return reserved < total ? total - reserved : 0;
+  }
   // The device's compute capability as major * 10 + minor (CUDA: 90 for an H100 or H200), which
   // decides what its kernels support; 0 for a runtime with no such notion or a failed query.
   virtual int compute_capability(int /*index*/) const { return 0; }

@@ -1,6 +1,7 @@
 // The device runtime registry, Storage, cross-device copies and the public memory functions.
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -106,6 +107,17 @@ size_t total_memory(Device d) {
   return on_device(d, "total_memory", [](DeviceRuntime& r, int i) { return r.total_memory(i); });
 }
 
+std::string format_bytes(size_t n) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 5) v /= 1024, ++u;
+  char buf[32];
+  if (u == 0) std::snprintf(buf, sizeof buf, "%zu bytes", n);
+  else std::snprintf(buf, sizeof buf, v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
 size_t parse_memory_limit(const std::string& text, size_t total, const char* where) {
   size_t used = 0;
   const std::optional<double> number = detail::parse_number_prefix<double>(text, &used);
@@ -158,6 +170,64 @@ int current_device() {
   return r.current_device();
 }
 void set_device(int device) { runtime_for(Device::cuda(device), "cuda::set_device").exchange_device(device); }
+
+DeviceGuard::DeviceGuard(int device) {
+  if (device < 0) return;  // the current device: nothing changes
+  prev_ = runtime_for(Device::cuda(device), "cuda::DeviceGuard").exchange_device(device);
+  changed_ = prev_ != device;
+}
+DeviceGuard::~DeviceGuard() {
+  if (!changed_) return;
+  try {
+    find_runtime(DeviceType::CUDA)->exchange_device(prev_);
+  } catch (const std::exception&) {  // a destructor does not throw; the device stays as it is
+  }
+}
+
+// The memory functions through the runtime too: kiln::memory_stats(Device::cuda(device)) and so on.
+MemoryStats memory_stats(int device) { return kiln::memory_stats(Device::cuda(device)); }
+void reset_peak_memory_stats(int device) { kiln::reset_peak_memory_stats(Device::cuda(device)); }
+void empty_cache(int device) { kiln::empty_cache(Device::cuda(device)); }
+size_t memory_allocated(int device) { return memory_stats(device).allocated; }
+size_t max_memory_allocated(int device) { return memory_stats(device).peak; }
+size_t memory_reserved(int device) { return memory_stats(device).reserved; }
+size_t max_memory_reserved(int device) { return memory_stats(device).peak_reserved; }
+
+void set_memory_fraction(double fraction, int device) {
+  KILN_CHECK(fraction > 0 && fraction <= 1, "cuda::set_memory_fraction", "the fraction must be in (0, 1], got ",
+             fraction);
+  const Device d = Device::cuda(device).resolved();
+  set_memory_limit(d, static_cast<size_t>(fraction * static_cast<double>(total_memory(d))));
+}
+
+std::pair<size_t, size_t> mem_get_info(int device) {
+  return on_device(Device::cuda(device), "cuda::mem_get_info",
+                   [](DeviceRuntime& r, int i) { return std::make_pair(r.free_memory(i), r.total_memory(i)); });
+}
+
+std::string memory_summary(int device) {
+  const Device d = Device::cuda(device).resolved();
+  const MemoryStats m = memory_stats(d.index);
+  const auto [free, total] = mem_get_info(d.index);
+  auto row = [](const char* what, const std::string& value, const std::string& more) {
+    std::string line = std::string("  ") + what;
+    line.resize(24, ' ');
+    line += value;
+    if (!more.empty()) {
+      line.resize(38, ' ');
+      line += more;
+    }
+    return line + "\n";
+  };
+  return detail::cat(d.str(), " memory (", m.caching ? "the caching allocator" : "no cache: KILN_ALLOCATOR=system", ")\n",
+                     row("allocated", format_bytes(m.allocated), "peak " + format_bytes(m.peak)),
+                     row("reserved", format_bytes(m.reserved), "peak " + format_bytes(m.peak_reserved)),
+                     row("limit", m.limit ? format_bytes(m.limit) : "none", ""),
+                     row("device", format_bytes(free) + " free", "of " + format_bytes(total) + " (every process)"),
+                     row("driver allocations", std::to_string(m.os_allocations), ""),
+                     row("cache freed for room", std::to_string(m.allocation_retries), ""),
+                     row("out-of-memory errors", std::to_string(m.out_of_memory), ""));
+}
 }  // namespace cuda
 
 }  // namespace kiln

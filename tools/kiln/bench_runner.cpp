@@ -101,7 +101,9 @@ void measure(const RunSpec& spec, Device device, const std::function<void()>& st
     r.step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   r.host_s = median(host_s);
-  r.peak_bytes = static_cast<int64_t>(memory_stats(device).peak);
+  const MemoryStats mem = memory_stats(device);
+  r.peak_bytes = static_cast<int64_t>(mem.peak);
+  r.peak_reserved_bytes = static_cast<int64_t>(mem.peak_reserved);
   if (session) {
     double wall = 0;
     for (double t : r.step_s) wall += t;
@@ -171,6 +173,7 @@ std::string to_json(const RunResult& r, const Environment& env) {
   measurement("samples_per_s", num(r.samples_per_s));
   measurement("tflops", num(r.tflops));
   measurement("peak_bytes", std::to_string(r.peak_bytes));
+  measurement("peak_reserved_bytes", std::to_string(r.peak_reserved_bytes));
   measurement("speedup_vs_cpu_fp32", num(r.speedup_vs_cpu_fp32));
   if (r.pytorch_samples_per_s || r.vs_pytorch) {
     field("pytorch_samples_per_s", num(r.pytorch_samples_per_s));

@@ -45,6 +45,7 @@ struct RunResult {
   double host_s = 0;
   std::optional<double> tflops;     // from the profiler's FLOP count of one step (see measure())
   int64_t peak_bytes = 0;           // the allocator's high-water mark over the timed steps
+  int64_t peak_reserved_bytes = 0;  // its reserved bytes' high-water mark: what the run needs of the device
   std::optional<double> speedup_vs_cpu_fp32;
   std::optional<double> pytorch_samples_per_s, vs_pytorch;  // with --vs-pytorch
   std::string profile;  // with spec.profile: kiln::profiler's table for the timed steps

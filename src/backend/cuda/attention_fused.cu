@@ -16,11 +16,26 @@
 // The per-score math is attention_rows.h's, which the CPU tests run over whole rows.
 #include "backend/cuda/attention_rows.h"
 #include "backend/cuda/device/common.cuh"
+#include "core/device_runtime.h"
 
 namespace kiln::backend::cuda {
 namespace {
 
 unsigned unit_grid(int64_t units) { return static_cast<unsigned>(std::clamp<int64_t>(units, 1, int64_t{1} << 20)); }
+
+// Runs `launch` (a kernel launch and its check). These kernels' local arrays (up to 4 KiB a thread
+// for float64) take the driver 0.3-1 GiB at a kernel's first launch, outside the caching
+// allocator, on the path taken when memory is short: where the driver has no room for them, the
+// allocator's cache goes back to it and the launch is tried once more (then OutOfMemoryError).
+template <class Launch>
+void launch_with_room(const Tensor& on, Launch&& launch) {
+  try {
+    launch();
+  } catch (const OutOfMemoryError&) {
+    find_runtime(DeviceType::CUDA)->empty_cache(on.device().index);
+    launch();
+  }
+}
 
 // Rows [0, n) of width w (row stride rs) into dst[n][w], by the whole block.
 template <class T>
@@ -158,9 +173,11 @@ void forward_t(KernelArgs& a) {
   const int64_t units = P.Bt * ((P.R.L + kBlockRows - 1) / kBlockRows);
   if (units == 0) return;
   const size_t smem = static_cast<size_t>(kTileRows<T> * (P.E + P.Ev)) * sizeof(T);
-  forward_kernel<T><<<unit_grid(units), kBlockRows, smem, stream_of(a)>>>(P, a.outputs[0].data_ptr<T>(),
-                                                                          a.outputs[1].data_ptr<T>());
-  KILN_CUDA_LAUNCHED("scaled_dot_product_attention fused forward");
+  launch_with_room(a.outputs[0], [&] {
+    forward_kernel<T><<<unit_grid(units), kBlockRows, smem, stream_of(a)>>>(P, a.outputs[0].data_ptr<T>(),
+                                                                            a.outputs[1].data_ptr<T>());
+    KILN_CUDA_LAUNCHED("scaled_dot_product_attention fused forward");
+  });
 }
 
 template <class T>
@@ -179,13 +196,17 @@ void backward_t(KernelArgs& a) {
   const size_t tiles = static_cast<size_t>(kTileRows<T> * (P.E + P.Ev)) * sizeof(T);
   const int64_t qunits = P.Bt * ((L + kBlockRows - 1) / kBlockRows), kunits = P.Bt * ((S + kBlockRows - 1) / kBlockRows);
   if (qunits > 0) {  // first: dkv_kernel reads the D it writes
-    dq_kernel<T><<<unit_grid(qunits), kBlockRows, tiles, stream>>>(P, G);
-    KILN_CUDA_LAUNCHED("scaled_dot_product_attention fused backward dq");
+    launch_with_room(D, [&] {
+      dq_kernel<T><<<unit_grid(qunits), kBlockRows, tiles, stream>>>(P, G);
+      KILN_CUDA_LAUNCHED("scaled_dot_product_attention fused backward dq");
+    });
   }
   if (kunits > 0) {
     const size_t smem = tiles + kTileRows<T> * (2 * sizeof(T) + sizeof(int64_t));
-    dkv_kernel<T><<<unit_grid(kunits), kBlockRows, smem, stream>>>(P, G);
-    KILN_CUDA_LAUNCHED("scaled_dot_product_attention fused backward dk dv");
+    launch_with_room(D, [&] {
+      dkv_kernel<T><<<unit_grid(kunits), kBlockRows, smem, stream>>>(P, G);
+      KILN_CUDA_LAUNCHED("scaled_dot_product_attention fused backward dk dv");
+    });
   }
 }
 

@@ -3,12 +3,31 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "kiln/error.h"
 
-#define KILN_CUDA_CHECK(expr)                                                                     \
-  do {                                                                                            \
-    cudaError_t kiln_cuda_status = (expr);                                                        \
-    if (kiln_cuda_status != cudaSuccess) [[unlikely]]                                             \
-      KILN_FAIL("cuda", #expr, " failed: ", cudaGetErrorName(kiln_cuda_status), " (",             \
-                cudaGetErrorString(kiln_cuda_status), ")");                                      \
+namespace kiln::backend::cuda {
+
+// Throws "[cuda] <what> failed: cudaErrorX (its text)": a kiln::OutOfMemoryError where the driver
+// ran out of memory (a kernel's local memory at its launch, a library's own allocation), so that
+// it is caught as one, as the allocator's; a kiln::Error otherwise. `launch`: the call was a
+// kernel launch, and an error that a faulting kernel leaves behind is said to be an earlier one's.
+[[noreturn]] inline void raise_cuda_error(cudaError_t status, const std::string& what, bool launch = false) {
+  const bool earlier = launch && (status == cudaErrorIllegalAddress || status == cudaErrorLaunchFailure ||
+                                  status == cudaErrorMisalignedAddress || status == cudaErrorIllegalInstruction ||
+                                  status == cudaErrorHardwareStackError || status == cudaErrorAssert);
+  std::string msg = "[cuda] " + what + " failed: " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")";
+  if (earlier) msg += ": a fault of an earlier kernel, reported at this launch";
+  if (status == cudaErrorMemoryAllocation) throw OutOfMemoryError(msg);
+  throw Error(msg);
+}
+
+}  // namespace kiln::backend::cuda
+
+#define KILN_CUDA_CHECK(expr)                                                   \
+  do {                                                                          \
+    cudaError_t kiln_cuda_status = (expr);                                      \
+    if (kiln_cuda_status != cudaSuccess) [[unlikely]]                           \
+      ::kiln::backend::cuda::raise_cuda_error(kiln_cuda_status, #expr);         \
   } while (0)

@@ -224,6 +224,12 @@ class CudaRuntime final : public DeviceRuntime {
     KILN_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
     return prop.totalGlobalMem;
   }
+  size_t free_memory(int index) const override {
+    DeviceGuard g(index);
+    size_t free = 0, total = 0;
+    KILN_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return free;
+  }
   void* current_stream(int index) override { return t_current[static_cast<size_t>(index)]; }
   int current_device() const override {
     int index = 0;

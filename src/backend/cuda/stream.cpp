@@ -74,6 +74,8 @@ DeviceProperties get_device_properties(int device) {
   return d;
 }
 
+std::string get_device_name(int device) { return get_device_properties(device).name; }
+
 std::vector<std::string> get_arch_list() { return be::arch_names(be::built_arch_list()); }
 
 Stream Stream::default_stream(int device) { return Stream(nullptr, be::resolve(device, "cuda::Stream::default_stream")); }
@@ -185,22 +187,13 @@ void Event::wait(const Stream& stream) const {
   KILN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.native()), static_cast<cudaEvent_t>(event_), 0));
 }
 
+void Event::wait() const { wait(current_stream(device_)); }
+
 double Event::elapsed_ms(const Event& end) const {
   KILN_CHECK(timed_ && end.timed_, "cuda::Event::elapsed_ms", "both events must be created with enable_timing");
   float ms = 0;
   KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(event_), static_cast<cudaEvent_t>(end.event_)));
   return ms;
-}
-
-MemoryStats memory_stats(int device) { return be::allocator(be::resolve(device, "cuda::memory_stats")).stats(); }
-void reset_peak_memory_stats(int device) { be::allocator(be::resolve(device, "cuda::reset_peak_memory_stats")).reset_peak(); }
-void empty_cache(int device) { find_runtime(DeviceType::CUDA)->empty_cache(be::resolve(device, "cuda::empty_cache")); }
-
-void set_memory_fraction(double fraction, int device) {
-  device = be::resolve(device, "cuda::set_memory_fraction");
-  KILN_CHECK(fraction > 0 && fraction <= 1, "cuda::set_memory_fraction", "the fraction must be in (0, 1], got ",
-             fraction);
-  be::allocator(device).set_limit(static_cast<size_t>(fraction * static_cast<double>(get_device_properties(device).total_memory)));
 }
 
 void record_stream(const Tensor& t, const Stream& stream) {

@@ -16,14 +16,13 @@ namespace kiln::backend::cuda {
 
 inline cudaStream_t stream_of(const KernelArgs& a) { return static_cast<cudaStream_t>(a.stream); }
 
-// A launch's own errors (a bad configuration) right away, naming the kernel; a fault inside it
-// surfaces at the next synchronizing call, as CUDA reports them.
-#define KILN_CUDA_LAUNCHED(name)                                                                   \
-  do {                                                                                             \
-    cudaError_t kiln_launch_status = cudaGetLastError();                                           \
-    if (kiln_launch_status != cudaSuccess) [[unlikely]]                                            \
-      KILN_FAIL("cuda", "launch of ", name, " failed: ", cudaGetErrorName(kiln_launch_status), " (", \
-                cudaGetErrorString(kiln_launch_status), ")");                                     \
+// A launch's own errors (a bad configuration, no memory for its local arrays) right away, naming
+// the kernel; a fault inside it surfaces at the next synchronizing call, as CUDA reports them.
+#define KILN_CUDA_LAUNCHED(name)                                                                        \
+  do {                                                                                                  \
+    cudaError_t kiln_launch_status = cudaGetLastError();                                                \
+    if (kiln_launch_status != cudaSuccess) [[unlikely]]                                                 \
+      ::kiln::backend::cuda::raise_cuda_error(kiln_launch_status, std::string("launch of ") + (name), true); \
   } while (0)
 
 // The grid-stride loop over [0, n).

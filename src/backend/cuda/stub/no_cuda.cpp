@@ -11,6 +11,7 @@ namespace {
 }  // namespace
 
 DeviceProperties get_device_properties(int) { absent("cuda::get_device_properties"); }
+std::string get_device_name(int) { absent("cuda::get_device_name"); }
 Stream Stream::default_stream(int) { absent("cuda::Stream::default_stream"); }
 Stream Stream::create(int, bool) { absent("cuda::Stream::create"); }
 Stream Stream::from_native(void*, int) { absent("cuda::Stream::from_native"); }
@@ -29,11 +30,8 @@ void Event::record() { absent("cuda::Event::record"); }
 bool Event::query() const { absent("cuda::Event::query"); }
 void Event::synchronize() const { absent("cuda::Event::synchronize"); }
 void Event::wait(const Stream&) const { absent("cuda::Event::wait"); }
+void Event::wait() const { absent("cuda::Event::wait"); }
 double Event::elapsed_ms(const Event&) const { absent("cuda::Event::elapsed_ms"); }
-MemoryStats memory_stats(int) { absent("cuda::memory_stats"); }
-void reset_peak_memory_stats(int) { absent("cuda::reset_peak_memory_stats"); }
-void empty_cache(int) { absent("cuda::empty_cache"); }
-void set_memory_fraction(double, int) { absent("cuda::set_memory_fraction"); }
 void record_stream(const Tensor&, const Stream&) { absent("record_stream"); }
 void set_allow_tf32(bool) {}
 bool allow_tf32() { return false; }
