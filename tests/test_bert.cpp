@@ -282,6 +282,38 @@ TEST(BertPretrained, BaseModelAndPreTrainingCheckpointsCrossLoad) {
   expect_rel(tiny_logits(mlm), tiny_expected().at("logits"), 2e-2, "logits from float16 weights");
 }
 
+// The encoder of a fine-tuned model (BertForSequenceClassification, BertForTokenClassification,
+// BertForQuestionAnswering files) loads into bert_model, its task head dropped, as Hugging Face's
+// BertModel.from_pretrained loads it; they were refused as unexpected keys.
+TEST(BertPretrained, TheEncoderOfAFineTunedModelLoads) {
+  const std::string dir = fixture_path("bert/hf_tiny");
+  BertConfig c = BertConfig::from_pretrained(dir);
+  const auto file = io::load_safetensors(dir + "/model.safetensors");
+  for (const char* head : {"classifier", "qa_outputs"}) {
+    std::map<std::string, Tensor> tuned;
+    for (const auto& [k, t] : file)
+      if (!k.starts_with("cls.")) tuned[k] = t;
+    tuned[std::string(head) + ".weight"] = zeros({2, 32});
+    tuned[std::string(head) + ".bias"] = zeros({2});
+    auto base = models::bert_model(c, false);
+    EXPECT_TRUE(models::load_hf_state_dict(*base, tuned).empty()) << head;
+    EXPECT_EQ(values(base->encoder->layer->ptr<models::BertLayerImpl>(1)->output->dense->bias),
+              values(file.at("bert.encoder.layer.1.output.dense.bias")))
+        << head;
+    // Its own head, where the model has one, loads (and a shape that differs is an error).
+    if (std::string(head) == "classifier") {
+      auto seq = models::bert_for_sequence_classification(c, 2);
+      tuned["bert.pooler.dense.weight"] = zeros({32, 32});
+      tuned["bert.pooler.dense.bias"] = zeros({32});
+      tuned["classifier.bias"] = full({2}, 0.5);
+      EXPECT_TRUE(models::load_hf_state_dict(*seq, tuned).empty());
+      EXPECT_EQ(values(seq->classifier->bias), (std::vector<double>{0.5, 0.5}));
+      auto three = models::bert_for_sequence_classification(c, 3);
+      expect_error([&] { models::load_hf_state_dict(*three, tuned); }, "shape mismatch for classifier.weight");
+    }
+  }
+}
+
 TEST(BertPretrained, BadFilesAreClearErrorsAndChangeNothing) {
   const std::string dir = fixture_path("bert/hf_tiny");
   auto m = models::bert_for_masked_lm(BertConfig::from_pretrained(dir));
@@ -306,6 +338,13 @@ TEST(BertPretrained, BadFilesAreClearErrorsAndChangeNothing) {
   EXPECT_EQ(values(m->bert->embeddings->word_embeddings->weight), before);
 
   expect_error([&] { models::load_pretrained(*m, fixture_path("bert")); }, "no model.safetensors");
+  // A file whose keys do not fit is named.
+  const std::string bad_keys = (std::filesystem::temp_directory_path() /
+                                ("kiln_bert_keys_" + std::to_string(::getpid()) + ".safetensors")).string();
+  io::save_safetensors(bad_keys, extra);
+  expect_error([&] { models::load_pretrained(*m, bad_keys); },
+               "[load_pretrained] " + bad_keys + ": unexpected keys: bert.encoder.layer.0.attention.self.rotary.weight");
+  std::filesystem::remove(bad_keys);
   expect_error([] { BertConfig::from_pretrained(fixture_path("bert/hf_tiny/model.safetensors")); },
                "[BertConfig::from_pretrained]");
   // A config of another model type is refused.

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "stand_in_device.h"
+#include "io/input_file.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "test_util.h"
@@ -279,6 +280,28 @@ TEST_F(Safetensors, RejectsBadHeaderLengthsAndJson) {
   expect_rejected(make_file("{\"a\":" + t + ",\"a\":" + t + "}", "a"), "duplicate key \"a\"");
   expect_rejected(make_file("{\"__metadata__\":{\"k\":1}}", ""), "\"__metadata__\" entry \"k\" is a number");
   expect_rejected(make_file("{\"__metadata__\":[]}", ""), "\"__metadata__\" is an array");
+  // A null "__metadata__" is none, as the reference reads it (published shards carry it).
+  write_bytes(path("null_meta.safetensors"), make_file("{\"__metadata__\":null,\"a\":" + t + "}", "\x07"));
+  const io::SafetensorsFile f = io::load_safetensors_file(path("null_meta.safetensors"));
+  EXPECT_TRUE(f.metadata.empty());
+  EXPECT_EQ(test::values(f.tensors.at("a")), std::vector<double>{7});
+}
+
+// A file that shrinks while it is read (another program rewriting it in place) is an error that
+// names it; through a memory mapping it killed the process with SIGBUS. The file is cut after it
+// was opened and sized, as a rewrite would cut it during the read.
+TEST_F(Safetensors, AFileThatShrinksWhileItIsReadIsAnError) {
+  const std::string p = path("shrinks.safetensors");
+  io::save_safetensors(p, {{"w", ones({1 << 20})}});
+  const io::InputFile file(p, "load_safetensors");
+  ASSERT_EQ(::truncate(p.c_str(), 4096), 0);
+  std::vector<char> buf(size_t{4} << 20);
+  expect_error([&] { file.read(64, buf.data(), buf.size()); },
+               "[load_safetensors] " + p + ": the file changed or could not be read while it was read (it ended early: read ");
+  // What is there is read.
+  file.read(0, buf.data(), 4096);
+  // The loaders read through it: a truncated file is refused before anything is read.
+  expect_error([&] { io::load_safetensors(p); }, "are out of range");
 }
 
 TEST_F(Safetensors, RejectsBadTensorEntries) {
@@ -532,6 +555,26 @@ TEST_F(Safetensors, TheNextSaveRemovesTemporariesOfKilledWriters) {
   io::save_checkpoint(p, {{"w", ones({2})}});
   EXPECT_EQ(listing(), (std::vector<std::string>{".last.safetensors.tmp." + std::to_string(::getpid()) + ".7.7",
                                                  ".other.safetensors.tmp.999999999.0.1", "last.safetensors"}));
+}
+
+// A file name of 255 bytes (the longest there is) is saved and read back: the temporary's name,
+// longer than the file's, was refused as too long. A killed writer's temporary of it is removed.
+TEST_F(Safetensors, TheLongestFileNameIsSaved) {
+  const std::string name = std::string(255 - 12, 'n') + ".safetensors";
+  io::save_checkpoint(path(name), {{"w", ones({2})}});
+  EXPECT_EQ(test::values(io::load_checkpoint(path(name)).tensors.at("w")), (std::vector<double>{1, 1}));
+  EXPECT_EQ(listing(), std::vector<std::string>{name});
+  std::string stale;  // as a killed writer (PID 999999999 is no process) would leave it
+  {
+    io::AtomicFile f(path(name));
+    const std::string temp = fs::path(f.temp_path()).filename().string();
+    EXPECT_LE(temp.size(), 255u);
+    stale = temp.substr(0, temp.find(".tmp.") + 5) + "999999999.0.1";
+  }
+  write_bytes(path(stale), "x");
+  EXPECT_EQ(listing().size(), 2u);
+  io::save_checkpoint(path(name), {{"w", ones({3})}});
+  EXPECT_EQ(listing(), std::vector<std::string>{name});
 }
 
 TEST_F(Safetensors, InterruptedAtomicWriteLeavesThePreviousFileAndNoTemporary) {

@@ -153,7 +153,7 @@ TEST_F(TextCorpus, ErrorsForMissingEmptyAndBinary) {
 }
 
 // A FIFO blocked the open until a writer came (forever, for `kiln train --data fifo`), and
-// /dev/zero was read up to the 4 GiB limit. Both are refused at once, as MappedFile does.
+// /dev/zero was read up to the 4 GiB limit. Both are refused at once, as InputFile does.
 // A pipe is read to its end (kiln train --data <(zcat corpus.gz)); a device is refused, not read
 // until the size limit.
 TEST_F(TextCorpus, PipesAreReadAndDevicesRefused) {

@@ -185,6 +185,20 @@ TEST(Trainer, BadInputIsAClearError) {
   o.max_steps = -1;
   o.resume = true;
   fs::path file = ck / "last.safetensors";
+  {  // A checkpoint without one of the model's weights: the error names it.
+    io::SafetensorsFile f = io::load_checkpoint(file.string());
+    const std::string saved = (ck / "saved.safetensors").string();
+    fs::copy_file(file, saved);
+    std::string dropped;
+    for (const auto& [k, t] : f.tensors)
+      if (k.starts_with("model.") && dropped.empty()) dropped = k;
+    f.tensors.erase(dropped);
+    std::map<std::string, std::string> meta = f.metadata;
+    meta.erase(io::kChecksumKey);
+    io::save_checkpoint(file.string(), f.tensors, meta);
+    expect_error([&] { set_up(o); }, "[kiln train] checkpoint " + file.string() + ": missing keys: " + dropped.substr(6));
+    fs::rename(saved, file);
+  }
   fs::resize_file(file, fs::file_size(file) / 2);
   expect_error([&] { set_up(o); }, "last.safetensors");
   std::ofstream(file, std::ios::trunc) << "not a checkpoint at all";

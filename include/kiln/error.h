@@ -28,6 +28,20 @@ std::string cat(const Args&... args) {
   return os.str();
 }
 [[noreturn]] void throw_error(const char* where, const std::string& msg);
+
+// Runs f; a kiln::Error from it is thrown again naming `what` (a file), "[where] <what>: <its
+// message without its own [op]>"; an OutOfMemoryError goes on unchanged.
+[[noreturn]] void rethrow_naming(const char* where, const std::string& what, const Error& e);
+template <class F>
+decltype(auto) naming(const char* where, const std::string& what, F&& f) {
+  try {
+    return f();
+  } catch (const OutOfMemoryError&) {
+    throw;
+  } catch (const Error& e) {
+    rethrow_naming(where, what, e);
+  }
+}
 }  // namespace detail
 
 }  // namespace kiln

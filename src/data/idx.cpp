@@ -8,11 +8,12 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <system_error>
 
-#include "io/mapped_file.h"
+#include "io/input_file.h"
 
 namespace kiln::data {
 namespace {
@@ -180,15 +181,22 @@ void decode_in_place(Tensor& t, const Header& h) {
   }
 }
 
-Tensor parse_raw(const uint8_t* p, size_t n, const std::string& name) {
-  auto h = parse_header(p, n, name);
+// n bytes at `offset` of the file into dst (from memory, or read from the file).
+using ReadAt = std::function<void(size_t offset, void* dst, size_t n)>;
+
+// A file of n bytes: its header, then the data read straight into the tensor.
+Tensor parse_raw(size_t n, const ReadAt& read, const std::string& name) {
+  uint8_t head[4 + 4 * kMaxDims];
+  const size_t got = std::min(n, sizeof head);
+  read(0, head, got);
+  auto h = parse_header(head, got, name);
   KILN_CHECK(h.has_value(), kWhere, name, ": truncated header (", n, " bytes)");
   KILN_CHECK(n - h->header_bytes >= h->payload_bytes, kWhere, name, ": truncated data: dimensions ", h->dims,
              " need ", h->payload_bytes, " bytes, the file has ", n - h->header_bytes);
   KILN_CHECK(n - h->header_bytes == h->payload_bytes, kWhere, name, ": ", n - h->header_bytes - h->payload_bytes,
              " trailing bytes after the ", h->payload_bytes, " bytes that dimensions ", h->dims, " declare");
   Tensor t = empty(h->dims, h->dtype);
-  if (h->payload_bytes > 0) std::memcpy(payload_destination(t, *h), p + h->header_bytes, h->payload_bytes);
+  if (h->payload_bytes > 0) read(h->header_bytes, payload_destination(t, *h), h->payload_bytes);
   decode_in_place(t, *h);
   return t;
 }
@@ -228,7 +236,7 @@ Tensor parse_gzip(const uint8_t* p, size_t n, const std::string& name) {
 Tensor parse_idx(const void* bytes, size_t size, const std::string& name) {
   const auto* p = static_cast<const uint8_t*>(bytes);
   if (size >= 2 && p[0] == 0x1f && p[1] == 0x8b) return parse_gzip(p, size, name);
-  return parse_raw(p, size, name);
+  return parse_raw(size, [p](size_t offset, void* dst, size_t n) { std::memcpy(dst, p + offset, n); }, name);
 }
 
 Tensor read_idx(const std::string& path) {
@@ -236,9 +244,15 @@ Tensor read_idx(const std::string& path) {
   auto status = std::filesystem::status(path, ec);
   KILN_CHECK(std::filesystem::exists(status), kWhere, path, ": no such file");
   KILN_CHECK(std::filesystem::is_regular_file(status), kWhere, path, ": not a regular file");
-  // Mapped, not read into a buffer: the tensor is then the only copy of the data in memory.
-  io::MappedFile file(path, kWhere);
-  return parse_idx(file.data(), file.size(), path);
+  io::InputFile file(path, kWhere);
+  uint8_t magic[2] = {0, 0};
+  file.read(0, magic, std::min<uint64_t>(file.size(), 2));
+  if (file.size() >= 2 && magic[0] == 0x1f && magic[1] == 0x8b) {  // gzip: the compressed bytes, then the tensor
+    const std::string bytes = file.read_all(std::numeric_limits<uint64_t>::max());
+    return parse_gzip(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
+  }
+  // Read straight into the tensor, its only copy in memory.
+  return parse_raw(file.size(), [&file](size_t offset, void* dst, size_t n) { file.read(offset, dst, n); }, path);
 }
 
 }  // namespace kiln::data

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -26,6 +27,18 @@ std::string directory_of(const std::string& path) {
   return path.substr(0, slash);
 }
 
+// How the temporaries of a file named `base` start: ".BASE.tmp.". A long name (up to 255 bytes is
+// valid) is cut to 150 bytes and a hash of the whole (FNV-1a) so that the temporary's name, about
+// 25 bytes longer, is still a valid one.
+std::string temp_prefix(const std::string& base) {
+  if (base.size() <= 200) return "." + base + ".tmp.";
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : base) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return "." + base.substr(0, 150) + "~" + hex + ".tmp.";
+}
+
 // A name no other writer (thread or process) picks: pid, a per-process counter and a random
 // number. O_EXCL makes a collision an EEXIST we retry rather than a shared file.
 std::string temp_name(const std::string& path) {
@@ -34,16 +47,16 @@ std::string temp_name(const std::string& path) {
   size_t slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  return dir + "." + base + ".tmp." + std::to_string(::getpid()) + "." +
-         std::to_string(counter.fetch_add(1)) + "." + std::to_string(rng() % 1000000);
+  return dir + temp_prefix(base) + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1)) + "." +
+         std::to_string(rng() % 1000000);
 }
 
 // Removes temporaries that earlier writers of `path` left behind when they were killed mid-save
-// (".NAME.tmp.PID.*" whose process is gone): each can be as large as the file itself.
+// (temp_prefix + "PID.*" whose process is gone): each can be as large as the file itself.
 void remove_stale_temporaries(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path target(path);
-  const std::string prefix = "." + target.filename().string() + ".tmp.";
+  const std::string prefix = temp_prefix(target.filename().string());
   std::error_code ec;
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,17 +36,28 @@ struct SafetensorsHeader {
   size_t data_start = 0;  // where the data section begins in the buffer
 };
 
-// Parses and validates a whole safetensors buffer's layout: every length, offset, dtype and
-// shape is checked against `size` before use, and BOOL data holds only 0 and 1. Errors:
-// "[where] <origin>: ...".
+// Parses and validates a safetensors file's layout: every length, offset, dtype and shape is
+// checked against the file's size before use. `head` holds the file's first head_size bytes: at
+// least the 8-byte length and the header it gives, where the file has them (a short head is an
+// error). Errors: "[where] <origin>: ...".
+SafetensorsHeader parse_safetensors_header(const uint8_t* head, size_t head_size, uint64_t file_size,
+                                           const char* where, const std::string& origin);
+// The same for a whole file in memory.
 SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, const char* where,
                                            const std::string& origin);
 
-// parse_safetensors_header, then copies each tensor into a new CPU tensor.
+// Reads n bytes at `offset` into the data section into dst (a file, or a buffer in memory).
+using ReadData = std::function<void(uint64_t offset, void* dst, size_t n)>;
+// Reads each tensor `h` describes into a new CPU tensor, in the file's order; BOOL data must
+// hold only 0 and 1 (any other byte is undefined behaviour once read as bool). `seen`, when
+// given, is shown the whole data section in order, a tensor at a time (a checkpoint's checksums).
+std::map<std::string, Tensor> read_tensors(const SafetensorsHeader& h, const ReadData& read, const char* where,
+                                           const std::string& origin,
+                                           const std::function<void(const void*, size_t)>& seen = {});
+
+// parse_safetensors_header and read_tensors of a whole file in memory.
 SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const char* where,
                                   const std::string& origin);
-// Copies each tensor `h` describes out of `data` (the buffer `h` was parsed from) into a new CPU tensor.
-std::map<std::string, Tensor> copy_tensors(const SafetensorsHeader& h, const uint8_t* data);
 
 // The header's JSON as the Python library writes it (compact, "__metadata__" first when there
 // is any, then the tensors in the order given), without the padding.

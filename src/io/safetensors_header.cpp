@@ -1,5 +1,5 @@
-// The safetensors header: parsed, and the whole layout checked against the buffer before any
-// tensor byte is touched (the file is untrusted). Needs no tensors, so the fuzzer links it alone.
+// The safetensors header: parsed, and the whole layout checked against the file's size before any
+// tensor byte is read (the file is untrusted). Needs no tensors, so the fuzzer links it alone.
 #include "io/safetensors.h"
 
 #include <algorithm>
@@ -36,18 +36,20 @@ std::string supported_list() {
 
 class HeaderParser {
  public:
-  HeaderParser(const uint8_t* data, size_t size, const char* where, const std::string& origin)
-      : data_(data), size_(size), where_(where), prefix_(origin + ": ") {}
+  HeaderParser(const uint8_t* head, size_t head_size, uint64_t size, const char* where, const std::string& origin)
+      : head_(head), head_size_(head_size), size_(size), where_(where), prefix_(origin + ": ") {}
 
   SafetensorsHeader run() {
     KILN_CHECK(size_ >= 8, where_, prefix_, "file is ", size_, " bytes, too short for the 8-byte header length");
     uint64_t n = 0;
-    std::memcpy(&n, data_, 8);  // little-endian (checked above)
+    KILN_CHECK(head_size_ >= 8, where_, prefix_, "the header length was not read");
+    std::memcpy(&n, head_, 8);  // little-endian (checked above)
     KILN_CHECK(n <= kMaxHeaderBytes, where_, prefix_, "header length ", n, " exceeds the limit of ",
                kMaxHeaderBytes, " bytes");
     KILN_CHECK(n <= size_ - 8, where_, prefix_, "header length ", n, " runs past the end of the file (",
                size_, " bytes)");
-    std::string_view text(reinterpret_cast<const char*>(data_ + 8), n);
+    KILN_CHECK(head_size_ - 8 >= n, where_, prefix_, "the header was not read");
+    std::string_view text(reinterpret_cast<const char*>(head_ + 8), n);
     // The schema's bounds, so that a hostile header fails as soon as it leaves them: values at
     // most 4 levels deep (root, entry, field, shape item), arrays no longer than a shape, and
     // the tree within 24 times the text (a 100 MB header of `0,` would otherwise take ~6 GB).
@@ -63,14 +65,12 @@ class HeaderParser {
     data_size_ = size_ - h.data_start;
     for (auto& [key, value] : root.members) {
       if (key == "__metadata__") {
-        read_metadata(value, h.metadata);
+        if (value.kind != json::Value::Kind::Null) read_metadata(value, h.metadata);  // null: none, as the reference reads it
       } else {
         h.tensors.push_back(read_tensor(key, value));
       }
     }
     check_layout(h.tensors);
-    for (const TensorRecord& r : h.tensors)
-      if (r.dtype == kBool) check_bools(r, data_ + h.data_start);
     return h;
   }
 
@@ -175,15 +175,9 @@ class HeaderParser {
                " bytes but the tensors cover only ", covered);
   }
 
-  // Any byte but 0 and 1 in a bool is undefined behaviour once read as bool.
-  void check_bools(const TensorRecord& r, const uint8_t* section) {
-    for (uint64_t i = r.begin; i < r.end; ++i)
-      KILN_CHECK(section[i] <= 1, where_, prefix_, "tensor \"", r.name, "\" of dtype BOOL holds byte ",
-                 static_cast<int>(section[i]), " at element ", i - r.begin, " (expected 0 or 1)");
-  }
-
-  const uint8_t* data_;
-  size_t size_;
+  const uint8_t* head_;
+  size_t head_size_;
+  uint64_t size_;
   const char* where_;
   std::string prefix_;
   uint64_t data_size_ = 0;
@@ -197,9 +191,14 @@ const char* safetensors_dtype_name(ScalarType t) {
   return "?";
 }
 
+SafetensorsHeader parse_safetensors_header(const uint8_t* head, size_t head_size, uint64_t file_size,
+                                           const char* where, const std::string& origin) {
+  return HeaderParser(head, head_size, file_size, where, origin).run();
+}
+
 SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, const char* where,
                                            const std::string& origin) {
-  return HeaderParser(data, size, where, origin).run();
+  return parse_safetensors_header(data, size, size, where, origin);
 }
 
 }  // namespace kiln::io::detail

@@ -6,8 +6,8 @@
 #include <string_view>
 
 #include "core/parse_number.h"
+#include "io/input_file.h"
 #include "io/json.h"
-#include "io/mapped_file.h"
 #include "kiln/io.h"
 #include "kiln/models/bert.h"
 #include "models/bert_util.h"
@@ -43,14 +43,16 @@ bool starts_with_any(const std::string& key, std::initializer_list<std::string_v
   return false;
 }
 
+// A key of one of the heads of Hugging Face's BERT classes, outside "bert.": pre-training (cls.),
+// sequence and token classification (classifier.), question answering (qa_outputs.).
+bool task_head(const std::string& key) { return starts_with_any(key, {"cls.", "classifier.", "qa_outputs."}); }
+
 }  // namespace
 
 BertConfig BertConfig::from_pretrained(const std::string& dir_or_file) {
   const char* where = "BertConfig::from_pretrained";
   const std::string path = file_in(dir_or_file, "config.json");
-  io::MappedFile file(path, where);
-  KILN_CHECK(file.size() <= (1u << 20), where, path, ": ", file.size(), " bytes is too large for a config.json");
-  std::string_view text(reinterpret_cast<const char*>(file.data()), file.size());
+  const std::string text = io::InputFile(path, where).read_all(1u << 20, "config.json");
   io::json::Value root = io::json::parse(text, where, path + ": ");
   KILN_CHECK(root.kind == io::json::Value::Kind::Object, where, path, ": expected a JSON object, got ",
              root.describe());
@@ -144,7 +146,7 @@ std::vector<std::string> load_hf_state_dict(nn::Module& model, std::map<std::str
     std::map<std::string, Tensor> moved;
     for (auto& [k, t] : state) {
       std::string key = k;
-      if (headed && !starts_with_any(k, {"cls.", "classifier."})) key = "bert." + k;
+      if (headed && !task_head(k)) key = "bert." + k;
       if (!headed && k.starts_with("bert.")) key = k.substr(5);
       KILN_CHECK(moved.emplace(key, t).second, where, "\"", key, "\" appears with and without the \"bert.\" prefix");
     }
@@ -166,12 +168,13 @@ std::vector<std::string> load_hf_state_dict(nn::Module& model, std::map<std::str
     state.erase("cls.predictions.decoder.bias");
   }
 
-  // Non-persistent buffers that older files saved, and the parts of BERT's pre-training
-  // checkpoints (heads, pooler) this architecture lacks.
+  // Non-persistent buffers that older files saved, and the parts of BERT's checkpoints (task
+  // heads, pooler) this architecture lacks: the encoder of a fine-tuned model loads, as Hugging
+  // Face's BertModel.from_pretrained loads it (with a warning that they went unused).
   for (auto it = state.begin(); it != state.end();) {
     const std::string& k = it->first;
     bool buffer = k.ends_with("embeddings.position_ids") || k.ends_with("embeddings.token_type_ids");
-    bool other_part = !own.count(k) && starts_with_any(k, {"cls.", "bert.pooler.", "pooler."});
+    bool other_part = !own.count(k) && (task_head(k) || starts_with_any(k, {"bert.pooler.", "pooler."}));
     it = buffer || other_part ? state.erase(it) : std::next(it);
   }
 
@@ -196,7 +199,8 @@ std::vector<std::string> load_pretrained(nn::Module& model, const std::string& d
     KILN_FAIL("load_pretrained", dir_or_file, ": no model.safetensors",
               sharded ? " (sharded checkpoints are not supported)" : " (only safetensors files are read)");
   }
-  return load_hf_state_dict(model, io::load_safetensors(path));
+  std::map<std::string, Tensor> state = io::load_safetensors(path);
+  return kiln::detail::naming("load_pretrained", path, [&] { return load_hf_state_dict(model, std::move(state)); });
 }
 
 }  // namespace kiln::models

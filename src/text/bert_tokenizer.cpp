@@ -46,14 +46,9 @@ BertTokenizer::BertTokenizer(Vocab vocab, BertTokenizerOptions options)
 
 BertTokenizer BertTokenizer::from_file(const std::string& vocab_path, BertTokenizerOptions options) {
   Vocab vocab = Vocab::from_file(vocab_path);
-  try {
-    return BertTokenizer(std::move(vocab), std::move(options));
-  } catch (const Error& e) {
-    // Name the file: "[BertTokenizer::from_file] <path>: vocabulary ... has no unk_token".
-    std::string msg = e.what();
-    size_t close = msg.find("] ");
-    KILN_FAIL("BertTokenizer::from_file", vocab_path, ": ", close == std::string::npos ? msg : msg.substr(close + 2));
-  }
+  // Names the file: "[BertTokenizer::from_file] <path>: vocabulary ... has no unk_token".
+  return kiln::detail::naming("BertTokenizer::from_file", vocab_path,
+                        [&] { return BertTokenizer(std::move(vocab), std::move(options)); });
 }
 
 bool BertTokenizer::is_special(int64_t id) const {

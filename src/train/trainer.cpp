@@ -101,7 +101,9 @@ void Trainer::save_checkpoint() {
 
 void Trainer::resume(const io::SafetensorsFile& f, const std::string& path) {
   const CheckpointMeta m(f, path, options().command);
-  task_.module().load_state_dict(with_prefix(f.tensors, "model."));
+  // A missing or unexpected entry names the checkpoint: "[kiln train] checkpoint <path>: missing keys: ...".
+  auto naming_it = [&](auto&& load) { detail::naming(where(), "checkpoint " + path, load); };
+  naming_it([&] { task_.module().load_state_dict(with_prefix(f.tensors, "model.")); });
   // Evaluation needs the weights alone: not the position in the training data, which depends on
   // that data and on the number of processes the checkpoint was written by.
   if (options().command == "kiln eval") return;
@@ -109,9 +111,11 @@ void Trainer::resume(const io::SafetensorsFile& f, const std::string& path) {
   const int64_t written_by = m.has("world_size") ? m.integer("world_size") : 1;
   KILN_CHECK(written_by == distributed::world_size(), where(), "checkpoint ", path, " was written by a job of ",
              written_by, " process(es); resume it with as many (this job has ", distributed::world_size(), ")");
-  task_.optimizer().load_state_dict(with_prefix(f.tensors, "optimizer."));
-  task_.scheduler().load_state_dict(with_prefix(f.tensors, "scheduler."));
-  amp_->load_state_dict(f.tensors);
+  naming_it([&] {
+    task_.optimizer().load_state_dict(with_prefix(f.tensors, "optimizer."));
+    task_.scheduler().load_state_dict(with_prefix(f.tensors, "scheduler."));
+    amp_->load_state_dict(f.tensors);
+  });
   epoch_ = m.integer("epoch");
   batch_in_epoch_ = m.integer("batch");
   step_ = m.integer("step");
