@@ -267,16 +267,18 @@ BertForSequenceClassification bert_for_sequence_classification(const BertConfig&
 //    are dropped;
 //  - a base-model file ("embeddings.*") loads into a model with a head ("bert.embeddings.*") and a
 //    headed file into bert_model;
-//  - keys under cls.* (the MLM and next-sentence heads of BERT's pre-training checkpoints) and
-//    bert.pooler.* that the model does not have are dropped, as Hugging Face drops them (with a
-//    warning) when loading bert-base-uncased into BertForMaskedLM or BertModel;
+//  - keys under cls.* (the MLM and next-sentence heads of BERT's pre-training checkpoints),
+//    classifier.* and qa_outputs.* (a fine-tuned model's task head) and bert.pooler.* that the
+//    model does not have are dropped, as Hugging Face drops them (with a warning) when loading
+//    bert-base-uncased into BertForMaskedLM, or a fine-tuned model's file into BertModel;
 //  - a task head the file lacks (classifier.*, and the pooler: an MLM checkpoint has none) keeps
 //    its fresh initialisation, as Hugging Face's from_pretrained does for fine-tuning; those keys
 //    are returned (HF's "newly initialized" list) so the caller can say so.
 // Floating-point tensors are converted to the model's dtype. Any other unknown or missing key,
 // or a wrong shape, is a kiln::Error from load_state_dict and leaves the model unchanged.
 std::vector<std::string> load_hf_state_dict(nn::Module& model, std::map<std::string, Tensor> state);
-// The same from a model.safetensors file, or a directory holding one (save_pretrained's output).
+// The same from a model.safetensors file, or a directory holding one (save_pretrained's output);
+// errors name the file.
 std::vector<std::string> load_pretrained(nn::Module& model, const std::string& dir_or_file);
 
 }  // namespace kiln::models
