@@ -84,6 +84,26 @@ TEST(GradScaler, GrowsAfterGrowthIntervalGoodStepsInARow) {
   EXPECT_EQ(big.get_scale(), std::ldexp(1.0, 127));
 }
 
+// The scale is a float32 value, as torch's: each update's product is rounded to float32. Growth 3
+// and backoff 0.3 end at torch 2.15's 218.69999694824219 (kept in double it was 218.7). A float64
+// loss is scaled in float64, as torch promotes it; 16-bit losses in float32.
+TEST(GradScaler, TheScaleIsAFloat32AsTorchs) {
+  Toy t;
+  GradScaler s({.init_scale = 1000.0, .growth_factor = 3.0, .backoff_factor = 0.3, .growth_interval = 1});
+  for (bool inf : {true, true, false, true, false, false, true}) {
+    t.backward(s, tensor({1.0f, inf ? std::numeric_limits<float>::infinity() : 1.0f, 1.0f}));
+    s.step(t.opt);
+    s.update();
+  }
+  EXPECT_EQ(s.get_scale(), 218.69999694824219);
+  EXPECT_EQ(s.get_scale(), static_cast<double>(static_cast<float>(s.get_scale())));
+  GradScaler d({.init_scale = 0.1});
+  EXPECT_EQ(d.get_scale(), static_cast<double>(0.1f));
+  EXPECT_EQ(d.scale(scalar_tensor(1.0 / 3, kFloat64)).dtype(), kFloat64);
+  EXPECT_EQ(d.scale(scalar_tensor(1.0 / 3, kFloat64)).item<double>(), static_cast<double>(0.1f) / 3);
+  EXPECT_EQ(d.scale(scalar_tensor(1.0, kBFloat16)).dtype(), kFloat32);
+}
+
 // Every gradient multiplied by the float32 reciprocal as g * inv would (in float for bfloat16),
 // whatever its dtype, size and layout, with one AmpUnscale kernel per dtype; a flag only for an
 // inf or NaN the gradients held, wherever it is (here in a late thread's share).

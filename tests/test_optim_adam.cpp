@@ -435,6 +435,17 @@ TEST(OptimAdam, LoadStateDictErrors) {
                L + "missing key 'param_groups.0.beta2'");
   expect_error([&] { opt.load_state_dict(with([](auto& sd) { sd["param_groups.1.beta1"] = scalar_tensor(1.0, kFloat64); })); },
                L + "invalid beta parameter at index 0: 1");
+  // A parameter with some of its state has all of it (max_exp_avg_sq where its group has amsgrad):
+  // a dict without exp_avg_sq loaded and gave a first update 7 times the learning rate, as torch
+  // refuses it. A parameter with none of it starts afresh.
+  for (const char* key : {"state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq", "state.1.max_exp_avg_sq"})
+    expect_error([&] { opt.load_state_dict(with([&](auto& sd) { sd.erase(key); })); },
+                 L + "missing key '" + key + "' (parameter " + key[6] + " has other state, and Adam keeps all of it or none)");
+  opt.load_state_dict(with([](auto& sd) {
+    for (const char* name : {"step", "exp_avg", "exp_avg_sq"}) sd.erase(std::string("state.0.") + name);
+  }));
+  EXPECT_TRUE(opt.state(a).empty());
+  opt.load_state_dict(with([](auto& sd) { sd.erase("state.0.max_exp_avg_sq"); }));  // group 0 has no amsgrad
   // A failed load changes nothing.
   Tensor m_before = opt.state(a).at("exp_avg").clone();
   expect_error([&] {

@@ -151,6 +151,26 @@ TEST(OptimScheduler, StateDictRoundTrip) {
   }
 }
 
+// total_iters 0 keeps start_factor for ever, as torch's (it was refused), also where SequentialLR
+// restarts it at a milestone (its closed form, which must not divide 0 by 0).
+TEST(OptimScheduler, LinearLRWithNoIterationsKeepsItsStartFactor) {
+  Tensor p = zeros({1}).requires_grad_();
+  SGD opt({p}, {.lr = 0.1});
+  LinearLR s(opt, 0.5, 1.0, 0);
+  EXPECT_EQ(s.get_last_lr()[0], 0.05);
+  for (int i = 0; i < 3; ++i) {
+    s.step();
+    EXPECT_EQ(s.get_last_lr()[0], 0.05);
+  }
+  Tensor q = zeros({1}).requires_grad_();
+  SGD opt2({q}, {.lr = 0.1});
+  auto first = std::make_shared<StepLR>(opt2, 10);
+  auto lin = std::make_shared<LinearLR>(opt2, 0.5, 1.0, 0);
+  SequentialLR seq(opt2, {first, lin}, {2});
+  for (int i = 0; i < 4; ++i) seq.step();
+  EXPECT_EQ(seq.get_last_lr()[0], 0.05);
+}
+
 TEST(OptimScheduler, StateDictKeys) {
   Tensor p = zeros({1}).requires_grad_();
   SGD opt({p}, {.lr = 0.1});
@@ -246,6 +266,7 @@ TEST(OptimScheduler, Errors) {
   expect_error([&] { StepLR(opt, 0); }, "[StepLR] step_size must be positive, got 0");
   expect_error([&] { LinearLR(opt, 0.0); }, "[LinearLR] start_factor must be greater than 0 and at most 1, got 0");
   expect_error([&] { LinearLR(opt, 0.5, 1.5); }, "[LinearLR] end_factor must be between 0 and 1, got 1.5");
+  expect_error([&] { LinearLR(opt, 0.5, 1.0, -1); }, "[LinearLR] total_iters must not be negative, got -1");
   expect_error([&] { CosineAnnealingLR(opt, 0); }, "[CosineAnnealingLR] T_max must be positive");
   expect_error([&] { OneCycleLR(opt, {.max_lr = 0.1}); },
                "[OneCycleLR] give either total_steps or both epochs and steps_per_epoch");

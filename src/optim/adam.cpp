@@ -60,6 +60,12 @@ void AdamBase::check_options(const std::map<std::string, Scalar>& m, const std::
   KILN_CHECK(o.weight_decay >= 0, w, "invalid weight_decay value: ", o.weight_decay);
 }
 
+std::vector<std::string> AdamBase::required_state(const std::map<std::string, Scalar>& options) const {
+  std::vector<std::string> names = {"step", "exp_avg", "exp_avg_sq"};
+  if (from_map<AdamOptions>(options).amsgrad) names.push_back("max_exp_avg_sq");
+  return names;
+}
+
 Tensor AdamBase::step(LossClosure closure) {
   Tensor loss = run_closure(closure);
   NoGradGuard no_grad;

@@ -13,7 +13,8 @@
 namespace kiln::amp {
 
 GradScaler::GradScaler(GradScalerOptions options)
-    : options_(options), enabled_(options.enabled), scale_(options.init_scale) {
+    // A float32 value, as torch keeps its scale (torch.full((), init_scale, dtype=float32)).
+    : options_(options), enabled_(options.enabled), scale_(static_cast<float>(options.init_scale)) {
   const char* where = "GradScaler";
   KILN_CHECK(std::isfinite(options.init_scale) && options.init_scale > 0, where,
              "init_scale must be positive and finite, got ", options.init_scale);
@@ -27,8 +28,9 @@ GradScaler::GradScaler(GradScalerOptions options)
 Tensor GradScaler::scale(const Tensor& loss) const {
   KILN_CHECK(loss.defined(), "GradScaler::scale", "the loss is an undefined tensor");
   if (!enabled_) return loss;
-  // In float32 as PyTorch keeps its scale; a float16 loss would overflow at the default scale.
-  return loss.to(kFloat32) * scale_;
+  // In float32 as PyTorch keeps its scale (a float16 loss would overflow at the default scale); a
+  // float64 loss stays float64, as torch promotes it.
+  return (loss.dtype() == kFloat64 ? loss : loss.to(kFloat32)) * scale_;
 }
 
 GradScaler::PerOptimizer& GradScaler::entry(const optim::Optimizer& optimizer) { return per_optimizer_[&optimizer]; }
@@ -84,7 +86,7 @@ void GradScaler::update(std::optional<double> new_scale) {
   if (new_scale) {
     KILN_CHECK(std::isfinite(*new_scale) && *new_scale > 0, "GradScaler::update", "new_scale must be positive and finite, got ",
                *new_scale);
-    scale_ = *new_scale;
+    scale_ = static_cast<float>(*new_scale);  // torch fills its float32 scale
   } else {
     bool any = false, found_inf = false;
     for (const auto& [opt, e] : per_optimizer_) {
@@ -93,13 +95,14 @@ void GradScaler::update(std::optional<double> new_scale) {
       found_inf = found_inf || e.found_inf;
     }
     KILN_CHECK(any, "GradScaler::update", "no inf checks were recorded prior to update() (call step() or unscale_() first)");
+    // As torch's _amp_update_scale_: the product rounded to float32, where the scale is kept; a
+    // scale that would pass float32's range stays.
     if (found_inf) {
-      scale_ *= options_.backoff_factor;
+      scale_ = static_cast<float>(scale_ * options_.backoff_factor);
       growth_tracker_ = 0;
     } else if (++growth_tracker_ == options_.growth_interval) {
-      // As torch's (computed in float32): a scale that would pass float32's range stays.
       const double grown = scale_ * options_.growth_factor;
-      if (grown <= std::numeric_limits<float>::max()) scale_ = grown;
+      if (grown <= std::numeric_limits<float>::max()) scale_ = static_cast<float>(grown);
       growth_tracker_ = 0;
     }
   }
@@ -128,7 +131,7 @@ void GradScaler::load_state_dict(const std::map<std::string, Tensor>& state) {
   KILN_CHECK(std::isfinite(scale) && scale > 0, where, "scale must be positive and finite, got ", scale);
   KILN_CHECK(growth > 1 && backoff > 0 && backoff < 1 && interval >= 1 && tracker >= 0 && tracker < interval, where,
              "inconsistent factors: growth ", growth, ", backoff ", backoff, ", interval ", interval, ", tracker ", tracker);
-  scale_ = scale;
+  scale_ = static_cast<float>(scale);
   options_.growth_factor = growth;
   options_.backoff_factor = backoff;
   options_.growth_interval = static_cast<int64_t>(interval);

@@ -174,7 +174,8 @@ static Optimizer& check_linear_lr(Optimizer& o, double start, double end, int64_
   KILN_CHECK(start > 0 && start <= 1.0, "LinearLR",
              "start_factor must be greater than 0 and at most 1, got ", start);
   KILN_CHECK(end >= 0 && end <= 1.0, "LinearLR", "end_factor must be between 0 and 1, got ", end);
-  KILN_CHECK(total_iters > 0, "LinearLR", "total_iters must be positive, got ", total_iters);
+  // 0 keeps start_factor for ever, as torch's.
+  KILN_CHECK(total_iters >= 0, "LinearLR", "total_iters must not be negative, got ", total_iters);
   return o;
 }
 
@@ -202,7 +203,9 @@ std::optional<std::vector<double>> LinearLR::closed_form_lr() const {
   const double done = static_cast<double>(std::min(total_iters_, last_epoch_));
   std::vector<double> lrs;
   for (double base : base_lrs_)
-    lrs.push_back(base * (start_factor_ + (end_factor_ - start_factor_) * done / static_cast<double>(total_iters_)));
+    lrs.push_back(total_iters_ == 0 ? base * start_factor_
+                                    : base * (start_factor_ + (end_factor_ - start_factor_) * done /
+                                                                  static_cast<double>(total_iters_)));
   return lrs;
 }
 

@@ -223,6 +223,19 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& sd) {
       KILN_CHECK(options[g].count(key), where, "missing key '", prefix, key, "'");
     check_options(options[g], where_s);
   }
+  // A parameter with some state has all of it (a filtered or converted state dict without Adam's
+  // exp_avg_sq gave a first update many times the learning rate, silently).
+  size_t i = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const std::vector<std::string> required = required_state(options[g]);
+    for (const Tensor& p : groups_[g].params()) {
+      auto it = state.find(p.impl());
+      for (const std::string& name : required)
+        KILN_CHECK(it == state.end() || it->second.count(name), where, "missing key 'state.", i, ".", name,
+                   "' (parameter ", i, " has other state, and ", name_, " keeps all of it or none)");
+      ++i;
+    }
+  }
 
   // Everything checked: commit. The optimizer owns copies, in each parameter's dtype and on its
   // device; counters ("step") stay as they are, float32 on the CPU (PyTorch keeps 'step' too).

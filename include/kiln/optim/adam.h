@@ -45,6 +45,7 @@ class AdamBase : public Optimizer {
  protected:
   AdamBase(std::string name, std::map<std::string, Scalar> defaults, bool decoupled);
   void check_options(const std::map<std::string, Scalar>& options, const std::string& where) const override;
+  std::vector<std::string> required_state(const std::map<std::string, Scalar>& options) const override;
   void init_groups(std::vector<OptimizerParamGroup> groups, const char* what);
 
  private:
