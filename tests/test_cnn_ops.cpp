@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "ops/op_util.h"
 #include "test_util.h"
 
 namespace {
@@ -167,6 +168,38 @@ TEST(Conv2d, FrozenWeightTrainedBias) {
     for (int i = 0; i < 2; ++i)
       expect_close(grads[1][i], values(grads[0][i]), grads[0][i].shape(), tol, tol, i ? "bias" : "input");
     EXPECT_EQ(grads[1][1].dtype(), dt);
+  }
+}
+
+// A convolution whose input or output is past what cuDNN's int sizes take runs over chunks of the
+// batch (it ran on the CPU); here the limit is lowered to 100 elements (a sample has 32 in, 72
+// out: chunks of one), in both layouts: the output and the three gradients as in one piece.
+TEST(Conv2d, PastTheKernelsSizesItRunsOverChunksOfTheBatch) {
+  for (MemoryFormat layout : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+    const Tensor x0 = rnd({5, 2, 4, 4}).contiguous(layout), w0 = rnd({3, 2, 3, 3}), b0 = rnd({3});
+    const Tensor gy = rnd({5, 3, 4, 6});
+    auto run = [&](std::vector<Tensor>& out) {
+      Tensor x = x0.detach().requires_grad_(), w = w0.detach().requires_grad_(), b = b0.detach().requires_grad_();
+      profiler::Session session({.timing = false});
+      const Tensor y = conv2d(x, w, b, {1, 1}, {1, 2});
+      (y * gy).sum().backward();
+      out = {y, x.grad(), w.grad(), b.grad()};
+      int64_t calls = 0;
+      for (const profiler::OpStat& st : session.stats())
+        if (st.op.starts_with("Conv2d")) calls += st.count;
+      return calls;
+    };
+    std::vector<Tensor> whole, split;
+    EXPECT_EQ(run(whole), 3);  // the forward and each gradient in one call
+    const int64_t before = ops::set_conv_split_elements(100);
+    EXPECT_EQ(run(split), 5 * 3);
+    ops::set_conv_split_elements(before);
+    const char* names[] = {"output", "input grad", "weight grad", "bias grad"};
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(split[i].shape(), whole[i].shape()) << names[i];
+      expect_close(split[i], values(whole[i]), whole[i].shape(), 1e-5, 1e-5, names[i]);
+    }
+    EXPECT_EQ(split[1].strides(), x0.strides());
   }
 }
 

@@ -1,4 +1,8 @@
 // conv2d: checks, output shape, the kernels for forward and both gradients, and autograd.
+#include <algorithm>
+#include <atomic>
+#include <climits>
+
 #include "ops/autocast_policy.h"
 #include "ops/op_util.h"
 
@@ -8,15 +12,54 @@ namespace {
 using autograd::SavedTensor;
 using ops::Op;
 
+std::atomic<int64_t> g_split_elements{INT32_MAX};
+
+// cuDNN takes sizes as int: a convolution whose input or output has more elements than that (an
+// H200 holds VGG-16's first activations at batch 1024 in bfloat16) runs over chunks of the batch
+// that fit, as PyTorch splits it, rather than on the CPU. f(first, count) for each chunk; one
+// call for the whole batch where it fits.
+template <class F>
+void for_batch_chunks(const Tensor& x, int64_t out_numel, F&& f) {
+  const int64_t n = x.size(0), limit = g_split_elements.load(std::memory_order_relaxed);
+  if ((x.numel() <= limit && out_numel <= limit) || n <= 1) return f(int64_t{0}, n);
+  const int64_t per_sample = std::max(x.numel(), out_numel) / n;
+  const int64_t chunk = std::max<int64_t>(1, limit / std::max<int64_t>(per_sample, 1));
+  for (int64_t s = 0; s < n; s += chunk) f(s, std::min(chunk, n - s));
+}
+
 // The input's gradient, laid out like the input when that is dense (channels-last stays so).
 Tensor conv_backward_input(const Tensor& g, const Tensor& w, const Tensor& x, const backend::ConvAttrs& a) {
   Tensor gx = make_empty_like(x, x.shape(), g.dtype(), g.device());
   if (gx.numel() == 0) return gx;
-  backend::run(Op::Conv2dBackwardInput, g.device(), std::initializer_list<Tensor>{g, w}, std::span<Tensor>(&gx, 1), &a);
+  for_batch_chunks(x, g.numel(), [&](int64_t s, int64_t c) {
+    Tensor part = c == x.size(0) ? gx : gx.narrow(0, s, c);
+    backend::run(Op::Conv2dBackwardInput, g.device(), std::initializer_list<Tensor>{c == x.size(0) ? g : g.narrow(0, s, c), w},
+                 std::span<Tensor>(&part, 1), &a);
+  });
   return gx;
 }
 
+// The weight's gradient into outs[0] (and the bias's into outs[1]): chunks of the batch add up.
+void conv_backward_weight(const Tensor& g, const Tensor& x, std::vector<Tensor>& outs, const backend::ConvAttrs& a) {
+  bool first = true;
+  for_batch_chunks(x, g.numel(), [&](int64_t s, int64_t c) {
+    const bool whole = c == x.size(0);
+    std::vector<Tensor> part;
+    for (const Tensor& o : outs) part.push_back(first ? o : make_empty_like(o, o.shape(), o.dtype(), o.device()));
+    backend::run(Op::Conv2dBackwardWeight, g.device(),
+                 std::initializer_list<Tensor>{whole ? g : g.narrow(0, s, c), whole ? x : x.narrow(0, s, c)},
+                 std::span<Tensor>(part), &a);
+    if (!first)
+      for (size_t i = 0; i < outs.size(); ++i) outs[i].add_(part[i]);
+    first = false;
+  });
+}
+
 }  // namespace
+
+namespace ops {
+int64_t set_conv_split_elements(int64_t elements) { return g_split_elements.exchange(elements); }
+}  // namespace ops
 
 Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in, const Shape& stride,
               const Shape& padding, const Shape& dilation, int64_t groups) {
@@ -72,11 +115,16 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
       NoGradGuard ng;
       out.zero_();
       if (bias.defined()) out.add_(bias.view({1, c_out, 1, 1}));
-    } else if (bias.defined()) {
-      // The kernels read the bias as a dense vector (oneDNN ignores a bias descriptor's strides).
-      ops::run1(Op::Conv2d, dev, {input, weight, bias.detach().contiguous()}, out, &a);
     } else {
-      ops::run1(Op::Conv2d, dev, {input, weight}, out, &a);
+      // The kernels read the bias as a dense vector (oneDNN ignores a bias descriptor's strides).
+      const Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+      for_batch_chunks(input, out.numel(), [&](int64_t s, int64_t c) {
+        const bool whole = c == n;
+        const Tensor x = whole ? input : input.narrow(0, s, c);
+        Tensor o = whole ? out : out.narrow(0, s, c);
+        if (b.defined()) ops::run1(Op::Conv2d, dev, {x, weight, b}, o, &a);
+        else ops::run1(Op::Conv2d, dev, {x, weight}, o, &a);
+      });
     }
   }
   if (grad) {
@@ -94,8 +142,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
                        if (need_w && x.numel() > 0) {
                          std::vector<Tensor> outs{gw};
                          if (has_bias) outs.push_back(make_empty({w.size(0)}, w.dtype(), w.device()));
-                         backend::run(Op::Conv2dBackwardWeight, g.device(), std::initializer_list<Tensor>{g, x},
-                                      std::span<Tensor>(outs), &a);
+                         conv_backward_weight(g, x, outs, a);
                          if (has_bias) gb = outs[1];
                        } else {  // a frozen weight, or no input to weigh: the bias's gradient alone
                          if (need_w) gw.zero_();

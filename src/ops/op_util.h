@@ -37,6 +37,10 @@ inline std::pair<int64_t, int64_t> integer_range(ScalarType t) {
                        : std::pair<int64_t, int64_t>{INT64_MIN, INT64_MAX};
 }
 
+// Tests: the most elements a convolution's input or output may have before it runs over chunks of
+// the batch (INT32_MAX, what cuDNN takes); returns the previous value.
+int64_t set_conv_split_elements(int64_t elements);
+
 // Runs one kernel with one output.
 inline void run1(Op op, Device device, std::initializer_list<Tensor> in, Tensor& out,
                  const void* attrs = nullptr) {
