@@ -140,7 +140,7 @@ TEST(OptimAdam, StateDictKeysAndTypes) {
   EXPECT_EQ(sd.at("param_groups.0.weight_decay").item<double>(), 1e-2);  // AdamW's default
   EXPECT_EQ(sd.at("param_groups.1.amsgrad").dtype(), kInt64);
   EXPECT_EQ(sd.at("param_groups.1.amsgrad").item<int64_t>(), 1);
-  EXPECT_EQ(sd.size(), 3u + 2u * 7u);  // 3 state + 2 groups x (params + 6 options)
+  EXPECT_EQ(sd.size(), 3u + 2u * 8u);  // 3 state + 2 groups x (params + 7 options)
   EXPECT_EQ(std::get<1>(opt.options(1).betas), 0.98);
   EXPECT_TRUE(opt.options(1).amsgrad);
   EXPECT_EQ(Adam({a}).options(0).weight_decay, 0.0);
@@ -513,6 +513,35 @@ TEST(OptimAdam, OneDispatchPerGroupAndDevice) {
     EXPECT_TRUE(on_dev.state(dev[0]).at("step").device().is_cpu());
     EXPECT_EQ(on_dev.state(dev[0]).at("exp_avg").device(), Device::cuda(0));
   }
+}
+
+// maximize ascends: every step is the step on the negated gradient, bit for bit, in Adam and
+// AdamW with and without amsgrad (torch's grad = -grad before the weight decay).
+TEST(OptimAdam, MaximizeStepsOnTheNegatedGradient) {
+  for (Device dev : test::devices())
+    for (bool decoupled : {false, true})
+      for (bool amsgrad : {false, true}) {
+        manual_seed(4);
+        const Tensor w0 = randn({9}).to(dev);
+        Tensor up_w = w0.clone().requires_grad_(), down_w = w0.clone().requires_grad_();
+        auto make = [&](Tensor w, bool maximize) -> std::unique_ptr<AdamBase> {
+          if (decoupled)
+            return std::make_unique<AdamW>(std::vector<Tensor>{w},
+                                           AdamWOptions{.lr = 0.1, .amsgrad = amsgrad, .maximize = maximize});
+          return std::make_unique<Adam>(std::vector<Tensor>{w},
+                                        AdamOptions{.lr = 0.1, .weight_decay = 0.01, .amsgrad = amsgrad, .maximize = maximize});
+        };
+        auto up = make(up_w, true), down = make(down_w, false);
+        for (int s = 0; s < 3; ++s) {
+          const Tensor g = randn({9}).to(dev);
+          up_w.set_grad(g.clone());
+          down_w.set_grad(-g);
+          up->step();
+          down->step();
+        }
+        EXPECT_EQ(values(up_w), values(down_w)) << dev.str() << " decoupled " << decoupled << " amsgrad " << amsgrad;
+        EXPECT_EQ(values(up->state(up_w).at("exp_avg_sq")), values(down->state(down_w).at("exp_avg_sq")));
+      }
 }
 
 }  // namespace

@@ -117,7 +117,7 @@ TEST(OptimSGD, StateDictKeysAndTypes) {
   EXPECT_EQ(values(sd.at("param_groups.1.params")), std::vector<double>{1});
   EXPECT_EQ(opt.options(1).lr, 0.5);
   EXPECT_EQ(opt.options(0).momentum, 0.9);
-  EXPECT_EQ(sd.size(), 13u);  // 1 state + 2 groups x (params + 5 options)
+  EXPECT_EQ(sd.size(), 15u);  // 1 state + 2 groups x (params + 6 options)
 }
 
 TEST(OptimSGD, BufferIsACopyAndGradIsUntouched) {
@@ -276,6 +276,40 @@ TEST(OptimSGD, LoadStateDictErrors) {
   }, "unexpected key 'bogus'");
   EXPECT_EQ(values(opt.state(a).at("momentum_buffer")), values(buf_before));
   EXPECT_EQ(opt.options(0).lr, 0.1);
+}
+
+// maximize ascends: every step is the step on the negated gradient, bit for bit (the sign flip
+// is exact), as torch's grad = -grad; a state dict from before the option loads it as false.
+TEST(OptimSgd, MaximizeStepsOnTheNegatedGradient) {
+  for (Device dev : test::devices())
+    for (bool nesterov : {false, true}) {
+      manual_seed(3);
+      const Tensor w0 = randn({7}).to(dev);
+      Tensor up_w = w0.clone().requires_grad_(), down_w = w0.clone().requires_grad_();
+      SGDOptions o{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = nesterov};
+      SGD down({down_w}, o);
+      o.maximize = true;
+      SGD up({up_w}, o);
+      for (int s = 0; s < 3; ++s) {
+        const Tensor g = randn({7}).to(dev);
+        up_w.set_grad(g.clone());
+        down_w.set_grad(-g);
+        up.step();
+        down.step();
+      }
+      EXPECT_EQ(values(up_w), values(down_w)) << dev.str();
+      EXPECT_TRUE(up.options(0).maximize);
+      // Plain SGD moves along the gradient.
+      Tensor p = w0.clone().requires_grad_();
+      SGD plain({p}, {.lr = 0.5, .maximize = true});
+      p.set_grad(ones({7}).to(dev));
+      plain.step();
+      expect_close(p, values(w0 + 0.5), {7}, 1e-6);
+      auto sd = up.state_dict();
+      sd.erase("param_groups.0.maximize");
+      up.load_state_dict(sd);
+      EXPECT_FALSE(up.options(0).maximize);
+    }
 }
 
 }  // namespace

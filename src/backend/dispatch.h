@@ -163,6 +163,7 @@ struct BatchNormAttrs {
 struct AdamStepAttrs {
   double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
   bool amsgrad = false;
+  bool maximize = false;                      // g = -g first
   bool decoupled = false;                     // AdamW: p *= 1 - lr * wd instead of g += wd * p
   std::span<const double> step_size;          // per tensor: lr / (1 - beta1^step)
   std::span<const double> bias_correction2_sqrt;  // per tensor: sqrt(1 - beta2^step)
@@ -172,6 +173,7 @@ struct AdamStepAttrs {
 struct SgdStepAttrs {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
+  bool maximize = false;  // g = -g first
   std::span<const uint8_t> fresh_buffer;  // per tensor, when momentum != 0
 };
 // GradScaler's unscale (torch's _amp_foreach_non_finite_check_and_unscale_): no inputs ->

@@ -14,7 +14,7 @@ namespace {
 template <class O>
 std::map<std::string, Scalar> to_map(const O& o) {
   return {{"lr", o.lr}, {"beta1", std::get<0>(o.betas)}, {"beta2", std::get<1>(o.betas)}, {"eps", o.eps},
-          {"weight_decay", o.weight_decay}, {"amsgrad", o.amsgrad}};
+          {"weight_decay", o.weight_decay}, {"amsgrad", o.amsgrad}, {"maximize", o.maximize}};
 }
 
 template <class O>
@@ -25,6 +25,7 @@ O from_map(const std::map<std::string, Scalar>& m) {
   o.eps = m.at("eps").to_double();
   o.weight_decay = m.at("weight_decay").to_double();
   o.amsgrad = m.at("amsgrad").to<bool>();
+  o.maximize = m.at("maximize").to<bool>();
   return o;
 }
 
@@ -105,6 +106,7 @@ Tensor AdamBase::step(LossClosure closure) {
       attrs.eps = o.eps;
       attrs.weight_decay = o.weight_decay;
       attrs.amsgrad = o.amsgrad;
+      attrs.maximize = o.maximize;
       attrs.decoupled = decoupled_;
       attrs.step_size = step_size;
       attrs.bias_correction2_sqrt = bc2_sqrt;

@@ -219,8 +219,12 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& sd) {
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string prefix = "param_groups." + std::to_string(g) + ".";
     KILN_CHECK(has_params[g], where, "missing key '", prefix, "params'");
-    for (const auto& [key, value] : defaults_)
+    for (const auto& [key, value] : defaults_) {
+      // An option added after a checkpoint was written is off there (torch's __setstate__ sets
+      // "maximize" to False in older dicts).
+      if (!options[g].count(key) && key == "maximize") options[g][key] = Scalar(false);
       KILN_CHECK(options[g].count(key), where, "missing key '", prefix, key, "'");
+    }
     check_options(options[g], where_s);
   }
   // A parameter with some state has all of it (a filtered or converted state dict without Adam's

@@ -10,13 +10,13 @@ namespace {
 
 std::map<std::string, Scalar> to_map(const SGDOptions& o) {
   return {{"lr", o.lr}, {"momentum", o.momentum}, {"dampening", o.dampening},
-          {"weight_decay", o.weight_decay}, {"nesterov", o.nesterov}};
+          {"weight_decay", o.weight_decay}, {"nesterov", o.nesterov}, {"maximize", o.maximize}};
 }
 
 SGDOptions from_map(const std::map<std::string, Scalar>& m) {
   return {.lr = m.at("lr").to_double(), .momentum = m.at("momentum").to_double(),
           .dampening = m.at("dampening").to_double(), .weight_decay = m.at("weight_decay").to_double(),
-          .nesterov = m.at("nesterov").to<bool>()};
+          .nesterov = m.at("nesterov").to<bool>(), .maximize = m.at("maximize").to<bool>()};
 }
 
 }  // namespace
@@ -79,6 +79,7 @@ Tensor SGD::step(LossClosure closure) {
       attrs.dampening = o.dampening;
       attrs.weight_decay = o.weight_decay;
       attrs.nesterov = o.nesterov;
+      attrs.maximize = o.maximize;
       attrs.fresh_buffer = fresh;
       detail::sgd_step(params, grads, bufs, attrs, where.c_str());
     }

@@ -17,6 +17,7 @@ struct AdamOptions {
   double eps = 1e-8;
   double weight_decay = 0;
   bool amsgrad = false;
+  bool maximize = false;  // ascend: g = -g first
 };
 
 // AdamW's: the same fields, with weight_decay 1e-2 by default as in PyTorch.
@@ -26,10 +27,12 @@ struct AdamWOptions {
   double eps = 1e-8;
   double weight_decay = 1e-2;
   bool amsgrad = false;
+  bool maximize = false;
 };
 
 // The update shared by Adam and AdamW, torch.optim.Adam's (non-foreach, non-fused) step for each
 // parameter p with a gradient g, its own step count t and bias corrections:
+//   g = -g (maximize)
 //   Adam: g = g + weight_decay * p          AdamW: p = p * (1 - lr * weight_decay)
 //   m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g^2;  [amsgrad: vmax = max(vmax, v)]
 //   p = p - lr / (1 - beta1^t) * m / (sqrt(v or vmax) / sqrt(1 - beta2^t) + eps)

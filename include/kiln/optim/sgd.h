@@ -14,10 +14,11 @@ struct SGDOptions {
   double dampening = 0;
   double weight_decay = 0;
   bool nesterov = false;
+  bool maximize = false;  // ascend: g = -g first
 };
 
 // torch.optim.SGD's update, for each parameter p with a gradient g:
-//   g = g + weight_decay * p
+//   g = -g (maximize);  g = g + weight_decay * p
 //   buf = g (first step) or momentum * buf + (1 - dampening) * g;  g = nesterov ? g + momentum * buf : buf
 //   p = p - lr * g
 // Parameters without a gradient are skipped. State: "momentum_buffer" when momentum != 0.

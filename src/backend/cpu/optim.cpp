@@ -45,11 +45,12 @@ enum class Decay { None, L2, Decoupled };
 // The update of torch.optim.Adam's single-tensor path, operation for operation in the compute
 // type C (T, or float for 16-bit T) with the coefficients rounded to C as PyTorch's scalar
 // arguments are:
-//   g += wd * p (Adam) | p *= 1 - lr * wd (AdamW)
+//   g = -g (maximize, by g_sign: exact);  g += wd * p (Adam) | p *= 1 - lr * wd (AdamW)
 //   m = lerp(m, g, 1 - beta1);  v = v * beta2 + (1 - beta2) * g * g;  vmax = max(vmax, v)
 //   p += -step_size * m / (sqrt(v or vmax) / sqrt(1 - beta2^step) + eps)
 template <class T>
 struct AdamCoef {
+  T g_sign;             // -1 to maximize, else 1
   T wd, decay;          // decay = 1 - lr * wd
   T lerp_base_is_m;     // lerp(m, g, w): w < 0.5 ? m + w (g - m) : g - (g - m) (1 - w)
   T lerp_coef;          // w or w - 1
@@ -62,7 +63,7 @@ KILN_VECTORIZE void adam_range(T* __restrict p, const T* __restrict g, T* __rest
                                T* __restrict vmax, int64_t n, AdamCoef<C> c) {
   const bool small = c.lerp_base_is_m != C(0);
   for (int64_t i = 0; i < n; ++i) {
-    C pi = static_cast<C>(p[i]), gi = static_cast<C>(g[i]);
+    C pi = static_cast<C>(p[i]), gi = static_cast<C>(g[i]) * c.g_sign;
     if constexpr (kDecay == Decay::L2) gi = gi + c.wd * pi;
     if constexpr (kDecay == Decay::Decoupled) pi = pi * c.decay;
     const C mi = static_cast<C>(m[i]);
@@ -89,6 +90,7 @@ void adam_all(KernelArgs& a, const AdamStepAttrs& at) {
   for (size_t t = 0; t < n; ++t) numel[t] = a.inputs[t].numel();
   using C = compute_t<T>;
   AdamCoef<C> base{};
+  base.g_sign = at.maximize ? C(-1) : C(1);
   base.wd = static_cast<C>(at.weight_decay);
   base.decay = static_cast<C>(1 - at.lr * at.weight_decay);
   const C w = static_cast<C>(1 - at.beta1);
@@ -130,11 +132,12 @@ void adam_step(KernelArgs& a) {
 // ---- SGD
 
 // torch.optim.SGD's single-tensor path in the compute type:
-//   d = g + wd * p;  buf = d (fresh) or buf * momentum + (1 - dampening) * d
+//   d = g_sign * g + wd * p;  buf = d (fresh) or buf * momentum + (1 - dampening) * d
 //   d = nesterov ? d + momentum * buf : buf;  p += -lr * d
 template <class T>
 struct SgdCoef {
   T wd, momentum, one_minus_dampening, neg_lr;
+  T g_sign;  // -1 to maximize, else 1
 };
 
 template <class T, bool kWd, bool kMomentum, bool kNesterov, class C = compute_t<T>>
@@ -142,7 +145,7 @@ KILN_VECTORIZE void sgd_range(T* __restrict p, const T* __restrict g, T* __restr
                               SgdCoef<C> c) {
   for (int64_t i = 0; i < n; ++i) {
     const C pi = static_cast<C>(p[i]);
-    C d = static_cast<C>(g[i]);
+    C d = static_cast<C>(g[i]) * c.g_sign;
     if constexpr (kWd) d = d + c.wd * pi;
     if constexpr (kMomentum) {
       const C b = fresh ? d : static_cast<C>(buf[i]) * c.momentum + c.one_minus_dampening * d;
@@ -160,7 +163,7 @@ void sgd_all(KernelArgs& a, const SgdStepAttrs& at) {
   for (size_t t = 0; t < n; ++t) numel[t] = a.inputs[t].numel();
   using C = compute_t<T>;
   const SgdCoef<C> c{static_cast<C>(at.weight_decay), static_cast<C>(at.momentum),
-                     static_cast<C>(1 - at.dampening), static_cast<C>(-at.lr)};
+                     static_cast<C>(1 - at.dampening), static_cast<C>(-at.lr), at.maximize ? C(-1) : C(1)};
   for_each_range(numel, [&](size_t t, int64_t b, int64_t e) {
     T* buf = kMomentum ? data_of<T>(a.outputs[n + t]) + b : nullptr;
     const bool fresh = kMomentum && at.fresh_buffer[t] != 0;

@@ -69,7 +69,7 @@ enum Decay : int { kNoDecay, kL2, kDecoupled };
 
 template <class C>
 struct AdamCoef {
-  C wd, decay, lerp_coef, beta2, one_minus_beta2, eps;
+  C g_sign, wd, decay, lerp_coef, beta2, one_minus_beta2, eps;  // g_sign: -1 to maximize
   bool lerp_from_m, amsgrad;
   int decay_kind;
 };
@@ -99,7 +99,7 @@ __global__ void adam_kernel(const __grid_constant__ AdamList<T, C> l, const Adam
   T* __restrict__ vmax = l.vmax[t];
   const C bc2_sqrt = l.bc2_sqrt[t], neg_step_size = l.neg_step_size[t];
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    C pi = static_cast<C>(p[i]), gi = static_cast<C>(g[i]);
+    C pi = static_cast<C>(p[i]), gi = mul(static_cast<C>(g[i]), c.g_sign);
     if (c.decay_kind == kL2) gi = fma_(c.wd, pi, gi);                 // g + wd * p
     if (c.decay_kind == kDecoupled) pi = mul(pi, c.decay);            // p * (1 - lr * wd)
     const C mi = static_cast<C>(m[i]);
@@ -123,6 +123,7 @@ void adam_all(KernelArgs& a, const AdamStepAttrs& at) {
   using C = compute_t<T>;
   const size_t n = a.inputs.size();
   AdamCoef<C> c{};  // the CPU kernel's coefficients, rounded to C the same way
+  c.g_sign = at.maximize ? C(-1) : C(1);
   c.wd = static_cast<C>(at.weight_decay);
   c.decay = static_cast<C>(1 - at.lr * at.weight_decay);
   const C w = static_cast<C>(1 - at.beta1);
@@ -159,7 +160,7 @@ void adam_step(KernelArgs& a) {
 // d = nesterov ? d + momentum * buf : buf; p += -lr * d
 template <class C>
 struct SgdCoef {
-  C wd, momentum, one_minus_dampening, neg_lr;
+  C wd, momentum, one_minus_dampening, neg_lr, g_sign;  // g_sign: -1 to maximize
   bool has_wd, has_momentum, nesterov;
 };
 
@@ -183,7 +184,7 @@ __global__ void sgd_kernel(const __grid_constant__ SgdList<T> l, const SgdCoef<C
   const bool fresh = l.fresh[t];
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const C pi = static_cast<C>(p[i]);
-    C d = static_cast<C>(g[i]);
+    C d = mul(static_cast<C>(g[i]), c.g_sign);
     if (c.has_wd) d = fma_(c.wd, pi, d);
     if (c.has_momentum) {
       const C b = fresh ? d : fma_(static_cast<C>(buf[i]), c.momentum, mul(c.one_minus_dampening, d));
@@ -200,7 +201,8 @@ void sgd_all(KernelArgs& a, const SgdStepAttrs& at) {
   const size_t n = a.inputs.size();
   const bool momentum = at.momentum != 0;
   const SgdCoef<C> c{static_cast<C>(at.weight_decay), static_cast<C>(at.momentum), static_cast<C>(1 - at.dampening),
-                     static_cast<C>(-at.lr), at.weight_decay != 0, momentum, momentum && at.nesterov};
+                     static_cast<C>(-at.lr), at.maximize ? C(-1) : C(1), at.weight_decay != 0, momentum,
+                     momentum && at.nesterov};
   for_each_list<SgdList<T>>(
       a.inputs, "SgdStep",
       [&](SgdList<T>& l, int k, size_t t) {
