@@ -153,6 +153,67 @@ TEST(NnModule, ApplyVisitsEveryModule) {
                                              "layers.1.fc=Linear", "layers.1.bn=BatchNorm2d", "head=Linear"}));
 }
 
+// A module registered under two names is one child: children() lists it once and apply() visits
+// it once (it halved a weight twice), as PyTorch's; printing still shows both names.
+TEST(NnModule, ASharedChildIsListedAndVisitedOnce) {
+  nn::Linear shared(2, 2);
+  nn::Sequential twice(shared, shared);
+  EXPECT_EQ(twice->children().size(), 1u);
+  EXPECT_EQ(twice->named_children()[0].first, "0");
+  const std::vector<double> before = values(shared->weight);
+  twice->apply([](nn::Module& m) {
+    if (auto* lin = dynamic_cast<nn::LinearImpl*>(&m)) {
+      NoGradGuard no_grad;
+      lin->weight.mul_(0.5);
+    }
+  });
+  const std::vector<double> after = values(shared->weight);
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(after[i], before[i] * 0.5);
+  std::ostringstream os;
+  os << *twice;
+  EXPECT_NE(os.str().find("(1): Linear"), std::string::npos) << os.str();
+}
+
+// replace_module puts a new submodule where the old one was (libtorch's): its parameters are the
+// ones listed, saved and moved. Assigning the member alone left the old one registered.
+TEST(NnModule, ReplaceModuleSwapsTheRegisteredSubmodule) {
+  Net net;
+  const std::vector<std::string> names_before = [&] {
+    std::vector<std::string> n;
+    for (auto& [k, t] : net->named_parameters()) n.push_back(k);
+    return n;
+  }();
+  nn::Linear fresh(4, 2, false);
+  net->head = net->replace_module("head", fresh);
+  std::vector<std::string> names_after;
+  for (auto& [k, t] : net->named_parameters()) names_after.push_back(k);
+  EXPECT_EQ(names_after, names_before);  // same names, same order
+  EXPECT_TRUE(net->state_dict().at("head.weight").storage() == fresh->weight.storage());
+  net->to(kFloat64);
+  EXPECT_EQ(fresh->weight.dtype(), kFloat64);
+  expect_error([&] { net->replace_module("tail", nn::Linear(1, 1)); },
+               "[replace_module] no submodule \"tail\" to replace (it has: stem, layers, head)");
+}
+
+// A non-persistent buffer moves with the module but is not saved or expected by load_state_dict,
+// as PyTorch's register_buffer(..., persistent=False).
+TEST(NnModule, ANonPersistentBufferIsNotInTheStateDict) {
+  nn::Linear lin(2, 2);
+  lin->register_buffer("table", ones({3}), false);
+  lin->register_buffer("kept", ones({1}));
+  EXPECT_FALSE(lin->state_dict().count("table"));
+  EXPECT_TRUE(lin->state_dict().count("kept"));
+  EXPECT_EQ(lin->named_buffers().size(), 2u);
+  auto sd = lin->state_dict();
+  lin->load_state_dict(sd);  // strict: "table" is not missing
+  lin->to(kFloat64);
+  EXPECT_EQ(lin->find_buffer("table")->dtype(), kFloat64);
+  sd["table"] = zeros({3});
+  expect_error([&] { lin->load_state_dict(sd); }, "unexpected keys: table");
+  lin->register_buffer("table", ones({3}));  // registered again as persistent
+  EXPECT_TRUE(lin->state_dict().count("table"));
+}
+
 TEST(NnModule, RegistrationErrors) {
   nn::LinearImpl lin(2, 2);
   expect_error([&] { lin.register_buffer("weight", zeros({1})); }, "[register_buffer] \"weight\" is already registered");

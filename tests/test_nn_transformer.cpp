@@ -84,6 +84,15 @@ TEST(NnEmbedding, FromPretrainedFreezes) {
   Tensor loss = sum(trainable(tensor({1, 1}, kInt64)));
   loss.backward();
   EXPECT_EQ(values(trainable->weight.grad()), (std::vector<double>{0, 0, 2, 2, 0, 0}));
+  // No random table is drawn first: the generator is where it was (it moved, so every layer made
+  // afterwards had other weights than in PyTorch).
+  manual_seed(5);
+  const std::vector<double> next = values(randn({4}));
+  manual_seed(5);
+  (void)nn::Embedding::from_pretrained(table, true, {.padding_idx = 1});
+  EXPECT_EQ(values(randn({4})), next);
+  expect_error([&] { nn::Embedding::from_pretrained(table, true, {.padding_idx = 3}); },
+               "padding_idx must be within num_embeddings 3, got 3");
 }
 
 // ---- LayerNorm and GELU

@@ -23,6 +23,12 @@ EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim, Embe
   reset_parameters();
 }
 
+EmbeddingImpl::EmbeddingImpl(const Tensor& table, EmbeddingOptions options_)
+    : num_embeddings(table.size(0)), embedding_dim(table.size(1)), options(options_) {
+  options.padding_idx = checked_padding_idx(options.padding_idx, num_embeddings, "Embedding");
+  weight = register_parameter("weight", table);
+}
+
 void EmbeddingImpl::reset_parameters() {
   init::normal_(weight);
   if (options.padding_idx) {
@@ -45,9 +51,9 @@ Embedding Embedding::from_pretrained(const Tensor& embeddings, bool freeze, Embe
   KILN_CHECK(embeddings.defined() && embeddings.dim() == 2, "Embedding::from_pretrained",
              "embeddings must be 2-D [num_embeddings, embedding_dim], got shape ",
              embeddings.defined() ? embeddings.shape() : Shape{});
-  Embedding e(embeddings.size(0), embeddings.size(1), options);
-  NoGradGuard no_grad;
-  detail::set_data(e->weight, embeddings.detach().clone());
+  // The table as given: no random one drawn first (that moved the generator, so every layer
+  // made afterwards got other weights than in PyTorch).
+  Embedding e(std::make_shared<EmbeddingImpl>(embeddings.detach().clone(), options));
   e->weight.requires_grad_(!freeze);
   return e;
 }

@@ -108,17 +108,30 @@ Tensor Module::register_parameter(const std::string& name, Tensor tensor, bool r
   return tensor;
 }
 
-Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
+Tensor Module::register_buffer(const std::string& name, Tensor tensor, bool persistent) {
   check_name(name, "register_buffer", parameters_, children_);
   if (Tensor* old = find_buffer(name)) *old = tensor;
   else buffers_.emplace_back(name, tensor);
+  if (persistent) non_persistent_.erase(name);
+  else non_persistent_.insert(name);
   return tensor;
 }
 
-void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
-  check_name(name, "register_module", parameters_, buffers_, children_);
-  KILN_CHECK(module != nullptr, "register_module", "submodule \"", name, "\" is empty");
-  KILN_CHECK(module.get() != this, "register_module", "a module cannot be its own child (\"", name, "\")");
+void Module::add_child(const std::string& name, std::shared_ptr<Module> module, bool replace) {
+  const char* where = replace ? "replace_module" : "register_module";
+  KILN_CHECK(module != nullptr, where, "submodule \"", name, "\" is empty");
+  KILN_CHECK(module.get() != this, where, "a module cannot be its own child (\"", name, "\")");
+  if (replace) {
+    for (auto& [n, c] : children_)
+      if (n == name) {
+        c = std::move(module);
+        return;
+      }
+    std::string names;
+    for (const auto& [n, c] : children_) names += (names.empty() ? "" : ", ") + n;
+    KILN_FAIL(where, "no submodule \"", name, "\" to replace (it has: ", names.empty() ? "none" : names, ")");
+  }
+  check_name(name, where, parameters_, buffers_, children_);
   children_.emplace_back(name, std::move(module));
 }
 
@@ -137,15 +150,16 @@ Tensor* Module::find_buffer(const std::string& name) {
 // Own parameters, own buffers, then each child's: PyTorch's state_dict order, and (with only
 // one kind) its named_parameters / named_buffers order. Every name is listed, a shared tensor
 // under each of its names (as state_dict does); the listings drop the repeats.
-void Module::collect(NamedTensors& out, const std::string& prefix, bool params, bool bufs, bool recurse) const {
+void Module::collect(NamedTensors& out, const std::string& prefix, bool params, bool bufs, bool recurse,
+                     bool persistent_only) const {
   if (params)
     for (const auto& [n, t] : parameters_)
       if (t.defined()) out.emplace_back(prefix + n, t);
   if (bufs)
     for (const auto& [n, t] : buffers_)
-      if (t.defined()) out.emplace_back(prefix + n, t);
+      if (t.defined() && !(persistent_only && non_persistent_.count(n))) out.emplace_back(prefix + n, t);
   if (recurse)
-    for (const auto& [n, child] : children_) child->collect(out, prefix + n + ".", params, bufs, true);
+    for (const auto& [n, child] : children_) child->collect(out, prefix + n + ".", params, bufs, true, persistent_only);
 }
 
 NamedTensors Module::named_parameters(bool recurse) const {
@@ -174,11 +188,17 @@ std::vector<Tensor> Module::buffers(bool recurse) const {
 
 std::vector<std::shared_ptr<Module>> Module::children() const {
   std::vector<std::shared_ptr<Module>> out;
-  for (const auto& [n, c] : children_) out.push_back(c);
+  for (const auto& [n, c] : named_children()) out.push_back(c);
   return out;
 }
 
-NamedModules Module::named_children() const { return children_; }
+NamedModules Module::named_children() const {
+  std::unordered_set<const Module*> seen;
+  NamedModules out;
+  for (const auto& [n, c] : children_)
+    if (seen.insert(c.get()).second) out.emplace_back(n, c);
+  return out;
+}
 
 NamedModules Module::named_modules(const std::string& prefix, bool include_self) {
   NamedModules out;
@@ -200,13 +220,15 @@ std::vector<std::shared_ptr<Module>> Module::modules(bool include_self) {
 }
 
 void Module::apply(const std::function<void(Module&)>& fn) {
-  fn(*this);
-  for (auto& [n, c] : children_) c->apply(fn);
+  apply([&fn](const std::string&, Module& m) { fn(m); });
 }
 
 void Module::apply(const std::function<void(const std::string&, Module&)>& fn, const std::string& prefix) {
   fn(prefix, *this);
-  for (auto& [n, c] : children_) c->apply(fn, prefix.empty() ? n : prefix + "." + n);
+  std::unordered_set<const Module*> memo{this};
+  NamedModules all;
+  add_descendants(*this, prefix, memo, all);
+  for (auto& [n, m] : all) fn(n, *m);
 }
 
 void Module::train(bool on) {
@@ -282,7 +304,7 @@ void Module::zero_grad(bool set_to_none) {
 
 NamedTensors Module::ordered_state_dict() const {
   NamedTensors out;
-  collect(out, "", true, true, true);
+  collect(out, "", true, true, true, true);
   for (auto& [n, t] : out) t = t.detach();
   return out;
 }
@@ -295,7 +317,7 @@ std::map<std::string, Tensor> Module::state_dict() const {
 
 LoadStateDictResult Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
   NamedTensors own;
-  collect(own, "", true, true, true);
+  collect(own, "", true, true, true, true);
   LoadStateDictResult result;
   std::vector<std::string> mismatches;
   std::map<std::string, bool> expected;
@@ -342,26 +364,24 @@ LoadStateDictResult Module::load_state_dict(const std::map<std::string, Tensor>&
 
 void Module::pretty_print(std::ostream& os) const { os << name() << "()"; }
 
-namespace {
-void print_tree(std::ostream& os, const Module& m, int indent) {
-  auto children = m.named_children();
-  if (children.empty()) {
+// Every registered name, a shared child under each (as PyTorch's repr).
+void Module::print_tree(std::ostream& os, const Module& m, int indent) {
+  if (m.children_.empty()) {
     m.pretty_print(os);
     return;
   }
   os << m.name() << "(\n";
   std::string pad(indent + 2, ' ');
-  for (const auto& [n, c] : children) {
+  for (const auto& [n, c] : m.children_) {
     os << pad << "(" << n << "): ";
     print_tree(os, *c, indent + 2);
     os << "\n";
   }
   os << std::string(indent, ' ') << ")";
 }
-}  // namespace
 
 std::ostream& operator<<(std::ostream& os, const Module& module) {
-  print_tree(os, module, 0);
+  Module::print_tree(os, module, 0);
   return os;
 }
 

@@ -19,6 +19,8 @@ struct EmbeddingOptions {
 class EmbeddingImpl : public Module {
  public:
   EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim, EmbeddingOptions options = {});
+  // With `weight` [N, D] as its table, drawing nothing (torch's _weight argument).
+  EmbeddingImpl(const Tensor& weight, EmbeddingOptions options);
   void reset_parameters();
   Tensor forward(const Tensor& indices);
   void pretty_print(std::ostream& os) const override;

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,17 +50,34 @@ class Module : public std::enable_shared_from_this<Module> {
   // parameter (buffer) of that name is replaced. An undefined tensor is allowed (an absent bias)
   // and is skipped by every listing.
   Tensor register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
-  Tensor register_buffer(const std::string& name, Tensor tensor);
+  // A non-persistent buffer (persistent = false: a table computed at construction, as rotary
+  // frequencies) moves with the module but is not in state_dict(), as in PyTorch.
+  Tensor register_buffer(const std::string& name, Tensor tensor, bool persistent = true);
   // Registers a submodule; returns what it was given (a holder or a shared_ptr).
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
-    add_child(name, module);
+    add_child(name, module, false);
     return module;
   }
   template <class Holder>
     requires requires(const Holder& h) { h.ptr(); typename Holder::ContainedType; }
   Holder register_module(const std::string& name, Holder holder) {
-    add_child(name, holder.ptr());
+    add_child(name, holder.ptr(), false);
+    return holder;
+  }
+  // Puts `module` in the place of the registered submodule `name` (libtorch's replace_module),
+  // and returns it: assign it to the member too (net->fc = net->replace_module("fc", Linear(4, 2))).
+  // Assigning the member alone leaves the old one registered: parameters(), state_dict() and
+  // to() would act on it while forward uses the new one.
+  template <class M>
+  std::shared_ptr<M> replace_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module, true);
+    return module;
+  }
+  template <class Holder>
+    requires requires(const Holder& h) { h.ptr(); typename Holder::ContainedType; }
+  Holder replace_module(const std::string& name, Holder holder) {
+    add_child(name, holder.ptr(), true);
     return holder;
   }
 
@@ -70,13 +88,16 @@ class Module : public std::enable_shared_from_this<Module> {
   NamedTensors named_parameters(bool recurse = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
   NamedTensors named_buffers(bool recurse = true) const;
+  // Direct submodules, each once under its first name (a module registered under two names is
+  // listed once, as PyTorch's).
   std::vector<std::shared_ptr<Module>> children() const;
   NamedModules named_children() const;
   // This module (when owned by a shared_ptr) and every descendant, depth first, each once.
   std::vector<std::shared_ptr<Module>> modules(bool include_self = true);
   NamedModules named_modules(const std::string& prefix = "", bool include_self = true);
 
-  // Calls fn on this module and every descendant, depth first (for custom initialisation).
+  // Calls fn on this module and every descendant, depth first (libtorch's order), each module
+  // once, as named_modules lists them (for custom initialisation).
   void apply(const std::function<void(Module&)>& fn);
   void apply(const std::function<void(const std::string& name, Module&)>& fn, const std::string& prefix = "");
 
@@ -122,8 +143,12 @@ class Module : public std::enable_shared_from_this<Module> {
   Tensor* find_buffer(const std::string& name);
 
  private:
-  void add_child(const std::string& name, std::shared_ptr<Module> module);
-  void collect(NamedTensors& out, const std::string& prefix, bool params, bool bufs, bool recurse) const;
+  friend std::ostream& operator<<(std::ostream& os, const Module& module);
+  static void print_tree(std::ostream& os, const Module& m, int indent);
+  void add_child(const std::string& name, std::shared_ptr<Module> module, bool replace);
+  // persistent_only: the buffers state_dict holds.
+  void collect(NamedTensors& out, const std::string& prefix, bool params, bool bufs, bool recurse,
+               bool persistent_only = false) const;
   // Replaces every parameter and buffer (and its gradient) by fn(it), here and in every
   // descendant, keeping the handles; fn returns an undefined tensor for "unchanged".
   void convert_tensors(const std::function<Tensor(const Tensor&)>& fn);
@@ -133,6 +158,7 @@ class Module : public std::enable_shared_from_this<Module> {
   bool training_ = true;
   NamedTensors parameters_;
   NamedTensors buffers_;
+  std::set<std::string> non_persistent_;  // names in buffers_ that state_dict leaves out
   NamedModules children_;
 };
 
