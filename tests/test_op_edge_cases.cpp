@@ -47,6 +47,33 @@ TEST(OpEdgeCases, MulAndDivOf16BitFloatsKeepTheNumberInFloat32) {
 }
 
 // std's gradient is 0 where the std is 0 (PyTorch's std_backward), not NaN.
+// abs(-0.0) is +0.0 in every float dtype (1 / abs(-0.0) was -inf), as torch's; integer powers
+// whose intermediate squares would overflow (undefined behaviour, an abort under UBSan) give the
+// value, as torch's; log_softmax and cross_entropy keep log(sum) apart from the largest logit,
+// which rounded it away (at logits near 3000 a loss of 1.234e-4 came out 0).
+TEST(OpEdgeCases, AbsOfNegativeZeroIntegerPowersAndLogSoftmaxOfLargeLogits) {
+  for (Device dev : test::devices()) {
+    for (ScalarType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+      const Tensor z = full({2}, -0.0, TensorOptions(dt).device(dev));
+      EXPECT_EQ(values(div(ones({2}, TensorOptions(dt).device(dev)), z.abs())),
+                std::vector<double>(2, std::numeric_limits<double>::infinity()))
+          << dtype_name(dt) << " on " << dev.str();
+      Tensor w = z.clone();
+      w.abs_();
+      EXPECT_FALSE(std::signbit(values(w)[0])) << dtype_name(dt);
+    }
+    EXPECT_EQ(values(full({1}, 300, TensorOptions(kInt32).device(dev)).pow(2)), std::vector<double>{90000});
+    EXPECT_EQ(values(full({1}, 2, TensorOptions(kInt64).device(dev)).pow(40)), std::vector<double>{std::ldexp(1.0, 40)});
+    EXPECT_EQ(values(full({1}, int64_t{5000000000}, TensorOptions(kInt64).device(dev)).pow(1)),
+              std::vector<double>{5e9});
+    const Tensor logits = tensor({3000.0f, 2991.0f}).reshape({1, 2}).to(dev);
+    const double want = std::log1p(std::exp(-9.0));  // 1.2340e-4
+    EXPECT_NEAR(values(log_softmax(logits, 1))[0], -want, want * 1e-3) << dev.str();
+    EXPECT_NEAR(values(log_softmax(logits.t().contiguous(), 0))[0], -want, want * 1e-3) << dev.str();
+    EXPECT_NEAR(values(cross_entropy(logits, tensor({int64_t{0}}).to(dev)))[0], want, want * 1e-3) << dev.str();
+  }
+}
+
 TEST(OpEdgeCases, StdOfAConstantRowHasAZeroGradient) {
   Tensor x = tensor({1.0, 1.0, 1.0}, kFloat64).requires_grad_();
   std(x).backward();

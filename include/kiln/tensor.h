@@ -416,7 +416,8 @@ template <class T>
 Tensor tensor(const std::vector<T>& values, TensorOptions options = {});
 template <class T>
 Tensor tensor(const std::vector<T>& values, const Shape& shape, TensorOptions options = {});
-// A 0-d tensor holding one number.
+// A 0-d tensor holding one number, of the number's own dtype unless options give one (as
+// torch.tensor(7) is int64; torch.scalar_tensor would make it float32).
 Tensor scalar_tensor(Scalar value, TensorOptions options = {});
 
 Tensor empty(const Shape& shape, TensorOptions options = {});

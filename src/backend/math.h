@@ -52,12 +52,16 @@ struct Pow {
         return a || !b;
       } else {
         if (b < 0) return a == 1 ? T(1) : (a == -1 ? T((b % 2) ? -1 : 1) : T(0));
-        T r = 1, base = a;
-        for (auto e = b; e > 0; e >>= 1) {
-          if (e & 1) r = static_cast<T>(r * base);
-          base = static_cast<T>(base * base);
+        // In the unsigned type, where a product that overflows wraps (as torch's) instead of being
+        // undefined; the base is squared only while bits of the exponent remain.
+        using U = std::make_unsigned_t<T>;
+        U r = 1, base = static_cast<U>(a);
+        for (auto e = b; e > 0;) {
+          if (e & 1) r = static_cast<U>(r * base);
+          e >>= 1;
+          if (e > 0) base = static_cast<U>(base * base);
         }
-        return r;
+        return static_cast<T>(r);
       }
     } else {
       return std::pow(a, b);
@@ -117,7 +121,13 @@ struct SiluBackward {                                                      // b 
 };
 
 struct Neg { KILN_UN { return static_cast<T>(-a); } };
-struct Abs { KILN_UN { if constexpr (std::is_unsigned_v<T>) return a; else return a < T(0) ? static_cast<T>(-a) : a; } };
+// abs(-0.0) is +0.0, as torch's (a < 0 alone kept the minus sign: 1 / abs(-0.0) was -inf).
+struct Abs {
+  KILN_UN {
+    if constexpr (std::is_unsigned_v<T>) return a;
+    else return a < T(0) ? static_cast<T>(-a) : (a == T(0) ? T(0) : a);
+  }
+};
 struct Sign { KILN_UN { return static_cast<T>((T(0) < a) - (a < T(0))); } };
 struct Exp { static constexpr bool kVector = true; KILN_UN { return math::exp(a); } };
 struct Log { static constexpr bool kVector = true; KILN_UN { return math::log(a); } };

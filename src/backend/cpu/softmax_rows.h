@@ -79,9 +79,11 @@ KILN_VECTORIZE void row_scaled_softmax(const T* __restrict x, T* __restrict y, i
 }
 
 // y = x - lse: log_softmax.
+// log_softmax's output (x - max) - log(sum), as torch's: max + log(sum) rounded first at the
+// size of the largest logit, which can be larger than log(sum) itself.
 template <class T, class A>
-KILN_VECTORIZE void row_shift(const T* __restrict x, T* __restrict y, int64_t n, A lse) {
-  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(static_cast<A>(x[i]) - lse);
+KILN_VECTORIZE void row_shift(const T* __restrict x, T* __restrict y, int64_t n, A mx, A log_sum) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>((static_cast<A>(x[i]) - mx) - log_sum);
 }
 
 // One row's softmax (log_softmax with kLog) from x into y, given the row's max: -inf (every
@@ -91,7 +93,7 @@ inline void softmax_row(const A* x, A* y, int64_t n, A mx) {
   if (std::isinf(mx) && mx < 0) mx = A(0);
   const A sum = row_sum_exp<A, A>(x, n, mx);
   if constexpr (kLog)
-    row_shift<A, A>(x, y, n, mx + std::log(sum));
+    row_shift<A, A>(x, y, n, mx, std::log(sum));
   else
     row_scaled_softmax<A, A>(x, y, n, mx, A(1) / sum);
 }
@@ -164,9 +166,10 @@ KILN_VECTORIZE void softmax_columns(const T* __restrict x, T* __restrict y, int6
     for (int64_t j = 0; j < w; ++j) sum[j] += e[j];
   }
   if constexpr (kLog) {
-    for (int64_t j = 0; j < w; ++j) sum[j] = mx[j] + std::log(sum[j]);
+    for (int64_t j = 0; j < w; ++j) sum[j] = std::log(sum[j]);  // (x - max) - log(sum), as row_shift
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < w; ++j) y[i * inner + j] = static_cast<T>(static_cast<A>(x[i * inner + j]) - sum[j]);
+      for (int64_t j = 0; j < w; ++j)
+        y[i * inner + j] = static_cast<T>((static_cast<A>(x[i * inner + j]) - mx[j]) - sum[j]);
   } else {
     for (int64_t j = 0; j < w; ++j) sum[j] = A(1) / sum[j];
     for (int64_t i = 0; i < n; ++i) {

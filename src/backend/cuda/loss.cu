@@ -47,9 +47,11 @@ __global__ void cross_entropy_forward_kernel(const T* __restrict__ x, const int6
     for (int64_t i = grp.lane(); i < c; i += grp.size()) s += dev_exp(static_cast<A>(xr[i]) - m);
     s = grp.reduce(s, SumOp{}, A(0), shared);
     if (grp.lane() == 0) {
-      const A lse = m + dev_log(s);
-      lse_out[r] = lse;
-      loss[r] = static_cast<T>((lse - static_cast<A>(xr[t])) * (w ? static_cast<A>(w[t]) : A(1)));
+      // log(sum) - (x_t - max), as the CPU's: (max + log(sum)) - x_t rounded log(sum) at the
+      // size of the largest logit.
+      const A log_sum = dev_log(s);
+      lse_out[r] = m + log_sum;
+      loss[r] = static_cast<T>((log_sum - (static_cast<A>(xr[t]) - m)) * (w ? static_cast<A>(w[t]) : A(1)));
     }
   }
 }

@@ -57,10 +57,10 @@ __global__ void __launch_bounds__(1024)
     sum = group_reduce(sum, SumOp{}, A(0), tg, shared);
     if (!live) continue;
     if constexpr (kLog) {
-      const A lse = mx + dev_log(sum);
+      const A log_sum = dev_log(sum);  // (x - max) - log(sum), as the CPU's row_shift
       for (int64_t i = lane; i < g.n; i += tg.group) {
         const int64_t k = base + i * g.inner;
-        y[k] = static_cast<T>(static_cast<A>(x[k]) - lse);
+        y[k] = static_cast<T>((static_cast<A>(x[k]) - mx) - log_sum);
       }
     } else {
       const A inv = A(1) / sum;
