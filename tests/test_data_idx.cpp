@@ -92,6 +92,8 @@ TEST(DataIdx, BadFilesRejected) {
   expect_bad({1, 2, 8, 1, 0, 0, 0, 0}, "not an IDX file (magic bytes 1 2");
   expect_bad(idx_bytes(0x0A, {1}, {0}), "unknown IDX element type code 0xa");
   expect_bad({0, 0, 8}, "truncated header (3 bytes)");
+  // No bytes, no buffer: an error, not a memcpy from null (UBSan's report under the fuzzer).
+  expect_error([] { parse_idx(nullptr, 0, "none"); }, "[read_idx] none: truncated header (0 bytes)");
   expect_bad({0, 0, 8, 2, 0, 0, 0, 1}, "truncated header (8 bytes)");
   expect_bad(idx_bytes(0x08, {2, 3}, {1, 2, 3}), "truncated data: dimensions [2, 3] need 6 bytes, the file has 3");
   expect_bad(idx_bytes(0x0C, {2}, {0, 0, 0, 1}), "truncated data: dimensions [2] need 8 bytes, the file has 4");

@@ -314,6 +314,7 @@ TEST_F(Safetensors, RejectsBadTensorEntries) {
   };
   expect_rejected(make_file(entry("\"I8\"", "[1]", "[0,1]"), "a"), "tensor \"t\" has unsupported dtype \"I8\" (kiln reads BOOL, U8");
   expect_rejected(make_file(entry("\"F8_E4M3\"", "[1]", "[0,1]"), "a"), "unsupported dtype \"F8_E4M3\"");
+  expect_rejected(make_file(entry("\"F8_E4M3FNUZ\"", "[1]", "[0,1]"), "a"), "unsupported dtype \"F8_E4M3FNUZ\"");
   expect_rejected(make_file(entry("\"U16\"", "[1]", "[0,2]"), "ab"), "unsupported dtype \"U16\"");
   expect_rejected(make_file(entry("\"f32\"", "[1]", "[0,4]"), "abcd"), "unknown dtype \"f32\"");
   expect_rejected(make_file(entry("32", "[1]", "[0,4]"), "abcd"), "\"dtype\" is a number, expected a string");
@@ -461,6 +462,19 @@ TEST_F(Safetensors, HostileHeadersStopAtTheSchemasBounds) {
   expect_rejected(make_file(zeros, ""), "invalid JSON header at byte 145: an array of more than 64 items");
   expect_rejected(make_file("{\"a\":{\"shape\":[[1]]}}", ""), "at byte 16: nested deeper than 4 levels");
   expect_rejected(make_file("{\"__metadata__\":{\"k\":{\"x\":[1]}}}", ""), "nested deeper than 4 levels");
+}
+
+// A long value in a message is cut at a character's start, never inside one.
+TEST(Json, DescribeCutsALongStringAtACharacter) {
+  io::json::Value v;
+  v.kind = io::json::Value::Kind::String;
+  v.text = std::string(18, 'a');  // the 40-byte cut falls inside the 11th é
+  for (int i = 0; i < 20; ++i) v.text += "\xc3\xa9";  // é, two bytes each
+  const std::string d = v.describe();
+  ASSERT_TRUE(d.ends_with("..."));
+  const std::string kept = d.substr(0, d.size() - 3);
+  EXPECT_EQ((kept.size() - 19) % 2, 0u) << d;  // the quote and the a's, then whole é's
+  EXPECT_LE(kept.size(), 40u);
 }
 
 TEST(Json, LimitsStopTheReaderWhereTheyAreFirstExceeded) {

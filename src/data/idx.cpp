@@ -236,7 +236,9 @@ Tensor parse_gzip(const uint8_t* p, size_t n, const std::string& name) {
 Tensor parse_idx(const void* bytes, size_t size, const std::string& name) {
   const auto* p = static_cast<const uint8_t*>(bytes);
   if (size >= 2 && p[0] == 0x1f && p[1] == 0x8b) return parse_gzip(p, size, name);
-  return parse_raw(size, [p](size_t offset, void* dst, size_t n) { std::memcpy(dst, p + offset, n); }, name);
+  return parse_raw(size, [p](size_t offset, void* dst, size_t n) {
+    if (n > 0) std::memcpy(dst, p + offset, n);  // an empty input has no buffer (memcpy of null)
+  }, name);
 }
 
 Tensor read_idx(const std::string& path) {

@@ -31,7 +31,10 @@ std::string Value::describe() const {
     case Kind::Array: return "an array";
     case Kind::Object: return "an object";
   }
-  return s.size() > kMax ? s.substr(0, kMax) + "..." : s;
+  if (s.size() <= kMax) return s;
+  size_t cut = kMax;  // at a character's first byte: a cut inside one left half a character
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "...";
 }
 
 namespace {

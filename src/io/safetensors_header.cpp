@@ -25,8 +25,9 @@ constexpr DtypeName kDtypes[] = {{"BOOL", kBool}, {"U8", kUInt8},     {"I32", kI
                                  {"F16", kFloat16}, {"BF16", kBFloat16}, {"F32", kFloat32}, {"F64", kFloat64}};
 // Dtypes the format defines that kiln has no type for: named in the error as unsupported
 // rather than unknown.
-constexpr const char* kUnsupported[] = {"I8",      "I16",     "U16",     "U32",      "U64", "F8_E4M3",
-                                        "F8_E5M2", "F8_E8M0", "F4",      "F6_E2M3",  "F6_E3M2", "C64", "E8M0"};
+constexpr const char* kUnsupported[] = {"I8",      "I16",        "U16",         "U32",     "U64",     "F8_E4M3",
+                                        "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0", "F4",      "F6_E2M3",
+                                        "F6_E3M2", "C64"};
 
 std::string supported_list() {
   std::string s;
