@@ -127,9 +127,9 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module, 
         c = std::move(module);
         return;
       }
-    std::string names;
-    for (const auto& [n, c] : children_) names += (names.empty() ? "" : ", ") + n;
-    KILN_FAIL(where, "no submodule \"", name, "\" to replace (it has: ", names.empty() ? "none" : names, ")");
+    std::vector<std::string> names;
+    for (const auto& [n, c] : children_) names.push_back(n);
+    KILN_FAIL(where, "no submodule \"", name, "\" to replace (it has: ", names.empty() ? "none" : join(names), ")");
   }
   check_name(name, where, parameters_, buffers_, children_);
   children_.emplace_back(name, std::move(module));
