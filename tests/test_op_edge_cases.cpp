@@ -50,7 +50,8 @@ TEST(OpEdgeCases, MulAndDivOf16BitFloatsKeepTheNumberInFloat32) {
 // abs(-0.0) is +0.0 in every float dtype (1 / abs(-0.0) was -inf), as torch's; integer powers
 // whose intermediate squares would overflow (undefined behaviour, an abort under UBSan) give the
 // value, as torch's; log_softmax and cross_entropy keep log(sum) apart from the largest logit,
-// which rounded it away (at logits near 3000 a loss of 1.234e-4 came out 0).
+// which rounded it away (at logits near 3000 a loss of 1.234e-4 came out 0), in the loss and its
+// gradient.
 TEST(OpEdgeCases, AbsOfNegativeZeroIntegerPowersAndLogSoftmaxOfLargeLogits) {
   for (Device dev : test::devices()) {
     for (ScalarType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
@@ -71,6 +72,13 @@ TEST(OpEdgeCases, AbsOfNegativeZeroIntegerPowersAndLogSoftmaxOfLargeLogits) {
     EXPECT_NEAR(values(log_softmax(logits, 1))[0], -want, want * 1e-3) << dev.str();
     EXPECT_NEAR(values(log_softmax(logits.t().contiguous(), 0))[0], -want, want * 1e-3) << dev.str();
     EXPECT_NEAR(values(cross_entropy(logits, tensor({int64_t{0}}).to(dev)))[0], want, want * 1e-3) << dev.str();
+    // Its gradient, softmax - onehot, too: exp(x - max) / sum, not exp(x - (max + log(sum))) with
+    // the sum rounded away (the target's gradient came out 0).
+    const Tensor leaf = logits.detach().requires_grad_();
+    cross_entropy(leaf, tensor({int64_t{0}}).to(dev)).backward();
+    const double p1 = std::exp(-9.0) / (1 + std::exp(-9.0));  // 1.2339e-4
+    EXPECT_NEAR(values(leaf.grad())[0], -p1, p1 * 1e-3) << dev.str();
+    EXPECT_NEAR(values(leaf.grad())[1], p1, p1 * 1e-3) << dev.str();
   }
 }
 

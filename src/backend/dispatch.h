@@ -226,8 +226,9 @@ struct LinearAttrs {
   int activation = 0;  // 0 none, 1 relu, 2 gelu (erf), 3 gelu (tanh)
 };
 // cross_entropy on logits [N, C] contiguous with int64 targets [N]: forward {logits, target,
-// weight [C]?} -> {loss [N] (0 where ignored, times the class weight), lse [N] (float32/64)};
-// backward {grad [N], logits, target, lse, weight?} -> {grad_logits [N, C]}
+// weight [C]?} -> {loss [N] (0 where ignored, times the class weight), stats [N, 2] (float32/64:
+// each row's max and log(sum(exp(x - max))))}; backward {grad [N], logits, target, stats, weight?}
+// -> {grad_logits [N, C]}
 // = grad[i] * w[t_i] * (softmax(logits_i) - onehot(t_i)), 0 for ignored rows.
 struct CrossEntropyAttrs {
   int64_t ignore_index = -100;

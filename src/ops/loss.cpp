@@ -152,7 +152,7 @@ Tensor fused_cross_entropy(const Tensor& input, const Tensor& target, const Tens
   Tensor t = ops::cast(target, kInt64).contiguous();
   Tensor w = weight.defined() ? weight.detach().contiguous() : Tensor();
   const ScalarType stat = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
-  std::vector<Tensor> outs{make_empty({n}, x.dtype(), dev), make_empty({n}, stat, dev)};
+  std::vector<Tensor> outs{make_empty({n}, x.dtype(), dev), make_empty({n, 2}, stat, dev)};
   backend::CrossEntropyAttrs attrs{ignore_index, w.defined()};
   {
     std::vector<Tensor> in{x, t};
@@ -162,12 +162,12 @@ Tensor fused_cross_entropy(const Tensor& input, const Tensor& target, const Tens
   Tensor per_target = outs[0];
   if (autograd::needs_grad({&input}))
     autograd::record("CrossEntropyBackward", {&input}, per_target,
-                     [sx = autograd::SavedTensor(x), st = autograd::SavedTensor(t), lse = outs[1], w,
+                     [sx = autograd::SavedTensor(x), st = autograd::SavedTensor(t), stats = outs[1], w,
                       attrs](const Tensor& g_in) -> TensorList {
                        Tensor xs = sx.get("CrossEntropyBackward"), ts = st.get("CrossEntropyBackward");
                        Tensor g = ops::cast(g_in, xs.dtype()).contiguous();
                        Tensor gx = make_empty(xs.shape(), xs.dtype(), xs.device());
-                       std::vector<Tensor> in{g, xs, ts, lse};
+                       std::vector<Tensor> in{g, xs, ts, stats};
                        if (w.defined()) in.push_back(w);
                        backend::run(backend::Op::CrossEntropyBackward, xs.device(), in, std::span<Tensor>(&gx, 1),
                                     &attrs);

@@ -1,6 +1,6 @@
 // CUDA kernels for cross_entropy on [N, C] logits with int64 class targets (the contract of
 // backend/cpu/loss.cpp): per row the max and log-sum-exp in float (double for double), the loss
-// and lse; the backward writes grad * w[t] * (softmax - onehot) directly. A target outside
+// and the row's max and log-sum (stats [N, 2]); the backward writes grad * w[t] * (softmax - onehot) directly. A target outside
 // [0, C) that is not ignore_index is recorded for the host (index_check.h) and its row gives NaN.
 #include <cmath>
 
@@ -14,7 +14,7 @@ namespace {
 template <class T, bool kWarpRows>
 __global__ void cross_entropy_forward_kernel(const T* __restrict__ x, const int64_t* __restrict__ target,
                                              const T* __restrict__ w, T* __restrict__ loss,
-                                             compute_t<T>* __restrict__ lse_out, int64_t rows, int64_t c,
+                                             compute_t<T>* __restrict__ stats, int64_t rows, int64_t c,
                                              int64_t ignore_index, IndexErrorSlot* slot) {
   using A = compute_t<T>;
   __shared__ A shared[32];
@@ -24,7 +24,7 @@ __global__ void cross_entropy_forward_kernel(const T* __restrict__ x, const int6
     if (t == ignore_index) {
       if (grp.lane() == 0) {
         loss[r] = T(0);
-        lse_out[r] = A(0);
+        stats[2 * r] = stats[2 * r + 1] = A(0);
       }
       continue;
     }
@@ -32,7 +32,7 @@ __global__ void cross_entropy_forward_kernel(const T* __restrict__ x, const int6
       if (grp.lane() == 0) {
         record_index_error(slot, IndexOp::CrossEntropy, t, c, r);
         loss[r] = static_cast<T>(A(NAN));
-        lse_out[r] = A(NAN);
+        stats[2 * r] = stats[2 * r + 1] = A(NAN);
       }
       continue;
     }
@@ -50,18 +50,19 @@ __global__ void cross_entropy_forward_kernel(const T* __restrict__ x, const int6
       // log(sum) - (x_t - max), as the CPU's: (max + log(sum)) - x_t rounded log(sum) at the
       // size of the largest logit.
       const A log_sum = dev_log(s);
-      lse_out[r] = m + log_sum;
+      stats[2 * r] = m;
+      stats[2 * r + 1] = log_sum;
       loss[r] = static_cast<T>((log_sum - (static_cast<A>(xr[t]) - m)) * (w ? static_cast<A>(w[t]) : A(1)));
     }
   }
 }
 
-// grad_logits = scale * exp(x - lse), then scale subtracted at the target (from the value already
+// grad_logits = scale * exp(x - max) / sum (not exp(x - lse): see the CPU kernel), then scale subtracted at the target (from the value already
 // rounded to T, as the CPU kernel does), scale = grad[r] * w[t]; zero for ignored rows.
 template <class T, bool kWarpRows>
 __global__ void cross_entropy_backward_kernel(const T* __restrict__ grad, const T* __restrict__ x,
                                               const int64_t* __restrict__ target,
-                                              const compute_t<T>* __restrict__ lse, const T* __restrict__ w,
+                                              const compute_t<T>* __restrict__ stats, const T* __restrict__ w,
                                               T* __restrict__ gx, int64_t rows, int64_t c, int64_t ignore_index,
                                               IndexErrorSlot* slot) {
   using A = compute_t<T>;
@@ -77,16 +78,16 @@ __global__ void cross_entropy_backward_kernel(const T* __restrict__ grad, const 
     }
     const T* xr = x + r * c;
     const A scale = static_cast<A>(grad[r]) * (w ? static_cast<A>(w[t]) : A(1));
-    const A l = lse[r];
+    const A m = stats[2 * r], inv_sum_scale = dev_exp(-stats[2 * r + 1]) * scale;
     for (int64_t i = grp.lane(); i < c; i += grp.size()) {
-      T v = static_cast<T>(dev_exp(static_cast<A>(xr[i]) - l) * scale);
+      T v = static_cast<T>(dev_exp(static_cast<A>(xr[i]) - m) * inv_sum_scale);
       if (i == t) v = static_cast<T>(static_cast<A>(v) - scale);
       out[i] = v;
     }
   }
 }
 
-// {logits [N, C], target [N], weight [C]?} -> {loss [N], lse [N]}
+// {logits [N, C], target [N], weight [C]?} -> {loss [N], stats [N, 2]}
 void cross_entropy_forward(KernelArgs& a) {
   const auto& at = *static_cast<const CrossEntropyAttrs*>(a.attrs);
   const Tensor& x = a.inputs[0];
@@ -107,7 +108,7 @@ void cross_entropy_forward(KernelArgs& a) {
   KILN_CUDA_LAUNCHED("cross_entropy");
 }
 
-// {grad [N], logits, target, lse, weight?} -> {grad_logits [N, C]}
+// {grad [N], logits, target, stats, weight?} -> {grad_logits [N, C]}
 void cross_entropy_backward(KernelArgs& a) {
   const auto& at = *static_cast<const CrossEntropyAttrs*>(a.attrs);
   const Tensor& x = a.inputs[1];
