@@ -363,11 +363,16 @@ TEST(BertPretrained, BadFilesAreClearErrorsAndChangeNothing) {
 }
 
 // A config.json of this test's own (ctest runs the tests at once, each a process).
+// The file is removed when the test program ends.
 std::string write_config(const std::string& json) {
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("kiln_bert_config_" + std::to_string(::getpid()) + ".json")).string();
-  std::ofstream(path) << json;
-  return path;
+  struct RemovedAtExit {
+    std::string path = (std::filesystem::temp_directory_path() /
+                        ("kiln_bert_config_" + std::to_string(::getpid()) + ".json")).string();
+    ~RemovedAtExit() { std::filesystem::remove(path); }
+  };
+  static const RemovedAtExit file;
+  std::ofstream(file.path) << json;
+  return file.path;
 }
 
 TEST(BertPretrained, ConfigNumbersReadTheSameInAnyLocale) {

@@ -164,8 +164,10 @@ TEST(Trainer, BadInputIsAClearError) {
   o = options(data, ck);
   o.data = (data / "missing").string();
   expect_error([&] { set_up(o); }, "missing");
-  o = options(make_dataset("empty", 0, 10), ck);
+  const fs::path empty = make_dataset("empty", 0, 10);
+  o = options(empty, ck);
   expect_error([&] { set_up(o); }, "has no images");
+  fs::remove_all(empty);
   o = options(data, ck);
   o.resume = true;
   expect_error([&] { set_up(o); }, "last.safetensors");
