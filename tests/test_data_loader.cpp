@@ -237,6 +237,58 @@ TEST(DataLoader, CollateChecksShapesAndHandlesViews) {
   expect_error([&] { data::collate({{x[0], x[0]}, {x, x[0]}}); },
                "[collate] example 1 has data float32 [3, 4] on cpu but example 0 has float32 [4] on cpu");
   expect_error([&] { data::collate({}); }, "[collate] no examples to stack");
+  // An unlabelled set batches its data alone (torch's default_collate); a mix is an error.
+  Batch unlabelled = data::collate({{x[0], Tensor()}, {x[1], Tensor()}});
+  expect_close(unlabelled.data, {0, 1, 2, 3, 4, 5, 6, 7}, {2, 4});
+  EXPECT_FALSE(unlabelled.target.defined());
+  expect_error([&] { data::collate({{x[0], Tensor()}, {x[1], x[1]}}); }, "[collate] example 1 has a target but example 0 has none");
+  expect_error([&] { data::collate({{x[0], x[0]}, {x[1], Tensor()}}); }, "[collate] example 1 has no target");
+}
+
+// A sampler that gives indices it was made with, every epoch.
+class FixedSampler : public data::Sampler {
+ public:
+  explicit FixedSampler(std::vector<int64_t> order) : order_(std::move(order)) {}
+  std::vector<int64_t> indices(uint64_t) const override { return order_; }
+  int64_t size() const override { return static_cast<int64_t>(order_.size()); }
+
+ private:
+  std::vector<int64_t> order_;
+};
+
+// Each visit of a sample draws its own augmentation: an index a sampler gives twice is cropped
+// twice, not copied (oversampling, repeated augmentation, DistributedSampler's padding).
+TEST(DataLoader, ASampleVisitedTwiceIsAugmentedAnew) {
+  auto images = std::make_shared<data::TensorDataset>(arange(64, kFloat32).reshape({1, 1, 8, 8}), zeros({1}, kInt64));
+  auto augmented = std::make_shared<data::TransformDataset>(
+      images, std::vector<data::Transform>{data::transforms::RandomCrop(4, 2)});
+  for (int64_t workers : {0, 2}) {
+    DataLoader loader(augmented, {.batch_size = 1, .num_workers = workers, .seed = 5,
+                                  .sampler = std::make_shared<FixedSampler>(std::vector<int64_t>{0, 0, 0, 0})});
+    std::vector<std::vector<double>> crops;
+    for (Batch& b : loader) crops.push_back(values(b.data));
+    ASSERT_EQ(crops.size(), 4u);
+    EXPECT_EQ(std::set<std::vector<double>>(crops.begin(), crops.end()).size(), 4u) << workers << " workers";
+    // The first visit draws what a sampler that gives the index once draws.
+    DataLoader once(augmented, {.batch_size = 1, .seed = 5, .sampler = std::make_shared<FixedSampler>(std::vector<int64_t>{0})});
+    EXPECT_EQ(values((*once.begin()).data), crops[0]);
+  }
+}
+
+// Without a seed the loader draws one from kiln's global generator: manual_seed decides the order.
+TEST(DataLoader, ManualSeedDecidesTheOrderWithoutASeed) {
+  auto ds = std::make_shared<CountingDataset>(40);
+  auto order = [&](uint64_t seed) {
+    manual_seed(seed);
+    return DataLoader(ds, {.batch_size = 8, .shuffle = true}).sample_order(0);
+  };
+  const std::vector<int64_t> one = order(1);
+  EXPECT_EQ(order(1), one);
+  EXPECT_NE(order(2), one);
+  manual_seed(1);
+  DataLoader loader(ds, {.batch_size = 8, .shuffle = true});
+  ASSERT_TRUE(loader.options().seed.has_value());
+  EXPECT_EQ(DataLoader(ds, {.batch_size = 8, .shuffle = true, .seed = *loader.options().seed}).sample_order(0), one);
 }
 
 TEST(DataLoader, TensorDatasetBatches) {

@@ -56,7 +56,22 @@ TEST(DataTransforms, NormalizePerChannel) {
   expect_error([] { Normalize({0.1}, {0.0}); }, "[Normalize] std must be nonzero");
   expect_error([] { Normalize({0.1}, {1e-50}); }, "[Normalize] std must be nonzero in float32, got 1e-50");
   expect_error([] { Normalize({0.1, 0.2}, {1.0}); }, "[Normalize] needs as many means as stds");
-  expect_error([&] { norm(arange(4, kInt64).reshape({2, 2})); }, "[Normalize] expects float32 or float64, got int64");
+  expect_error([&] { norm(arange(4, kInt64).reshape({2, 2})); }, "[Normalize] expects a floating-point image, got int64");
+}
+
+// The channel dim of a batch [B, C, H, W] (or a clip [T, C, H, W]) is dim 1, as torchvision's
+// dim -3, not dim 0: with B == C the batch was normalised per sample.
+TEST(DataTransforms, NormalizeOfABatchIsPerChannel) {
+  Normalize norm({0, 1, 2}, {1, 1, 1});
+  expect_close(norm(ones({3, 3, 1, 1})), {1, 0, -1, 1, 0, -1, 1, 0, -1}, {3, 3, 1, 1});
+  const Tensor clips = norm(ones({2, 2, 3, 1, 2}));  // [B, T, C, H, W]: C is dim 2
+  for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(values(clips.select(2, c)), std::vector<double>(8, 1.0 - c)) << c;
+  // 16-bit images, computed in float32 and rounded once
+  for (ScalarType dt : {kFloat16, kBFloat16}) {
+    const Tensor y = norm(ones({3, 1, 2}, dt));
+    EXPECT_EQ(y.dtype(), dt);
+    EXPECT_EQ(values(y), (std::vector<double>{1, 1, 0, 0, -1, -1})) << dtype_name(dt);
+  }
 }
 
 // The padded 3x3 input is

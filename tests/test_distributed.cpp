@@ -140,6 +140,10 @@ TEST(DistributedSampler, TheLoaderTakesItAndBadSettingsAreErrors) {
   expect_error([&] { data::DataLoader bad(ds, {.batch_size = 2, .shuffle = true, .sampler = s}); },
                "[DataLoader] shuffle must be false with a sampler");
   expect_error([] { data::DistributedSampler(10, {.num_replicas = 2, .rank = 2}); }, "rank 2 is not in [0, 2)");
+  // Only -1 means "the process group's": -2 is a mistake, not rank 0.
+  expect_error([] { data::DistributedSampler(10, {.num_replicas = 2, .rank = -2}); },
+               "[DistributedSampler] rank must be -1 (the process group's) or >= 0, got -2");
+  expect_error([] { data::DistributedSampler(10, {.num_replicas = -3}); }, "num_replicas must be -1");
   auto big = std::make_shared<data::DistributedSampler>(20, data::DistributedSamplerOptions{.num_replicas = 1, .rank = 0});
   data::DataLoader wrong(ds, {.batch_size = 2, .sampler = big});
   expect_error([&] { for (data::Batch& b : wrong) (void)b; }, "the sampler gave index");
@@ -153,6 +157,39 @@ TEST(DistributedSampler, TheLoaderTakesItAndBadSettingsAreErrors) {
   EXPECT_EQ(liar.size(), 3);
   expect_error([&] { for (data::Batch& b : liar) (void)b; },
                "[DataLoader] the sampler gave 3 indices for epoch 0 but its size() is 6");
+}
+
+// In a process of an MPI job, a sampler made before distributed::init() would be a world of one
+// on every process (each taking the whole data set, in the same order): an error, as torch's.
+TEST(DistributedSampler, DefaultsBeforeInitUnderAnMpiLauncherAreAnError) {
+  ASSERT_FALSE(distributed::is_initialized());
+  ScopedEnv launched("OMPI_COMM_WORLD_SIZE", "4");
+  expect_error([] { data::DistributedSampler(10); }, "distributed::init() has not been called yet");
+  expect_error([] { data::DistributedSampler(10, {.num_replicas = 4}); }, "call it before making the sampler");
+  EXPECT_EQ(data::DistributedSampler(10, {.num_replicas = 4, .rank = 3}).size(), 3);  // explicit: fine
+}
+
+// DistributedSampler::set_epoch decides the loader's next pass, as in PyTorch: a resumed run that
+// sets only the sampler's epoch runs that epoch, not the loader's epoch 0 again.
+TEST(DistributedSampler, ItsSetEpochDecidesTheLoadersPass) {
+  data::TensorDataset ds(arange(12, kFloat32).reshape({12, 1}), arange(12, kInt64));
+  auto s = std::make_shared<data::DistributedSampler>(12, data::DistributedSamplerOptions{.num_replicas = 2, .rank = 1});
+  data::DataLoader loader(ds, {.batch_size = 6, .sampler = s});
+  EXPECT_EQ((*loader.begin()).target.to_vector<int64_t>(), s->indices(0));  // no epoch chosen: the loader's 0
+  s->set_epoch(5);
+  EXPECT_EQ((*loader.begin()).target.to_vector<int64_t>(), s->indices(5));
+  EXPECT_NE(s->indices(5), s->indices(1));
+  EXPECT_EQ(loader.epoch(), 6u);
+  // PyTorch's loop: set_epoch before each pass.
+  for (uint64_t e = 0; e < 3; ++e) {
+    s->set_epoch(e);
+    EXPECT_EQ((*loader.begin()).target.to_vector<int64_t>(), s->indices(e)) << e;
+  }
+  // The loader's set_epoch and the sampler's must agree.
+  loader.set_epoch(7);
+  expect_error([&] { loader.begin(); }, "[DataLoader] set_epoch chose epoch 7 but the sampler's set_epoch chose epoch 2");
+  loader.set_epoch(2);
+  EXPECT_EQ((*loader.begin()).target.to_vector<int64_t>(), s->indices(2));
 }
 
 // ---- two processes under mpirun

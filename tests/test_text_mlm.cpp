@@ -49,6 +49,12 @@ TEST(TextMlm, PrepareSplitsByDocumentDeterministically) {
   MlmData one = prepare_mlm_data(tok, {std::string(2000, 'a') + " " + std::string(3000, 'b') + " the the the the"},
                                  {.max_length = 3});
   EXPECT_EQ(one.held_out.size(), 1u);
+  // A document that draws "held out" alone still trains (seed 1 holds "hello world" out at 0.5).
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    MlmData small = prepare_mlm_data(tok, {"hello world"}, {.max_length = 16, .held_out_fraction = 0.5, .seed = seed});
+    EXPECT_EQ(small.train.size(), 1u) << seed;
+    EXPECT_TRUE(small.held_out.empty()) << seed;
+  }
   test::expect_error([&] { prepare_mlm_data(tok, {}); }, "[prepare_mlm_data] no documents");
   test::expect_error([&] { prepare_mlm_data(tok, {" ", "\x01"}); }, "give no tokens");
 }

@@ -12,24 +12,32 @@
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 
 #include "core/philox.h"
 #include "kiln/cuda.h"
 #include "kiln/ops.h"
+#include "kiln/random.h"
 #include "kiln/runtime.h"
 
 namespace kiln::data {
 namespace {
 
-Tensor stack_field(const std::vector<Example>& examples, Tensor Example::*field, const char* name) {
+// Undefined when no example has the field and `optional`.
+Tensor stack_field(const std::vector<Example>& examples, Tensor Example::*field, const char* name, bool optional) {
   const Tensor& first = examples[0].*field;
   for (size_t i = 0; i < examples.size(); ++i) {
     const Tensor& t = examples[i].*field;
+    if (optional && !first.defined()) {
+      KILN_CHECK(!t.defined(), "collate", "example ", i, " has a ", name, " but example 0 has none");
+      continue;
+    }
     KILN_CHECK(t.defined(), "collate", "example ", i, " has no ", name);
     KILN_CHECK(t.shape() == first.shape() && t.dtype() == first.dtype() && t.device() == first.device(), "collate",
                "example ", i, " has ", name, " ", t.dtype(), " ", t.shape(), " on ", t.device(), " but example 0 has ",
                first.dtype(), " ", first.shape(), " on ", first.device());
   }
+  if (!first.defined()) return {};
   if (!first.device().is_cpu()) {
     std::vector<Tensor> list;
     for (const auto& e : examples) list.push_back((e.*field).detach());
@@ -51,7 +59,8 @@ Tensor stack_field(const std::vector<Example>& examples, Tensor Example::*field,
 
 Batch collate(const std::vector<Example>& examples) {
   KILN_CHECK(!examples.empty(), "collate", "no examples to stack");
-  return {stack_field(examples, &Example::data, "data"), stack_field(examples, &Example::target, "target")};
+  return {stack_field(examples, &Example::data, "data", false),
+          stack_field(examples, &Example::target, "target", true)};
 }
 
 namespace detail {
@@ -63,6 +72,7 @@ struct EpochRun {
   DataLoaderOptions options;
   uint64_t epoch = 0;
   std::vector<int64_t> order;
+  std::vector<uint32_t> occurrence;  // per position: earlier visits of its index (empty: none repeat)
   int64_t num_batches = 0;
   int64_t next = 0;  // the batch the consumer takes next
   Batch current;
@@ -88,8 +98,9 @@ struct EpochRun {
     examples.reserve(static_cast<size_t>(end - begin));
     try {
       for (int64_t k = begin; k < end; ++k) {
-        SampleGenerator gen(options.seed, epoch, order[static_cast<size_t>(k)]);
-        examples.push_back(dataset->get(order[static_cast<size_t>(k)], gen));
+        const auto at = static_cast<size_t>(k);
+        SampleGenerator gen(*options.seed, epoch, order[at], occurrence.empty() ? 0 : occurrence[at]);
+        examples.push_back(dataset->get(order[at], gen));
       }
       Batch batch = collate(examples);
       batch.index = b;
@@ -225,6 +236,11 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   KILN_CHECK(dataset_->size() >= 0, "DataLoader", "the dataset reports size ", dataset_->size());
   KILN_CHECK(!(options_.sampler && options_.shuffle), "DataLoader",
              "shuffle must be false with a sampler (the sampler decides the order)");
+  if (!options_.seed) {
+    const GeneratorState s = kiln::detail::reserve_counters(1);
+    const philox::U32x4 r = philox::philox(s.seed, s.offset);
+    options_.seed = (uint64_t{r.v[0]} << 32) | r.v[1];
+  }
   if (options_.pin_memory && !cuda::is_available()) {  // as PyTorch: pinning needs a GPU
     static std::atomic<bool> warned{false};
     if (!warned.exchange(true))
@@ -243,6 +259,7 @@ void DataLoader::set_epoch(uint64_t epoch, int64_t start_batch) {
              " out of range [0, ", size(), "]");
   epoch_ = epoch;
   start_batch_ = start_batch;
+  epoch_set_ = true;
 }
 
 std::vector<int64_t> DataLoader::sample_order(uint64_t epoch) const {
@@ -256,33 +273,45 @@ std::vector<int64_t> DataLoader::sample_order(uint64_t epoch) const {
       KILN_CHECK(i >= 0 && i < n, "DataLoader", "the sampler gave index ", i, " for a dataset of ", n);
     return order;
   }
-  if (options_.shuffle) return shuffled_indices(dataset_->size(), options_.seed, epoch);
+  if (options_.shuffle) return shuffled_indices(dataset_->size(), *options_.seed, epoch);
   std::vector<int64_t> order(static_cast<size_t>(dataset_->size()));
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   return order;
 }
 
-Batch DataLoader::batch(uint64_t epoch, int64_t index) const {
-  KILN_CHECK(index >= 0 && index < size(), "DataLoader", "batch ", index, " out of range [0, ", size(), ")");
-  detail::EpochRun run;
-  run.dataset = dataset_;
-  run.options = options_;
-  run.epoch = epoch;
-  run.order = sample_order(epoch);
-  run.num_batches = size();
-  return run.make(index);
-}
-
-DataLoader::Iterator DataLoader::begin() {
+std::unique_ptr<detail::EpochRun> DataLoader::run(uint64_t epoch) const {
   auto run = std::make_unique<detail::EpochRun>();
   run->dataset = dataset_;
   run->options = options_;
-  run->epoch = epoch_;
-  run->order = sample_order(epoch_);
+  run->epoch = epoch;
+  run->order = sample_order(epoch);
   run->num_batches = size();
+  if (options_.sampler) {  // only a sampler repeats an index (a shuffle is a permutation)
+    std::unordered_map<int64_t, uint32_t> seen;
+    std::vector<uint32_t> occurrence(run->order.size());
+    bool repeats = false;
+    for (size_t k = 0; k < occurrence.size(); ++k) repeats |= (occurrence[k] = seen[run->order[k]]++) > 0;
+    if (repeats) run->occurrence = std::move(occurrence);
+  }
+  return run;
+}
+
+Batch DataLoader::batch(uint64_t epoch, int64_t index) const {
+  KILN_CHECK(index >= 0 && index < size(), "DataLoader", "batch ", index, " out of range [0, ", size(), ")");
+  return run(epoch)->make(index);
+}
+
+DataLoader::Iterator DataLoader::begin() {
+  if (const auto chosen = options_.sampler ? options_.sampler->chosen_epoch() : std::nullopt) {
+    KILN_CHECK(!epoch_set_ || *chosen == epoch_, "DataLoader", "set_epoch chose epoch ", epoch_,
+               " but the sampler's set_epoch chose epoch ", *chosen, ": set both alike, or only one");
+    epoch_ = *chosen;
+  }
+  std::unique_ptr<detail::EpochRun> run = this->run(epoch_);
   run->next = start_batch_;
   ++epoch_;
   start_batch_ = 0;
+  epoch_set_ = false;
   if (options_.num_workers > 0 && run->next < run->num_batches) run->start_workers(run->next);
   run->advance();
   return Iterator(std::move(run));

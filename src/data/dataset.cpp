@@ -17,10 +17,14 @@ EpochKeys epoch_keys(uint64_t seed, uint64_t epoch) {
 }
 }  // namespace detail
 
-SampleGenerator::SampleGenerator(uint64_t seed, uint64_t epoch, int64_t index) {
+SampleGenerator::SampleGenerator(uint64_t seed, uint64_t epoch, int64_t index, uint64_t occurrence) {
   KILN_CHECK(index >= 0 && static_cast<uint64_t>(index) < (uint64_t{1} << (64 - kBlockBits)), "SampleGenerator",
              "sample index ", index, " out of range [0, 2^44)");
   key_ = detail::epoch_keys(seed, epoch).sample;
+  if (occurrence > 0) {
+    const philox::U32x4 r = philox::philox(key_, (uint64_t{1} << 63) | occurrence);
+    key_ = (uint64_t{r.v[0]} << 32) | r.v[1];
+  }
   counter_ = static_cast<uint64_t>(index) << kBlockBits;
   end_ = counter_ + (uint64_t{1} << kBlockBits);
 }

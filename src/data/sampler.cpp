@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/philox.h"
+#include "distributed/process_group.h"
 #include "kiln/data/dataset.h"
 #include "kiln/distributed.h"
 #include "kiln/error.h"
@@ -26,12 +27,21 @@ std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed, uint64_t epoch) 
 
 DistributedSampler::DistributedSampler(int64_t dataset_size, DistributedSamplerOptions options)
     : n_(dataset_size), options_(options) {
-  if (options_.num_replicas < 0) options_.num_replicas = distributed::world_size();
-  if (options_.rank < 0) options_.rank = distributed::rank();
-  KILN_CHECK(n_ >= 0, "DistributedSampler", "the data set size must be >= 0, got ", n_);
-  KILN_CHECK(options_.num_replicas >= 1, "DistributedSampler", "num_replicas must be at least 1, got ",
+  const char* op = "DistributedSampler";
+  for (const auto& [name, v] : {std::pair{"num_replicas", options_.num_replicas}, std::pair{"rank", options_.rank}})
+    KILN_CHECK(v >= -1, op, name, " must be -1 (the process group's) or >= 0, got ", v);
+  // torch refuses a default sampler without a process group; here a world of one is one, but not
+  // in a process of an MPI job: each would take the whole data set, in the same order.
+  if (options_.num_replicas == -1 || options_.rank == -1)
+    KILN_CHECK(distributed::is_initialized() || !distributed::detail::launched_by_mpi(), op,
+               "num_replicas and rank default to the process group's, but an MPI launcher started this process "
+               "and distributed::init() has not been called yet: call it before making the sampler");
+  if (options_.num_replicas == -1) options_.num_replicas = distributed::world_size();
+  if (options_.rank == -1) options_.rank = distributed::rank();
+  KILN_CHECK(n_ >= 0, op, "the data set size must be >= 0, got ", n_);
+  KILN_CHECK(options_.num_replicas >= 1, op, "num_replicas must be at least 1, got ",
              options_.num_replicas);
-  KILN_CHECK(options_.rank < options_.num_replicas, "DistributedSampler", "rank ", options_.rank,
+  KILN_CHECK(options_.rank < options_.num_replicas, op, "rank ", options_.rank,
              " is not in [0, ", options_.num_replicas, ")");
 }
 

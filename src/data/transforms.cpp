@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 namespace kiln::data::transforms {
 namespace {
@@ -15,15 +16,19 @@ Tensor cpu_contiguous(const Tensor& x, int64_t min_dim, const char* where) {
   return x.contiguous();
 }
 
+// 16-bit images in float32, rounded once.
 template <class T>
-void normalize(const T* in, T* out, int64_t channels, int64_t plane, const std::vector<double>& mean,
+void normalize(const T* in, T* out, int64_t outer, int64_t channels, int64_t plane, const std::vector<double>& mean,
                const std::vector<double>& std) {
-  for (int64_t c = 0; c < channels; ++c) {
-    size_t k = mean.size() == 1 ? 0 : static_cast<size_t>(c);
-    // Division, not multiplication by 1/std, so results match (x - m) / s exactly.
-    T m = static_cast<T>(mean[k]), s = static_cast<T>(std[k]);
-    for (int64_t i = c * plane; i < (c + 1) * plane; ++i) out[i] = (in[i] - m) / s;
-  }
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t c = 0; c < channels; ++c) {
+      size_t k = mean.size() == 1 ? 0 : static_cast<size_t>(c);
+      // Division, not multiplication by 1/std, so results match (x - m) / s exactly.
+      A m = static_cast<A>(mean[k]), s = static_cast<A>(std[k]);
+      const int64_t first = (o * channels + c) * plane;
+      for (int64_t i = first; i < first + plane; ++i) out[i] = static_cast<T>((static_cast<A>(in[i]) - m) / s);
+    }
 }
 
 }  // namespace
@@ -39,17 +44,22 @@ Tensor Normalize::operator()(const Tensor& x, SampleGenerator&) const { return (
 
 Tensor Normalize::operator()(const Tensor& input) const {
   Tensor x = cpu_contiguous(input, 1, "Normalize");
-  int64_t channels = x.size(0);
+  // torchvision's channel dim -3 ([..., C, H, W]: a batch, a clip), dim 0 below three dims.
+  const int64_t cdim = x.dim() >= 3 ? x.dim() - 3 : 0;
+  const int64_t channels = x.size(cdim);
   KILN_CHECK(mean_.size() == 1 || static_cast<int64_t>(mean_.size()) == channels, "Normalize", "has ", mean_.size(),
-             " means but the input ", x.shape(), " has ", channels, " channels");
-  int64_t plane = channels == 0 ? 0 : x.numel() / channels;
+             " means but the input ", x.shape(), " has ", channels, " channels (dim ", cdim, ")");
+  int64_t outer = 1, plane = 1;
+  for (int64_t d = 0; d < cdim; ++d) outer *= x.size(d);
+  for (int64_t d = cdim + 1; d < x.dim(); ++d) plane *= x.size(d);
   Tensor out = empty(x.shape(), x.dtype());
-  if (x.dtype() == kFloat32) {
-    normalize(x.data_ptr<float>(), out.data_ptr<float>(), channels, plane, mean_, std_);
-  } else if (x.dtype() == kFloat64) {
-    normalize(x.data_ptr<double>(), out.data_ptr<double>(), channels, plane, mean_, std_);
-  } else {
-    KILN_FAIL("Normalize", "expects float32 or float64, got ", x.dtype());
+  auto run = [&]<class T>() { normalize(x.data_ptr<T>(), out.data_ptr<T>(), outer, channels, plane, mean_, std_); };
+  switch (x.dtype()) {
+    case kFloat32: run.operator()<float>(); break;
+    case kFloat64: run.operator()<double>(); break;
+    case kFloat16: run.operator()<Half>(); break;
+    case kBFloat16: run.operator()<BFloat16>(); break;
+    default: KILN_FAIL("Normalize", "expects a floating-point image, got ", x.dtype());
   }
   return out;
 }

@@ -67,6 +67,12 @@ MlmData prepare_mlm_data(const BertTokenizer& tokenizer, const std::vector<std::
   data.documents = n;
   data.train = pack_sequences(train_docs, options.max_length, tokenizer.cls_token_id(), tokenizer.sep_token_id());
   data.held_out = pack_sequences(held_docs, options.max_length, tokenizer.cls_token_id(), tokenizer.sep_token_id());
+  // Neither part empty where there is enough for both: training first (a few short documents
+  // could all draw "held out").
+  if (data.train.empty()) {
+    data.train.push_back(std::move(data.held_out.back()));
+    data.held_out.pop_back();
+  }
   if (options.held_out_fraction > 0 && data.held_out.empty() && data.train.size() >= 2) {
     data.held_out.push_back(std::move(data.train.back()));
     data.train.pop_back();

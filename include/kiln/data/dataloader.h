@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kiln/data/dataset.h"
@@ -12,14 +13,16 @@
 
 namespace kiln::data {
 
-// Examples stacked along a new first dim: data [B, ...], target [B, ...] (class indices: [B]).
+// Examples stacked along a new first dim: data [B, ...], target [B, ...] (class indices: [B]);
+// target is undefined when no example has one (an unlabelled set).
 struct Batch {
   Tensor data;
   Tensor target;
   int64_t index = 0;  // the batch's number within its epoch
 };
 
-// Stacks examples whose data (and targets) agree in shape and dtype. Contiguous CPU samples
+// Stacks examples whose data (and targets) agree in shape and dtype; either every example has a
+// target or none has. Contiguous CPU samples
 // are copied with one memcpy each; others go through kiln::stack.
 Batch collate(const std::vector<Example>& examples);
 
@@ -36,14 +39,18 @@ struct DataLoaderOptions {
   bool drop_last = false;  // drop the last batch when it is smaller than batch_size
   int64_t num_workers = 0;  // 0: batches are made on the iterating thread; at most kMaxWorkers
   int64_t prefetch = 2;     // batches each worker may hold ready ahead of the consumer; at most kMaxPrefetch
-  uint64_t seed = 0;        // shuffling and random transforms derive from (seed, epoch)
+  // Shuffling and random transforms derive from (seed, epoch). Unset, the seed is drawn from
+  // kiln's global generator when the loader is made, so that manual_seed decides the data order
+  // too, as torch's; options() then holds the seed drawn.
+  std::optional<uint64_t> seed = std::nullopt;
   // Batches in page-locked memory (pinned by the worker that makes the batch), so that
   // batch.data.to(device, /*non_blocking=*/true) only queues the copy, as in PyTorch; without
   // non_blocking the copy waits for the GPU's queued work first. Without a CUDA device: a
   // warning, and not pinned.
   bool pin_memory = false;
   // Which indices each epoch visits (e.g. a DistributedSampler); shuffle must then be false, as
-  // in PyTorch. The loader passes its epoch to the sampler.
+  // in PyTorch. The loader passes its epoch to the sampler, unless the sampler has one chosen
+  // (DistributedSampler::set_epoch): the pass then runs that epoch, as PyTorch's.
   std::shared_ptr<const Sampler> sampler = nullptr;
 };
 
@@ -54,13 +61,13 @@ struct EpochRun;
 // Iterates over a dataset in batches: `for (Batch& batch : loader) ...`.
 //
 // Determinism: epoch e's order is a Fisher-Yates permutation drawn from (seed, e), and sample i's
-// random transforms draw from (seed, e, i) (SampleGenerator). Workers only decide when a batch is
+// random transforms draw from (seed, e, i, how often i came earlier in the epoch) (SampleGenerator). Workers only decide when a batch is
 // made, never what it holds; batches arrive in order. So the batches are the same for any
 // num_workers, and a run resumed with set_epoch(e, b) sees exactly the batches it would have.
 //
 // Epochs: each begin() runs epoch epoch() and then advances it by one, so consecutive loops
 // shuffle differently; set_epoch(e, start_batch) picks the next epoch (and, once, the batch it
-// starts at).
+// starts at). A sampler's chosen epoch takes its place (an error if set_epoch chose another).
 //
 // Workers: with num_workers = W, worker w makes batches start + w, start + w + W, ..., at most
 // W * prefetch batches ahead of the consumer (a bounded buffer, never larger than the batches
@@ -93,10 +100,14 @@ class DataLoader {
   std::default_sentinel_t end() const { return {}; }
 
  private:
+  // A pass over epoch `epoch`, no batch made yet.
+  std::unique_ptr<detail::EpochRun> run(uint64_t epoch) const;
+
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
   uint64_t epoch_ = 0;
   int64_t start_batch_ = 0;
+  bool epoch_set_ = false;  // set_epoch was called since the last begin()
 };
 
 class DataLoader::Iterator {

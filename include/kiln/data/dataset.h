@@ -18,14 +18,16 @@ struct Example {
 };
 
 // The random numbers of one sample in one epoch, counter-based so that they depend only on
-// (seed, epoch, index) and not on which thread asks or when: a resumed run, or a loader with
-// any number of workers, sees the same augmented samples.
+// (seed, epoch, index, occurrence) and not on which thread asks or when: a resumed run, or a
+// loader with any number of workers, sees the same augmented samples. `occurrence` counts the
+// sample's earlier visits in the epoch (a sampler may give an index twice): each visit draws anew.
 //
-// Scheme: key = words 2,3 of Philox4x32-10(key = seed ^ "kilndata", counter = epoch); the
-// stream of sample `index` is Philox(key, counter = index * 2^20 + block), words in order.
+// Scheme: key = words 2,3 of Philox4x32-10(key = seed ^ "kilndata", counter = epoch), for a
+// later occurrence o words 0,1 of Philox(key, 2^63 + o) instead; the stream of sample `index`
+// is Philox(key, counter = index * 2^20 + block), words in order.
 class SampleGenerator {
  public:
-  SampleGenerator(uint64_t seed, uint64_t epoch, int64_t index);
+  SampleGenerator(uint64_t seed, uint64_t epoch, int64_t index, uint64_t occurrence = 0);
   uint32_t next_u32();
   uint64_t next_u64();          // two words, the first in the high half
   double uniform();             // [0, 1), 53 random bits

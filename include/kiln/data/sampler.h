@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace kiln::data {
@@ -18,10 +19,15 @@ class Sampler {
   virtual std::vector<int64_t> indices(uint64_t epoch) const = 0;
   // How many indices an epoch has.
   virtual int64_t size() const = 0;
+  // The epoch the user chose for the next pass (DistributedSampler::set_epoch), which a DataLoader
+  // then runs, as PyTorch's loader does; none (the loader runs its own epoch) until one is chosen.
+  virtual std::optional<uint64_t> chosen_epoch() const { return std::nullopt; }
 };
 
 // Fields in torch.utils.data.DistributedSampler's order. num_replicas and rank default (-1) to
-// kiln::distributed's world size and rank.
+// kiln::distributed's world size and rank: in a process an MPI launcher started, distributed::init()
+// must come first (before it, every process would be a world of one and take the whole data set).
+// Other negative values are errors.
 struct DistributedSamplerOptions {
   int64_t num_replicas = -1;
   int64_t rank = -1;
@@ -36,15 +42,18 @@ struct DistributedSamplerOptions {
 
 // Process `rank` of `num_replicas` takes every num_replicas-th index of the epoch's order,
 // starting at `rank`: the shares are disjoint and together cover the data set (padded or
-// trimmed as the options say). The DataLoader passes its epoch, so each epoch reshuffles;
-// set_epoch() and indices() serve a loop without a DataLoader, as in PyTorch.
+// trimmed as the options say). A DataLoader passes its own epoch, so each epoch reshuffles without
+// set_epoch(); once set_epoch(e) is called, the loader's next pass runs epoch e, as in PyTorch
+// (call it each epoch, or once when resuming: loader.set_epoch(e, batch) does the same alone).
+// indices() serves a loop without a DataLoader.
 class DistributedSampler : public Sampler {
  public:
   DistributedSampler(int64_t dataset_size, DistributedSamplerOptions options = {});
   std::vector<int64_t> indices(uint64_t epoch) const override;
   int64_t size() const override;
-  void set_epoch(uint64_t epoch) { epoch_ = epoch; }
+  void set_epoch(uint64_t epoch) { chosen_ = epoch_ = epoch; }
   uint64_t epoch() const { return epoch_; }
+  std::optional<uint64_t> chosen_epoch() const override { return chosen_; }
   std::vector<int64_t> indices() const { return indices(epoch_); }
   const DistributedSamplerOptions& options() const { return options_; }
 
@@ -52,6 +61,7 @@ class DistributedSampler : public Sampler {
   int64_t n_;
   DistributedSamplerOptions options_;
   uint64_t epoch_ = 0;
+  std::optional<uint64_t> chosen_;
 };
 
 }  // namespace kiln::data

@@ -8,8 +8,10 @@
 
 namespace kiln::data::transforms {
 
-// (x - mean[c]) / std[c] for each channel c of a [C, ...] float tensor; one mean and std may
-// serve every channel. Returns a new float tensor of the input's dtype.
+// (x - mean[c]) / std[c] for each channel c of a floating-point tensor: dim -3 is the channel dim
+// of a [..., C, H, W] tensor (an image, a batch of them, a clip), as torchvision's; dim 0 of a [C]
+// or [C, L] one. One mean and std may serve every channel. Returns a new tensor of the input's
+// dtype (16-bit ones computed in float32 and rounded once).
 class Normalize {
  public:
   Normalize(std::vector<double> mean, std::vector<double> std);

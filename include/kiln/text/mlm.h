@@ -36,8 +36,10 @@ struct MlmData {
 };
 
 // Tokenises the documents (on all OpenMP threads), splits them deterministically by `seed`
-// and packs each part. If the held-out part would be empty while the training part has two
-// or more sequences (say, one long document), its last sequence is held out instead.
+// and packs each part. The training part is never empty: if every document drew "held out",
+// the last held-out sequence trains instead. If the held-out part would be empty while the
+// training part has two or more sequences (say, one long document), its last sequence is held
+// out instead.
 // kiln::Error "[prepare_mlm_data] ..." for no documents, no tokens at all, or a fraction
 // outside [0, 1).
 MlmData prepare_mlm_data(const BertTokenizer& tokenizer, const std::vector<std::string>& documents,
