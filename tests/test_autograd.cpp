@@ -375,6 +375,30 @@ TEST(AutogradGrad, GradOutputsAndSeveralOutputs) {
   expect_error([&] { autograd::grad({(x * 2.0).sum()}, {tensor({1.0})}); }, "[autograd::grad]");
   // The gradient of an output with respect to itself is the seed.
   expect_close(autograd::grad({x.sum()}, {x})[0], {1, 1, 1}, {3});
+  // A grad_output of another shape is an error, as torch's: [3, 3] broadcast into a wrong
+  // gradient, [1] failed in a reshape far from here.
+  for (const auto& [s, text] : {std::pair{Shape{3, 3}, "[3, 3]"}, std::pair{Shape{1}, "[1]"}})
+    expect_error([&] { autograd::grad({x * 2.0}, {x}, {ones(s, kFloat64)}); },
+                 std::string("[autograd::grad] grad_output 0 of shape ") + text + " does not match the output's shape [3]");
+  // One of another dtype is cast to the output's, as backward() casts it.
+  EXPECT_EQ(autograd::grad({x}, {x}, {ones({3}, kFloat32)})[0].dtype(), kFloat64);
+}
+
+// A graph of many chained ops is freed without a recursion per node (300 000 overflowed the
+// stack as the last tensor holding it died, after backward or without one).
+TEST(AutogradBasics, ADeepGraphIsFreedWithoutRecursion) {
+  Tensor x = ones({1}).requires_grad_();
+  {
+    Tensor y = x;
+    for (int i = 0; i < 300000; ++i) y = y * 1.0;
+    y.sum().backward();
+  }
+  EXPECT_EQ(x.grad().item<float>(), 1.0f);
+  {
+    Tensor y = x;
+    for (int i = 0; i < 300000; ++i) y = y + 0.0;
+  }
+  EXPECT_EQ(Tensor().grad_fn(), nullptr);  // an undefined tensor has none (it crashed)
 }
 
 TEST(AutogradGrad, AllowUnused) {
@@ -443,7 +467,8 @@ TEST(AutogradBasics, BackwardErrors) {
   Tensor w = leaf({1, 2, 3});
   Tensor y = w * 2.0;
   expect_error([&] { y.backward(); }, "[backward] a gradient must be given for an output of shape [3]");
-  expect_error([&] { y.backward(ones({2}, kFloat64)); }, "[backward] gradient of shape [2]");
+  expect_error([&] { y.backward(ones({2}, kFloat64)); },
+               "[backward] the gradient of shape [2] does not match the output's shape [3]");
   EXPECT_FALSE(w.grad().defined());
   {
     NoGradGuard guard;

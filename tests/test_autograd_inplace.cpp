@@ -60,6 +60,29 @@ TEST(AutogradInplace, ModifyingASavedTensorMakesBackwardThrow) {
   expect_close(x2.grad(), {2, 2}, {2});
 }
 
+// batch_norm's weight (and batch_norm_relu's bias) changed in place before backward, as an
+// optimizer step between forward and backward does: an error, as torch's (the input gradient came
+// out for the new weight, ten times too large here). batch_norm's bias is not needed: no error.
+TEST(AutogradInplace, BatchNormWeightChangedBeforeBackwardIsAnError) {
+  for (const bool relu : {false, true}) {
+    for (const bool change_weight : {true, false}) {
+      Tensor x = tensor({1.0, 2.0, 4.0, 7.0}, kFloat64).reshape({4, 1}).requires_grad_();
+      Tensor w = tensor({2.0}, kFloat64).requires_grad_(), b = tensor({0.5}, kFloat64).requires_grad_();
+      auto norm = relu ? batch_norm_relu : batch_norm;
+      Tensor loss = (norm(x, {}, {}, w, b, true, 0.1, 1e-5) * tensor({1.0, 2.0, 3.0, 4.0}, kFloat64).reshape({4, 1})).sum();
+      {
+        NoGradGuard guard;
+        (change_weight ? w : b).mul_(10.0);
+      }
+      const std::string what = std::string(relu ? "relu" : "plain") + (change_weight ? " weight" : " bias");
+      if (change_weight || relu)
+        expect_error([&] { loss.backward(); }, "modified in place");
+      else
+        EXPECT_NO_THROW(loss.backward()) << what;
+    }
+  }
+}
+
 TEST(AutogradInplace, LeafRequiringGradCannotChangeInPlace) {
   Tensor w = leaf({1, 2});
   expect_error([&] { w.add_(1.0); }, "[add_] a leaf tensor that requires grad");

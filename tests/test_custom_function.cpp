@@ -148,6 +148,23 @@ TEST(CustomFunction, BadBackwardIsAnErrorNamingTheFunction) {
   expect_error([&] { WrongShape::apply(x).backward(); }, "WrongShape] backward returned a gradient of shape [] for tensor input 0 of shape [2, 3]");
 }
 
+// An integer output (an argmax) has no gradient and does not require grad, as torch's.
+struct ArgMax : autograd::Function<ArgMax> {
+  static Tensor forward(AutogradContext*, const Tensor& x) { return argmax(x, 0); }
+  static std::vector<Tensor> backward(AutogradContext*, std::vector<Tensor>) { return {Tensor()}; }
+};
+
+TEST(CustomFunction, AnIntegerOutputDoesNotRequireGrad) {
+  Tensor x = tensor({1.0f, 3.0f, 2.0f}).requires_grad_();
+  Tensor i = ArgMax::apply(x);
+  EXPECT_EQ(i.dtype(), kInt64);
+  EXPECT_FALSE(i.requires_grad());
+  EXPECT_EQ(i.grad_fn(), nullptr);
+  i.requires_grad_(false);  // refused as a non-leaf's before
+  index_select(x, 0, i.reshape({1})).sum().backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{0, 1, 0}));
+}
+
 TEST(CustomFunction, SavedTensorChangedInPlaceIsAnError) {
   Tensor a = ones({2}).requires_grad_(), b = ones({2});
   Tensor y = MulAdd::apply(a, b);

@@ -25,7 +25,9 @@ struct Edge {
 // One recorded op: turns the gradient of its output into gradients of its inputs.
 class Node {
  public:
-  virtual ~Node() = default;
+  // Frees the nodes below that only this one holds in a loop, not by recursion: a chain of a
+  // million ops (total = total + loss, a long unrolled loop) overflowed the stack when it died.
+  virtual ~Node();
   virtual std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) = 0;
   virtual std::string name() const = 0;
   virtual void release_saved() {}

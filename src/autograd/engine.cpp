@@ -156,15 +156,42 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
   return captured;
 }
 
-Tensor default_grad(const Tensor& out, const char* where) {
-  KILN_CHECK(out.numel() == 1, where, "a gradient must be given for an output of shape ", out.shape(),
-             " (only one-element outputs get an implicit gradient of 1)");
-  return ones_like(out);
+// The gradient a pass starts from at `out`: `given`, checked and cast to out's dtype, or 1 for a
+// one-element output. `what` names the gradient in errors.
+Tensor root_grad(const Tensor& out, const Tensor& given, const char* where, const std::string& what) {
+  if (!given.defined()) {
+    KILN_CHECK(out.numel() == 1, where, "a gradient must be given for an output of shape ", out.shape(),
+               " (only one-element outputs get an implicit gradient of 1)");
+    return ones_like(out);
+  }
+  // A gradient of another shape would broadcast into a wrong result, or fail far from here.
+  KILN_CHECK(given.shape() == out.shape(), where, what, " of shape ", given.shape(),
+             " does not match the output's shape ", out.shape());
+  KILN_CHECK(given.device() == out.device(), where, what, " is on ", given.device(), " but the output on ",
+             out.device());
+  return given.dtype() == out.dtype() ? given : given.to(out.dtype());
 }
 
 }  // namespace
 
+Node::~Node() {
+  // torch's deleteNode: an edge this node alone holds is taken out before the node dies, and the
+  // nodes taken free theirs the same way, so each destructor finds nothing left to recurse into.
+  std::vector<std::shared_ptr<Node>> sole;
+  auto take = [&sole](std::vector<Edge>& edges) {
+    for (Edge& e : edges)
+      if (e.fn && e.fn.use_count() == 1) sole.push_back(std::move(e.fn));
+  };
+  take(next_edges);
+  while (!sole.empty()) {
+    std::shared_ptr<Node> n = std::move(sole.back());
+    sole.pop_back();
+    take(n->next_edges);
+  }
+}
+
 std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grads) {
+  std::lock_guard lock(mutex_);
   KILN_CHECK(fn_ != nullptr, "backward", "trying to run backward through ", name_,
              " a second time, after its saved tensors were freed; pass retain_graph = true to the "
              "first backward()");
@@ -241,8 +268,8 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     KILN_CHECK(outputs[i].requires_grad(), "autograd::grad", "output ", i,
                " does not require grad and has no grad_fn");
     roots.push_back(gradient_edge(outputs[i]));
-    root_grads.push_back(grad_outputs.empty() || !grad_outputs[i].defined()
-                             ? default_grad(outputs[i], "autograd::grad") : grad_outputs[i]);
+    root_grads.push_back(root_grad(outputs[i], grad_outputs.empty() ? Tensor() : grad_outputs[i], "autograd::grad",
+                                   "grad_output " + std::to_string(i)));
   }
   std::vector<Edge> targets;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -287,7 +314,7 @@ void Tensor::set_grad(const Tensor& g) {
 }
 
 std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
-  return impl_->autograd ? impl_->autograd->grad_fn : nullptr;
+  return impl_ && impl_->autograd ? impl_->autograd->grad_fn : nullptr;
 }
 
 bool Tensor::is_leaf() const { return !impl_ || !impl_->autograd || !impl_->autograd->grad_fn; }
@@ -327,10 +354,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   KILN_CHECK(defined(), "backward", "the tensor is undefined");
   KILN_CHECK(requires_grad(), "backward", "the tensor does not require grad and has no grad_fn "
              "(did you call requires_grad_() on the inputs, or run under NoGradGuard?)");
-  Tensor g = gradient.defined() ? gradient : autograd::default_grad(*this, "backward");
-  KILN_CHECK(g.shape() == shape(), "backward", "gradient of shape ", g.shape(),
-             " does not match the tensor's shape ", shape());
-  autograd::execute({autograd::gradient_edge(*this)}, {g.dtype() == dtype() ? g : g.to(dtype())},
+  autograd::execute({autograd::gradient_edge(*this)}, {autograd::root_grad(*this, gradient, "backward", "the gradient")},
                     retain_graph, nullptr);
 }
 

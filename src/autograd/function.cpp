@@ -324,7 +324,8 @@ Tensor record_custom(const char* mangled, const std::vector<Tensor>& inputs, con
                      std::function<std::vector<Tensor>(const Tensor&)> backward, bool saves_tensors) {
   const char* name = readable_name(mangled);
   KILN_CHECK(output.defined(), name, "forward of a custom function returned an undefined tensor");
-  if (!needs_grad(inputs)) return output;
+  // An integer or bool output (an argmax) has no gradient: it does not require grad, as torch's.
+  if (!needs_grad(inputs) || !output.is_floating_point()) return output;
   Tensor out = output;
   for (const Tensor& t : inputs)
     if (t.defined() && t.impl() == output.impl()) out = alias_detached(output);  // never rewrite an input's history

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,9 +20,12 @@ class FunctionNode final : public Node {
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
   std::string name() const override { return name_; }
   // Frees the closure with the tensors it saved. A node that saved none (a view's, add's, sum's)
-  // keeps it, so a later backward may pass through it again, as in PyTorch.
+  // keeps it, so a later backward may pass through it again, as in PyTorch. Under the node's lock,
+  // as apply runs: two threads backpropagating through one graph cannot free a closure running.
   void release_saved() override {
-    if (saves_tensors) fn_ = nullptr;
+    if (!saves_tensors) return;
+    std::lock_guard lock(mutex_);
+    fn_ = nullptr;
   }
   // Whether the backward function holds saved tensors (record() tells, from the SavedTensors
   // made since the last node was recorded on this thread; a stray one only keeps this true).
@@ -33,13 +37,14 @@ class FunctionNode final : public Node {
 
  private:
   const char* name_;
+  std::mutex mutex_;  // held while fn_ runs or is freed
   BackwardFn fn_;
 };
 
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {
-    sequence_nr = UINT64_MAX;  // leaves run last
+    sequence_nr = UINT64_MAX;  // runs as soon as ready (its gradient is final then), as PyTorch's
   }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
   std::string name() const override { return "AccumulateGrad"; }

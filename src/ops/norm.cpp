@@ -96,11 +96,16 @@ Tensor batch_norm_impl(const Tensor& x_in, const Tensor& running_mean, const Ten
 
   if (autograd::needs_grad({&x_in, &weight, &bias}))
     autograd::record(relu ? "NativeBatchNormReluBackward" : "NativeBatchNormBackward", {&x_in, &weight, &bias}, out,
-                     [sx = SavedTensor(x), mean, stat, w = w.detach(), b = b.detach(), a,
+                     // The weight, and the bias where the ReLU mask reads it, saved with their
+                     // versions: one changed in place before backward (an optimizer step between
+                     // them) is an error, as torch's; without the ReLU the kernel ignores the bias.
+                     [sx = SavedTensor(x), mean, stat, sw = SavedTensor(w.detach()),
+                      sb = relu ? SavedTensor(b.detach()) : SavedTensor(), b_plain = b.detach(), a,
                       mw = weight.defined() ? weight.dtype() : acc, need_x = x_in.requires_grad(),
                       need_w = weight.defined() && weight.requires_grad(),
                       need_b = bias.defined() && bias.requires_grad()](const Tensor& g_in) -> TensorList {
-                       Tensor xs = sx.get(a.relu ? "NativeBatchNormReluBackward" : "NativeBatchNormBackward");
+                       const char* node = a.relu ? "NativeBatchNormReluBackward" : "NativeBatchNormBackward";
+                       Tensor xs = sx.get(node), w = sw.get(node), b = a.relu ? sb.get(node) : b_plain;
                        Tensor g = same_layout(ops::cast(g_in, xs.dtype()), xs);
                        const int64_t ch = mean.size(0);
                        std::vector<Tensor> outs{make_empty_strided(xs.shape(), xs.strides(), xs.dtype(), xs.device()),
