@@ -1,5 +1,5 @@
-// Autograd's hooks for data-parallel training: a leaf's post-accumulate-grad hook (after its
-// .grad() is updated, once per backward) and callbacks queued to run when backward ends.
+// Autograd's hooks: a leaf's post-accumulate-grad hook (after its .grad() is updated, once per
+// backward), callbacks queued to run when backward ends, and register_hook's gradient hooks.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -55,6 +55,70 @@ TEST(AutogradHooks, QueuedCallbacksRunAfterEveryGradientInOrderAndMayThrow) {
   (c * 2).sum().backward();
   EXPECT_EQ(c.grad().item<double>(), 4.0);
   expect_error([] { autograd::queue_callback([] {}); }, "[autograd::queue_callback] called outside a backward pass");
+}
+
+// register_hook, as torch.Tensor.register_hook: a leaf's hooks see (and may replace) each gradient
+// before it is accumulated; a non-leaf's before it is passed on and retained.
+TEST(AutogradHooks, RegisterHookSeesAndReplacesTheGradient) {
+  Tensor w = tensor({1.0, 2.0}).requires_grad_();
+  std::vector<std::vector<double>> seen;
+  const uint64_t watch = w.register_hook([&](const Tensor& g) { seen.push_back(values(g)); });  // void: unchanged
+  const uint64_t twice = w.register_hook([](const Tensor& g) { return g * 2; });
+  (w * 3).sum().backward();
+  EXPECT_EQ(seen, (std::vector<std::vector<double>>{{3, 3}}));  // in order: before the doubling
+  EXPECT_EQ(values(w.grad()), (std::vector<double>{6, 6}));
+  (w * 3).sum().backward();  // each backward's gradient goes through the hooks, then accumulates
+  EXPECT_EQ(values(w.grad()), (std::vector<double>{12, 12}));
+  w.remove_hook(twice);
+  w.remove_hook(watch);
+  (w * 3).sum().backward();
+  EXPECT_EQ(values(w.grad()), (std::vector<double>{15, 15}));
+  EXPECT_EQ(seen.size(), 2u);
+
+  // A non-leaf: the hook's gradient flows on to the leaves and is what retain_grad keeps, even when
+  // the tensor itself is gone by backward (the hook lives on its node).
+  Tensor x = tensor({1.0, 2.0}).requires_grad_();
+  Tensor kept;
+  Tensor loss;
+  {
+    Tensor y = x * x;
+    y.register_hook([](const Tensor& g) { return g.clamp(0, 1); });
+    Tensor z = y * 5;
+    kept = y;
+    kept.retain_grad();
+    loss = z.sum();
+  }
+  loss.backward();
+  EXPECT_EQ(values(kept.grad()), (std::vector<double>{1, 1}));  // 5 clamped to 1
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{2, 4}));     // 1 * 2x
+
+  // autograd::grad returns what the input's hooks give.
+  Tensor a = tensor({3.0}).requires_grad_();
+  a.register_hook([](const Tensor& g) { return g + 100; });
+  EXPECT_EQ(autograd::grad({(a * 2).sum()}, {a})[0].item<double>(), 102.0);
+
+  // A hook that changes the gradient's shape or dtype is an error naming register_hook.
+  Tensor b = tensor({1.0, 2.0}).requires_grad_();
+  b.register_hook([](const Tensor& g) { return g.sum(); });
+  expect_error([&] { (b * 2).sum().backward(); }, "[register_hook] a hook returned a gradient float32 []");
+  Tensor c = tensor({1.0}).requires_grad_();
+  c.register_hook([](const Tensor& g) { return g.to(kFloat64); });
+  expect_error([&] { (c * 2).sum().backward(); }, "float64 [1] on cpu for one float32 [1] on cpu");
+  expect_error([] { tensor({1.0}).register_hook([](const Tensor&) {}); }, "[register_hook] the tensor does not require grad");
+}
+
+// A hook belongs to the value it was registered on: after an in-place change it sees the gradient
+// of the value before, as torch's; a hook registered after sees the new value's.
+TEST(AutogradHooks, HooksStayWithTheValueTheyWereRegisteredOn) {
+  Tensor x = tensor({1.0}).requires_grad_();
+  Tensor y = x * 1.0;
+  std::vector<double> before, after;
+  y.register_hook([&](const Tensor& g) { before.push_back(g.item<double>()); });
+  y.mul_(4.0);
+  y.register_hook([&](const Tensor& g) { after.push_back(g.item<double>()); });
+  (y * 3).sum().backward();
+  EXPECT_EQ(after, std::vector<double>{3.0});   // d(3y')/dy'
+  EXPECT_EQ(before, std::vector<double>{12.0});  // d(3 * 4y)/dy
 }
 
 }  // namespace

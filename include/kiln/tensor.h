@@ -9,6 +9,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,7 @@ namespace kiln {
 
 namespace autograd {
 class Node;
+struct TensorHook;
 }
 struct TensorImpl;
 class Tensor;
@@ -166,6 +168,24 @@ class Tensor {
   void retain_grad();             // keep .grad() for a non-leaf tensor too
   std::shared_ptr<autograd::Node> grad_fn() const;
   bool is_leaf() const;
+  // A hook run by backward with the gradient of this tensor's value (torch.Tensor.register_hook):
+  // `hook(grad)` returns a tensor to use instead (of the same shape, dtype and device) or nothing
+  // (void, or an undefined tensor): the gradient is then unchanged. Hooks run in the order
+  // registered, before the gradient is accumulated into a leaf's .grad(), kept by retain_grad,
+  // returned by autograd::grad or passed on. A hook belongs to the value it was registered on: after
+  // an in-place change, it still sees the gradient of the value before. Returns an id for remove_hook.
+  template <class F>
+  uint64_t register_hook(F&& hook) {
+    using R = std::invoke_result_t<F&, const Tensor&>;
+    if constexpr (std::is_void_v<R>)
+      return add_hook([h = std::forward<F>(hook)](const Tensor& g) mutable {
+        h(g);
+        return Tensor();
+      });
+    else
+      return add_hook(std::function<Tensor(const Tensor&)>(std::forward<F>(hook)));
+  }
+  void remove_hook(uint64_t id);
   // A leaf's hook run by backward right after this tensor's .grad() was accumulated, with the
   // tensor (torch.Tensor.register_post_accumulate_grad_hook). Returns an id for removal.
   uint64_t register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook);
@@ -297,6 +317,8 @@ class Tensor {
   std::string to_string() const;
 
  private:
+  uint64_t add_hook(std::function<Tensor(const Tensor&)> hook);
+
   std::shared_ptr<TensorImpl> impl_;
 };
 
@@ -341,6 +363,9 @@ struct AutogradMeta {
   uint32_t output_nr = 0;
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves only
   std::vector<std::pair<uint64_t, std::function<void(Tensor&)>>> post_accumulate_grad_hooks;  // leaves only
+  // register_hook's hooks: a leaf's run on its gradient; a non-leaf's live on the node that made its
+  // value, and are listed here for remove_hook.
+  std::vector<std::shared_ptr<autograd::TensorHook>> hooks;
   // A leaf's gradient accumulation and its lazily made accumulator: backward passes on two
   // threads into one leaf (a shared parameter) each add their whole gradient, as in torch.
   std::mutex mutex;

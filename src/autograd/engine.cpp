@@ -134,7 +134,22 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
     ready.pop();
     Tensor g = std::move(buffer[n]);
     buffer.erase(n);
+    // register_hook's hooks first: what they return is what is captured, retained and accumulated
+    // (with capture, only on the nodes that run or are captured, as torch's).
     auto cs = capture_slots.find(n);
+    if (g.defined() && (!capture || on_path.count(n) || cs != capture_slots.end())) {
+      if (auto* fn = dynamic_cast<FunctionNode*>(n); fn && !fn->tensor_hooks.empty()) {
+        g = run_tensor_hooks(std::vector(fn->tensor_hooks), std::move(g));  // a copy: a hook may add one
+      } else if (auto* acc = dynamic_cast<AccumulateGrad*>(n)) {
+        std::vector<std::shared_ptr<TensorHook>> hooks;
+        {
+          AutogradMeta& meta = acc->leaf()->autograd_meta();
+          std::lock_guard lock(meta.mutex);
+          hooks = meta.hooks;  // a hook may register or remove hooks
+        }
+        if (!hooks.empty()) g = run_tensor_hooks(hooks, std::move(g));
+      }
+    }
     if (cs != capture_slots.end())
       for (size_t slot : cs->second) captured[slot] = g;
     std::vector<Tensor> outs;
@@ -173,6 +188,19 @@ Tensor root_grad(const Tensor& out, const Tensor& given, const char* where, cons
 }
 
 }  // namespace
+
+Tensor run_tensor_hooks(const std::vector<std::shared_ptr<TensorHook>>& hooks, Tensor g) {
+  for (const auto& h : hooks) {
+    if (h->removed.load(std::memory_order_relaxed)) continue;
+    Tensor r = h->fn(g);
+    if (!r.defined()) continue;
+    KILN_CHECK(r.shape() == g.shape() && r.dtype() == g.dtype() && r.device() == g.device(), "register_hook",
+               "a hook returned a gradient ", r.dtype(), " ", r.shape(), " on ", r.device(), " for one ", g.dtype(),
+               " ", g.shape(), " on ", g.device());
+    g = std::move(r);
+  }
+  return g;
+}
 
 Node::~Node() {
   // torch's deleteNode: an edge this node alone holds is taken out before the node dies, and the
@@ -332,6 +360,31 @@ void Tensor::remove_post_accumulate_grad_hook(uint64_t id) {
   if (!defined() || !impl_->autograd) return;
   auto& hooks = impl_->autograd->post_accumulate_grad_hooks;
   std::erase_if(hooks, [id](const auto& h) { return h.first == id; });
+}
+
+uint64_t Tensor::add_hook(std::function<Tensor(const Tensor&)> hook) {
+  KILN_CHECK(defined() && requires_grad(), "register_hook",
+             defined() ? "the tensor does not require grad (a hook on it would never run)" : "the tensor is undefined");
+  static std::atomic<uint64_t> next_id{1};
+  auto h = std::make_shared<autograd::TensorHook>();
+  h->id = next_id++;
+  h->fn = std::move(hook);
+  AutogradMeta& meta = impl_->autograd_meta();
+  std::lock_guard lock(meta.mutex);
+  if (auto* fn = dynamic_cast<autograd::FunctionNode*>(meta.grad_fn.get())) fn->tensor_hooks.push_back(h);
+  meta.hooks.push_back(h);
+  return h->id;
+}
+
+void Tensor::remove_hook(uint64_t id) {
+  if (!defined() || !impl_->autograd) return;
+  AutogradMeta& meta = *impl_->autograd;
+  std::lock_guard lock(meta.mutex);
+  std::erase_if(meta.hooks, [id](const std::shared_ptr<autograd::TensorHook>& h) {
+    if (h->id != id) return false;
+    h->removed = true;  // a node that holds it skips it
+    return true;
+  });
 }
 
 void Tensor::retain_grad() {

@@ -1,6 +1,8 @@
 // The node classes the engine runs: a recorded op's backward function, and gradient accumulation into a leaf.
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -11,6 +13,16 @@
 namespace kiln::autograd {
 
 uint64_t next_sequence_nr();
+
+// A register_hook hook; removed ones stay where they are listed, skipped.
+struct TensorHook {
+  uint64_t id = 0;
+  std::function<Tensor(const Tensor&)> fn;
+  std::atomic<bool> removed{false};
+};
+
+// `g` through the hooks in order, each result checked against g's shape, dtype and device.
+Tensor run_tensor_hooks(const std::vector<std::shared_ptr<TensorHook>>& hooks, Tensor g);
 
 class FunctionNode final : public Node {
  public:
@@ -32,7 +44,9 @@ class FunctionNode final : public Node {
   bool saves_tensors = true;
   // A view op's node (record_view): its one edge leads to the tensor the view was taken of.
   bool is_view = false;
-  // Called with this node's incoming gradient before apply (retain_grad uses it).
+  // register_hook's hooks of the tensor this node made, run first on the incoming gradient.
+  std::vector<std::shared_ptr<TensorHook>> tensor_hooks;
+  // Called with this node's incoming gradient (after tensor_hooks) before apply (retain_grad).
   std::vector<std::function<void(const Tensor&)>> pre_hooks;
 
  private:
