@@ -57,11 +57,88 @@ TEST(Autocast, GuardNestsAndRestores) {
   EXPECT_EQ(autocast_dtype(kCPU), kBFloat16);
 }
 
-TEST(Autocast, OnlyHalfTypesAreAccepted) {
+// An enabled guard takes the 16-bit types; a disabled one any (torch.autocast(dtype=float32,
+// enabled=False)), so AutocastGuard g(amp ? kBFloat16 : kFloat32, amp) works with amp off.
+TEST(Autocast, AnEnabledGuardTakesOnlyHalfTypes) {
   expect_error([] { AutocastGuard g(kFloat32); }, "[AutocastGuard] autocast runs in bfloat16 or float16, got float32");
-  expect_error([] { AutocastGuard g(kInt64, false); }, "got int64");
   expect_error([] { AutocastGuard g(kCUDA, kFloat64); }, "got float64");
   EXPECT_FALSE(autocast_enabled());  // a failed guard leaves the mode alone
+  AutocastGuard outer(kFloat16);
+  {
+    AutocastGuard off(kFloat32, false);
+    EXPECT_FALSE(autocast_enabled());
+    EXPECT_EQ(autocast_dtype(kCPU), kFloat16);  // the dtype there was
+  }
+  EXPECT_TRUE(autocast_enabled());
+}
+
+// A guard for one device type restores that type only, as torch.autocast's exit: released out of
+// order (guards held in members), the CUDA guard's mode outlived both.
+TEST(Autocast, GuardsReleasedOutOfOrderRestoreTheirOwnType) {
+  auto cuda = std::make_unique<AutocastGuard>(kCUDA, kFloat16);
+  auto cpu = std::make_unique<AutocastGuard>(kCPU, kBFloat16);
+  cuda.reset();
+  EXPECT_FALSE(autocast_enabled(kCUDA));
+  EXPECT_TRUE(autocast_enabled(kCPU));
+  cpu.reset();
+  EXPECT_FALSE(autocast_enabled());
+  EXPECT_EQ(autocast_dtype(kCUDA), kBFloat16);
+}
+
+// number / tensor is on the float32 list (torch's reciprocal(t) * number): 1 / h of a float16 h
+// near 1e-5 is finite, as reciprocal(h) is; tensor / number keeps its dtype.
+TEST(Autocast, ANumberDividedByAHalfTensorRunsInFloat32) {
+  for (Device dev : test::devices()) {
+    const Tensor h = full({4}, 1e-5, TensorOptions(kFloat16).device(dev));
+    AutocastGuard g(kFloat16);
+    const Tensor r = 1.0 / h;
+    EXPECT_EQ(r.dtype(), kFloat32) << dev.str();
+    EXPECT_EQ(test::values(r), test::values(reciprocal(h))) << dev.str();
+    EXPECT_TRUE(std::isfinite(test::values(r)[0])) << dev.str();
+    EXPECT_EQ((h / 2.0).dtype(), kFloat16);
+  }
+}
+
+// scatter_add is on autocast's promote list: a 16-bit src into a float32 accumulator runs in
+// float32 (it was an error), each gradient in its input's dtype.
+TEST(Autocast, ScatterAddPromotes) {
+  Tensor acc = zeros({2, 3}).requires_grad_();
+  Tensor src = tensor({1.0f, 2.0f, 3.0f}).reshape({1, 3}).to(kBFloat16).detach().requires_grad_();
+  Tensor out;
+  {
+    AutocastGuard g;
+    out = scatter_add(acc, 0, tensor({1, 0, 1}).reshape({1, 3}), src);
+  }
+  EXPECT_EQ(out.dtype(), kFloat32);
+  EXPECT_EQ(test::values(out), (std::vector<double>{0, 2, 0, 1, 0, 3}));
+  out.sum().backward();
+  EXPECT_EQ(acc.grad().dtype(), kFloat32);
+  EXPECT_EQ(src.grad().dtype(), kBFloat16);
+  expect_error([&] { scatter_add(zeros({2, 3}), 0, tensor({1, 0, 1}).reshape({1, 3}), src.detach()); },
+               "[scatter_add] src has dtype bfloat16 but the tensor has float32");  // without autocast
+}
+
+// The attention path for a mask that needs a gradient (a learned bias) computes in float32 once
+// its inputs are lowered, as the fused path does: under autocast its products ran in bfloat16
+// again (an error 5x the fused path's).
+TEST(Autocast, AttentionWithALearnedBiasComputesInFloat32) {
+  manual_seed(3);
+  const Tensor q = randn({1, 2, 16, 32}) * 3, k = randn({1, 2, 16, 32}) * 3, v = randn({1, 2, 16, 32});
+  const Tensor bias = randn({16, 16});
+  Tensor fused, learned;
+  {
+    AutocastGuard g;
+    fused = scaled_dot_product_attention(q, k, v, bias);
+    learned = scaled_dot_product_attention(q, k, v, bias.clone().requires_grad_());
+  }
+  // The float32 reference on the inputs autocast rounded.
+  const auto r = [](const Tensor& t) { return t.to(kBFloat16).to(kFloat64); };
+  const Tensor want = scaled_dot_product_attention(r(q), r(k), r(v), r(bias));
+  const auto rel = [&](const Tensor& t) {
+    return (t.to(kFloat64) - want).abs().max().item<double>() / want.abs().max().item<double>();
+  };
+  EXPECT_LT(rel(learned), 4e-3);
+  EXPECT_LT(rel(fused), 4e-3);
 }
 
 // torch.autocast(device_type): a guard for one device type changes only the ops on its tensors,

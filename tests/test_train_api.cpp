@@ -60,7 +60,7 @@ class FitALine : public train::Task {
     x_ = linspace(-1, 1, 32).reshape({32, 1});
     y_ = x_ * 2.0 + 1.0;
   }
-  void probe_step() override {}
+  void probe_step() override { probe_autocast.push_back(autocast_enabled()); }
   void build(Device device) override {
     model_ = nn::Linear(1, 1);
     model_->to(device);
@@ -77,8 +77,13 @@ class FitALine : public train::Task {
     ++next_;
     return {.loss = [this, x, y] { return F::mse_loss(model_(x), y); }, .samples = 8};
   }
-  train::EvalResult evaluate() override { return {.loss = F::mse_loss(model_(x_), y_).item<double>(), .samples = 32}; }
+  train::EvalResult evaluate() override {
+    eval_autocast.push_back(autocast_enabled());
+    return {.loss = F::mse_loss(model_(x_), y_).item<double>(), .samples = 32};
+  }
   void save_metadata(std::map<std::string, std::string>& m) const override { m["epochs"] = std::to_string(options_.epochs); }
+
+  std::vector<bool> probe_autocast, eval_autocast;  // autocast_enabled() as each ran
 
  private:
   train::TrainerOptions options_;
@@ -124,6 +129,26 @@ TEST(TrainApi, AUsersOwnTaskTrainsAndResumesExactly) {
   FitALine restored{train::TrainerOptions{}};
   const train::EvalResult e = train::evaluate_checkpoint(restored, dir.file("a") + "/last.safetensors", "cpu");
   EXPECT_DOUBLE_EQ(e.loss, straight.evals.back());
+  EXPECT_EQ(restored.eval_autocast, std::vector<bool>{false});
+}
+
+// --amp covers evaluation too (as the model trained, as Hugging Face's Trainer evaluates) and the
+// device probe (it dispatches the ops the job will); a checkpoint evaluates as it trained.
+TEST(TrainApi, AmpEvaluatesUnderAutocast) {
+  TempDir dir;
+  train::TrainerOptions o;
+  o.device = "cpu";
+  o.checkpoint_dir = dir.file("amp");
+  o.amp = "bf16";
+  o.max_steps = 4;
+  FitALine task(o);
+  train::Trainer(task).fit({});
+  ASSERT_FALSE(task.eval_autocast.empty());
+  for (bool on : task.eval_autocast) EXPECT_TRUE(on);
+  FitALine restored{train::TrainerOptions{}};
+  train::evaluate_checkpoint(restored, dir.file("amp") + "/last.safetensors", "cpu");
+  EXPECT_EQ(restored.eval_autocast, std::vector<bool>{true});
+  EXPECT_FALSE(autocast_enabled());
 }
 
 }  // namespace

@@ -11,11 +11,16 @@ namespace {
 // Per thread and device type, as in PyTorch: worker threads start with autocast off.
 thread_local AutocastGuard::Mode t_mode[kNumDeviceTypes];
 
-AutocastGuard::Mode& mode(DeviceType t) { return t_mode[static_cast<int>(t)]; }
+using Mode = AutocastGuard::Mode;
+Mode& mode(DeviceType t) { return t_mode[static_cast<int>(t)]; }
 
-void check_dtype(ScalarType dtype) {
+// Only an enabled guard's dtype matters: a disabled one takes any (AutocastGuard(amp ? kBFloat16 :
+// kFloat32, amp), as torch.autocast(dtype=torch.float32, enabled=False)) and keeps the dtype there was.
+Mode set(const Mode& was, ScalarType dtype, bool enabled) {
+  if (!enabled) return {false, was.dtype};
   KILN_CHECK(dtype == kBFloat16 || dtype == kFloat16, "AutocastGuard", "autocast runs in bfloat16 or float16, got ",
              dtype);
+  return {true, dtype};
 }
 
 }  // namespace
@@ -27,17 +32,24 @@ bool autocast_enabled() {
 ScalarType autocast_dtype(DeviceType device_type) { return mode(device_type).dtype; }
 
 AutocastGuard::AutocastGuard(ScalarType dtype, bool enabled) {
-  check_dtype(dtype);
+  Mode next[kNumDeviceTypes];
+  for (int t = 0; t < kNumDeviceTypes; ++t) next[t] = set(t_mode[t], dtype, enabled);  // may throw: nothing set yet
   std::copy(std::begin(t_mode), std::end(t_mode), prev_);
-  std::fill(std::begin(t_mode), std::end(t_mode), Mode{enabled, dtype});
+  std::copy(std::begin(next), std::end(next), t_mode);
 }
 
-AutocastGuard::AutocastGuard(DeviceType device_type, ScalarType dtype, bool enabled) {
-  check_dtype(dtype);
-  std::copy(std::begin(t_mode), std::end(t_mode), prev_);
-  mode(device_type) = {enabled, dtype};
+AutocastGuard::AutocastGuard(DeviceType device_type, ScalarType dtype, bool enabled)
+    : device_type_(static_cast<int>(device_type)) {
+  const Mode next = set(mode(device_type), dtype, enabled);
+  prev_[device_type_] = mode(device_type);
+  mode(device_type) = next;
 }
 
-AutocastGuard::~AutocastGuard() { std::copy(std::begin(prev_), std::end(prev_), t_mode); }
+// A guard for one device type restores that type alone, as torch.autocast's exit: guards of two
+// types released out of order (held in members) left the other type's autocast on.
+AutocastGuard::~AutocastGuard() {
+  if (device_type_ >= 0) t_mode[device_type_] = prev_[device_type_];
+  else std::copy(std::begin(prev_), std::end(prev_), t_mode);
+}
 
 }  // namespace kiln

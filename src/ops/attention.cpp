@@ -55,6 +55,7 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
 // composed ops, whose autograd gives the mask its gradient. The S x S scores are materialised.
 Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double dropout_p,
                           bool is_causal, double scale, ScalarType compute) {
+  ops::AutocastOff off;  // the inputs are cast already: its products run in `compute`, not lowered again
   Tensor scores = matmul(q.to(compute), k.to(compute).transpose(-2, -1)) * scale + mask.to(compute);
   if (is_causal) {
     const int64_t L = q.size(-2), S = k.size(-2);

@@ -232,14 +232,23 @@ KILN_DEFINE_BINARY_OUT(mul, Mul)
 KILN_DEFINE_BINARY_OUT(div, Div)
 #undef KILN_DEFINE_BINARY_OUT
 
-#define KILN_DEFINE_BINARY(fn, op)                                                             \
+#define KILN_DEFINE_BINARY_TENSOR_FIRST(fn, op)                                                \
   Tensor fn(const Tensor& a, const Tensor& b) { return binary(Op::op, #fn, a, b); }           \
-  Tensor fn(const Tensor& a, Scalar b) { ops::check_defined(a, #fn); return binary(Op::op, #fn, a, ops::wrap_for(a, b)); } \
+  Tensor fn(const Tensor& a, Scalar b) { ops::check_defined(a, #fn); return binary(Op::op, #fn, a, ops::wrap_for(a, b)); }
+#define KILN_DEFINE_BINARY(fn, op)           \
+  KILN_DEFINE_BINARY_TENSOR_FIRST(fn, op)    \
   Tensor fn(Scalar a, const Tensor& b) { ops::check_defined(b, #fn); return binary(Op::op, #fn, ops::wrap_for(b, a), b); }
 KILN_DEFINE_BINARY(add, Add)
 KILN_DEFINE_BINARY(sub, Sub)
 KILN_DEFINE_BINARY(mul, Mul)
-KILN_DEFINE_BINARY(div, Div)
+KILN_DEFINE_BINARY_TENSOR_FIRST(div, Div)
+// number / tensor is torch's reciprocal(tensor) * number, on autocast's float32 list: 1 / h of a
+// float16 h near 1e-5 is finite (it was inf, where reciprocal(h) was not).
+Tensor div(Scalar a, const Tensor& b_in) {
+  ops::check_defined(b_in, "div");
+  const Tensor b = ops::autocast_float32(b_in);
+  return binary(Op::Div, "div", ops::wrap_for(b, a), b);
+}
 KILN_DEFINE_BINARY(maximum, Maximum)
 KILN_DEFINE_BINARY(minimum, Minimum)
 KILN_DEFINE_BINARY(add_relu, AddRelu)
@@ -252,6 +261,7 @@ KILN_DEFINE_BINARY(ge, Ge)
 KILN_DEFINE_BINARY(logical_and, LogicalAnd)
 KILN_DEFINE_BINARY(logical_or, LogicalOr)
 #undef KILN_DEFINE_BINARY
+#undef KILN_DEFINE_BINARY_TENSOR_FIRST
 
 // pow is on torch.autocast's float32 list: 16-bit operands run in float32 under autocast.
 Tensor pow(const Tensor& a, const Tensor& b) {

@@ -16,9 +16,15 @@ MixedPrecision::MixedPrecision(const std::string& mode, const char* where) : mod
 }
 
 Tensor MixedPrecision::forward(const std::function<Tensor()>& forward) const {
-  if (!dtype_) return forward();
+  Tensor loss;
+  autocast([&] { loss = forward(); });
+  return loss;
+}
+
+void MixedPrecision::autocast(const std::function<void()>& fn) const {
+  if (!dtype_) return fn();
   AutocastGuard guard(*dtype_);
-  return forward();
+  fn();
 }
 
 bool MixedPrecision::backward_and_step(const Tensor& loss, optim::Optimizer& optimizer,

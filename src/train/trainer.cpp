@@ -58,7 +58,7 @@ Trainer::Trainer(Task& task) : task_(task) {
   }
   amp_ = std::make_unique<MixedPrecision>(o.amp, where());
   task_.prepare(notes_);
-  const DeviceChoice choice = choose_device(o.device, [&] { task_.probe_step(); });
+  const DeviceChoice choice = choose_device(o.device, [&] { amp_->autocast([&] { task_.probe_step(); }); });
   device_ = choice.device;
   device_note_ = choice.note;
   const int world = distributed::world_size();
@@ -203,7 +203,8 @@ EvalResult Trainer::evaluate() {
   nn::Module& model = task_.module();
   const bool was_training = model.is_training();
   model.eval();
-  EvalResult r = task_.evaluate();
+  EvalResult r;
+  amp_->autocast([&] { r = task_.evaluate(); });
   model.train(was_training);
   if (distributed::world_size() > 1) {
     // Each process measured its share: sums over all of them, then the means again.

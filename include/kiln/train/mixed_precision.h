@@ -1,5 +1,5 @@
-// --amp for every task: autocast around the forward pass (bf16 or fp16), and for fp16 a
-// GradScaler around backward and the optimizer step, whose state goes into checkpoints.
+// --amp for every task: autocast around the forward pass (bf16 or fp16) and evaluation, and for
+// fp16 a GradScaler around backward and the optimizer step, whose state goes into checkpoints.
 #pragma once
 
 #include <functional>
@@ -22,6 +22,9 @@ class MixedPrecision {
 
   // The loss of `forward`, run under autocast when on.
   Tensor forward(const std::function<Tensor()>& forward) const;
+  // `fn` under autocast when on: evaluation runs as the model trained (as Hugging Face's
+  // Trainer evaluates), and the device probe dispatches the ops the job will.
+  void autocast(const std::function<void()>& fn) const;
   // loss.backward(), then `before_step` (gradient clipping: it sees unscaled gradients), then
   // the optimizer's step (skipped by the scaler after an inf/NaN gradient in fp16). Returns
   // whether the optimizer stepped.
