@@ -2,9 +2,10 @@
 // case named on the command line against answers it computes locally, prints "rank R: ok" on
 // success, and exits non-zero with the first difference otherwise.
 //   collectives  every collective, each dtype, odd sizes, non-contiguous inputs, async forms
-//   mismatch     different shapes, dtypes and collectives on the ranks: an error on every rank
+//   mismatch     different shapes, dtypes and collectives (and DDP models) on the ranks: an error on every rank
 //   ddp          DistributedDataParallel (SGD and AdamW, bucketed, no_sync accumulation) equals
-//                one process training on the ranks' batches together
+//                one process training on the ranks' batches together; kept gradients stay; no_sync
+//                counts at forward
 //   average      DDP's average of float32, float64 and bfloat16 gradients for any world size (the
 //                float types divided on the way into the buckets, bfloat16 after the sum)
 //   buffers      rank 0's buffers reach every rank before each forward
@@ -138,6 +139,24 @@ void collectives() {
     for (int r = 0; r < world; ++r) s += r + k;
     expect(ts[static_cast<size_t>(k)].to_vector<double>()[99] == s, "asynchronous all_reduce " + std::to_string(k));
   }
+  // Collectives on one tensor see each other's results in call order, staged ones (16-bit floats,
+  // a non-contiguous tensor: the result reaches the tensor at wait()) too: the second sum read
+  // the value from before the first (world, not world^2).
+  for (ScalarType dt : {kFloat16, kBFloat16, kFloat32})
+    for (bool strided : {false, true}) {
+      Tensor t = maybe_strided(ones({4}, dt), strided);
+      dist::Work w1 = dist::all_reduce_async(t), w2 = dist::all_reduce_async(t);
+      w1.wait();
+      w2.wait();
+      expect(t.to(kFloat64).to_vector<double>() == std::vector<double>(4, world * world),
+             what_of("two all_reduce_async in a row", dt, 4, strided));
+      Tensor u = maybe_strided(ones({3}, dt), strided);
+      dist::Work w3 = dist::all_reduce_async(u);
+      const std::vector<Tensor> parts = dist::all_gather(u);  // after the sum, as called
+      expect(parts[0].to(kFloat64).to_vector<double>() == std::vector<double>(3, world),
+             what_of("all_gather after all_reduce_async", dt, 3, strided));
+      w3.wait();
+    }
   dist::barrier();
 }
 
@@ -195,6 +214,18 @@ void mismatch() {
     waiter();
     other.join();
     expect(right == 2, "a float16 all_reduce waited for on two threads");
+  }
+  {  // different models: DDP's error on every rank, naming the first tensor that differs (it was a
+     // bare "[broadcast] the processes disagree")
+    nn::Sequential net = me == 0 ? nn::Sequential(nn::Linear(4, 4), nn::Linear(4, 2)) : nn::Sequential(nn::Linear(4, 2));
+    expect_error([&] { nn::parallel::DistributedDataParallel model(net); },
+                 "[DistributedDataParallel] every process must hold the same module", "DDP over different models");
+    if (me == 1)
+      expect_error([&] { nn::parallel::DistributedDataParallel model(net); },
+                   "tensor 0 is parameter 0.weight float32 [4, 4] on rank 0 but parameter 0.weight float32 [2, 4] on rank 1",
+                   "DDP names the tensor");
+    else
+      expect_error([&] { nn::parallel::DistributedDataParallel model(net); }, "another process's differs", "DDP on rank 0");
   }
   // After those, the group still works.
   Tensor t = ones({3});
@@ -309,6 +340,43 @@ void ddp() {
   // Tiny buckets: several buckets in flight during backward.
   ddp_matches_one_process<optim::SGD>(optim::SGDOptions{.lr = 0.1, .momentum = 0.9}, "SGD", false, 0.001);
   ddp_matches_one_process<optim::SGD>(optim::SGDOptions{.lr = 0.1, .momentum = 0.9}, "SGD", true, 0.001);
+  {  // a gradient kept from one step is not overwritten by the next (torch's default), unless the
+     // gradients are the buckets' views (gradient_as_bucket_view, which saves the copy)
+    for (const bool view : {false, true}) {
+      nn::Linear lin(2, 1, /*bias=*/false);
+      nn::parallel::DistributedDataParallel model(lin, {.gradient_as_bucket_view = view});
+      std::vector<Tensor> kept;
+      for (int s = 0; s < 2; ++s) {
+        lin->weight.set_grad(Tensor());
+        model(full({1, 2}, 10.0 * (s + 1))).sum().backward();
+        kept.push_back(lin->weight.grad());
+      }
+      expect(kept[0].to_vector<float>()[0] == (view ? 20.0f : 10.0f),
+             std::string("a gradient kept from step 0, gradient_as_bucket_view = ") + (view ? "true" : "false"));
+      expect(kept[1].to_vector<float>()[0] == 20.0f, "the gradient of step 1");
+    }
+  }
+  {  // no_sync counts where the forward ran, as torch's: a forward under it, backward outside,
+     // accumulates locally; a forward outside, backward under it, averages
+    const int world = dist::world_size(), me = dist::rank();
+    nn::Linear lin(1, 1, /*bias=*/false);
+    nn::parallel::DistributedDataParallel model(lin);
+    const double mean_rank = (world + 1) / 2.0;
+    Tensor out;
+    {
+      auto guard = model.no_sync();
+      out = model(full({1, 1}, me + 1.0));
+    }
+    out.sum().backward();
+    expect(lin->weight.grad().item<double>() == me + 1.0, "a forward under no_sync, backward outside: local");
+    lin->weight.set_grad(Tensor());
+    out = model(full({1, 1}, me + 1.0));
+    {
+      auto guard = model.no_sync();
+      out.sum().backward();
+    }
+    expect(lin->weight.grad().item<double>() == mean_rank, "a forward outside no_sync, backward under it: averaged");
+  }
   {  // a model converted after wrapping: DDP's own error, naming the parameter
     nn::Sequential net = small_net();
     nn::parallel::DistributedDataParallel model(net);

@@ -161,12 +161,18 @@ TEST(DistributedSampler, TheLoaderTakesItAndBadSettingsAreErrors) {
 
 // In a process of an MPI job, a sampler made before distributed::init() would be a world of one
 // on every process (each taking the whole data set, in the same order): an error, as torch's.
-TEST(DistributedSampler, DefaultsBeforeInitUnderAnMpiLauncherAreAnError) {
+TEST(DistributedSampler, DefaultsBeforeInitUnderAnMpiLauncherAreAnErrorAsAreCollectives) {
   ASSERT_FALSE(distributed::is_initialized());
   ScopedEnv launched("OMPI_COMM_WORLD_SIZE", "4");
   expect_error([] { data::DistributedSampler(10); }, "distributed::init() has not been called yet");
   expect_error([] { data::DistributedSampler(10, {.num_replicas = 4}); }, "call it before making the sampler");
   EXPECT_EQ(data::DistributedSampler(10, {.num_replicas = 4, .rank = 3}).size(), 3);  // explicit: fine
+  // Collectives and DDP too, as torch's "default process group has not been initialized" (each
+  // process alone, nothing averaged).
+  Tensor t = ones({2});
+  expect_error([&] { dist::all_reduce(t); }, "[all_reduce] an MPI launcher started this process but distributed::init()");
+  expect_error([&] { dist::barrier(); }, "[barrier] an MPI launcher started this process");
+  expect_error([] { nn::parallel::DistributedDataParallel ddp(nn::Linear(2, 2)); }, "[DistributedDataParallel] an MPI launcher");
 }
 
 // DistributedSampler::set_epoch decides the loader's next pass, as in PyTorch: a resumed run that

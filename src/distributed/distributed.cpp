@@ -15,6 +15,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 #include "distributed/header.h"
 #include "distributed/process_group.h"
@@ -64,6 +65,12 @@ bool launched_by_mpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
     if (std::getenv(v) != nullptr) return true;
   return false;
+}
+
+void check_initialized(const char* op) {
+  KILN_CHECK(is_initialized() || !launched_by_mpi(), op,
+             "an MPI launcher started this process but distributed::init() has not been called: call it first "
+             "(without it every process is a world of one, and nothing is averaged)");
 }
 
 }  // namespace detail
@@ -157,8 +164,13 @@ class Comm {
   // A collective after finalize(): an error, not a silent world of one (every process would be
   // rank 0 of it), as torch's after destroy_process_group.
   void check_alive(const char* op) const {
-    std::lock_guard lock(m_);
-    KILN_CHECK(!finalized_, op, "the process group has ended (finalize() was called)");
+    bool initialized = false;
+    {
+      std::lock_guard lock(m_);
+      KILN_CHECK(!finalized_, op, "the process group has ended (finalize() was called)");
+      initialized = initialized_;
+    }
+    if (!initialized) detail::check_initialized(op);
   }
 
   bool initialized() const {
@@ -174,9 +186,10 @@ class Comm {
   }
 
   // Queues: check that every process runs `h`, then `run` on the transport.
-  // `device`: the GPU whose NCCL communicator `run` uses (-1: none).
+  // `device`: the GPU whose NCCL communicator `run` uses (-1: none). `staged`: the tensor whose
+  // result `finish` copies in from a staging buffer (see settle).
   Work submit(const Header& h, std::function<void(ProcessGroup&)> run, std::function<void()> finish,
-              int device = -1) {
+              int device = -1, const Tensor* staged = nullptr) {
     auto state = std::make_shared<Work::State>();
     state->finish = std::move(finish);
     {
@@ -185,7 +198,29 @@ class Comm {
       queue_.push_back({h, std::move(run), state, device});
     }
     cv_.notify_all();
+    if (staged) {
+      std::lock_guard lock(pending_m_);
+      if (pending_.size() > 64) std::erase_if(pending_, [](const auto& e) { return e.second.expired(); });
+      pending_[staged->storage().get()] = state;
+    }
     return Work(state);
+  }
+
+  // A collective on t first waits for one queued before it whose result reaches t only when
+  // waited for (through a staging copy: 16-bit floats, a non-contiguous tensor, a GPU tensor on
+  // MPI), so collectives on a tensor see each other's results in the order they were called, as
+  // the header promises (two all_reduce_async of a float16 tensor summed the value before either:
+  // 2 processes gave 2, not 4). An earlier one that failed throws here too.
+  void settle(const Tensor& t) {
+    std::shared_ptr<Work::State> earlier;
+    {
+      std::lock_guard lock(pending_m_);
+      auto it = pending_.find(t.storage().get());
+      if (it == pending_.end()) return;
+      earlier = it->second.lock();
+      pending_.erase(it);
+    }
+    if (earlier) Work(std::move(earlier)).wait();
   }
 
   // CUDA tensors with NCCL: `run` queues the collective on the communication stream of the
@@ -193,7 +228,8 @@ class Comm {
   // wait for it (the host does not block). `keep` are the tensors NCCL reads or writes: their
   // memory is not reused before the communication stream is done with it.
   Work submit_device(const Header& h, int device, const std::vector<Tensor>& keep,
-                     std::function<void(detail::DeviceGroup&, const cuda::Stream&)> run, std::function<void()> finish) {
+                     std::function<void(detail::DeviceGroup&, const cuda::Stream&)> run, std::function<void()> finish,
+                     const Tensor* staged = nullptr) {
     cuda::Stream stream = comm_stream(device);
     auto ready = std::make_shared<cuda::Event>(device, false), done = std::make_shared<cuda::Event>(device, false);
     ready->record(cuda::current_stream(device));
@@ -210,7 +246,7 @@ class Comm {
           done->wait(cuda::current_stream(device));
           if (finish) finish();
         },
-        device);
+        device, staged);
   }
 
   [[noreturn]] void abort_job(const std::string& message) {
@@ -325,6 +361,8 @@ class Comm {
   }
 
   mutable std::mutex m_;
+  std::mutex pending_m_;
+  std::unordered_map<const void*, std::weak_ptr<Work::State>> pending_;  // by storage: see settle
   std::condition_variable cv_;
   std::deque<Task> queue_;
   std::thread thread_;
@@ -450,6 +488,7 @@ Work all_reduce_async(Tensor& t, ReduceOp op) {
   Comm& c = Comm::get();
   c.check_alive("all_reduce");
   if (c.world() == 1) return completed();
+  c.settle(t);
   if (on_nccl(t)) {
     // 16-bit floats go through a float32 copy, summed (or averaged) there and rounded once, as on
     // the MPI path: NCCL's own 16-bit reduction rounds at every step of its ring, and its average
@@ -462,7 +501,8 @@ Work all_reduce_async(Tensor& t, ReduceOp op) {
         [buf, target]() mutable {
           NoGradGuard ng;
           if (!buf.is_same(target)) target.copy_(buf);
-        });
+        },
+        buf.is_same(t) ? nullptr : &t);
   }
   const ScalarType rd = reduce_dtype(t.dtype());
   Tensor buf = host_buffer(t, rd);
@@ -482,7 +522,8 @@ Work all_reduce_async(Tensor& t, ReduceOp op) {
       [buf, target]() mutable {
         NoGradGuard ng;
         if (!buf.is_same(target)) target.copy_(buf);
-      });
+      },
+      -1, buf.is_same(t) ? nullptr : &t);
 }
 
 void all_reduce(Tensor& t, ReduceOp op) { all_reduce_async(t, op).wait(); }
@@ -493,6 +534,7 @@ Work broadcast_async(Tensor& t, int root) {
   KILN_CHECK(root >= 0 && root < c.world(), "broadcast", "root ", root, " is not a rank of this world of ", c.world());
   c.check_alive("broadcast");
   if (c.world() == 1) return completed();
+  c.settle(t);
   if (on_nccl(t)) {
     Tensor buf = t.is_contiguous() ? t : t.contiguous(), target = t;
     return c.submit_device(
@@ -503,7 +545,8 @@ Work broadcast_async(Tensor& t, int root) {
         [buf, target]() mutable {
           NoGradGuard ng;
           if (!buf.is_same(target)) target.copy_(buf);
-        });
+        },
+        buf.is_same(t) ? nullptr : &t);
   }
   Tensor buf = host_buffer(t, t.dtype());
   Tensor target = t;
@@ -513,7 +556,8 @@ Work broadcast_async(Tensor& t, int root) {
       [buf, target]() mutable {
         NoGradGuard ng;
         if (!buf.is_same(target)) target.copy_(buf);
-      });
+      },
+      -1, buf.is_same(t) ? nullptr : &t);
 }
 
 void broadcast(Tensor& t, int root) { broadcast_async(t, root).wait(); }
@@ -524,6 +568,7 @@ std::vector<Tensor> all_gather(const Tensor& t) {
   NoGradGuard ng;
   c.check_alive("all_gather");
   if (c.world() == 1) return {t.clone()};
+  c.settle(t);
   const bool gpu = on_nccl(t);
   Tensor buf = gpu ? t.contiguous() : host_buffer(t, t.dtype());
   Tensor out = empty({c.world() * t.numel()}, TensorOptions(t.dtype()).device(gpu ? t.device() : Device::cpu()));
@@ -556,6 +601,7 @@ Tensor reduce_scatter(const Tensor& input, ReduceOp op) {
   share[0] /= c.world();
   c.check_alive("reduce_scatter");
   if (c.world() == 1) return input.clone();
+  c.settle(input);
   if (on_nccl(input)) {
     // 16-bit floats through float32, rounded once (all_reduce_async says why).
     const ScalarType rd = reduce_dtype(input.dtype());

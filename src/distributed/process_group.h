@@ -74,6 +74,10 @@ std::unique_ptr<DeviceGroup> make_nccl_group(ProcessGroup& host, int device);
 
 // Whether an MPI launcher (mpirun, srun, ...) started this process, from its environment.
 bool launched_by_mpi();
+// An error naming `op` where an MPI launcher started this process but init() has not been called
+// (every process would be a world of one, its collectives doing nothing), as torch's "default
+// process group has not been initialized".
+void check_initialized(const char* op);
 // The MPI process group (MPI_Init_thread on the calling thread, which must then make every
 // call), or an error when Kiln was built without MPI.
 std::unique_ptr<ProcessGroup> make_mpi_group();

@@ -4,8 +4,11 @@
 #include "kiln/nn/parallel.h"
 
 #include <algorithm>
+#include <sstream>
+#include <utility>
 
 #include "core/tensor_util.h"
+#include "distributed/process_group.h"
 #include "kiln/autograd.h"
 #include "kiln/distributed.h"
 #include "kiln/ops.h"
@@ -33,9 +36,11 @@ struct DistributedDataParallel::State {
   std::vector<uint8_t> ready;  // per param, in this backward
   std::vector<uint8_t> used;   // per param: got a gradient since the last synchronised backward (no_sync's too)
   bool sync = true;            // false under no_sync()
+  bool graph_sync = true;      // sync as the last forward through the wrapper found it
   bool in_backward = false;    // the finishing callback is queued
   size_t next_launch = 0;      // buckets are launched in order, so every process queues them alike
   bool find_unused = false;
+  bool as_bucket_view = false;
 
   void reset_backward() {
     std::fill(ready.begin(), ready.end(), 0);
@@ -75,7 +80,7 @@ struct DistributedDataParallel::State {
 
   void on_gradient(size_t index) {
     used[index] = 1;
-    if (!sync) return;
+    if (!graph_sync) return;
     if (!in_backward) {
       in_backward = true;
       std::weak_ptr<State> self = weak_self;
@@ -89,8 +94,9 @@ struct DistributedDataParallel::State {
     launch_ready();
   }
 
-  // End of backward: every bucket reduced; each gradient becomes its slot of the bucket (the
-  // average, no copy back), valid until the next synchronised backward reuses the bucket. With
+  // End of backward: every bucket reduced; each gradient gets its slot of the bucket (the
+  // average): copied into the parameter's own .grad() or, with gradient_as_bucket_view, the slot
+  // itself (no copy), valid until the next synchronised backward reuses the bucket. With
   // find_unused_parameters, a parameter that no process used keeps its gradient as it was (none
   // after zero_grad), as in PyTorch: which ones is known from every process's used flags (one
   // small all-reduce each backward), so the optimizer skips them as it would without DDP.
@@ -127,8 +133,13 @@ struct DistributedDataParallel::State {
     const bool* any_used = any.defined() ? any.data_ptr<bool>() : nullptr;
     for (Bucket& b : buckets) {
       b.work.wait();
-      for (size_t i : b.params)
-        if (!any_used || any_used[i]) params[i].tensor.set_grad(params[i].slot);
+      for (size_t i : b.params) {
+        if (any_used && !any_used[i]) continue;
+        Param& p = params[i];
+        Tensor g = p.tensor.grad();
+        if (as_bucket_view || !g.defined()) p.tensor.set_grad(as_bucket_view ? p.slot : p.slot.clone());
+        else if (!g.is_same(p.slot)) g.copy_(p.slot);
+      }
     }
     reset_backward();
   }
@@ -137,6 +148,56 @@ struct DistributedDataParallel::State {
 };
 
 namespace {
+// Every process's parameters and buffers, names, shapes and dtypes, the same as rank 0's: a
+// 64-bit digest of them is gathered, and where one differs, rank 0's list and this process's
+// are compared, so that the error names the first tensor that differs (a broadcast of the
+// first differing shape said only "[broadcast] the processes disagree", or, with the same shapes
+// in another order, nothing at all).
+void check_same_module_everywhere(const Module& module) {
+  if (dist::world_size() == 1) return;
+  std::vector<std::string> lines;
+  for (const auto& [kind, named] : {std::pair{"parameter", module.named_parameters()}, std::pair{"buffer", module.named_buffers()}})
+    for (const auto& [name, t] : named) {
+      std::ostringstream os;
+      os << kind << " " << name << " " << t.dtype() << " " << t.shape();
+      lines.push_back(os.str());
+    }
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the lines
+  for (const std::string& l : lines)
+    for (const char c : l + "\n") h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  Tensor mine = tensor({static_cast<int64_t>(h), static_cast<int64_t>(lines.size())}, kInt64);
+  const std::vector<Tensor> all = dist::all_gather(mine);
+  const std::vector<int64_t> first = all[0].to_vector<int64_t>();
+  bool differs = false;
+  for (const Tensor& a : all) differs |= a.to_vector<int64_t>() != first;
+  if (!differs) return;
+  // Rank 0's lines (each process gathers them: the same collective everywhere), then the first
+  // line this process has otherwise.
+  std::string joined;
+  for (const std::string& l : lines) joined += l + "\n";
+  Tensor bytes = empty({static_cast<int64_t>(joined.size())}, kUInt8);
+  std::copy(joined.begin(), joined.end(), bytes.data_ptr<uint8_t>());
+  Tensor size = tensor({static_cast<int64_t>(joined.size())}, kInt64);
+  dist::broadcast(size, 0);
+  Tensor theirs = dist::rank() == 0 ? bytes : empty({size.item<int64_t>()}, kUInt8);
+  dist::broadcast(theirs, 0);
+  std::vector<std::string> rank0;
+  std::string line;
+  for (uint8_t c : theirs.to_vector<uint8_t>()) {
+    if (c == '\n') rank0.push_back(std::exchange(line, ""));
+    else line += static_cast<char>(c);
+  }
+  for (size_t i = 0; i < std::max(lines.size(), rank0.size()); ++i) {
+    const std::string a = i < rank0.size() ? rank0[i] : "nothing", b = i < lines.size() ? lines[i] : "nothing";
+    if (a != b)
+      KILN_FAIL("DistributedDataParallel", "every process must hold the same module: tensor ", i, " is ", a,
+                " on rank 0 but ", b, " on rank ", dist::rank(), " (rank 0 has ", rank0.size(), " tensors, rank ",
+                dist::rank(), " ", lines.size(), ")");
+  }
+  KILN_FAIL("DistributedDataParallel", "every process must hold the same module, but another process's differs "
+            "from rank 0's (its error names the tensor)");
+}
+
 // Rank 0's buffers to every process in one broadcast per device and dtype: flattened into one
 // tensor, broadcast, and copied back on the other processes (PyTorch's _sync_buffers coalesces
 // them too). One broadcast a buffer cost ResNet-50's 159 buffers 0.97 ms a forward under MPI on
@@ -172,9 +233,11 @@ void DistributedDataParallel::setup() {
   state_ = std::make_shared<State>();
   state_->weak_self = state_;
   state_->find_unused = options_.find_unused_parameters;
+  state_->as_bucket_view = options_.gradient_as_bucket_view;
+  dist::detail::check_initialized("DistributedDataParallel");
+  check_same_module_everywhere(*module_);
   {
-    // Every process starts from rank 0's parameters and buffers (this also checks that every
-    // process holds the same architecture: a shape or dtype that differs is an error naming it).
+    // Every process starts from rank 0's parameters and buffers.
     NoGradGuard ng;
     for (auto& [name, t] : module_->named_parameters()) dist::broadcast(t, 0);
     for (auto& [name, t] : module_->named_buffers()) dist::broadcast(t, 0);
@@ -239,6 +302,7 @@ void DistributedDataParallel::before_forward() {
     for (size_t b = 0; b < state_->next_launch; ++b) state_->buckets[b].work.wait();
     state_->reset_backward();
   }
+  state_->graph_sync = state_->sync;  // torch's require_backward_grad_sync: no_sync counts at forward
   if (dist::world_size() == 1) return;
   // The buckets were made for the parameters as they were when wrapped.
   for (const State::Param& p : state_->params) {

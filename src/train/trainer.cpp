@@ -70,7 +70,10 @@ Trainer::Trainer(Task& task) : task_(task) {
   manual_seed(o.seed);
   task_.build(device_);
   if (ckpt) resume(*ckpt, ckpt_path);
-  if (world > 1) ddp_ = std::make_unique<nn::parallel::DistributedDataParallel>(task_.module().shared_from_this());
+  // The loop keeps no gradient across steps: each .grad() may be its bucket's view (no copy).
+  if (world > 1)
+    ddp_ = std::make_unique<nn::parallel::DistributedDataParallel>(
+        task_.module().shared_from_this(), nn::parallel::DistributedDataParallelOptions{.gradient_as_bucket_view = true});
 }
 
 Trainer::~Trainer() = default;

@@ -22,6 +22,11 @@ struct DistributedDataParallelOptions {
   // processes used gets the average, the others counting as zeros.
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;  // rank 0's buffers (batch-norm statistics) before each forward
+  // false (torch's default): the average is copied into each parameter's own .grad(), which stays
+  // the tensor it was. true: each .grad() becomes a view of its bucket (no copy, less memory),
+  // overwritten by the next synchronised backward, so a gradient kept from an earlier step (a
+  // log, a running average) changes under it unless cloned.
+  bool gradient_as_bucket_view = false;
 };
 
 // Wraps a module replicated on every process of kiln::distributed:
@@ -32,6 +37,9 @@ struct DistributedDataParallelOptions {
 //    bucket); each bucket is averaged over the processes as soon as backward has produced all its
 //    gradients, on kiln::distributed's communication thread while backward goes on; when
 //    backward() returns, every parameter's .grad() holds the average over the processes.
+// Every process must hold the same architecture: a parameter or buffer that differs in name,
+// shape or dtype is an error at construction naming it, on every process.
+// In a process an MPI launcher started, distributed::init() must come first.
 // With a world of one it is the module itself. The optimizer takes module's parameters as usual.
 class DistributedDataParallel {
  public:
@@ -66,8 +74,9 @@ class DistributedDataParallel {
   Module* operator->() const { return module_.get(); }
   const DistributedDataParallelOptions& options() const { return options_; }
 
-  // While alive, backward passes only accumulate gradients locally (torch's no_sync()); the
-  // first backward after it averages everything accumulated.
+  // A forward run while alive makes its backward only accumulate gradients locally (torch's
+  // no_sync(): what counts is where the forward ran, not the backward); the first backward of a
+  // forward run after it averages everything accumulated.
   class NoSync {
    public:
     explicit NoSync(DistributedDataParallel& ddp);
