@@ -1,5 +1,6 @@
 // kiln::nn layers and containers: forward against the ops, Sequential/ModuleList, a tiny training loop.
 #include <cmath>
+#include <sstream>
 
 #include "kiln/nn.h"
 #include "test_util.h"
@@ -244,6 +245,88 @@ TEST(NnLayers, BatchNormWithoutMomentumAveragesAllBatches) {
   }
   Tensor z = scale_only(randn({3, 2, 4, 4}));
   for (double v : values(z.var({0, 2, 3}, 0))) EXPECT_NEAR(v, 4.0, 1e-3);
+}
+
+// BatchNorm1d: [N, C] and [N, C, L], statistics over all but dim 1, as torch's.
+TEST(NnLayers, BatchNorm1dNormalisesTwoAndThreeDimInputs) {
+  nn::BatchNorm1d bn(2);
+  Tensor x = tensor({{1.0f, 10.0f}, {3.0f, 30.0f}});
+  Tensor y = bn(x);
+  expect_close(y, {-1, -1, 1, 1}, {2, 2}, 1e-4, 1e-4);  // (x - mean) / sqrt(biased var + eps)
+  expect_close(bn->running_mean, {0.2, 2.0}, {2}, 1e-6, 1e-6);  // 0.1 * the batch mean
+  expect_close(bn->running_var, {1.1, 20.9}, {2}, 1e-5, 1e-5);  // 0.9 + 0.1 * the unbiased var
+  Tensor seq = arange(12, kFloat32).reshape({2, 2, 3});  // [N, C, L]: channel 0 has 0..2 and 6..8
+  Tensor z = bn(seq);
+  EXPECT_NEAR(values(z.select(1, 0).mean())[0], 0.0, 1e-5);
+  EXPECT_NEAR(values(z.select(1, 1).var({}, 0))[0], 1.0, 1e-3);
+  bn->eval();
+  expect_close(bn(x), values(batch_norm(x, bn->running_mean, bn->running_var, bn->weight, bn->bias, false, 0.1, 1e-5)),
+               {2, 2});
+  expect_error([&] { bn(zeros({2, 2, 2, 2})); }, "[BatchNorm1d] expected 2D or 3D input, got 4D input");
+  std::ostringstream os;
+  os << *bn;
+  EXPECT_EQ(os.str(), "BatchNorm1d(2, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True)");
+  std::vector<std::string> names;
+  for (auto& [n, t] : bn->state_dict()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"bias", "num_batches_tracked", "running_mean", "running_var", "weight"}));
+}
+
+TEST(NnLayers, ActivationModulesForwardTheirFunctions) {
+  Tensor x = tensor({{-2.0f, 0.5f, 3.0f}, {1.0f, -1.0f, 0.0f}});
+  EXPECT_EQ(values(nn::Tanh()(x)), values(tanh(x)));
+  EXPECT_EQ(values(nn::Sigmoid()(x)), values(sigmoid(x)));
+  EXPECT_EQ(values(nn::SiLU()(x)), values(silu(x)));
+  EXPECT_EQ(values(nn::Softmax(1)(x)), values(softmax(x, 1)));
+  EXPECT_EQ(values(nn::LogSoftmax(0)(x)), values(log_softmax(x, 0)));
+  nn::Sequential net(nn::Linear(3, 4), nn::Tanh(), nn::Linear(4, 2), nn::LogSoftmax(1));
+  std::ostringstream os;
+  os << *net;
+  EXPECT_NE(os.str().find("(1): Tanh()"), std::string::npos) << os.str();
+  EXPECT_NE(os.str().find("(3): LogSoftmax(dim=1)"), std::string::npos) << os.str();
+  EXPECT_EQ(net(x).shape(), (Shape{2, 2}));
+}
+
+// The loss modules call their functions with the options kept; a class weight is a buffer that
+// to() moves with the module, as torch's.
+TEST(NnLayers, LossModulesKeepTheirOptions) {
+  Tensor logits = tensor({{2.0f, 0.5f, -1.0f}, {0.1f, 0.2f, 3.0f}, {1.0f, 1.0f, 1.0f}});
+  Tensor labels = tensor({0, 2, -100}, kInt64);
+  Tensor w = tensor({1.0f, 2.0f, 0.5f});
+  nn::CrossEntropyLoss ce(nn::CrossEntropyLossOptions{.weight = w, .label_smoothing = 0.1});
+  EXPECT_EQ(values(ce(logits, labels)),
+            values(F::cross_entropy(logits, labels, {.weight = w, .label_smoothing = 0.1})));
+  EXPECT_EQ(values(nn::CrossEntropyLoss()(logits, labels)), values(F::cross_entropy(logits, labels)));
+  ASSERT_EQ(ce->named_buffers().size(), 1u);
+  EXPECT_EQ(ce->named_buffers()[0].first, "weight");
+  ce->to(kFloat64);
+  EXPECT_EQ(ce->options.weight.dtype(), kFloat64);
+  EXPECT_EQ(ce(logits.to(kFloat64), labels).dtype(), kFloat64);
+  nn::NLLLoss nll(nn::NLLLossOptions{.reduction = Reduction::Sum});
+  EXPECT_EQ(values(nll(log_softmax(logits, 1), labels)),
+            values(F::nll_loss(log_softmax(logits, 1), labels, {.reduction = Reduction::Sum})));
+  EXPECT_EQ(values(nn::MSELoss()(logits, zeros({3, 3}))), values(F::mse_loss(logits, zeros({3, 3}))));
+  expect_error([] { nn::CrossEntropyLoss(nn::CrossEntropyLossOptions{.label_smoothing = 1.5}); },
+               "[CrossEntropyLoss] label_smoothing must be in [0, 1], got 1.5");
+}
+
+// ModuleDict: children under their keys, in the order inserted; a key inserted again replaces its
+// module in place, as torch's dict[key] = m.
+TEST(NnLayers, ModuleDictRegistersItsModulesUnderTheirKeys) {
+  nn::ModuleDict heads(std::vector<nn::ModuleDictImpl::Item>{{"cls", nn::Linear(4, 2).ptr()}, {"reg", nn::Linear(4, 1).ptr()}});
+  heads->insert("act", nn::ReLU());
+  EXPECT_EQ(heads->keys(), (std::vector<std::string>{"cls", "reg", "act"}));
+  EXPECT_TRUE(heads->contains("reg"));
+  EXPECT_FALSE(heads->contains("nope"));
+  EXPECT_EQ(heads->ptr<nn::LinearImpl>("reg")->out_features, 1);
+  heads->insert("cls", nn::Linear(4, 5));
+  EXPECT_EQ(heads->keys(), (std::vector<std::string>{"cls", "reg", "act"}));
+  EXPECT_EQ(heads->ptr<nn::LinearImpl>("cls")->out_features, 5);
+  std::vector<std::string> names;
+  for (auto& [n, p] : heads->named_parameters()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"cls.weight", "cls.bias", "reg.weight", "reg.bias"}));
+  EXPECT_EQ(heads->ptr<nn::LinearImpl>("cls")->weight.size(0), 5);
+  expect_error([&] { (void)heads["nope"]; }, "[ModuleDict] no module \"nope\"");
+  expect_error([&] { heads->ptr<nn::LinearImpl>("act"); }, "[ModuleDict::ptr] module \"act\" is a ReLU");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "kiln/nn/functional.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn/linear.h"
+#include "kiln/nn/loss.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/normalization.h"
 #include "kiln/nn/parallel.h"

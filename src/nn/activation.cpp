@@ -1,4 +1,4 @@
-// ReLU, GELU and Dropout modules: forward and printing.
+// The activation modules and Dropout: forward and printing.
 #include "kiln/nn/activation.h"
 
 #include "kiln/ops.h"
@@ -18,6 +18,18 @@ GELUImpl::GELUImpl(GELUOptions options) : options(std::move(options)) {
 Tensor GELUImpl::forward(const Tensor& x) { return kiln::gelu(x, options.approximate); }
 
 void GELUImpl::pretty_print(std::ostream& os) const { os << "GELU(approximate='" << options.approximate << "')"; }
+
+Tensor TanhImpl::forward(const Tensor& x) { return kiln::tanh(x); }
+void TanhImpl::pretty_print(std::ostream& os) const { os << "Tanh()"; }
+Tensor SigmoidImpl::forward(const Tensor& x) { return kiln::sigmoid(x); }
+void SigmoidImpl::pretty_print(std::ostream& os) const { os << "Sigmoid()"; }
+Tensor SiLUImpl::forward(const Tensor& x) { return kiln::silu(x); }
+void SiLUImpl::pretty_print(std::ostream& os) const { os << "SiLU()"; }
+
+Tensor SoftmaxImpl::forward(const Tensor& x) { return kiln::softmax(x, dim); }
+void SoftmaxImpl::pretty_print(std::ostream& os) const { os << "Softmax(dim=" << dim << ")"; }
+Tensor LogSoftmaxImpl::forward(const Tensor& x) { return kiln::log_softmax(x, dim); }
+void LogSoftmaxImpl::pretty_print(std::ostream& os) const { os << "LogSoftmax(dim=" << dim << ")"; }
 
 DropoutImpl::DropoutImpl(double p) : p(p) {
   KILN_CHECK(p >= 0.0 && p <= 1.0, "Dropout", "probability must be in [0, 1], got ", p);

@@ -1,4 +1,5 @@
-// BatchNorm2d: parameters, running statistics and the train/eval behaviour of PyTorch's module.
+// BatchNorm1d and BatchNorm2d: parameters, running statistics and the train/eval behaviour of
+// PyTorch's modules.
 #include "kiln/nn/batchnorm.h"
 
 #include "kiln/autograd.h"
@@ -8,9 +9,10 @@
 
 namespace kiln::nn {
 
-BatchNorm2dImpl::BatchNorm2dImpl(int64_t num_features, BatchNormOptions options)
-    : num_features(num_features), options(options) {
-  KILN_CHECK(num_features > 0, "BatchNorm2d", "num_features must be positive, got ", num_features);
+BatchNormImplBase::BatchNormImplBase(int64_t num_features, BatchNormOptions options, const char* name, int64_t min_dim,
+                                     int64_t max_dim)
+    : num_features(num_features), options(options), name_(name), min_dim_(min_dim), max_dim_(max_dim) {
+  KILN_CHECK(num_features > 0, name, "num_features must be positive, got ", num_features);
   if (options.affine) {
     weight = register_parameter("weight", empty({num_features}));
     if (options.bias) bias = register_parameter("bias", empty({num_features}));
@@ -23,14 +25,14 @@ BatchNorm2dImpl::BatchNorm2dImpl(int64_t num_features, BatchNormOptions options)
   reset_parameters();
 }
 
-void BatchNorm2dImpl::reset_running_stats() {
+void BatchNormImplBase::reset_running_stats() {
   if (!options.track_running_stats) return;
   init::zeros_(running_mean);
   init::ones_(running_var);
   init::zeros_(num_batches_tracked);
 }
 
-void BatchNorm2dImpl::reset_parameters() {
+void BatchNormImplBase::reset_parameters() {
   reset_running_stats();
   if (options.affine) {
     init::ones_(weight);
@@ -38,13 +40,12 @@ void BatchNorm2dImpl::reset_parameters() {
   }
 }
 
-Tensor BatchNorm2dImpl::forward(const Tensor& x) { return run(x, false); }
+Tensor BatchNormImplBase::forward(const Tensor& x) { return run(x, false); }
 
-Tensor BatchNorm2dImpl::forward_relu(const Tensor& x) { return run(x, true); }
-
-Tensor BatchNorm2dImpl::run(const Tensor& x, bool relu) {
-  KILN_CHECK(x.defined() && x.dim() == 4, "BatchNorm2d", "expected 4D input, got ", x.defined() ? x.dim() : 0,
-             "D input");
+Tensor BatchNormImplBase::run(const Tensor& x, bool relu) {
+  const int64_t rank = x.defined() ? x.dim() : 0;
+  KILN_CHECK(rank >= min_dim_ && rank <= max_dim_, name_, "expected ", min_dim_,
+             min_dim_ == max_dim_ ? "D" : "D or " + std::to_string(max_dim_) + "D", " input, got ", rank, "D input");
   double momentum = options.momentum.value_or(0.0);
   // options.track_running_stats is read here, at call time, as PyTorch reads the attribute:
   // turned off after construction, training updates no buffers.
@@ -66,8 +67,8 @@ Tensor BatchNorm2dImpl::run(const Tensor& x, bool relu) {
                                                            momentum, options.eps);
 }
 
-void BatchNorm2dImpl::pretty_print(std::ostream& os) const {
-  os << "BatchNorm2d(" << num_features << ", eps=" << detail::python_float(options.eps) << ", momentum=";
+void BatchNormImplBase::pretty_print(std::ostream& os) const {
+  os << name_ << "(" << num_features << ", eps=" << detail::python_float(options.eps) << ", momentum=";
   if (options.momentum) {
     os << detail::python_float(*options.momentum);
   } else {

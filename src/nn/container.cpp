@@ -1,6 +1,7 @@
-// Sequential and ModuleList: registration under "0", "1", ... and Sequential's forward.
+// Sequential, ModuleList and ModuleDict: registration of their children and Sequential's forward.
 #include "kiln/nn/container.h"
 
+#include <algorithm>
 #include <typeinfo>
 
 #include "kiln/nn/activation.h"
@@ -49,6 +50,38 @@ void ModuleListImpl::push_back(std::shared_ptr<Module> module) {
   KILN_CHECK(module != nullptr, "ModuleList::push_back", "the module is empty");
   register_module(std::to_string(modules_.size()), module);
   modules_.push_back(std::move(module));
+}
+
+ModuleDictImpl::ModuleDictImpl(const std::vector<Item>& modules) {
+  for (const auto& [key, module] : modules) insert(key, module);
+}
+
+void ModuleDictImpl::insert(const std::string& key, std::shared_ptr<Module> module) {
+  KILN_CHECK(module != nullptr, "ModuleDict::insert", "the module for \"", key, "\" is empty");
+  auto it = std::find_if(items_.begin(), items_.end(), [&](const Item& i) { return i.first == key; });
+  if (it == items_.end()) {
+    register_module(key, module);
+    items_.emplace_back(key, std::move(module));
+  } else {
+    replace_module(key, module);
+    it->second = std::move(module);
+  }
+}
+
+bool ModuleDictImpl::contains(const std::string& key) const {
+  return std::any_of(items_.begin(), items_.end(), [&](const Item& i) { return i.first == key; });
+}
+
+const std::shared_ptr<Module>& ModuleDictImpl::operator[](const std::string& key) const {
+  auto it = std::find_if(items_.begin(), items_.end(), [&](const Item& i) { return i.first == key; });
+  KILN_CHECK(it != items_.end(), "ModuleDict", "no module \"", key, "\"; it has ", keys().size(), " keys");
+  return it->second;
+}
+
+std::vector<std::string> ModuleDictImpl::keys() const {
+  std::vector<std::string> out;
+  for (const Item& i : items_) out.push_back(i.first);
+  return out;
 }
 
 const std::shared_ptr<Module>& ModuleListImpl::operator[](size_t index) const {

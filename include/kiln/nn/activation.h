@@ -1,4 +1,4 @@
-// ReLU, GELU and Dropout modules (torch::nn::ReLU, GELU, Dropout).
+// Activation modules (torch::nn::ReLU, GELU, Tanh, Sigmoid, SiLU, Softmax, LogSoftmax) and Dropout.
 #pragma once
 
 #include <string>
@@ -36,6 +36,40 @@ class GELU : public ModuleHolder<GELUImpl> {
   using ModuleHolder<GELUImpl>::ModuleHolder;
   GELU(GELUOptions options) : ModuleHolder(std::make_shared<GELUImpl>(std::move(options))) {}
 };
+
+// Elementwise functions without options: Tanh(), Sigmoid(), SiLU() (x * sigmoid(x)).
+#define KILN_ELEMENTWISE_MODULE(Name)                \
+  class Name##Impl : public Module {                  \
+   public:                                            \
+    Tensor forward(const Tensor& x);                  \
+    void pretty_print(std::ostream& os) const override; \
+  };                                                  \
+  KILN_MODULE(Name)
+KILN_ELEMENTWISE_MODULE(Tanh);
+KILN_ELEMENTWISE_MODULE(Sigmoid);
+KILN_ELEMENTWISE_MODULE(SiLU);
+#undef KILN_ELEMENTWISE_MODULE
+
+// softmax (log_softmax) along `dim`, as torch::nn::Softmax(dim) and LogSoftmax(dim).
+class SoftmaxImpl : public Module {
+ public:
+  explicit SoftmaxImpl(int64_t dim) : dim(dim) {}
+  Tensor forward(const Tensor& x);
+  void pretty_print(std::ostream& os) const override;
+
+  int64_t dim;
+};
+KILN_MODULE(Softmax);
+
+class LogSoftmaxImpl : public Module {
+ public:
+  explicit LogSoftmaxImpl(int64_t dim) : dim(dim) {}
+  Tensor forward(const Tensor& x);
+  void pretty_print(std::ostream& os) const override;
+
+  int64_t dim;
+};
+KILN_MODULE(LogSoftmax);
 
 // Zeroes elements with probability p in training mode; the identity in eval mode.
 class DropoutImpl : public Module {

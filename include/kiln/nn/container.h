@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kiln/nn/pimpl.h"
@@ -144,5 +145,39 @@ class ModuleListImpl : public Module {
   std::vector<std::shared_ptr<Module>> modules_;
 };
 KILN_MODULE(ModuleList);
+
+// Holds modules under names, in the order inserted, as registered children of those names; no
+// forward (torch::nn::ModuleDict).
+class ModuleDictImpl : public Module {
+ public:
+  using Item = std::pair<std::string, std::shared_ptr<Module>>;
+  ModuleDictImpl() = default;
+  explicit ModuleDictImpl(const std::vector<Item>& modules);
+
+  // Adds `module` under `key`, or replaces the one there in its place (torch's dict[key] = m).
+  void insert(const std::string& key, std::shared_ptr<Module> module);
+  template <class Holder>
+    requires requires(const Holder& h) { h.ptr(); typename Holder::ContainedType; }
+  void insert(const std::string& key, const Holder& holder) {
+    insert(key, std::shared_ptr<Module>(holder.ptr()));
+  }
+  bool contains(const std::string& key) const;
+  const std::shared_ptr<Module>& operator[](const std::string& key) const;
+  template <class T>
+  std::shared_ptr<T> ptr(const std::string& key) const {
+    auto p = std::dynamic_pointer_cast<T>((*this)[key]);
+    KILN_CHECK(p != nullptr, "ModuleDict::ptr", "module \"", key, "\" is a ", (*this)[key]->name());
+    return p;
+  }
+  std::vector<std::string> keys() const;
+  size_t size() const { return items_.size(); }
+  bool is_empty() const { return items_.empty(); }
+  auto begin() const { return items_.begin(); }
+  auto end() const { return items_.end(); }
+
+ private:
+  std::vector<Item> items_;
+};
+KILN_MODULE(ModuleDict);
 
 }  // namespace kiln::nn

@@ -1,0 +1,37 @@
+// The loss modules: each keeps its options (a class weight as a buffer) and calls its function.
+#include "kiln/nn/loss.h"
+
+#include <utility>
+
+
+namespace kiln::nn {
+
+CrossEntropyLossImpl::CrossEntropyLossImpl(CrossEntropyLossOptions options) : options(std::move(options)) {
+  KILN_CHECK(this->options.label_smoothing >= 0 && this->options.label_smoothing <= 1, "CrossEntropyLoss",
+             "label_smoothing must be in [0, 1], got ", this->options.label_smoothing);
+  if (this->options.weight.defined()) this->options.weight = register_buffer("weight", this->options.weight);
+}
+
+Tensor CrossEntropyLossImpl::forward(const Tensor& input, const Tensor& target) {
+  return functional::cross_entropy(input, target, options);
+}
+
+void CrossEntropyLossImpl::pretty_print(std::ostream& os) const { os << "CrossEntropyLoss()"; }
+
+NLLLossImpl::NLLLossImpl(NLLLossOptions options) : options(std::move(options)) {
+  if (this->options.weight.defined()) this->options.weight = register_buffer("weight", this->options.weight);
+}
+
+Tensor NLLLossImpl::forward(const Tensor& input, const Tensor& target) {
+  return functional::nll_loss(input, target, options);
+}
+
+void NLLLossImpl::pretty_print(std::ostream& os) const { os << "NLLLoss()"; }
+
+Tensor MSELossImpl::forward(const Tensor& input, const Tensor& target) {
+  return functional::mse_loss(input, target, options);
+}
+
+void MSELossImpl::pretty_print(std::ostream& os) const { os << "MSELoss()"; }
+
+}  // namespace kiln::nn
