@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <numeric>
 #include <set>
 
 #include "kiln/data/dataloader.h"
@@ -273,6 +274,58 @@ TEST(DataLoader, ASampleVisitedTwiceIsAugmentedAnew) {
     DataLoader once(augmented, {.batch_size = 1, .seed = 5, .sampler = std::make_shared<FixedSampler>(std::vector<int64_t>{0})});
     EXPECT_EQ(values((*once.begin()).data), crops[0]);
   }
+}
+
+// RandomSampler, WeightedRandomSampler and SubsetRandomSampler, as torch's: what each epoch draws,
+// from (seed, epoch) alone.
+TEST(DataLoader, RandomSamplers) {
+  auto sorted = [](std::vector<int64_t> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  std::vector<int64_t> all(10);
+  std::iota(all.begin(), all.end(), int64_t{0});
+  data::RandomSampler perm(10, {.seed = 1});
+  EXPECT_EQ(sorted(perm.indices(0)), all);
+  EXPECT_NE(perm.indices(0), perm.indices(1));
+  EXPECT_EQ(perm.indices(3), data::RandomSampler(10, {.seed = 1}).indices(3));
+  EXPECT_NE(perm.indices(0), data::RandomSampler(10, {.seed = 2}).indices(0));
+  // More samples than the data set without replacement: whole permutations one after another.
+  const std::vector<int64_t> long_epoch = data::RandomSampler(4, {.num_samples = 10, .seed = 3}).indices(0);
+  ASSERT_EQ(long_epoch.size(), 10u);
+  EXPECT_EQ(sorted({long_epoch.begin(), long_epoch.begin() + 4}), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(sorted({long_epoch.begin() + 4, long_epoch.begin() + 8}), (std::vector<int64_t>{0, 1, 2, 3}));
+  const std::vector<int64_t> drawn = data::RandomSampler(3, {.replacement = true, .num_samples = 3000, .seed = 4}).indices(0);
+  for (int64_t k = 0; k < 3; ++k) EXPECT_NEAR(std::count(drawn.begin(), drawn.end(), k), 1000, 120) << k;
+
+  // Weighted: in proportion to the weights, never a zero weight's index.
+  data::WeightedRandomSampler weighted({0.0, 1.0, 3.0}, 20000, true, 5);
+  const std::vector<int64_t> w = weighted.indices(0);
+  EXPECT_EQ(std::count(w.begin(), w.end(), 0), 0);
+  EXPECT_NEAR(static_cast<double>(std::count(w.begin(), w.end(), 2)) / 20000, 0.75, 0.015);
+  // Without replacement: distinct, nonzero weights only, the heavy ones first more often.
+  int heavy_first = 0;
+  for (uint64_t e = 0; e < 400; ++e) {
+    const std::vector<int64_t> once = data::WeightedRandomSampler({1.0, 0.0, 9.0, 1.0}, 3, false, 6).indices(e);
+    EXPECT_EQ(sorted(once), (std::vector<int64_t>{0, 2, 3})) << e;
+    heavy_first += once[0] == 2;
+  }
+  EXPECT_NEAR(heavy_first / 400.0, 9.0 / 11, 0.06);
+  expect_error([] { data::WeightedRandomSampler({1.0, 0.0}, 2, false); }, "cannot draw 2 samples without replacement from 1 nonzero weights");
+  expect_error([] { data::WeightedRandomSampler({1.0, -1.0}, 2); }, "[WeightedRandomSampler] weight 1 is -1");
+  expect_error([] { data::WeightedRandomSampler({0.0, 0.0}, 2); }, "the weights sum to 0");
+
+  // A subset in a random order each epoch.
+  data::SubsetRandomSampler subset({7, 3, 9, 1}, 8);
+  EXPECT_EQ(sorted(subset.indices(0)), (std::vector<int64_t>{1, 3, 7, 9}));
+  EXPECT_NE(subset.indices(0), subset.indices(1));
+
+  // In a loader: the sampler's indices, batched.
+  auto ds = std::make_shared<CountingDataset>(10);
+  auto sampler = std::make_shared<data::WeightedRandomSampler>(std::vector<double>(10, 1.0), 12, true, 9);
+  DataLoader loader(ds, {.batch_size = 5, .sampler = sampler});
+  EXPECT_EQ(loader.size(), 3);
+  EXPECT_EQ(targets_of(loader), sampler->indices(0));
 }
 
 // Without a seed the loader draws one from kiln's global generator: manual_seed decides the order.

@@ -1,6 +1,9 @@
-// The seeded shuffle every loader and sampler uses, and DistributedSampler's shares.
+// The seeded shuffle every loader and sampler uses, the random samplers, and DistributedSampler's
+// shares.
 #include "kiln/data/sampler.h"
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "core/philox.h"
@@ -8,6 +11,7 @@
 #include "kiln/data/dataset.h"
 #include "kiln/distributed.h"
 #include "kiln/error.h"
+#include "kiln/random.h"
 
 namespace kiln::data {
 
@@ -23,6 +27,123 @@ std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed, uint64_t epoch) 
     std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
   }
   return order;
+}
+
+namespace {
+
+// The random samplers' numbers: 64-bit word i of the Philox stream keyed by (seed, epoch), apart
+// from the shuffle's and the samples' streams.
+class EpochStream {
+ public:
+  EpochStream(uint64_t seed, uint64_t epoch)
+      : key_(detail::epoch_keys(seed ^ 0x73616D706C657273ull /* "samplers" */, epoch).shuffle) {}
+  uint64_t next() {
+    const philox::U32x4 r = philox::philox(key_, i_ / 2);
+    return i_++ % 2 ? (uint64_t{r.v[2]} << 32) | r.v[3] : (uint64_t{r.v[0]} << 32) | r.v[1];
+  }
+  int64_t below(int64_t n) {  // [0, n), 64-bit multiply-shift
+    return static_cast<int64_t>((static_cast<unsigned __int128>(next()) * static_cast<uint64_t>(n)) >> 64);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+
+ private:
+  uint64_t key_;
+  uint64_t i_ = 0;
+};
+
+uint64_t seed_or_draw(std::optional<uint64_t> seed) {
+  if (seed) return *seed;
+  const GeneratorState s = kiln::detail::reserve_counters(1);
+  const philox::U32x4 r = philox::philox(s.seed, s.offset);
+  return (uint64_t{r.v[0]} << 32) | r.v[1];
+}
+
+// Fisher-Yates over v with the stream's numbers.
+void shuffle(std::vector<int64_t>& v, EpochStream& s) {
+  for (int64_t i = static_cast<int64_t>(v.size()) - 1; i > 0; --i)
+    std::swap(v[static_cast<size_t>(i)], v[static_cast<size_t>(s.below(i + 1))]);
+}
+
+}  // namespace
+
+RandomSampler::RandomSampler(int64_t dataset_size, RandomSamplerOptions options)
+    : n_(dataset_size), num_samples_(options.num_samples.value_or(dataset_size)), replacement_(options.replacement),
+      seed_(seed_or_draw(options.seed)) {
+  KILN_CHECK(n_ >= 0, "RandomSampler", "the data set size must be >= 0, got ", n_);
+  KILN_CHECK(num_samples_ >= 0, "RandomSampler", "num_samples must be >= 0, got ", num_samples_);
+  KILN_CHECK(n_ > 0 || num_samples_ == 0, "RandomSampler", "cannot draw ", num_samples_, " samples from an empty data set");
+}
+
+std::vector<int64_t> RandomSampler::indices(uint64_t epoch) const {
+  EpochStream s(seed_, epoch);
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(num_samples_));
+  if (replacement_) {
+    for (int64_t i = 0; i < num_samples_; ++i) out.push_back(s.below(n_));
+    return out;
+  }
+  while (static_cast<int64_t>(out.size()) < num_samples_) {  // whole permutations, the last cut short
+    std::vector<int64_t> perm(static_cast<size_t>(n_));
+    std::iota(perm.begin(), perm.end(), int64_t{0});
+    shuffle(perm, s);
+    const size_t take = std::min(perm.size(), static_cast<size_t>(num_samples_) - out.size());
+    out.insert(out.end(), perm.begin(), perm.begin() + static_cast<std::ptrdiff_t>(take));
+  }
+  return out;
+}
+
+WeightedRandomSampler::WeightedRandomSampler(std::vector<double> weights, int64_t num_samples, bool replacement,
+                                             std::optional<uint64_t> seed)
+    : weights_(std::move(weights)), num_samples_(num_samples), replacement_(replacement), seed_(seed_or_draw(seed)) {
+  const char* op = "WeightedRandomSampler";
+  KILN_CHECK(num_samples_ >= 0, op, "num_samples must be >= 0, got ", num_samples_);
+  double total = 0;
+  int64_t nonzero = 0;
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    KILN_CHECK(std::isfinite(weights_[i]) && weights_[i] >= 0, op, "weight ", i, " is ", weights_[i],
+               "; weights must be finite and >= 0");
+    total += weights_[i];
+    if (weights_[i] > 0) ++nonzero, last_positive_ = static_cast<int64_t>(i);
+    cumulative_.push_back(total);
+  }
+  KILN_CHECK(num_samples_ == 0 || total > 0, op, "the weights sum to 0: nothing can be drawn");
+  KILN_CHECK(replacement_ || num_samples_ <= nonzero, op, "cannot draw ", num_samples_,
+             " samples without replacement from ", nonzero, " nonzero weights");
+}
+
+std::vector<int64_t> WeightedRandomSampler::indices(uint64_t epoch) const {
+  EpochStream s(seed_, epoch);
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(num_samples_));
+  if (replacement_) {  // the first index whose running sum passes u * total
+    const double total = cumulative_.empty() ? 0 : cumulative_.back();
+    for (int64_t i = 0; i < num_samples_; ++i) {
+      // A zero weight's index is never picked: its running sum equals the one before it.
+      const auto k = std::upper_bound(cumulative_.begin(), cumulative_.end(), s.uniform() * total) - cumulative_.begin();
+      out.push_back(k < static_cast<std::ptrdiff_t>(cumulative_.size()) ? k : last_positive_);  // past: rounding
+    }
+    return out;
+  }
+  // Without replacement: the num_samples largest keys log(u) / w (Efraimidis and Spirakis), which
+  // draws as picking one by one in proportion to the weights left.
+  std::vector<std::pair<double, int64_t>> keys;
+  for (size_t i = 0; i < weights_.size(); ++i)
+    if (weights_[i] > 0) keys.emplace_back(std::log(1.0 - s.uniform()) / weights_[i], static_cast<int64_t>(i));
+  std::partial_sort(keys.begin(), keys.begin() + num_samples_, keys.end(), std::greater<>());
+  for (int64_t i = 0; i < num_samples_; ++i) out.push_back(keys[static_cast<size_t>(i)].second);
+  return out;
+}
+
+SubsetRandomSampler::SubsetRandomSampler(std::vector<int64_t> indices, std::optional<uint64_t> seed)
+    : indices_(std::move(indices)), seed_(seed_or_draw(seed)) {
+  for (int64_t i : indices_) KILN_CHECK(i >= 0, "SubsetRandomSampler", "index ", i, " is negative");
+}
+
+std::vector<int64_t> SubsetRandomSampler::indices(uint64_t epoch) const {
+  EpochStream s(seed_, epoch);
+  std::vector<int64_t> out = indices_;
+  shuffle(out, s);
+  return out;
 }
 
 DistributedSampler::DistributedSampler(int64_t dataset_size, DistributedSamplerOptions options)

@@ -1,5 +1,6 @@
-// Samplers: which dataset indices an epoch visits and in what order (torch.utils.data.Sampler),
-// and DistributedSampler, each process's share of a data set (torch.utils.data.DistributedSampler).
+// Samplers: which dataset indices an epoch visits and in what order (torch.utils.data.Sampler):
+// RandomSampler, WeightedRandomSampler, SubsetRandomSampler, and DistributedSampler, each
+// process's share of a data set (torch.utils.data.DistributedSampler).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,63 @@ class Sampler {
   // The epoch the user chose for the next pass (DistributedSampler::set_epoch), which a DataLoader
   // then runs, as PyTorch's loader does; none (the loader runs its own epoch) until one is chosen.
   virtual std::optional<uint64_t> chosen_epoch() const { return std::nullopt; }
+};
+
+// The random samplers draw from (seed, epoch) alone, so an epoch's indices are the same on every
+// machine and after a resume. seed unset: drawn from kiln's global generator when the sampler is
+// made (manual_seed decides it), as the DataLoader's.
+struct RandomSamplerOptions {
+  bool replacement = false;
+  // How many indices an epoch has (unset: the data set's size). Without replacement, more than
+  // the size gives whole permutations one after another, as torch's.
+  std::optional<int64_t> num_samples = std::nullopt;
+  std::optional<uint64_t> seed = std::nullopt;
+};
+
+// Every index in a random order each epoch, or num_samples drawn uniformly with replacement
+// (torch.utils.data.RandomSampler).
+class RandomSampler : public Sampler {
+ public:
+  explicit RandomSampler(int64_t dataset_size, RandomSamplerOptions options = {});
+  std::vector<int64_t> indices(uint64_t epoch) const override;
+  int64_t size() const override { return num_samples_; }
+
+ private:
+  int64_t n_, num_samples_;
+  bool replacement_;
+  uint64_t seed_;
+};
+
+// num_samples indices drawn with probability proportional to their weight (class balancing),
+// with replacement by default (torch.utils.data.WeightedRandomSampler); without replacement,
+// num_samples at most the number of nonzero weights. Weights must be finite and >= 0, not all 0.
+class WeightedRandomSampler : public Sampler {
+ public:
+  WeightedRandomSampler(std::vector<double> weights, int64_t num_samples, bool replacement = true,
+                        std::optional<uint64_t> seed = std::nullopt);
+  std::vector<int64_t> indices(uint64_t epoch) const override;
+  int64_t size() const override { return num_samples_; }
+
+ private:
+  std::vector<double> cumulative_;  // running sums of the weights
+  std::vector<double> weights_;
+  int64_t last_positive_ = 0;  // the last index with a weight above 0
+  int64_t num_samples_;
+  bool replacement_;
+  uint64_t seed_;
+};
+
+// The given indices in a random order each epoch (torch.utils.data.SubsetRandomSampler): a
+// train/validation split of one data set.
+class SubsetRandomSampler : public Sampler {
+ public:
+  explicit SubsetRandomSampler(std::vector<int64_t> indices, std::optional<uint64_t> seed = std::nullopt);
+  std::vector<int64_t> indices(uint64_t epoch) const override;
+  int64_t size() const override { return static_cast<int64_t>(indices_.size()); }
+
+ private:
+  std::vector<int64_t> indices_;
+  uint64_t seed_;
 };
 
 // Fields in torch.utils.data.DistributedSampler's order. num_replicas and rank default (-1) to
