@@ -50,6 +50,9 @@ check "empty.txt" train --model bert-tiny --data "$tmp/empty.txt"
 check "binary" train --model bert-tiny --data "$tmp/binary.txt"
 check "missing.txt" train --model bert-tiny --data "$tmp/one.txt" --vocab "$tmp/missing.txt"
 check "[UNK]" train --model bert-tiny --data "$tmp/one.txt" --vocab "$tmp/vocab.txt"
+check "--vocab-size goes without --vocab" train --model bert-tiny --data "$tmp/one.txt" --vocab "$tmp/vocab.txt" --vocab-size 100
+check "no command given"
+check "not a safetensors file" eval --checkpoint "$tmp/vocab.txt"
 check "--seq-len 600" train --model bert-tiny --seq-len 600
 check "unknown BERT preset" train --model bert-huge
 check "is a flag of the BERT trainer" train --seq-len 64
@@ -144,4 +147,12 @@ out=$("$kiln" train --model bert-tiny --data "$tmp/corpus.txt" --resume --checkp
 if [[ $? -ne 0 || "$out" != *"resumed at epoch 1 step 1"* || "$out" != *"lr 0.001,"* ]]; then
   echo "FAIL: resuming the --max-steps checkpoint: $out"; fail=1
 fi
+# Another corpus on --resume is refused (its schedule and batches would change under the run), and
+# the checkpoint keeps the corpus's absolute path: kiln eval finds it from another directory.
+for i in $(seq 1 900); do echo "another document $i: a slow red fox $i naps under the busy cat"; done >"$tmp/other.txt"
+check "the checkpoint was written for" train --resume --checkpoint-dir "$tmp/mlm" --data "$tmp/other.txt" --max-steps 3
+(cd "$tmp" && "$kiln" train --model bert-tiny --data corpus.txt --vocab-size 64 --seq-len 16 --batch-size 4 \
+  --epochs 1 --max-steps 1 --checkpoint-dir rel >/dev/null 2>&1)
+out=$(cd / && "$kiln" eval --checkpoint "$tmp/rel/last.safetensors" 2>&1)
+if [[ $? -ne 0 ]]; then echo "FAIL: kiln eval from another directory of a checkpoint trained on a relative --data: $out"; fail=1; fi
 exit $fail

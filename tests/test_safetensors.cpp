@@ -261,10 +261,20 @@ TEST_F(Safetensors, RejectsBadHeaderLengthsAndJson) {
   std::string big(8, '\0');
   uint64_t n = io::detail::kMaxHeaderBytes + 1;
   std::memcpy(big.data(), &n, 8);
-  expect_rejected(big + "{}", "header length 100000001 exceeds the limit of 100000000 bytes");
+  // Past both the limit and the file's end: a file of another kind (a text file), said so.
+  expect_rejected(big + "{}", "not a safetensors file: its first 8 bytes give a header length of 100000001, past its end (10 bytes)");
+  expect_rejected("root:x:0:0:root:/root:/bin/bash\n", "not a safetensors file");
   n = ~uint64_t{0};
   std::memcpy(big.data(), &n, 8);
-  expect_rejected(big + "{}", "exceeds the limit");
+  expect_rejected(big + "{}", "not a safetensors file");
+  {  // past the limit only: a sparse file of 100 MB and more
+    std::memcpy(big.data(), &(n = io::detail::kMaxHeaderBytes + 1), 8);
+    const std::string p = path("huge.safetensors");
+    write_bytes(p, big);
+    std::filesystem::resize_file(p, io::detail::kMaxHeaderBytes + 100);
+    expect_error([&] { io::load_safetensors(p); }, "header length 100000001 exceeds the limit of 100000000 bytes");
+    std::filesystem::remove(p);
+  }
 
   expect_rejected(make_file("{\"a\":", ""), "invalid JSON header at byte 5: unexpected end of the header");
   expect_rejected(make_file("{\"a\":1,}", ""), "invalid JSON header at byte 7: expected a string key");

@@ -119,6 +119,7 @@ TEST(Trainer, EvalTakesAnyDataAndResumeKeepsTheCheckpointsData) {
   fs::path ck = data / "ckpt";
   auto o = options(data, ck);
   o.max_steps = 7;
+  o.checkpoint_every = 3;
   {
     train::ImageClassification task(o);
     train::Trainer t(task);
@@ -133,6 +134,7 @@ TEST(Trainer, EvalTakesAnyDataAndResumeKeepsTheCheckpointsData) {
   train::Trainer resumed(task);
   EXPECT_EQ(resumed.step(), 7);
   EXPECT_EQ(task.options().data, data.string());
+  EXPECT_EQ(task.options().checkpoint_every, 3);  // the run's periodic saves go on (they stopped at resume)
 
   r.data = other.string();
   expect_error([&] { set_up(r); }, "the checkpoint was written for 96 training images, but " + other.string() +

@@ -45,6 +45,11 @@ class HeaderParser {
     uint64_t n = 0;
     KILN_CHECK(head_size_ >= 8, where_, prefix_, "the header length was not read");
     std::memcpy(&n, head_, 8);  // little-endian (checked above)
+    // A length past both the limit and the file's end is a file of another kind (a text file's
+    // first 8 bytes read as a number): said so, rather than a number that means nothing to its user.
+    KILN_CHECK(n <= kMaxHeaderBytes || n <= size_ - 8, where_, prefix_,
+               "not a safetensors file: its first 8 bytes give a header length of ", n, ", past its end (", size_,
+               " bytes)");
     KILN_CHECK(n <= kMaxHeaderBytes, where_, prefix_, "header length ", n, " exceeds the limit of ",
                kMaxHeaderBytes, " bytes");
     KILN_CHECK(n <= size_ - 8, where_, prefix_, "header length ", n, " runs past the end of the file (",

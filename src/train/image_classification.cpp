@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "kiln/autograd.h"
 #include "kiln/data/mnist.h"
@@ -93,7 +94,7 @@ void ImageClassification::save_metadata(std::map<std::string, std::string>& m) c
   m["momentum"] = exact_number(options_.momentum);
   m["weight_decay"] = exact_number(options_.weight_decay);
   m["seed"] = std::to_string(options_.seed);
-  m["data"] = options_.data;
+  m["data"] = std::filesystem::absolute(options_.data).string();  // kiln eval from another directory finds it
   m["train_images"] = std::to_string(train_set_->size());
 }
 

@@ -64,7 +64,8 @@ void MaskedLM::load_settings(const CheckpointMeta& m) {
 void MaskedLM::save_metadata(std::map<std::string, std::string>& m) const {
   const auto& o = options_;
   m["model"] = o.model;
-  m["data"] = o.data;
+  m["data"] = std::filesystem::absolute(o.data).string();  // kiln eval from another directory finds it
+  m["train_sequences"] = std::to_string(data_.train.size());
   m["seq_len"] = std::to_string(o.seq_len);
   m["epochs"] = std::to_string(o.epochs);
   m["batch_size"] = std::to_string(o.batch_size);
@@ -75,6 +76,16 @@ void MaskedLM::save_metadata(std::map<std::string, std::string>& m) const {
   m["eval_every"] = std::to_string(o.eval_every);
   m["seed"] = std::to_string(o.seed);
   m["vocab"] = join_lines(tokenizer_->vocab().tokens());
+}
+
+// The position continues in the same training set: a corpus that packs into another number of
+// sequences is refused, as the image task refuses another data set (its schedule and batches
+// would change under the run).
+void MaskedLM::load_state(const CheckpointMeta& m) {
+  if (!m.has("train_sequences")) return;  // older checkpoints
+  const int64_t saved = m.integer("train_sequences");
+  KILN_CHECK(saved == static_cast<int64_t>(data_.train.size()), options_.command.c_str(), "the checkpoint was written for ",
+             saved, " training sequences, but ", options_.data, " packs into ", data_.train.size());
 }
 
 void MaskedLM::checkpoint_saved(const std::string& checkpoint_dir) {

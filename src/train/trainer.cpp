@@ -55,6 +55,8 @@ Trainer::Trainer(Task& task) : task_(task) {
     m.check_format(task_.checkpoint_format());
     task_.load_settings(m);
     o.amp = m.has("amp") ? m.text("amp") : "off";  // older checkpoints: float32
+    // The run's periodic saves go on (a resumed run saved at epoch ends only), unless set again.
+    if (o.checkpoint_every == 0 && m.has("checkpoint_every")) o.checkpoint_every = m.integer("checkpoint_every");
   }
   amp_ = std::make_unique<MixedPrecision>(o.amp, where());
   task_.prepare(notes_);
@@ -94,6 +96,7 @@ void Trainer::save_checkpoint() {
   task_.save_metadata(m);
   m["format"] = task_.checkpoint_format();
   m["amp"] = amp_->mode();
+  m["checkpoint_every"] = std::to_string(options().checkpoint_every);
   m["epoch"] = std::to_string(epoch_);
   m["batch"] = std::to_string(batch_in_epoch_);
   m["step"] = std::to_string(step_);

@@ -34,8 +34,8 @@ int unknown_command(const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::cerr << kiln::cli::usage("");
+  if (argc < 2) {  // an error: one line, as every other (the usage goes to `kiln help`)
+    std::cerr << "kiln: error: no command given (kiln help lists the commands)\n";
     return 1;
   }
   const std::string cmd = argv[1];

@@ -53,6 +53,7 @@ class ProgressBar {
   // loss `loss` (undefined: nothing to learn from, left out of the average).
   void update(int64_t batch, int64_t batches, const Tensor& loss, int64_t count) {
     if (quiet_) return;
+    stepped_ = Clock::now();
     count *= distributed::world_size();  // the job's rate: every process steps alike
     if (loss.defined()) {
       NoGradGuard ng;
@@ -86,10 +87,16 @@ class ProgressBar {
     std::fflush(stderr);
     open_ = tty_ && !last;
   }
-  // Ends a line left open on a terminal (training stopped mid-epoch).
+  // Ends a line left open on a terminal (training stopped mid-epoch); also when an error unwinds
+  // past the bar, so that "kiln: error: ..." starts a line of its own.
   void end() {
     if (open_) std::fprintf(stderr, "\n");
     open_ = false;
+  }
+  ~ProgressBar() { end(); }
+  // Leaves the time since the last step out of the rates (an evaluation ran: it is not training).
+  void skip_idle() {
+    if (first_ >= 0) t0_ += Clock::now() - stepped_;
   }
 
  private:
@@ -100,7 +107,7 @@ class ProgressBar {
   int64_t epoch_ = 0, epochs_ = 0, first_ = -1, last_decile_ = -1;
   double samples_ = 0;
   Tensor loss_avg_;  // on the loss's device
-  Clock::time_point t0_, drawn_;
+  Clock::time_point t0_, drawn_, stepped_;
 };
 
 // Flags only the MLM trainer takes, and flags only the image trainer takes.
@@ -128,6 +135,8 @@ void check_resumed_model(const Args& args, const std::string& model) {
 int train_bert(const Args& args) {
   for (const char* f : kImageFlags)
     KILN_CHECK(!args.has(f), "kiln train", "--", f, " is not a flag of the BERT trainer");
+  KILN_CHECK(!(args.has("vocab") && args.has("vocab-size")), "kiln train",
+             "--vocab-size goes without --vocab (the vocabulary file sets the size)");
   train::MaskedLMOptions o;
   o.model = args.get("model", o.model);
   o.data = args.get("data", "");
@@ -177,6 +186,7 @@ int train_bert(const Args& args) {
     bar.update(s.batch, s.batches, s.loss, s.samples);  // tokens
   };
   cb.on_eval = [&](int64_t step, const train::EvalResult& r) {
+    bar.skip_idle();
     bar.end();
     std::printf("step %lld: held-out loss %.4f, perplexity %.1f (%lld masked tokens), %.0fs elapsed%s\n",
                 static_cast<long long>(step), r.loss, r.perplexity, static_cast<long long>(r.samples),

@@ -65,6 +65,7 @@ class MaskedLM : public Task {
   // Mean cross-entropy over the held-out sequences' masked tokens; the same masks every time.
   EvalResult evaluate() override;
   void save_metadata(std::map<std::string, std::string>& metadata) const override;
+  void load_state(const CheckpointMeta& checkpoint) override;
   // Writes vocab.txt beside the checkpoint, for tools that read a plain one (Hugging Face's included).
   void checkpoint_saved(const std::string& checkpoint_dir) override;
 
