@@ -88,7 +88,10 @@ TEST(BertConfig, PresetsAndValidation) {
   expect_error([] { models::bert_model({.hidden_size = 100, .num_attention_heads = 3}); },
                "[BertConfig] hidden_size 100 is not a multiple of num_attention_heads 3");
   expect_error([] { models::bert_for_masked_lm({.vocab_size = 0}); }, "[BertConfig] vocab_size must be positive, got 0");
-  expect_error([] { BertConfig{.hidden_act = "swish"}.validate(); }, "hidden_act must be \"gelu\", \"gelu_new\"");
+  expect_error([] { BertConfig{.hidden_act = "swish"}.validate(); }, "hidden_act must be \"gelu\", \"gelu_python\"");
+  // Hugging Face's other names of the same two GELUs.
+  EXPECT_NO_THROW((BertConfig{.hidden_act = "gelu_python"}.validate()));
+  EXPECT_NO_THROW((BertConfig{.hidden_act = "gelu_python_tanh"}.validate()));
   expect_error([] { BertConfig{.hidden_dropout_prob = 1.0}.validate(); }, "hidden_dropout_prob must be in [0, 1), got 1");
   expect_error([] { BertConfig{.vocab_size = 10, .pad_token_id = 10}.validate(); },
                "pad_token_id must be in [0, vocab_size 10), got 10");
@@ -261,11 +264,22 @@ TEST(BertPretrained, BaseModelAndPreTrainingCheckpointsCrossLoad) {
   EXPECT_EQ(values(seq->classifier->weight), classifier_before);
   EXPECT_EQ(values(seq->bert->encoder->layer->ptr<models::BertLayerImpl>(1)->output->dense->bias),
             values(file.at("bert.encoder.layer.1.output.dense.bias")));
-  // A base-model file (no "bert." prefix) into BertForMaskedLM needs the head too: missing keys.
+  // A base-model file (no "bert." prefix) loads into BertForMaskedLM with a fresh MLM head, as
+  // Hugging Face's (continued pre-training of an encoder); its decoder is the loaded embeddings.
   std::map<std::string, Tensor> base_file;
   for (auto& [k, t] : base->state_dict()) base_file[k] = t;
   auto mlm = models::bert_for_masked_lm(c);
-  expect_error([&] { models::load_hf_state_dict(*mlm, base_file); }, "missing keys: cls.predictions.bias");
+  const std::vector<double> transform_before = values(mlm->cls->predictions->transform->dense->weight);
+  EXPECT_EQ(models::load_hf_state_dict(*mlm, base_file),
+            (std::vector<std::string>{"cls.predictions.bias", "cls.predictions.transform.dense.weight",
+                                      "cls.predictions.transform.dense.bias", "cls.predictions.transform.LayerNorm.weight",
+                                      "cls.predictions.transform.LayerNorm.bias"}));
+  EXPECT_EQ(values(mlm->cls->predictions->transform->dense->weight), transform_before);
+  EXPECT_EQ(values(mlm->bert->embeddings->word_embeddings->weight), values(base_file.at("embeddings.word_embeddings.weight")));
+  // A file with part of the head is still an error.
+  std::map<std::string, Tensor> part = base_file;
+  part["cls.predictions.bias"] = file.at("cls.predictions.bias");
+  expect_error([&] { models::load_hf_state_dict(*mlm, part); }, "missing keys: cls.predictions.transform");
   // With the head's keys it loads; a pre-training checkpoint's pooler and next-sentence head are dropped.
   for (auto& [k, t] : file)
     if (k.starts_with("cls.")) base_file[k] = t;
@@ -406,8 +420,13 @@ TEST(BertPretrained, ConfigFieldsThatChangeTheModelAreUsedOrRefused) {
                "\"is_decoder\" must be true or false, got");
   expect_error([] { BertConfig::from_pretrained(write_config(R"({"position_embedding_type": "relative_key"})")); },
                "\"position_embedding_type\" \"relative_key\" is not supported");
-  expect_error([] { BertConfig::from_pretrained(write_config(R"({"tie_word_embeddings": false})")); },
-               "\"tie_word_embeddings\": false is not supported");
+  // tie_word_embeddings false matters to the masked-LM model alone: the others build.
+  const BertConfig untied = BertConfig::from_pretrained(write_config(R"({"tie_word_embeddings": false, "hidden_size": 16,
+      "num_attention_heads": 2, "num_hidden_layers": 1, "intermediate_size": 8, "vocab_size": 20})"));
+  EXPECT_FALSE(untied.tie_word_embeddings);
+  EXPECT_NO_THROW(models::bert_for_sequence_classification(untied, 3));
+  EXPECT_NO_THROW(models::bert_model(untied));
+  expect_error([&] { models::bert_for_masked_lm(untied); }, "[BertForMaskedLM] tie_word_embeddings = false is not supported");
   expect_error([] { BertConfig::from_pretrained(write_config(R"({"layer_norm_eps": 1e999})")); },
                "\"layer_norm_eps\" is out of range: 1e999");
 }

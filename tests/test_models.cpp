@@ -75,7 +75,8 @@ TEST_P(TorchvisionKeys, StateDictEqualsTorchvision) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TorchvisionKeys,
-                         ::testing::Values("resnet18", "resnet34", "resnet50", "resnet101", "vgg11", "vgg13", "vgg16",
+                         ::testing::Values("resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
+                                           "resnext50_32x4d", "wide_resnet50_2", "vgg11", "vgg13", "vgg16",
                                            "vgg19", "vgg11_bn", "vgg13_bn", "vgg16_bn", "vgg19_bn"));
 
 // The whole module tree prints as PyTorch prints torchvision's model.
@@ -95,9 +96,12 @@ TEST(Models, PrintsLikeTorchvision) {
 TEST(Models, CreateListsKnownNamesForAnUnknownOne) {
   expect_error([] { models::create("resnet17", 10); },
                "[models::create] unknown model \"resnet17\"; known models: small_cnn, resnet18, resnet34, resnet50, "
-               "resnet101, vgg11, vgg13, vgg16, vgg19, vgg11_bn, vgg13_bn, vgg16_bn, vgg19_bn");
+               "resnet101, resnet152, resnext50_32x4d, wide_resnet50_2, vgg11, vgg13, vgg16, vgg19, vgg11_bn, vgg13_bn, "
+               "vgg16_bn, vgg19_bn");
+  expect_error([] { models::resnet50({.groups = 0}); }, "[ResNet] groups must be positive, got 0");
+  expect_error([] { models::resnet50({.width_per_group = 0}); }, "[ResNet] width_per_group must be positive, got 0");
   expect_error([] { models::create("small_cnn", 0); }, "[models::create] num_classes must be positive, got 0");
-  EXPECT_EQ(models::model_names().size(), 13u);
+  EXPECT_EQ(models::model_names().size(), 16u);
 }
 
 TEST(Models, ResNetInitialisationFollowsTorchvision) {

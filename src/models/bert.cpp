@@ -49,11 +49,13 @@ void BertConfig::validate() const {
 
 namespace detail {
 Activation bert_activation(const std::string& hidden_act) {
-  if (hidden_act == "gelu") return Activation::GELU;
-  if (hidden_act == "gelu_new" || hidden_act == "gelu_pytorch_tanh") return Activation::GELUTanh;
+  // Hugging Face's names for the two GELUs (its gelu_python and gelu_python_tanh are the same functions).
+  if (hidden_act == "gelu" || hidden_act == "gelu_python") return Activation::GELU;
+  if (hidden_act == "gelu_new" || hidden_act == "gelu_pytorch_tanh" || hidden_act == "gelu_python_tanh")
+    return Activation::GELUTanh;
   if (hidden_act == "relu") return Activation::ReLU;
-  KILN_FAIL("BertConfig", "hidden_act must be \"gelu\", \"gelu_new\", \"gelu_pytorch_tanh\" or \"relu\", got \"",
-            hidden_act, "\"");
+  KILN_FAIL("BertConfig", "hidden_act must be \"gelu\", \"gelu_python\", \"gelu_new\", \"gelu_pytorch_tanh\", "
+            "\"gelu_python_tanh\" or \"relu\", got \"", hidden_act, "\"");
 }
 
 std::string describe(const Tensor& t) { return kiln::detail::cat(t.dtype(), " ", t.shape()); }

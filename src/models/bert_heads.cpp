@@ -33,6 +33,8 @@ BertOnlyMLMHeadImpl::BertOnlyMLMHeadImpl(const BertConfig& c, Tensor word_embedd
 }
 
 BertForMaskedLMImpl::BertForMaskedLMImpl(const BertConfig& config) {
+  KILN_CHECK(config.tie_word_embeddings, "BertForMaskedLM",
+             "tie_word_embeddings = false is not supported (Kiln's masked-LM decoder is the word embeddings)");
   bert = register_module("bert", BertModel(config, false));
   cls = register_module("cls", BertOnlyMLMHead(config, bert->embeddings->word_embeddings->weight));
 }

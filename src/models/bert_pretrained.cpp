@@ -1,5 +1,6 @@
 // Reading Hugging Face's BERT files: config.json into BertConfig, and a state dict (with the
 // renames old and new checkpoints need) into a Kiln BERT.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -104,8 +105,7 @@ BertConfig BertConfig::from_pretrained(const std::string& dir_or_file) {
     } else if (key == "tie_word_embeddings") {
       KILN_CHECK(v.kind == io::json::Value::Kind::Bool, where, path, ": \"", key, "\" must be true or false, got ",
                  v.describe());
-      KILN_CHECK(v.boolean, where, path,
-                 ": \"tie_word_embeddings\": false is not supported (Kiln's masked-LM decoder is the word embeddings)");
+      c.tie_word_embeddings = v.boolean;  // refused by BertForMaskedLM alone, as it matters there alone
     } else if (key == "pad_token_id") {
       if (v.kind == io::json::Value::Kind::Null) {
         c.pad_token_id.reset();
@@ -180,9 +180,14 @@ std::vector<std::string> load_hf_state_dict(nn::Module& model, std::map<std::str
 
   // Half-precision files load into a float32 model (and the other way round): load_state_dict casts.
   // A fresh task head (and a pooler an MLM checkpoint lacks) keeps its initialisation.
+  // So does an MLM head a file without one lacks (a BertModel's, a fine-tuned classifier's), as
+  // Hugging Face's BertForMaskedLM.from_pretrained starts it fresh; its decoder is the embeddings.
   std::vector<std::string> newly_initialized;
+  const bool file_has_mlm_head =
+      std::any_of(state.begin(), state.end(), [](const auto& e) { return e.first.starts_with("cls.predictions."); });
   for (const auto& [k, t] : model.ordered_state_dict()) {
-    if (!state.count(k) && starts_with_any(k, {"classifier.", "bert.pooler.", "pooler."})) {
+    if (!state.count(k) && (starts_with_any(k, {"classifier.", "bert.pooler.", "pooler."}) ||
+                            (!file_has_mlm_head && k.starts_with("cls.predictions.")))) {
       newly_initialized.push_back(k);
       state[k] = t.clone();
     }

@@ -60,6 +60,8 @@ Tensor BottleneckImpl::forward(const Tensor& x) {
 ResNetImpl::ResNetImpl(ResNetBlock block, std::array<int64_t, 4> layers, ResNetOptions options)
     : block_(block), groups_(options.groups), base_width_(options.width_per_group) {
   KILN_CHECK(options.num_classes > 0, "ResNet", "num_classes must be positive, got ", options.num_classes);
+  KILN_CHECK(options.groups > 0, "ResNet", "groups must be positive, got ", options.groups);
+  KILN_CHECK(options.width_per_group > 0, "ResNet", "width_per_group must be positive, got ", options.width_per_group);
   // The stem: a 7x7 stride-2 convolution and a stride-2 max pool take 224x224 to 56x56.
   conv1 = register_module("conv1", nn::Conv2d(3, inplanes_, 7, {.stride = 2, .padding = 3, .bias = false}));
   bn1 = register_module("bn1", nn::BatchNorm2d(inplanes_));
@@ -123,6 +125,18 @@ ResNet resnet50(ResNetOptions options) {
 }
 ResNet resnet101(ResNetOptions options) {
   return ResNet(ResNetBlock::Bottleneck, std::array<int64_t, 4>{3, 4, 23, 3}, options);
+}
+ResNet resnet152(ResNetOptions options) {
+  return ResNet(ResNetBlock::Bottleneck, std::array<int64_t, 4>{3, 8, 36, 3}, options);
+}
+ResNet resnext50_32x4d(ResNetOptions options) {
+  options.groups = 32;
+  options.width_per_group = 4;
+  return resnet50(options);
+}
+ResNet wide_resnet50_2(ResNetOptions options) {
+  options.width_per_group = 128;
+  return resnet50(options);
 }
 
 }  // namespace kiln::models

@@ -13,8 +13,8 @@
 namespace kiln::models {
 
 // Hugging Face's BertConfig fields, in this order (designated initialisers follow it); the
-// defaults are bert-base-uncased. hidden_act: "gelu" (erf), "gelu_new" / "gelu_pytorch_tanh"
-// (tanh form) or "relu". pad_token_id is the word-embedding row kept at zero and without gradient
+// defaults are bert-base-uncased. hidden_act: "gelu" / "gelu_python" (erf), "gelu_new" /
+// "gelu_pytorch_tanh" / "gelu_python_tanh" (tanh form) or "relu". pad_token_id is the word-embedding row kept at zero and without gradient
 // (HF's padding_idx); initializer_range is the std of the normal initialisation.
 struct BertConfig {
   int64_t vocab_size = 30522;
@@ -32,6 +32,9 @@ struct BertConfig {
   std::optional<int64_t> pad_token_id = 0;  // none: no padding row
   // The sequence classifier's dropout; none: hidden_dropout_prob (HF's classifier_dropout).
   std::optional<double> classifier_dropout = std::nullopt;
+  // The masked-LM decoder is the word embeddings. false is refused where it matters, by
+  // BertForMaskedLM (Kiln's ties them); the encoder and the classifier do not use it.
+  bool tie_word_embeddings = true;
 
   // The sizes of Turc et al.'s compact BERTs (google/bert_uncased_L-*) and of BERT-base;
   // every other field keeps its default.
@@ -43,7 +46,7 @@ struct BertConfig {
   static BertConfig preset(const std::string& name);
   // A Hugging Face config.json (a file, or a directory holding one). Unknown fields are ignored,
   // except those asking for a model Kiln does not build (is_decoder or add_cross_attention true,
-  // a position_embedding_type other than "absolute", tie_word_embeddings false): a kiln::Error.
+  // a position_embedding_type other than "absolute"): a kiln::Error.
   static BertConfig from_pretrained(const std::string& dir_or_file);
 
   // Throws kiln::Error "[BertConfig] ..." naming the field when a value cannot work

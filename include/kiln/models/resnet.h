@@ -75,5 +75,10 @@ ResNet resnet18(ResNetOptions options = {});
 ResNet resnet34(ResNetOptions options = {});
 ResNet resnet50(ResNetOptions options = {});
 ResNet resnet101(ResNetOptions options = {});
+ResNet resnet152(ResNetOptions options = {});
+// torchvision's ResNeXt-50 (32 groups of 4 channels) and Wide ResNet-50-2 (bottlenecks twice as
+// wide): ResNet-50 with groups and width_per_group set (options' own are replaced).
+ResNet resnext50_32x4d(ResNetOptions options = {});
+ResNet wide_resnet50_2(ResNetOptions options = {});
 
 }  // namespace kiln::models
