@@ -147,6 +147,11 @@ out=$("$kiln" train --model bert-tiny --data "$tmp/corpus.txt" --resume --checkp
 if [[ $? -ne 0 || "$out" != *"resumed at epoch 1 step 1"* || "$out" != *"lr 0.001,"* ]]; then
   echo "FAIL: resuming the --max-steps checkpoint: $out"; fail=1
 fi
+# Resuming with nothing left to train says so (it said "resumed at epoch ..." and trained nothing).
+out=$("$kiln" train --model bert-tiny --data "$tmp/corpus.txt" --resume --checkpoint-dir "$tmp/mlm" --max-steps 1 2>&1)
+if [[ $? -ne 0 || "$out" != *"nothing to do: the checkpoint is at step 2, --max-steps 1"* ]]; then
+  echo "FAIL: resuming past --max-steps: $out"; fail=1
+fi
 # Another corpus on --resume is refused (its schedule and batches would change under the run), and
 # the checkpoint keeps the corpus's absolute path: kiln eval finds it from another directory.
 for i in $(seq 1 900); do echo "another document $i: a slow red fox $i naps under the busy cat"; done >"$tmp/other.txt"

@@ -268,6 +268,21 @@ TEST(AutogradModes, NoGradGuard) {
   EXPECT_TRUE((x * 2.0).requires_grad());
 }
 
+TEST(AutogradModes, InferenceMode) {
+  Tensor x = tensor({1.0, 2.0}).requires_grad_();
+  {
+    InferenceMode guard;
+    EXPECT_FALSE(autograd::is_grad_enabled());
+    EXPECT_FALSE((x * 2).requires_grad());
+    {
+      InferenceMode off(false);  // leaves the mode as it is
+      EXPECT_FALSE(autograd::is_grad_enabled());
+    }
+  }
+  EXPECT_TRUE(autograd::is_grad_enabled());
+  EXPECT_TRUE((x * 2).requires_grad());
+}
+
 TEST(AutogradModes, AutoGradMode) {
   Tensor x = leaf({1, 2});
   {

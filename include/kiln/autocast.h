@@ -16,12 +16,13 @@ bool autocast_enabled();
 // kFloat16); torch.get_autocast_dtype(device_type).
 ScalarType autocast_dtype(DeviceType device_type);
 
-// Turns autocast on (or off, with enabled = false) for this thread while alive, and restores
-// the previous mode and dtype after (a guard for one device type restores that type only);
-// guards nest like torch.autocast. An enabled guard takes kBFloat16 or kFloat16; a disabled one
-// any dtype (AutocastGuard g(amp ? kBFloat16 : kFloat32, amp)), and keeps the dtype there was. AutocastGuard(kCUDA, kBFloat16) is torch.autocast("cuda",
-// torch.bfloat16): it changes only ops on CUDA tensors, and CPU work in the same region (metrics,
-// a loss kept on the host) runs in the dtypes it is given; AutocastGuard(kCPU, ...) likewise.
+// Turns autocast on (or off, with enabled = false) for this thread while alive, and restores the
+// previous mode and dtype after (a guard for one device type restores that type only); guards nest
+// like torch.autocast. An enabled guard takes kBFloat16 or kFloat16; a disabled one any dtype
+// (AutocastGuard g(amp ? kBFloat16 : kFloat32, amp)), and keeps the dtype there was.
+// AutocastGuard(kCUDA, kBFloat16) is torch.autocast("cuda", torch.bfloat16): it changes only ops on
+// CUDA tensors, and CPU work in the same region (metrics, a loss kept on the host) runs in the
+// dtypes it is given; AutocastGuard(kCPU, ...) likewise.
 // AutocastGuard(dtype) sets every device type at once (device-agnostic code: `kiln train --amp`,
 // `kiln bench`). The dtype defaults to bfloat16 on every device (torch's CUDA default is float16;
 // bfloat16 needs no GradScaler). Under autocast, for ops whose tensors are on a device type it is

@@ -93,6 +93,17 @@ class AutoGradMode {
   bool prev_;
 };
 
+// torch::InferenceMode for code written against it: recording off while alive (enabled = false
+// leaves grad mode as it is). Kiln has no separate inference tensors: this is AutoGradMode(false),
+// which already skips building any graph.
+class InferenceMode {
+ public:
+  explicit InferenceMode(bool enabled = true) : mode_(enabled ? false : autograd::is_grad_enabled()) {}
+
+ private:
+  AutoGradMode mode_;
+};
+
 namespace autograd {
 
 // ---- custom differentiable functions (torch::autograd::Function)

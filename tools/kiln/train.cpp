@@ -126,6 +126,22 @@ void refuse_with_resume(const Args& args, std::initializer_list<const char*> tas
   for (const char* f : task_flags) refuse(f);
 }
 
+// A resumed run with nothing left to train (its epochs done, or --max-steps at or below its step)
+// says so, rather than a line about resuming at an epoch past the last.
+bool nothing_to_resume(const train::Trainer& trainer, int64_t epochs, int64_t max_steps) {
+  if (trainer.epoch() >= epochs) {
+    std::cout << "kiln train: nothing to do: the checkpoint finished its " << epochs << " epoch(s), at step "
+              << trainer.step() << std::endl;
+    return true;
+  }
+  if (max_steps >= 0 && max_steps <= trainer.step()) {
+    std::cout << "kiln train: nothing to do: the checkpoint is at step " << trainer.step() << ", --max-steps "
+              << max_steps << std::endl;
+    return true;
+  }
+  return false;
+}
+
 // --model with --resume may name the checkpoint's model, not another one (it was dropped unseen).
 void check_resumed_model(const Args& args, const std::string& model) {
   KILN_CHECK(!args.has("model") || args.get("model", "") == model, "kiln train", "--model ", args.get("model", ""),
@@ -164,6 +180,7 @@ int train_bert(const Args& args) {
   train::Trainer trainer(task);
   const auto& opt = task.options();
   if (o.resume) check_resumed_model(args, opt.model);
+  if (o.resume && nothing_to_resume(trainer, opt.epochs, o.max_steps)) return 0;
   const auto& d = task.data();
   std::cout << "kiln train: " << opt.model << " (masked LM) on " << opt.data << ": " << d.documents << " documents, "
             << d.train.size() << " training sequences (" << d.train_tokens << " tokens), " << d.held_out.size()
@@ -226,6 +243,7 @@ int train_image(const Args& args) {
   train::Trainer trainer(task);
   const auto& opt = task.options();
   if (o.resume) check_resumed_model(args, opt.model);
+  if (o.resume && nothing_to_resume(trainer, opt.epochs, o.max_steps)) return 0;
   std::cout << "kiln train: " << opt.model << " on " << opt.data << ", device " << device_line(trainer) << ", "
             << opt.epochs << " epoch(s), batch " << opt.batch_size << ", lr " << opt.lr << ", "
             << get_num_threads() << " thread(s)" << processes_note();

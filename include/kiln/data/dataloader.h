@@ -61,9 +61,10 @@ struct EpochRun;
 // Iterates over a dataset in batches: `for (Batch& batch : loader) ...`.
 //
 // Determinism: epoch e's order is a Fisher-Yates permutation drawn from (seed, e), and sample i's
-// random transforms draw from (seed, e, i, how often i came earlier in the epoch) (SampleGenerator). Workers only decide when a batch is
-// made, never what it holds; batches arrive in order. So the batches are the same for any
-// num_workers, and a run resumed with set_epoch(e, b) sees exactly the batches it would have.
+// random transforms draw from (seed, e, i, how often i came earlier in the epoch)
+// (SampleGenerator). Workers only decide when a batch is made, never what it holds; batches arrive
+// in order. So the batches are the same for any num_workers, and a run resumed with set_epoch(e, b)
+// sees exactly the batches it would have.
 //
 // Epochs: each begin() runs epoch epoch() and then advances it by one, so consecutive loops
 // shuffle differently; set_epoch(e, start_batch) picks the next epoch (and, once, the batch it

@@ -12,10 +12,11 @@
 
 namespace kiln::models {
 
-// Hugging Face's BertConfig fields, in this order (designated initialisers follow it); the
-// defaults are bert-base-uncased. hidden_act: "gelu" / "gelu_python" (erf), "gelu_new" /
-// "gelu_pytorch_tanh" / "gelu_python_tanh" (tanh form) or "relu". pad_token_id is the word-embedding row kept at zero and without gradient
-// (HF's padding_idx); initializer_range is the std of the normal initialisation.
+// Hugging Face's BertConfig fields, in this order (designated initialisers follow it); the defaults
+// are bert-base-uncased. hidden_act: "gelu" / "gelu_python" (erf), "gelu_new" / "gelu_pytorch_tanh"
+// / "gelu_python_tanh" (tanh form) or "relu". pad_token_id is the word-embedding row kept at zero
+// and without gradient (HF's padding_idx); initializer_range is the std of the normal
+// initialisation.
 struct BertConfig {
   int64_t vocab_size = 30522;
   int64_t hidden_size = 768;

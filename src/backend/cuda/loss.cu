@@ -1,7 +1,8 @@
 // CUDA kernels for cross_entropy on [N, C] logits with int64 class targets (the contract of
-// backend/cpu/loss.cpp): per row the max and log-sum-exp in float (double for double), the loss
-// and the row's max and log-sum (stats [N, 2]); the backward writes grad * w[t] * (softmax - onehot) directly. A target outside
-// [0, C) that is not ignore_index is recorded for the host (index_check.h) and its row gives NaN.
+// backend/cpu/loss.cpp): per row the max and log-sum-exp in float (double for double), the loss and
+// the row's max and log-sum (stats [N, 2]); the backward writes grad * w[t] * (softmax - onehot)
+// directly. A target outside [0, C) that is not ignore_index is recorded for the host
+// (index_check.h) and its row gives NaN.
 #include <cmath>
 
 #include "backend/cuda/device/index_error.cuh"
@@ -57,8 +58,9 @@ __global__ void cross_entropy_forward_kernel(const T* __restrict__ x, const int6
   }
 }
 
-// grad_logits = scale * exp(x - max) / sum (not exp(x - lse): see the CPU kernel), then scale subtracted at the target (from the value already
-// rounded to T, as the CPU kernel does), scale = grad[r] * w[t]; zero for ignored rows.
+// grad_logits = scale * exp(x - max) / sum (not exp(x - lse): see the CPU kernel), then scale
+// subtracted at the target (from the value already rounded to T, as the CPU kernel does), scale =
+// grad[r] * w[t]; zero for ignored rows.
 template <class T, bool kWarpRows>
 __global__ void cross_entropy_backward_kernel(const T* __restrict__ grad, const T* __restrict__ x,
                                               const int64_t* __restrict__ target,
