@@ -28,6 +28,8 @@ Tensor NLLLossImpl::forward(const Tensor& input, const Tensor& target) {
 
 void NLLLossImpl::pretty_print(std::ostream& os) const { os << "NLLLoss()"; }
 
+MSELossImpl::MSELossImpl(MSELossOptions options) : options(options) {}
+
 Tensor MSELossImpl::forward(const Tensor& input, const Tensor& target) {
   return functional::mse_loss(input, target, options);
 }

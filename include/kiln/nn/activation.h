@@ -51,25 +51,19 @@ KILN_ELEMENTWISE_MODULE(SiLU);
 #undef KILN_ELEMENTWISE_MODULE
 
 // softmax (log_softmax) along `dim`, as torch::nn::Softmax(dim) and LogSoftmax(dim).
-class SoftmaxImpl : public Module {
- public:
-  explicit SoftmaxImpl(int64_t dim) : dim(dim) {}
-  Tensor forward(const Tensor& x);
-  void pretty_print(std::ostream& os) const override;
-
-  int64_t dim;
-};
-KILN_MODULE(Softmax);
-
-class LogSoftmaxImpl : public Module {
- public:
-  explicit LogSoftmaxImpl(int64_t dim) : dim(dim) {}
-  Tensor forward(const Tensor& x);
-  void pretty_print(std::ostream& os) const override;
-
-  int64_t dim;
-};
-KILN_MODULE(LogSoftmax);
+#define KILN_ALONG_DIM_MODULE(Name)                     \
+  class Name##Impl : public Module {                    \
+   public:                                              \
+    explicit Name##Impl(int64_t dim) : dim(dim) {}      \
+    Tensor forward(const Tensor& x);                    \
+    void pretty_print(std::ostream& os) const override; \
+                                                        \
+    int64_t dim;                                        \
+  };                                                    \
+  KILN_MODULE(Name)
+KILN_ALONG_DIM_MODULE(Softmax);
+KILN_ALONG_DIM_MODULE(LogSoftmax);
+#undef KILN_ALONG_DIM_MODULE
 
 // Zeroes elements with probability p in training mode; the identity in eval mode.
 class DropoutImpl : public Module {

@@ -11,34 +11,19 @@ using CrossEntropyLossOptions = functional::CrossEntropyFuncOptions;
 using NLLLossOptions = functional::NLLLossFuncOptions;
 using MSELossOptions = functional::MSELossFuncOptions;
 
-class CrossEntropyLossImpl : public Module {
- public:
-  explicit CrossEntropyLossImpl(CrossEntropyLossOptions options = {});
-  Tensor forward(const Tensor& input, const Tensor& target);
-  void pretty_print(std::ostream& os) const override;
-
-  CrossEntropyLossOptions options;
-};
-KILN_MODULE(CrossEntropyLoss);
-
-class NLLLossImpl : public Module {
- public:
-  explicit NLLLossImpl(NLLLossOptions options = {});
-  Tensor forward(const Tensor& input, const Tensor& target);
-  void pretty_print(std::ostream& os) const override;
-
-  NLLLossOptions options;
-};
-KILN_MODULE(NLLLoss);
-
-class MSELossImpl : public Module {
- public:
-  explicit MSELossImpl(MSELossOptions options = {}) : options(options) {}
-  Tensor forward(const Tensor& input, const Tensor& target);
-  void pretty_print(std::ostream& os) const override;
-
-  MSELossOptions options;
-};
-KILN_MODULE(MSELoss);
+#define KILN_LOSS_MODULE(Name)                                  \
+  class Name##Impl : public Module {                            \
+   public:                                                      \
+    explicit Name##Impl(Name##Options options = {});            \
+    Tensor forward(const Tensor& input, const Tensor& target);  \
+    void pretty_print(std::ostream& os) const override;         \
+                                                                \
+    Name##Options options;                                      \
+  };                                                            \
+  KILN_MODULE(Name)
+KILN_LOSS_MODULE(CrossEntropyLoss);
+KILN_LOSS_MODULE(NLLLoss);
+KILN_LOSS_MODULE(MSELoss);
+#undef KILN_LOSS_MODULE
 
 }  // namespace kiln::nn
