@@ -61,7 +61,8 @@ class BertTokenizer {
   std::vector<int64_t> encode(std::string_view text, bool add_special_tokens = true,
                               std::optional<int64_t> max_length = std::nullopt, bool truncation = true) const;
   // [CLS] a [SEP] b [SEP] with token_type_ids 0 for "[CLS] a [SEP]" and 1 for "b [SEP]".
-  // Truncation is Hugging Face's "longest_first".
+  // Truncation is Hugging Face's "longest_first". An empty b still gives its [SEP], as the
+  // tokenizers library's pair encoding (transformers' tokenizer(a, "") takes "" as no pair).
   Encoding encode_pair(std::string_view a, std::string_view b, bool add_special_tokens = true,
                        std::optional<int64_t> max_length = std::nullopt, bool truncation = true) const;
 

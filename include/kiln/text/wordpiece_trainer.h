@@ -40,7 +40,10 @@ struct WordPieceTrainerOptions {
 // One deliberate difference: Hugging Face's trainer also merges pairs inside words longer than
 // max_input_chars_per_word, which costs the word's length at every merge and learns pieces
 // from words its tokenizer reads as [UNK]; here such words count only for the alphabet, so
-// training stays linear in the corpus size. Without such words the results are the same.
+// training stays linear in the corpus size. Without such words the merges are the same. A
+// second difference: every alphabet character gets its "##x" here, where Hugging Face's adds
+// only those seen inside words, so at one vocab_size this vocabulary holds a few merges fewer
+// and its ids after the alphabet differ from Hugging Face's.
 // Errors "[train_wordpiece] ...": no words in the corpus, a repeated or empty special token,
 // vocab_size < 1, max_input_chars_per_word < 1, negative min_frequency or limit_alphabet.
 Vocab train_wordpiece(const std::vector<std::string>& texts, const WordPieceTrainerOptions& options = {});
