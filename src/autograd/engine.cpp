@@ -137,9 +137,11 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
     // register_hook's hooks first: what they return is what is captured, retained and accumulated
     // (with capture, only on the nodes that run or are captured, as torch's).
     auto cs = capture_slots.find(n);
+    auto* fn = dynamic_cast<FunctionNode*>(n);
     if (g.defined() && (!capture || on_path.count(n) || cs != capture_slots.end())) {
-      if (auto* fn = dynamic_cast<FunctionNode*>(n); fn && !fn->tensor_hooks.empty()) {
-        g = run_tensor_hooks(std::vector(fn->tensor_hooks), std::move(g));  // a copy: a hook may add one
+      if (fn) {
+        if (!fn->tensor_hooks.empty())
+          g = run_tensor_hooks(std::vector(fn->tensor_hooks), std::move(g));  // a copy: a hook may add one
       } else if (auto* acc = dynamic_cast<AccumulateGrad*>(n)) {
         std::vector<std::shared_ptr<TensorHook>> hooks;
         {
@@ -154,7 +156,7 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
       for (size_t slot : cs->second) captured[slot] = g;
     std::vector<Tensor> outs;
     if (g.defined() && (!capture || on_path.count(n))) {
-      if (auto* fn = dynamic_cast<FunctionNode*>(n))
+      if (fn)
         for (auto& hook : fn->pre_hooks) hook(g);
       std::vector<Tensor> in;
       in.push_back(std::move(g));

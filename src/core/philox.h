@@ -27,6 +27,11 @@ KILN_HOST_DEVICE inline uint32_t mulhilo(uint32_t a, uint32_t b, uint32_t* hi) {
   return static_cast<uint32_t>(p);
 }
 
+// Words 2 * half and 2 * half + 1 of a block as one 64-bit number, the first in the high half.
+KILN_HOST_DEVICE inline uint64_t word64(const U32x4& r, int half) {
+  return (static_cast<uint64_t>(r.v[2 * half]) << 32) | r.v[2 * half + 1];
+}
+
 // Ten rounds of Philox4x32 on counter (ctr, 0) with key seed; deterministic everywhere.
 KILN_HOST_DEVICE inline U32x4 philox(uint64_t seed, uint64_t ctr) {
   uint32_t c0 = static_cast<uint32_t>(ctr), c1 = static_cast<uint32_t>(ctr >> 32), c2 = 0, c3 = 0;

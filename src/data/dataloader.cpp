@@ -14,10 +14,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "core/philox.h"
 #include "kiln/cuda.h"
 #include "kiln/ops.h"
-#include "kiln/random.h"
 #include "kiln/runtime.h"
 
 namespace kiln::data {
@@ -236,11 +234,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   KILN_CHECK(dataset_->size() >= 0, "DataLoader", "the dataset reports size ", dataset_->size());
   KILN_CHECK(!(options_.sampler && options_.shuffle), "DataLoader",
              "shuffle must be false with a sampler (the sampler decides the order)");
-  if (!options_.seed) {
-    const GeneratorState s = kiln::detail::reserve_counters(1);
-    const philox::U32x4 r = philox::philox(s.seed, s.offset);
-    options_.seed = (uint64_t{r.v[0]} << 32) | r.v[1];
-  }
+  options_.seed = detail::seed_or_draw(options_.seed);
   if (options_.pin_memory && !cuda::is_available()) {  // as PyTorch: pinning needs a GPU
     static std::atomic<bool> warned{false};
     if (!warned.exchange(true))

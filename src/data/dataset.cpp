@@ -2,6 +2,7 @@
 #include "kiln/data/dataset.h"
 
 #include "core/philox.h"
+#include "kiln/random.h"
 
 namespace kiln::data {
 
@@ -13,7 +14,13 @@ constexpr int kBlockBits = 20;                       // 2^20 blocks (4M words) p
 namespace detail {
 EpochKeys epoch_keys(uint64_t seed, uint64_t epoch) {
   philox::U32x4 r = philox::philox(seed ^ kDomain, epoch);
-  return {(uint64_t{r.v[0]} << 32) | r.v[1], (uint64_t{r.v[2]} << 32) | r.v[3]};
+  return {philox::word64(r, 0), philox::word64(r, 1)};
+}
+
+uint64_t seed_or_draw(std::optional<uint64_t> seed) {
+  if (seed) return *seed;
+  const GeneratorState s = kiln::detail::reserve_counters(1);
+  return philox::word64(philox::philox(s.seed, s.offset), 0);
 }
 }  // namespace detail
 
@@ -22,8 +29,7 @@ SampleGenerator::SampleGenerator(uint64_t seed, uint64_t epoch, int64_t index, u
              "sample index ", index, " out of range [0, 2^44)");
   key_ = detail::epoch_keys(seed, epoch).sample;
   if (occurrence > 0) {
-    const philox::U32x4 r = philox::philox(key_, (uint64_t{1} << 63) | occurrence);
-    key_ = (uint64_t{r.v[0]} << 32) | r.v[1];
+    key_ = philox::word64(philox::philox(key_, (uint64_t{1} << 63) | occurrence), 0);
   }
   counter_ = static_cast<uint64_t>(index) << kBlockBits;
   end_ = counter_ + (uint64_t{1} << kBlockBits);

@@ -11,7 +11,6 @@
 #include "kiln/data/dataset.h"
 #include "kiln/distributed.h"
 #include "kiln/error.h"
-#include "kiln/random.h"
 
 namespace kiln::data {
 
@@ -22,7 +21,7 @@ std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed, uint64_t epoch) 
   const uint64_t key = detail::epoch_keys(seed, epoch).shuffle;
   for (int64_t i = n - 1; i > 0; --i) {
     philox::U32x4 r = philox::philox(key, static_cast<uint64_t>(i) / 2);
-    uint64_t word = i % 2 ? (uint64_t{r.v[0]} << 32) | r.v[1] : (uint64_t{r.v[2]} << 32) | r.v[3];
+    const uint64_t word = philox::word64(r, i % 2 ? 0 : 1);
     auto j = static_cast<int64_t>((static_cast<unsigned __int128>(word) * static_cast<uint64_t>(i + 1)) >> 64);
     std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
   }
@@ -39,7 +38,7 @@ class EpochStream {
       : key_(detail::epoch_keys(seed ^ 0x73616D706C657273ull /* "samplers" */, epoch).shuffle) {}
   uint64_t next() {
     const philox::U32x4 r = philox::philox(key_, i_ / 2);
-    return i_++ % 2 ? (uint64_t{r.v[2]} << 32) | r.v[3] : (uint64_t{r.v[0]} << 32) | r.v[1];
+    return philox::word64(r, static_cast<int>(i_++ % 2));
   }
   int64_t below(int64_t n) {  // [0, n), 64-bit multiply-shift
     return static_cast<int64_t>((static_cast<unsigned __int128>(next()) * static_cast<uint64_t>(n)) >> 64);
@@ -51,13 +50,6 @@ class EpochStream {
   uint64_t i_ = 0;
 };
 
-uint64_t seed_or_draw(std::optional<uint64_t> seed) {
-  if (seed) return *seed;
-  const GeneratorState s = kiln::detail::reserve_counters(1);
-  const philox::U32x4 r = philox::philox(s.seed, s.offset);
-  return (uint64_t{r.v[0]} << 32) | r.v[1];
-}
-
 // Fisher-Yates over v with the stream's numbers.
 void shuffle(std::vector<int64_t>& v, EpochStream& s) {
   for (int64_t i = static_cast<int64_t>(v.size()) - 1; i > 0; --i)
@@ -68,7 +60,7 @@ void shuffle(std::vector<int64_t>& v, EpochStream& s) {
 
 RandomSampler::RandomSampler(int64_t dataset_size, RandomSamplerOptions options)
     : n_(dataset_size), num_samples_(options.num_samples.value_or(dataset_size)), replacement_(options.replacement),
-      seed_(seed_or_draw(options.seed)) {
+      seed_(detail::seed_or_draw(options.seed)) {
   KILN_CHECK(n_ >= 0, "RandomSampler", "the data set size must be >= 0, got ", n_);
   KILN_CHECK(num_samples_ >= 0, "RandomSampler", "num_samples must be >= 0, got ", num_samples_);
   KILN_CHECK(n_ > 0 || num_samples_ == 0, "RandomSampler", "cannot draw ", num_samples_, " samples from an empty data set");
@@ -94,7 +86,7 @@ std::vector<int64_t> RandomSampler::indices(uint64_t epoch) const {
 
 WeightedRandomSampler::WeightedRandomSampler(std::vector<double> weights, int64_t num_samples, bool replacement,
                                              std::optional<uint64_t> seed)
-    : weights_(std::move(weights)), num_samples_(num_samples), replacement_(replacement), seed_(seed_or_draw(seed)) {
+    : weights_(std::move(weights)), num_samples_(num_samples), replacement_(replacement), seed_(detail::seed_or_draw(seed)) {
   const char* op = "WeightedRandomSampler";
   KILN_CHECK(num_samples_ >= 0, op, "num_samples must be >= 0, got ", num_samples_);
   double total = 0;
@@ -135,7 +127,7 @@ std::vector<int64_t> WeightedRandomSampler::indices(uint64_t epoch) const {
 }
 
 SubsetRandomSampler::SubsetRandomSampler(std::vector<int64_t> indices, std::optional<uint64_t> seed)
-    : indices_(std::move(indices)), seed_(seed_or_draw(seed)) {
+    : indices_(std::move(indices)), seed_(detail::seed_or_draw(seed)) {
   for (int64_t i : indices_) KILN_CHECK(i >= 0, "SubsetRandomSampler", "index ", i, " is negative");
 }
 

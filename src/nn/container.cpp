@@ -58,24 +58,27 @@ ModuleDictImpl::ModuleDictImpl(const std::vector<Item>& modules) {
 
 void ModuleDictImpl::insert(const std::string& key, std::shared_ptr<Module> module) {
   KILN_CHECK(module != nullptr, "ModuleDict::insert", "the module for \"", key, "\" is empty");
-  auto it = std::find_if(items_.begin(), items_.end(), [&](const Item& i) { return i.first == key; });
-  if (it == items_.end()) {
+  const size_t i = index_of(key);
+  if (i == items_.size()) {
     register_module(key, module);
     items_.emplace_back(key, std::move(module));
   } else {
     replace_module(key, module);
-    it->second = std::move(module);
+    items_[i].second = std::move(module);
   }
 }
 
-bool ModuleDictImpl::contains(const std::string& key) const {
-  return std::any_of(items_.begin(), items_.end(), [&](const Item& i) { return i.first == key; });
+size_t ModuleDictImpl::index_of(const std::string& key) const {
+  return static_cast<size_t>(
+      std::find_if(items_.begin(), items_.end(), [&](const Item& i) { return i.first == key; }) - items_.begin());
 }
 
+bool ModuleDictImpl::contains(const std::string& key) const { return index_of(key) < items_.size(); }
+
 const std::shared_ptr<Module>& ModuleDictImpl::operator[](const std::string& key) const {
-  auto it = std::find_if(items_.begin(), items_.end(), [&](const Item& i) { return i.first == key; });
-  KILN_CHECK(it != items_.end(), "ModuleDict", "no module \"", key, "\"; it has ", keys().size(), " keys");
-  return it->second;
+  const size_t i = index_of(key);
+  KILN_CHECK(i < items_.size(), "ModuleDict", "no module \"", key, "\"; it has ", items_.size(), " keys");
+  return items_[i].second;
 }
 
 std::vector<std::string> ModuleDictImpl::keys() const {

@@ -148,51 +148,42 @@ struct DistributedDataParallel::State {
 };
 
 namespace {
-// Every process's parameters and buffers, names, shapes and dtypes, the same as rank 0's: a
-// 64-bit digest of them is gathered, and where one differs, rank 0's list and this process's
-// are compared, so that the error names the first tensor that differs (a broadcast of the
-// first differing shape said only "[broadcast] the processes disagree", or, with the same shapes
-// in another order, nothing at all).
+// Every process's parameters and buffers, names, shapes and dtypes, the same as rank 0's: rank 0's
+// list goes to every process, each compares it with its own, and where any differs every process
+// fails, the one that differs naming the first tensor (a broadcast of the first differing shape
+// said only "[broadcast] the processes disagree", or, with the same shapes in another order,
+// nothing at all). Once, at construction.
 void check_same_module_everywhere(const Module& module) {
   if (dist::world_size() == 1) return;
   std::vector<std::string> lines;
+  std::string mine;
   for (const auto& [kind, named] : {std::pair{"parameter", module.named_parameters()}, std::pair{"buffer", module.named_buffers()}})
     for (const auto& [name, t] : named) {
       std::ostringstream os;
       os << kind << " " << name << " " << t.dtype() << " " << t.shape();
       lines.push_back(os.str());
+      mine += lines.back() + "\n";
     }
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the lines
-  for (const std::string& l : lines)
-    for (const char c : l + "\n") h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  Tensor mine = tensor({static_cast<int64_t>(h), static_cast<int64_t>(lines.size())}, kInt64);
-  const std::vector<Tensor> all = dist::all_gather(mine);
-  const std::vector<int64_t> first = all[0].to_vector<int64_t>();
-  bool differs = false;
-  for (const Tensor& a : all) differs |= a.to_vector<int64_t>() != first;
-  if (!differs) return;
-  // Rank 0's lines (each process gathers them: the same collective everywhere), then the first
-  // line this process has otherwise.
-  std::string joined;
-  for (const std::string& l : lines) joined += l + "\n";
-  Tensor bytes = empty({static_cast<int64_t>(joined.size())}, kUInt8);
-  std::copy(joined.begin(), joined.end(), bytes.data_ptr<uint8_t>());
-  Tensor size = tensor({static_cast<int64_t>(joined.size())}, kInt64);
+  Tensor size = tensor({static_cast<int64_t>(mine.size())}, kInt64);
   dist::broadcast(size, 0);
-  Tensor theirs = dist::rank() == 0 ? bytes : empty({size.item<int64_t>()}, kUInt8);
-  dist::broadcast(theirs, 0);
-  std::vector<std::string> rank0;
-  std::string line;
-  for (uint8_t c : theirs.to_vector<uint8_t>()) {
-    if (c == '\n') rank0.push_back(std::exchange(line, ""));
-    else line += static_cast<char>(c);
-  }
-  for (size_t i = 0; i < std::max(lines.size(), rank0.size()); ++i) {
-    const std::string a = i < rank0.size() ? rank0[i] : "nothing", b = i < lines.size() ? lines[i] : "nothing";
-    if (a != b)
-      KILN_FAIL("DistributedDataParallel", "every process must hold the same module: tensor ", i, " is ", a,
-                " on rank 0 but ", b, " on rank ", dist::rank(), " (rank 0 has ", rank0.size(), " tensors, rank ",
-                dist::rank(), " ", lines.size(), ")");
+  Tensor bytes = empty({size.item<int64_t>()}, kUInt8);
+  if (dist::rank() == 0) std::copy(mine.begin(), mine.end(), bytes.data_ptr<uint8_t>());
+  dist::broadcast(bytes, 0);
+  const std::vector<uint8_t> got = bytes.to_vector<uint8_t>();
+  const std::string rank0_text(got.begin(), got.end());
+  Tensor differs = tensor({static_cast<int64_t>(rank0_text != mine)}, kInt64);
+  dist::all_reduce(differs, dist::ReduceOp::Max);
+  if (differs.item<int64_t>() == 0) return;
+  if (rank0_text != mine) {
+    std::vector<std::string> rank0;
+    std::istringstream in(rank0_text);
+    for (std::string line; std::getline(in, line);) rank0.push_back(line);
+    size_t i = 0;
+    while (i < lines.size() && i < rank0.size() && lines[i] == rank0[i]) ++i;
+    KILN_FAIL("DistributedDataParallel", "every process must hold the same module: tensor ", i, " is ",
+              i < rank0.size() ? rank0[i] : "nothing", " on rank 0 but ", i < lines.size() ? lines[i] : "nothing",
+              " on rank ", dist::rank(), " (rank 0 has ", rank0.size(), " tensors, rank ", dist::rank(), " ",
+              lines.size(), ")");
   }
   KILN_FAIL("DistributedDataParallel", "every process must hold the same module, but another process's differs "
             "from rank 0's (its error names the tensor)");

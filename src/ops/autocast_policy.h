@@ -25,6 +25,16 @@ inline Tensor autocast_lower(const Tensor& t) {
 // For norms, softmax and losses: a float16/bfloat16 t in float32 while autocast is on.
 inline Tensor autocast_float32(const Tensor& t) { return autocast_applies(t) ? cast(t, kFloat32) : t; }
 
+// For the promote list (scatter_add): two floating operands of different dtypes, one of them
+// under autocast, both in the wider dtype (a 16-bit matmul output into a float32 accumulator).
+inline void autocast_promote(Tensor& a, Tensor& b) {
+  if (a.dtype() == b.dtype() || !a.is_floating_point() || !b.is_floating_point()) return;
+  if (!autocast_applies(a) && !autocast_applies(b)) return;
+  const ScalarType wide = promote_types(a.dtype(), b.dtype());
+  a = cast(a, wide);
+  b = cast(b, wide);
+}
+
 // Autocast off for the rest of an op whose inputs the policy already cast, so that the ops a
 // composite op calls inside (a matmul in a loss) keep its dtype, as PyTorch's autocast wrappers do.
 class AutocastOff {

@@ -102,15 +102,9 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 Tensor scatter_add(const Tensor& x_in, int64_t dim, const Tensor& index, const Tensor& src_in) {
   ops::check_defined(x_in, "scatter_add");
   ops::check_defined(src_in, "scatter_add");
-  // On autocast's promote list: a 16-bit src (a matmul's output) into a float32 accumulator runs
-  // in the wider dtype, each gradient cast back to its input's.
+  // On autocast's promote list (each gradient cast back to its input's dtype by the casts).
   Tensor x = x_in, src = src_in;
-  if (x.dtype() != src.dtype() && x.is_floating_point() && src.is_floating_point() &&
-      (ops::autocast_applies(x) || ops::autocast_applies(src))) {
-    const ScalarType wide = promote_types(x.dtype(), src.dtype());
-    x = ops::cast(x, wide);
-    src = ops::cast(src, wide);
-  }
+  ops::autocast_promote(x, src);
   check_index(index, "scatter_add");
   const Device dev = ops::common_device({&x, &index, &src}, "scatter_add");
   KILN_CHECK(src.dtype() == x.dtype(), "scatter_add", "src has dtype ", src.dtype(), " but the tensor has ", x.dtype());

@@ -98,7 +98,7 @@ MlmBatch MlmBatcher::collate_ptrs(const std::vector<const std::vector<int64_t>*>
       if (r.v[1] < t_mask) {
         input[at] = mask_id_;
       } else if (r.v[1] < t_random) {
-        uint64_t w = (static_cast<uint64_t>(r.v[2]) << 32) | r.v[3];
+        const uint64_t w = philox::word64(r, 1);
         input[at] = random_ids_[static_cast<size_t>(w % random_ids_.size())];
       }
     }
@@ -122,7 +122,7 @@ std::vector<std::vector<int64_t>> epoch_batches(int64_t n, int64_t batch_size, b
     const uint64_t key = seed ^ 0x5DEECE66DULL;
     for (int64_t i = n - 1; i > 0; --i) {
       philox::U32x4 r = philox::philox(key, (epoch << 40) + static_cast<uint64_t>(i));
-      uint64_t w = (static_cast<uint64_t>(r.v[0]) << 32) | r.v[1];
+      const uint64_t w = philox::word64(r, 0);
       std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(w % static_cast<uint64_t>(i + 1))]);
     }
   }

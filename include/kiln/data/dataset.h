@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kiln/tensor.h"
@@ -48,6 +49,9 @@ struct EpochKeys {
   uint64_t sample;
 };
 EpochKeys epoch_keys(uint64_t seed, uint64_t epoch);
+// `seed`, or one drawn from kiln's global generator (manual_seed decides it): the loader's and
+// the random samplers' default.
+uint64_t seed_or_draw(std::optional<uint64_t> seed);
 }  // namespace detail
 
 // A map-style dataset. get() must be safe to call from several threads at once: the loader's

@@ -176,6 +176,8 @@ class ModuleDictImpl : public Module {
   auto end() const { return items_.end(); }
 
  private:
+  size_t index_of(const std::string& key) const;  // size() when absent
+
   std::vector<Item> items_;
 };
 KILN_MODULE(ModuleDict);
