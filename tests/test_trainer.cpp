@@ -139,6 +139,18 @@ TEST(Trainer, EvalTakesAnyDataAndResumeKeepsTheCheckpointsData) {
   r.data = other.string();
   expect_error([&] { set_up(r); }, "the checkpoint was written for 96 training images, but " + other.string() +
                                        " has 64");
+
+  // A directory with the test split alone evaluates (as torchvision's FashionMNIST(train=False)).
+  fs::remove(other / "train-images-idx3-ubyte");
+  fs::remove(other / "train-labels-idx1-ubyte");
+  e = train::evaluate_checkpoint((ck / "last.safetensors").string(), other.string(), "cpu");
+  EXPECT_EQ(e.samples, 20);
+  r.resume = false;
+  r.evaluate_only = true;  // such a trainer does not train
+  train::ImageClassification eval_task(r);
+  train::Trainer evaluator(eval_task);
+  EXPECT_EQ(evaluator.evaluate().samples, 20);
+  expect_error([&] { run(evaluator); }, "set up to evaluate only");
   fs::remove_all(data);
   fs::remove_all(other);
 }

@@ -111,8 +111,9 @@ void ImageClassification::prepare(std::vector<std::string>& notes) {
   const auto& names = models::model_names();
   if (std::find(names.begin(), names.end(), options_.model) == names.end())
     models::create(options_.model, kClasses);  // the unknown-model error, before the data is read
-  train_set_ = std::make_shared<const data::FashionMNIST>(options_.data, true);
   test_set_ = std::make_shared<const data::FashionMNIST>(options_.data, false);
+  if (options_.evaluate_only) return;  // the test split alone (a directory may hold only t10k)
+  train_set_ = std::make_shared<const data::FashionMNIST>(options_.data, true);
   KILN_CHECK(train_set_->size() > 0, options_.command.c_str(), "the training split in ", options_.data,
              " has no images");
   if (options_.batch_size > train_set_->size()) {
@@ -138,8 +139,9 @@ void ImageClassification::build(Device device) {
   model_ = models::create(options_.model, kClasses);
   model_->to(MemoryFormat::ChannelsLast);  // the activations' layout, as PyTorch's channels-last recipe
   model_->to(device_);                     // (which keeps it: laid out once, on the host)
-  train_loader_ = make_loader(train_set_, true, options_.batch_size, options_.workers, options_.seed, device_);
   test_loader_ = make_loader(test_set_, false, 1000, options_.workers, options_.seed, device_);
+  if (options_.evaluate_only) return;
+  train_loader_ = make_loader(train_set_, true, options_.batch_size, options_.workers, options_.seed, device_);
   optimizer_ = std::make_unique<optim::SGD>(
       model_->parameters(),
       optim::SGDOptions{.lr = options_.lr, .momentum = options_.momentum, .weight_decay = options_.weight_decay});

@@ -112,7 +112,7 @@ void Trainer::resume(const io::SafetensorsFile& f, const std::string& path) {
   naming_it([&] { task_.module().load_state_dict(with_prefix(f.tensors, "model.")); });
   // Evaluation needs the weights alone: not the position in the training data, which depends on
   // that data and on the number of processes the checkpoint was written by.
-  if (options().command == "kiln eval") return;
+  if (options().evaluate_only) return;
   // The data each process saw depends on the number of processes: continuing exactly needs the same.
   const int64_t written_by = m.has("world_size") ? m.integer("world_size") : 1;
   KILN_CHECK(written_by == distributed::world_size(), where(), "checkpoint ", path, " was written by a job of ",
@@ -170,6 +170,7 @@ void Trainer::train_step(const Callbacks& cb) {
 
 void Trainer::fit(const Callbacks& cb) {
   const TrainerOptions& o = options();
+  KILN_CHECK(!o.evaluate_only, where(), "this trainer was set up to evaluate only (TrainerOptions::evaluate_only)");
   if (distributed::rank() == 0) check_checkpoint_dir(o.checkpoint_dir, where());  // before any training time is spent
   const int64_t batches = task_.batches_per_epoch();
   const int64_t start_step = step_;
@@ -231,6 +232,7 @@ EvalResult evaluate_checkpoint(Task& task, const std::string& path, const std::s
   KILN_CHECK(std::filesystem::is_regular_file(path), "kiln eval", "no checkpoint file at '", path, "'");
   TrainerOptions& o = task.options();
   o.command = "kiln eval";
+  o.evaluate_only = true;
   o.resume = true;
   o.resume_from = path;
   o.verify_checkpoint = verify;

@@ -42,6 +42,9 @@ struct TrainerOptions {
   bool verify_checkpoint = true;  // check the checksum of the checkpoint resumed from
   std::string amp;                // "", "off", "bf16" or "fp16" (autocast, and a GradScaler for fp16)
   std::string command = "kiln train";  // names the command in errors
+  // Evaluation alone (kiln eval): the weights are read from the checkpoint and nothing trains, so
+  // a task may leave out its training data, loader, optimizer and schedule.
+  bool evaluate_only = false;
 };
 
 // The settings every task has, checked alike; errors name the kiln train flags (--epochs,
