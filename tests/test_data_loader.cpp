@@ -357,5 +357,49 @@ TEST(DataLoader, TensorDatasetBatches) {
                "[TensorDataset] data has 10 samples but targets 9");
 }
 
+// A collate_fn pads sequences of different lengths to the batch's longest (torch's collate_fn):
+// the same batches with and without workers; its errors reach the consumer at its batch.
+class RaggedDataset : public data::Dataset {
+ public:
+  int64_t size() const override { return 9; }
+  Example get(int64_t i) const override { return {full({i % 4 + 1}, static_cast<double>(i + 1), kInt64), Tensor()}; }
+};
+
+Batch pad_to_longest(const std::vector<Example>& examples) {
+  int64_t longest = 0;
+  for (const Example& e : examples) longest = std::max(longest, e.data.numel());
+  Tensor out = zeros({static_cast<int64_t>(examples.size()), longest}, kInt64);
+  for (size_t i = 0; i < examples.size(); ++i)
+    out.select(0, static_cast<int64_t>(i)).narrow(0, 0, examples[i].data.numel()).copy_(examples[i].data);
+  return {out, Tensor()};
+}
+
+TEST(DataLoader, ACollateFnMakesTheBatches) {
+  auto ds = std::make_shared<RaggedDataset>();
+  for (int64_t workers : {0, 2}) {
+    DataLoader loader(ds, {.batch_size = 3, .num_workers = workers,
+                           .collate_fn = [](const std::vector<Example>& e) {
+                             std::vector<Example> first_two(e.begin(), e.begin() + std::min<size_t>(2, e.size()));
+                             return pad_to_longest(first_two);
+                           }});
+    std::vector<Batch> batches;
+    for (Batch& b : loader) batches.push_back(b);
+    ASSERT_EQ(batches.size(), 3u);
+    expect_close(batches[0].data, {1, 0, 2, 2}, {2, 2});  // samples 0 and 1 (lengths 1 and 2)
+    expect_close(batches[1].data, {4, 4, 4, 4, 5, 0, 0, 0}, {2, 4});  // samples 3 and 4 (lengths 4 and 1)
+    EXPECT_FALSE(batches[1].target.defined());
+    EXPECT_EQ(batches[2].index, 2);
+  }
+  for (int64_t workers : {0, 2}) {
+    DataLoader loader(ds, {.batch_size = 3, .num_workers = workers, .collate_fn = [](const std::vector<Example>& e) {
+                             for (const Example& x : e) KILN_CHECK(x.data.numel() < 4, "pad", "a sequence of 4 tokens");
+                             return pad_to_longest(e);
+                           }});
+    int64_t good = 0;
+    expect_error([&] { for (Batch& b : loader) { (void)b; ++good; } }, "[pad] a sequence of 4 tokens");
+    EXPECT_EQ(good, 1) << workers;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::test

@@ -100,7 +100,7 @@ struct EpochRun {
         SampleGenerator gen(*options.seed, epoch, order[at], occurrence.empty() ? 0 : occurrence[at]);
         examples.push_back(dataset->get(order[at], gen));
       }
-      Batch batch = collate(examples);
+      Batch batch = options.collate_fn ? options.collate_fn(examples) : collate(examples);
       batch.index = b;
       if (options.pin_memory) {
         if (pin_device >= 0) cuda::set_device(pin_device);

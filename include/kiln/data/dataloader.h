@@ -3,6 +3,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -52,6 +53,11 @@ struct DataLoaderOptions {
   // in PyTorch. The loader passes its epoch to the sampler, unless the sampler has one chosen
   // (DistributedSampler::set_epoch): the pass then runs that epoch, as PyTorch's.
   std::shared_ptr<const Sampler> sampler = nullptr;
+  // Makes a batch of a batch's examples (torch's collate_fn; default: collate, which stacks
+  // them), e.g. padding sequences of different lengths to the longest. It runs on the worker
+  // threads when num_workers > 0, so it must be safe to call from several threads at once, and
+  // its batch is on the CPU there. The loader sets the batch's index and pins it afterwards.
+  std::function<Batch(const std::vector<Example>&)> collate_fn = nullptr;
 };
 
 namespace detail {
