@@ -398,6 +398,26 @@ TEST_F(Fallback, ShadowModeJudgesACancellingSumByItsTerms) {
                      "(tolerance 1e-05 + 0.001 x (|cpu| + sum of |terms| 2001)");
 }
 
+// A pointwise op is judged element by element: a wrong small element beside a large one is
+// caught (the output's largest element widened every element's allowance: exp(-5) written as 0.4
+// next to exp(10) passed in float32, exp(0) written as 400 in bfloat16).
+TEST_F(Fallback, ShadowModeJudgesAPointwiseOpElementByElement) {
+  backend::register_kernel(backend::Op::Exp, DeviceType::CUDA, shifted<backend::Op::Exp>);
+  backend::set_shadow_mode(backend::ShadowMode::Error);
+  Tensor x = tensor({-5.0f, 0.0f, 1.0f, 10.0f}).to(Device::cuda(0));
+  g_shift = 1e-8f;  // a rounding's worth
+  EXPECT_NO_THROW((void)x.exp());
+  g_shift = 0.4f;
+  test::expect_error([&] { (void)x.exp(); },
+                     "[shadow] Exp on cuda:0 differs from the CPU: output 0 (float32 [4]) element [0]: device 0.406737");
+  test::expect_error([&] { (void)x.exp(); }, "(tolerance 1e-05 + 0.001 x (|cpu|); 1 of 4 elements differ)");
+  backend::register_kernel(backend::Op::Exp, DeviceType::CUDA, [](backend::KernelArgs& a) {
+    backend::kernel_for(backend::Op::Exp, DeviceType::CPU)(a);
+    static_cast<BFloat16*>(a.outputs[0].data_ptr())[1] = BFloat16(400.0f);
+  });
+  test::expect_error([&] { (void)x.to(kBFloat16).exp(); }, "element [1]: device 400, cpu 1");
+}
+
 TEST_F(Fallback, ShadowModeNamesTheKernelThatDiffersFromTheCpu) {
   Tensor a = arange(6, kFloat32).reshape({2, 3}).to(Device::cuda(0)), b = full({3}, 0.5).to(Device::cuda(0));
   backend::register_kernel(backend::Op::Add, DeviceType::CUDA, backend::kernel_for(backend::Op::Add, DeviceType::CPU));
