@@ -42,7 +42,7 @@ double number(const Value& v) {  // the same under a decimal-comma locale
 const std::vector<std::string> kFields = {"model", "mode", "device", "device_name", "dtype", "batch", "steps",
                                           "median_s", "min_s", "max_s", "host_s", "samples_per_s", "tflops",
                                           "peak_bytes", "peak_reserved_bytes", "speedup_vs_cpu_fp32", "cpu", "threads", "gpu", "version",
-                                          "commit", "onednn", "cuda", "cudnn", "warmup", "profiled"};
+                                          "commit", "onednn", "cuda", "cudnn", "warmup", "profiled", "fallbacks", "shadowed"};
 // clang-format on
 
 void expect_run_line(const std::string& line, const RunSpec& spec) {
@@ -168,10 +168,29 @@ TEST(Bench, ProfiledRunsSaySo) {
   r.spec = tiny("resnet18", "eval");
   const Environment env = environment();
   EXPECT_FALSE(member(io::json::parse(to_json(r, env), "test", ""), "profiled").boolean);
-  r.spec.profile = true;
+  r.profiled = true;
   const Value v = io::json::parse(to_json(r, env), "test", "");
   EXPECT_EQ(member(v, "profiled").kind, Value::Kind::Bool);
   EXPECT_TRUE(member(v, "profiled").boolean);
+  EXPECT_NE(table_row(r, false).find("(profiled)"), std::string::npos);
+  // A session of the process's own (KILN_PROFILE=1) times the steps as --profile's does.
+  profiler::Session session;
+  EXPECT_TRUE(run(tiny("resnet18", "eval")).profiled);
+}
+
+// A run whose ops ran on the CPU instead of its device says which, in its line and its row.
+TEST(Bench, FallbacksOfARunAreInItsLineAndRow) {
+  RunResult r;
+  r.spec = tiny("resnet18", "eval");
+  r.spec.device = "cuda:0";
+  r.median_s = r.min_s = r.max_s = 0.5;
+  r.fallbacks = {{"Embedding", 2}, {"LayerNormBackward", 4}};
+  const Value v = io::json::parse(to_json(r, environment()), "test", "");
+  EXPECT_EQ(member(member(v, "fallbacks"), "LayerNormBackward").integer, 4);
+  EXPECT_EQ(member(v, "shadowed").kind, Value::Kind::Bool);
+  EXPECT_NE(table_row(r, false).find("(ran on the cpu: Embedding x2 LayerNormBackward x4)"), std::string::npos);
+  EXPECT_EQ(member(io::json::parse(to_json(run(tiny("resnet18", "eval")), environment()), "test", ""), "fallbacks")
+                .members.size(), 0u);
 }
 
 // The FLOPs come from the first warm-up step, as PyTorch's peer counts them: no extra step, unless

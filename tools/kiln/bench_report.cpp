@@ -198,6 +198,13 @@ std::string table_row(const RunResult& r, bool vs_pytorch) {
   if (vs_pytorch)
     row += "  " + pad(r.pytorch_samples_per_s ? fmt("%.2f", *r.pytorch_samples_per_s) : "-", 11) +
            (r.vs_pytorch ? fmt("%.2f", *r.vs_pytorch) : "-");
+  // What makes the numbers other than the device's own, on the row they concern.
+  if (r.profiled) row += "  (profiled)";
+  if (!r.fallbacks.empty() && !Device(s.device).is_cpu()) {
+    row += "  (ran on the cpu:";
+    for (const auto& [op, n] : r.fallbacks) row += " " + op + " x" + std::to_string(n);
+    row += ")";
+  }
   return row;
 }
 

@@ -10,6 +10,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/train/device_choice.h"
+#include "src/backend/dispatch.h"
 #include "src/core/device_runtime.h"
 #include "src/io/json.h"
 #include "tools/kiln/bench_workloads.h"
@@ -50,6 +51,7 @@ Environment environment() {
     env.cuda = cuda::runtime_version();
     if (!cuda::cudnn_version().empty()) env.cudnn = cuda::cudnn_version();
   }
+  env.shadowed = backend::shadow_mode() != backend::ShadowMode::Off;
   return env;
 }
 
@@ -131,10 +133,17 @@ RunResult run(const RunSpec& spec, const Progress& progress) {
   } else {
     r.device_name = build_info().cpu_model;
   }
+  r.profiled = spec.profile || profiler::recording();  // a session of KILN_PROFILE's is alive
+  const std::map<std::string, uint64_t> fallbacks_before = fallback_counts();
   try {
     Workload w = make_workload({spec.model, spec.mode, device, spec.batch, spec.seq, spec.dtype});
     r.optimizer = w.optimizer;
     measure(spec, device, [&] { run_with_dtype(spec.dtype, w.step); }, r, progress);
+    for (const auto& [op, n] : fallback_counts()) {
+      const auto before = fallbacks_before.find(op);
+      const uint64_t earlier = before == fallbacks_before.end() ? 0 : before->second;
+      if (n > earlier) r.fallbacks[op] = n - earlier;
+    }
   } catch (const OutOfMemoryError& e) {
     KILN_FAIL("kiln bench", "batch ", spec.batch, " does not fit on ", spec.device, " for ", spec.model, " ",
               spec.mode, " (", e.what(), ")");
@@ -165,7 +174,11 @@ std::string to_json(const RunResult& r, const Environment& env) {
   field("steps", std::to_string(s.steps));
   if (!r.error.empty()) field("error", str(r.error));
   if (!r.skipped.empty()) field("skipped", str(r.skipped));
-  field("profiled", s.profile ? "true" : "false");
+  field("profiled", r.profiled ? "true" : "false");
+  std::string fallbacks = "{";
+  for (const auto& [op, n] : r.fallbacks) fallbacks += (fallbacks.size() > 1 ? ", " : "") + str(op) + ": " + std::to_string(n);
+  field("fallbacks", fallbacks + "}");
+  field("shadowed", env.shadowed ? "true" : "false");
   measurement("median_s", num(r.median_s));
   measurement("min_s", num(r.min_s));
   measurement("max_s", num(r.max_s));

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,6 +25,8 @@ struct Environment {
   std::string version;      // Kiln's
   std::string commit;       // build_commit()
   std::optional<std::string> onednn, cuda, cudnn;  // versions; null when not built or not known
+  // KILN_SHADOW is on: every op on a GPU also ran on the CPU, so GPU times are not Kiln's.
+  bool shadowed = false;
 };
 Environment environment();
 // The commit this build was made from, "+dirty" with uncommitted changes to tracked files, or
@@ -49,6 +52,11 @@ struct RunResult {
   std::optional<double> speedup_vs_cpu_fp32;
   std::optional<double> pytorch_samples_per_s, vs_pytorch;  // with --vs-pytorch
   std::string profile;  // with spec.profile: kiln::profiler's table for the timed steps
+  // Its steps ran under a timing profiler session: --profile, or KILN_PROFILE's for the process.
+  bool profiled = false;
+  // The ops that ran on the CPU instead of the run's device (no kernel there, or one that refused
+  // the arguments), with how often over the run: its times are then not the device's alone.
+  std::map<std::string, uint64_t> fallbacks;
 
   bool measured() const { return error.empty() && skipped.empty(); }
 };
@@ -76,7 +84,8 @@ double median(std::vector<double> v);
 
 // One line of results.jsonl (no trailing newline). A run that failed or was skipped has null
 // numbers and an "error" or "skipped" string; "profiled" says whether its steps were timed under
-// the profiler.
+// the profiler, "fallbacks" which ops ran on the CPU instead ({} when none) and "shadowed"
+// whether KILN_SHADOW ran every GPU op again on the CPU.
 std::string to_json(const RunResult& r, const Environment& env);
 
 }  // namespace kiln::cli::bench

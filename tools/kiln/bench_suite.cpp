@@ -164,8 +164,9 @@ class Suite {
     jsonl_.open(dir_ / "results.jsonl", std::ios::trunc);
     KILN_CHECK(jsonl_.good(), "kiln bench", "could not write ", (dir_ / "results.jsonl").string());
     if (o.vs_pytorch) peer_jsonl_.open(dir_ / "pytorch.jsonl", std::ios::trunc);
-    out_ << "kiln " << env_.version << " (" << env_.commit << "), " << env_.cpu << ", " << env_.threads << " threads\n"
-         << table_header(o.vs_pytorch) << "\n"
+    out_ << "kiln " << env_.version << " (" << env_.commit << "), " << env_.cpu << ", " << env_.threads << " threads\n";
+    if (env_.shadowed) out_ << "KILN_SHADOW is on: every GPU op runs again on the CPU, so GPU times are not Kiln's\n";
+    out_ << table_header(o.vs_pytorch) << "\n"
          << std::flush;
   }
 
@@ -206,13 +207,13 @@ class Suite {
   }
 
   void measure(RunResult& r) {
-    const RunSpec& s = r.spec;
+    const RunSpec s = r.spec;
     progress(describe(s) + ": warm-up (" + std::to_string(s.warmup) + " steps)");
     try {
       r = bench::run(s, [&](int64_t i, int64_t n) {
         progress(describe(s) + ": timing step " + std::to_string(i + 1) + "/" + std::to_string(n));
       });
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       // One workload that fails (out of memory at its batch, an op that would fall back under
       // KILN_FALLBACK=error) is a row of the table; the others still run, and the suite fails
       // at the end naming it.
