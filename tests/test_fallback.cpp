@@ -129,6 +129,19 @@ TEST_F(Fallback, TorchCudaDeviceAndMemoryFunctions) {
     EXPECT_NE(summary.find(part), std::string::npos) << part << " not in\n" << summary;
   cuda::set_device(1);
   EXPECT_EQ(cuda::memory_summary().rfind("cuda:1 memory", 0), 0u);
+  cuda::set_device(0);
+
+  // A fraction of under a byte is a limit of one byte, not none (a limit of 0 means no limit).
+  cuda::set_memory_fraction(1e-15, 0);
+  EXPECT_EQ(cuda::memory_stats(0).limit, 1u);
+  EXPECT_THROW((void)zeros({1024}, kCUDA), OutOfMemoryError);
+  set_memory_limit(Device::cuda(0), 0);
+  // Sizes as printed: the unit and precision of the value once rounded.
+  EXPECT_EQ(format_bytes(size_t{205} << 20), "205 MiB");
+  EXPECT_EQ(format_bytes((size_t{1} << 30) - (size_t{1} << 18)), "1.00 GiB");  // 1023.75 MiB
+  EXPECT_EQ(format_bytes(static_cast<size_t>(9.999 * (1 << 30))), "10.0 GiB");
+  EXPECT_EQ(format_bytes(static_cast<size_t>(1.5 * (1 << 30))), "1.50 GiB");
+  EXPECT_EQ(format_bytes(512), "512 bytes");
 }
 
 // A dense tensor keeps its layout across devices (PyTorch's preserve_format), a strided view

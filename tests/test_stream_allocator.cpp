@@ -188,6 +188,13 @@ TEST_F(StreamAllocatorTest, TheDriverRefusingIsAClearErrorAfterARetry) {
   alloc->deallocate(a);
   void* b = alloc->allocate(20 << 20, stream(0));  // the cached block serves it
   alloc->deallocate(b);
+  // A size no device has is refused before the driver is asked (and before rounding could wrap).
+  try {
+    alloc->allocate(SIZE_MAX, stream(0));
+    ADD_FAILURE() << "SIZE_MAX bytes were handed out";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("asked 16384 PiB, more than any cuda device has"), std::string::npos) << e.what();
+  }
 }
 
 // Under a limit, a request whose shared 20 MiB segment would pass it gets a segment of its own
@@ -282,6 +289,25 @@ TEST(StreamAllocatorSystem, AFailedFillGivesTheSegmentBack) {
   EXPECT_EQ(alloc.stats().reserved, 1024u);
   alloc.deallocate(a);
   EXPECT_EQ(alloc.stats().reserved, 0u);
+}
+
+// The host's allocator refuses a size past a quarter of the address space before rounding it up
+// to its size class (which wrapped to 0: a 0-byte block handed out as SIZE_MAX bytes).
+TEST(CachingAllocator, AHugeSizeIsRefusedNotRoundedToZero) {
+  size_t asked_os = 0;
+  backend::CachingAllocator alloc(
+      "cpu", [&](size_t n) { asked_os += n; return std::malloc(n == 0 ? 1 : n); }, [](void* p) { std::free(p); },
+      nullptr, backend::CachingAllocator::Mode::Caching);
+  for (size_t n : {std::numeric_limits<size_t>::max(), (std::numeric_limits<size_t>::max() / 8) * 7 + 2}) {
+    try {
+      (void)alloc.allocate(n);
+      ADD_FAILURE() << n << " bytes were handed out";
+    } catch (const OutOfMemoryError& e) {
+      EXPECT_NE(std::string(e.what()).find("more than any cpu device has"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(asked_os, 0u);
+  EXPECT_EQ(alloc.stats().out_of_memory, 2u);
 }
 
 }  // namespace

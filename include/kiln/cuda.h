@@ -90,7 +90,10 @@ Stream current_stream(int device = -1);
 // Makes `stream` the calling thread's current stream on its device, and its device current,
 // while alive (torch.cuda.stream(s) / c10::cuda::CUDAStreamGuard). Unlike torch, backward()
 // runs every node on the calling thread's current stream, not on the stream its forward ran on:
-// call backward() under the same guard as the forward (or synchronise the streams first).
+// call backward() under the same guard as the forward. Making the streams wait for each other
+// before backward is not enough: backward frees the forward's saved tensors as soon as their
+// kernels are queued, into the forward stream's pool, whose next allocation (the next forward)
+// may then overwrite them while backward's kernels still read them.
 class StreamGuard {
  public:
   explicit StreamGuard(const Stream& stream);

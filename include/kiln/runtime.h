@@ -29,7 +29,7 @@ struct MemoryStats {
 MemoryStats memory_stats(Device device = Device::cpu());
 void reset_peak_memory_stats(Device device = Device::cpu());
 // Allocations that would take the reserved bytes past the limit throw kiln::Error
-// "[cpu] out of memory: asked 5.61 GiB, limit 21.6 GiB, 0.20 GiB in use, 0.31 GiB reserved"
+// "[cpu] out of memory: asked 5.61 GiB, limit 21.6 GiB, 205 MiB in use, 317 MiB reserved"
 // (after freeing the cache once). 0: no limit. The CPU's default is 90% of its memory (the
 // physical memory, or the cgroup's limit when lower), or KILN_MEMORY_LIMIT when set; so a
 // batch too large for the machine is this error rather than the kernel's out-of-memory killer.

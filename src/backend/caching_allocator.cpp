@@ -35,6 +35,10 @@ size_t CachingAllocator::size_class(size_t n) {
 
 void* CachingAllocator::allocate(size_t nbytes) {
   if (nbytes == 0) return nullptr;
+  if (nbytes > AllocatorCounts::kLargestRequest) {  // before size_class, which would wrap around to 0
+    std::lock_guard<std::mutex> lock(mutex_);
+    n_.out_of_memory(device_name_, nbytes, AllocatorCounts::Refusal::TooLarge);
+  }
   const size_t cls = size_class(nbytes);
   std::lock_guard<std::mutex> lock(mutex_);
   void* p = nullptr;
@@ -47,14 +51,14 @@ void* CachingAllocator::allocate(size_t nbytes) {
       ++n_.retries;
       release_cache_locked();
     }
-    if (n_.over_limit(cls)) n_.out_of_memory(device_name_, nbytes, false);
+    if (n_.over_limit(cls)) n_.out_of_memory(device_name_, nbytes, AllocatorCounts::Refusal::Limit);
     p = raw_alloc_(cls);
     if (!p) {  // out of memory: give the cache back and try once more
       ++n_.retries;
       release_cache_locked();
       p = raw_alloc_(cls);
     }
-    if (!p) n_.out_of_memory(device_name_, nbytes, true);
+    if (!p) n_.out_of_memory(device_name_, nbytes, AllocatorCounts::Refusal::Refused);
     n_.reserve(cls);
     if (mode_ == Mode::System && raw_fill_) raw_fill_(p, 0xFF, cls);
   }
@@ -75,17 +79,18 @@ void CachingAllocator::deallocate(void* p, size_t nbytes) {
   free_[cls].push_back(p);
 }
 
-void AllocatorCounts::out_of_memory(const std::string& device_name, size_t asked, bool refused) {
+void AllocatorCounts::out_of_memory(const std::string& device_name, size_t asked, Refusal why) {
   ++ooms;
   // "[cpu] out of memory: ..." / "[cuda] out of memory on cuda:0: ..."
   const size_t colon = device_name.find(':');
   const std::string kind = device_name.substr(0, colon);
   const std::string on = colon == std::string::npos ? "" : " on " + device_name;
   const std::string usage = format_bytes(allocated) + " in use, " + format_bytes(reserved) + " reserved";
-  if (refused)
-    throw OutOfMemoryError(detail::cat("[", kind, "] out of memory", on, ": asked ", format_bytes(asked), ", which the ",
-                                       kind == "cpu" ? "system" : "driver", " refused; ", usage,
-                                       limit ? ", limit " + format_bytes(limit) : std::string()));
+  if (why != Refusal::Limit)
+    throw OutOfMemoryError(detail::cat("[", kind, "] out of memory", on, ": asked ", format_bytes(asked),
+                                       why == Refusal::TooLarge ? ", more than any " + kind + " device has" :
+                                       kind == "cpu" ? ", which the system refused" : ", which the driver refused",
+                                       "; ", usage, limit ? ", limit " + format_bytes(limit) : std::string()));
   throw OutOfMemoryError(detail::cat("[", kind, "] out of memory", on, ": asked ", format_bytes(asked), ", limit ",
                                      format_bytes(limit), ", ", usage));
 }

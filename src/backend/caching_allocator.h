@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -35,9 +36,13 @@ struct AllocatorCounts {
   }
   bool over_limit(size_t more) const { return limit && (more > limit || reserved > limit - more); }
   MemoryStats stats(bool caching) const;
-  // Counts it and throws "[cpu] out of memory: asked 5.61 GiB, limit 21.6 GiB, 0.20 GiB in use,
+  // Why an allocation failed: past the limit, refused by the system or driver, or larger than a
+  // quarter of the address space (never asked for: no device has it, and rounding could wrap).
+  enum class Refusal { Limit, Refused, TooLarge };
+  static constexpr size_t kLargestRequest = std::numeric_limits<size_t>::max() / 4;
+  // Counts it and throws "[cpu] out of memory: asked 5.61 GiB, limit 21.6 GiB, 205 MiB in use,
   // ..." or "[cuda] out of memory on cuda:0: asked ..., which the driver refused; ...".
-  [[noreturn]] void out_of_memory(const std::string& device_name, size_t asked, bool refused);
+  [[noreturn]] void out_of_memory(const std::string& device_name, size_t asked, Refusal why);
 };
 
 // Blocks come from raw_alloc and go back through raw_free only on empty_cache() or when the

@@ -82,7 +82,9 @@ StreamAllocator::Block* StreamAllocator::new_segment_locked(size_t size, bool sm
     if (n_.over_limit(seg)) continue;
     ptr = device_->raw_alloc(seg);
   }
-  if (!ptr) n_.out_of_memory(device_name_, asked, !n_.over_limit(seg));
+  if (!ptr)
+    n_.out_of_memory(device_name_, asked,
+                     n_.over_limit(seg) ? AllocatorCounts::Refusal::Limit : AllocatorCounts::Refusal::Refused);
   // Poisoned before it is counted: a failed fill gives the segment back and leaves the counts right.
   if (mode_ == CachingAllocator::Mode::System) {
     try {
@@ -105,7 +107,8 @@ void* StreamAllocator::allocate(size_t nbytes, StreamId stream) {
   if (nbytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(mutex_);
   // No device has a quarter of the address space: refused before any rounding could wrap around.
-  if (nbytes > std::numeric_limits<size_t>::max() / 4) n_.out_of_memory(device_name_, nbytes, true);
+  if (nbytes > AllocatorCounts::kLargestRequest)
+    n_.out_of_memory(device_name_, nbytes, AllocatorCounts::Refusal::TooLarge);
   process_events_locked();
   const size_t size = round_size(nbytes);
   const bool small = size <= kSmallSize;

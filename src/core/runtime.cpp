@@ -113,8 +113,14 @@ std::string format_bytes(size_t n) {
   int u = 0;
   while (v >= 1024 && u < 5) v /= 1024, ++u;
   char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%zu bytes", n);
-  else std::snprintf(buf, sizeof buf, v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, units[u]);
+  if (u == 0) {
+    std::snprintf(buf, sizeof buf, "%zu bytes", n);
+    return buf;
+  }
+  // The precision of the value as printed: 9.999 GiB is "10.0 GiB", and 1023.8 MiB is "1.00 GiB".
+  int decimals = v < 9.995 ? 2 : v < 99.95 ? 1 : 0;
+  if (decimals == 0 && v >= 1023.5 && u < 5) v /= 1024, ++u, decimals = 2;
+  std::snprintf(buf, sizeof buf, "%.*f %s", decimals, v, units[u]);
   return buf;
 }
 
@@ -197,7 +203,8 @@ void set_memory_fraction(double fraction, int device) {
   KILN_CHECK(fraction > 0 && fraction <= 1, "cuda::set_memory_fraction", "the fraction must be in (0, 1], got ",
              fraction);
   const Device d = Device::cuda(device).resolved();
-  set_memory_limit(d, static_cast<size_t>(fraction * static_cast<double>(total_memory(d))));
+  // At least a byte: 0 would mean no limit at all (torch refuses every allocation there).
+  set_memory_limit(d, std::max<size_t>(1, static_cast<size_t>(fraction * static_cast<double>(total_memory(d)))));
 }
 
 std::pair<size_t, size_t> mem_get_info(int device) {

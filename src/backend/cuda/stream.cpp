@@ -191,6 +191,9 @@ void Event::wait() const { wait(current_stream(device_)); }
 
 double Event::elapsed_ms(const Event& end) const {
   KILN_CHECK(timed_ && end.timed_, "cuda::Event::elapsed_ms", "both events must be created with enable_timing");
+  KILN_CHECK(device_ == end.device_, "cuda::Event::elapsed_ms", "the events are on cuda:", device_, " and cuda:",
+             end.device_);
+  be::DeviceGuard g(device_);  // as the other calls: no context made on the calling thread's device
   float ms = 0;
   KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(event_), static_cast<cudaEvent_t>(end.event_)));
   return ms;
