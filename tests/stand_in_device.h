@@ -63,6 +63,11 @@ class HostBackedRuntime final : public backend::cpu::HostRuntime {
   void free_pinned(void* p) override { std::free(p); }
   int copies() const { return to_host + from_host; }
   int to_host = 0, from_host = 0;
+  void synchronize(int i) override {
+    HostRuntime::synchronize(i);
+    ++syncs;
+  }
+  int syncs = 0;
 };
 
 class StandInCuda {

@@ -431,6 +431,31 @@ TEST_F(Fallback, ShadowModeJudgesAPointwiseOpElementByElement) {
   test::expect_error([&] { (void)x.to(kBFloat16).exp(); }, "element [1]: device 400, cpu 1");
 }
 
+// Under a profiler session: shadow mode's own copies and |inputs| are not the program's ops, and a
+// device op through the fallback waits for the device's queued work before its clock starts
+// (that work has its own times; the fallback's first copy would wait for it, on its clock).
+TEST_F(Fallback, TheProfilerCountsTheProgramsOpsAndTimesAFallbackAlone) {
+  for (backend::Op op : {backend::Op::Matmul, backend::Op::Sum})
+    backend::register_kernel(op, DeviceType::CUDA, backend::kernel_for(op, DeviceType::CPU));
+  Tensor x = randn({8, 8}).to(Device::cuda(0)), w = randn({8, 8}).to(Device::cuda(0));
+  backend::set_shadow_mode(backend::ShadowMode::Error);
+  std::map<std::string, int64_t> counts;
+  {
+    profiler::Session session;
+    (void)matmul(x, w).sum();
+    for (const profiler::OpStat& s : session.stats()) counts[s.op] = s.count;
+  }
+  EXPECT_EQ(counts, (std::map<std::string, int64_t>{{"Matmul", 1}, {"Sum", 1}}));
+  backend::set_shadow_mode(backend::ShadowMode::Off);
+  const int syncs = stand_in_->runtime().syncs;
+  {
+    profiler::Session session;
+    (void)x.exp();  // no kernel on the stand-in: the fallback
+    ASSERT_EQ(session.stats().size(), 1u);
+  }
+  EXPECT_EQ(stand_in_->runtime().syncs, syncs + 1);
+}
+
 TEST_F(Fallback, ShadowModeNamesTheKernelThatDiffersFromTheCpu) {
   Tensor a = arange(6, kFloat32).reshape({2, 3}).to(Device::cuda(0)), b = full({3}, 0.5).to(Device::cuda(0));
   backend::register_kernel(backend::Op::Add, DeviceType::CUDA, backend::kernel_for(backend::Op::Add, DeviceType::CPU));

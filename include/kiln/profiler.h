@@ -29,10 +29,14 @@ struct OpStat {
 // own (self) time. On CUDA, kernels run asynchronously: an op's time there is its time on the GPU,
 // between CUDA events recorded around it on the current stream (the ops a device kernel
 // dispatches itself are counted, their time is the outer op's); reading a session's stats waits
-// for the GPU. Ops that fall back to the CPU because the device has no kernel are timed by the
-// wall clock, copies included; a device kernel that refuses its arguments falls back between the
-// device's events, which then time the copies and the host's work. Times are summed over the
-// threads that ran ops (data-loader workers too), so their sum can exceed the wall time.
+// for the GPU. The events time the stream, not the kernel alone: where the GPU waits for the
+// host (a step bound by its launches), an op's time includes the wait for its own launch. Ops
+// that fall back to the CPU because the device has no kernel are timed by the wall clock, copies
+// included, once the device's queued work is done (untimed); a device kernel that refuses its
+// arguments falls back between the device's events, which then time the copies and the host's
+// work. Times are summed over the threads that ran ops (data-loader workers too), so their sum
+// can exceed the wall time. Under shadow mode (KILN_SHADOW) its own copies and checks are not
+// counted, but they lie inside the device ops' times.
 //
 // FLOPs, from the shapes and attributes at dispatch (multiply and add each count 1, as in
 // PyTorch's torch.utils.flop_counter and the usual "model FLOPs"):

@@ -229,6 +229,10 @@ void run_device_timed(Op op, Device device, std::span<const Tensor> inputs, std:
       if (!done) t_child_nanos = outer;
     }
   } restore{outer};
+  // A device op through the CPU fallback: the device's queued work is waited for first, untimed
+  // (its kernels have their own times; the fallback's copy to the host would wait for them).
+  if (!device.is_cpu())
+    if (DeviceRuntime* rt = find_runtime(device.type)) rt->synchronize(device.index);
   const auto t0 = std::chrono::steady_clock::now();
   run_unprofiled(op, device, inputs, outputs, attrs);
   const auto elapsed = static_cast<uint64_t>(
@@ -262,7 +266,7 @@ Supports supports_for(Op op, DeviceType device) { return table().supports[static
 
 void run(Op op, Device device, std::span<const Tensor> inputs, std::span<Tensor> outputs,
          const void* attrs) {
-  if (profiler::detail::sessions_alive()) [[unlikely]] {
+  if (profiler::detail::sessions_alive() && detail::t_shadow_helpers == 0) [[unlikely]] {
     run_profiled(op, device, inputs, outputs, attrs);
     return;
   }

@@ -220,6 +220,8 @@ std::map<std::string, uint64_t> shadow_mismatches() {
 
 namespace detail {
 
+thread_local int t_shadow_helpers = 0;
+
 std::string describe_operands(std::span<const Tensor> ts) {
   std::ostringstream os;
   for (size_t i = 0; i < ts.size(); ++i) {
@@ -232,11 +234,19 @@ std::string describe_operands(std::span<const Tensor> ts) {
 
 void run_shadowed(Op op, Kernel device_kernel, Kernel cpu_kernel, KernelArgs& args) {
   NoGradGuard no_grad;
+  struct Helpers {  // the device kernel's own nested ops are the program's: counted
+    Helpers() { ++t_shadow_helpers; }
+    ~Helpers() { --t_shadow_helpers; }
+  };
   // Copies first: the device kernel may write into an input (in-place ops) or read its outputs.
   std::vector<Tensor> in, out;
-  for (const Tensor& t : args.inputs) in.push_back(!t.defined() || t.device().is_cpu() ? t : host_mirror(t));
-  for (const Tensor& t : args.outputs) out.push_back(!t.defined() || t.device().is_cpu() ? t : host_mirror(t));
+  {
+    Helpers h;
+    for (const Tensor& t : args.inputs) in.push_back(!t.defined() || t.device().is_cpu() ? t : host_mirror(t));
+    for (const Tensor& t : args.outputs) out.push_back(!t.defined() || t.device().is_cpu() ? t : host_mirror(t));
+  }
   device_kernel(args);
+  Helpers h;
   KernelArgs cpu{in, out, args.attrs, nullptr};
   cpu_kernel(cpu);
   const std::vector<Tensor> magnitudes = sums_products(op, args.attrs)
