@@ -511,7 +511,8 @@ TEST_F(BenchSuite, AFailedRunIsARowAndTheOthersStillRun) {
 
 // A stand-in for python3 with PyTorch and the peer script: `-c` (kiln bench's import check)
 // succeeds; a run appends to LOG whether chart.svg existed when it started, then prints its
-// result line, or for resnet18's evaluation a stray line that is not JSON.
+// result line (sdpa's evaluation after a warning on stderr), or for resnet18's evaluation a stray
+// line that is not JSON and exit status 2.
 std::string fake_peer(const std::string& dir, const std::string& out_dir) {
   const std::string path = dir + "/python";
   std::ofstream(path) << "#!/bin/sh\n"
@@ -519,7 +520,9 @@ std::string fake_peer(const std::string& dir, const std::string& out_dir) {
                          "if [ -f '" << out_dir << "/chart.svg' ]; then echo chart; else echo none; fi"
                          " >>'" << dir << "/log'\n"
                          "case \"$*\" in\n"
-                         "  *resnet18*'--mode eval'*) echo 'a stray line';;\n"
+                         "  *resnet18*'--mode eval'*) echo 'a stray line'; exit 2;;\n"
+                         "  *sdpa*'--mode eval'*) echo 'UserWarning: a warning' >&2;"
+                         " echo '{\"framework\": \"pytorch\", \"samples_per_s\": 2.5}';;\n"
                          "  *) echo '{\"framework\": \"pytorch\", \"samples_per_s\": 2.5}';;\n"
                          "esac\n";
   chmod(path.c_str(), 0755);
@@ -564,6 +567,14 @@ TEST_F(BenchSuite, ThePeerRunsForAFailedRunAndOnlyItsResultLinesAreSaved) {
   ASSERT_EQ(peer.size(), 3u);
   for (const auto& line : peer) EXPECT_NO_THROW(io::json::parse(line, "test", "")) << line;
   EXPECT_NE(err.str().find("a stray line"), std::string::npos) << err.str();
+  // Why the peer gave no number is in the run's line and row.
+  const Value eval = io::json::parse(lines[3], "test", "");
+  EXPECT_EQ(member(eval, "pytorch_error").text, "failed (exit 2): a stray line");
+  EXPECT_NE(out.str().find("(PyTorch failed (exit 2): a stray line)"), std::string::npos) << out.str();
+  const Value sdpa_eval = io::json::parse(lines[1], "test", "");  // its peer warned on stderr, then gave its line
+  EXPECT_EQ(number(member(sdpa_eval, "pytorch_samples_per_s")), 2.5);
+  EXPECT_TRUE(std::none_of(sdpa_eval.members.begin(), sdpa_eval.members.end(),
+                           [](const auto& m) { return m.key == "pytorch_error"; }));
   // The second peer run (after sdpa train was recorded) found its chart.
   const std::vector<std::string> log = read_lines(dir_ + "/log");
   ASSERT_EQ(log.size(), 4u);

@@ -192,6 +192,7 @@ std::string to_json(const RunResult& r, const Environment& env) {
     field("pytorch_samples_per_s", num(r.pytorch_samples_per_s));
     field("vs_pytorch", num(r.vs_pytorch));
   }
+  if (!r.pytorch_error.empty()) field("pytorch_error", str(r.pytorch_error));
   field("cpu", str(env.cpu));
   field("threads", std::to_string(env.threads));
   field("gpu", str(r.gpu));

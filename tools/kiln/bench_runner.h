@@ -51,6 +51,7 @@ struct RunResult {
   int64_t peak_reserved_bytes = 0;  // its reserved bytes' high-water mark: what the run needs of the device
   std::optional<double> speedup_vs_cpu_fp32;
   std::optional<double> pytorch_samples_per_s, vs_pytorch;  // with --vs-pytorch
+  std::string pytorch_error;  // with --vs-pytorch: why the peer gave no number ("" when it did)
   std::string profile;  // with spec.profile: kiln::profiler's table for the timed steps
   // Its steps ran under a timing profiler session: --profile, or KILN_PROFILE's for the process.
   bool profiled = false;

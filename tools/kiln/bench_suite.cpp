@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <sys/wait.h>
 
 #include "kiln/kiln.h"
@@ -34,34 +35,45 @@ void check_pytorch(const SuiteOptions& o) {
              " with PyTorch installed (`", o.python, " -c \"import torch\"` failed; pip install torch torchvision)");
 }
 
-// Runs the peer for one spec; its JSON line, or "" when it could not run this spec (a message
-// goes to err).
-std::string run_peer(const SuiteOptions& o, const RunSpec& s, int threads, std::ostream& err) {
+// What the peer said of one spec: its JSON line, or why it has none.
+struct PeerOutput {
+  std::string line, error;
+};
+
+// Runs the peer for one spec (its stderr read with its stdout: the last line of a failed run says
+// why, and goes to err too).
+PeerOutput run_peer(const SuiteOptions& o, const RunSpec& s, int threads, std::ostream& err) {
   std::string cmd = quote(o.python) + " " + quote(o.pytorch_script) + " --model " + quote(s.model) + " --mode " +
                     s.mode + " --device " + quote(s.device) + " --dtype " + s.dtype +
                     " --batch " + std::to_string(s.batch) + " --steps " + std::to_string(s.steps) + " --warmup " +
                     std::to_string(s.warmup) + " --threads " + std::to_string(threads);
   if (takes_seq(s.model)) cmd += " --seq " + std::to_string(s.seq);
   if (o.cudnn_benchmark) cmd += " --cudnn-benchmark";
-  FILE* p = popen(cmd.c_str(), "r");
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   if (!p) {
     err << "kiln bench: could not start " << o.python << "\n";
-    return "";
+    return {"", "could not start " + o.python};
   }
   std::string text;
   char buf[4096];
   while (size_t n = fread(buf, 1, sizeof buf, p)) text.append(buf, n);
   const int status = pclose(p);
   const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (rc != 0) {
-    err << "kiln bench: PyTorch peer " << (rc == 3 ? "does not support " : "failed on ") << s.model << " " << s.mode
-        << " " << s.device << " " << s.dtype << " (exit " << rc << ")\n";
-    return "";
+  // The last line that is a JSON object is the result; a failed run's last non-empty line says why.
+  std::string last, result;
+  std::stringstream lines(text);
+  for (std::string l; std::getline(lines, l);) {
+    while (!l.empty() && (l.back() == '\r' || l.back() == ' ')) l.pop_back();
+    if (l.empty()) continue;
+    last = l;
+    if (l.front() == '{') result = l;
   }
-  // The last non-empty line is the result.
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-  const size_t nl = text.rfind('\n');
-  return nl == std::string::npos ? text : text.substr(nl + 1);
+  if (rc == 0 && !result.empty()) return {result, ""};
+  const std::string why = (rc == 3 ? "does not support it (exit 3" : "failed (exit " + std::to_string(rc)) + ")" +
+                          (last.empty() ? "" : ": " + last.substr(0, 300));
+  err << "kiln bench: PyTorch peer on " << s.model << " " << s.mode << " " << s.device << " " << s.dtype << " " << why
+      << "\n";
+  return {"", why};
 }
 
 // Written whole or not at all (through a temporary and a rename): a bench killed while writing
@@ -234,11 +246,16 @@ class Suite {
     empty_cache(Device::cpu());
     if (Device d(r.spec.device); d.is_cuda()) empty_cache(d);
     progress(describe(r.spec) + ": PyTorch");
-    const std::string line = run_peer(o_, r.spec, env_.threads, err_);
+    const PeerOutput peer = run_peer(o_, r.spec, env_.threads, err_);
     clear_progress();
-    if (line.empty()) return;
+    r.pytorch_error = peer.error;
+    if (peer.line.empty()) return;
+    const std::string& line = peer.line;
     r.pytorch_samples_per_s = peer_samples_per_s(line, err_);
-    if (!r.pytorch_samples_per_s) return;  // not a result line: not saved
+    if (!r.pytorch_samples_per_s) {  // not a result line: not saved
+      r.pytorch_error = "its line has no samples_per_s: " + line.substr(0, 200);
+      return;
+    }
     peer_jsonl_ << line << "\n" << std::flush;
     if (r.measured() && *r.pytorch_samples_per_s > 0) r.vs_pytorch = r.samples_per_s / *r.pytorch_samples_per_s;
   }
