@@ -121,5 +121,27 @@ TEST(AutogradHooks, HooksStayWithTheValueTheyWereRegisteredOn) {
   EXPECT_EQ(before, std::vector<double>{12.0});  // d(3 * 4y)/dy
 }
 
+// Anomaly mode (torch.autograd.set_detect_anomaly): the node that first returns a NaN gradient is
+// named; off, the NaN flows into .grad() as before.
+TEST(AutogradAnomaly, TheNodeThatReturnsNanIsNamed) {
+  Tensor x = tensor({0.0f, 4.0f}).requires_grad_();
+  {
+    autograd::DetectAnomalyGuard anomaly;
+    EXPECT_TRUE(autograd::is_anomaly_enabled());
+    // d sqrt(x)/dx at 0 is inf, times the 0 that MulBackward passes down: NaN in SqrtBackward.
+    expect_error([&] { (x.sqrt() * 0).sum().backward(); },
+                 "Function 'SqrtBackward' returned nan values in its 0th output (the gradient of its forward op's "
+                 "input 0, float32 [2])");
+    x.set_grad(Tensor());
+    (x.sqrt() * 1).sum().backward();  // inf is not an anomaly (as in torch)
+    EXPECT_TRUE(std::isinf(x.grad().to_vector<float>()[0]));
+  }
+  EXPECT_FALSE(autograd::is_anomaly_enabled());
+  x.set_grad(Tensor());
+  (x.sqrt() * 0).sum().backward();
+  EXPECT_TRUE(std::isnan(x.grad().to_vector<float>()[0]));
+  EXPECT_EQ(x.grad().to_vector<float>()[1], 0.0f);
+}
+
 }  // namespace
 }  // namespace kiln::test

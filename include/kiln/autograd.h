@@ -39,6 +39,26 @@ class Node {
 bool is_grad_enabled();
 void set_grad_enabled(bool enabled);
 
+// Anomaly detection (torch.autograd.set_detect_anomaly): while on, backward checks the gradients
+// each node produces, and a NaN among them is a kiln::Error naming the node (the forward op that
+// recorded it) and which of its inputs the gradient is for, instead of NaN weights steps later.
+// Process-wide. Each check reads the gradients back (on a GPU, a wait at every node): for
+// debugging, as torch's.
+void set_detect_anomaly(bool enabled);
+bool is_anomaly_enabled();
+
+// Anomaly detection on while alive (torch::autograd::DetectAnomalyGuard).
+class DetectAnomalyGuard {
+ public:
+  DetectAnomalyGuard() : prev_(is_anomaly_enabled()) { set_detect_anomaly(true); }
+  ~DetectAnomalyGuard() { set_detect_anomaly(prev_); }
+  DetectAnomalyGuard(const DetectAnomalyGuard&) = delete;
+  DetectAnomalyGuard& operator=(const DetectAnomalyGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
 // Runs `callback` once the backward pass now running on this thread has finished its graph
 // (PyTorch's Variable._execution_engine.queue_callback), in the order queued; a callback may
 // throw, and then backward() throws it. Only from inside a backward pass (a hook).

@@ -15,6 +15,17 @@ namespace kiln::autograd {
 namespace {
 
 thread_local bool g_grad_enabled = true;
+std::atomic<bool> g_detect_anomaly{false};
+
+// Anomaly mode's check of what a node returned (torch's message, and which input it is for).
+void check_anomaly(const Node& n, const std::vector<Tensor>& grads) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    if (!g.defined() || !is_floating_point(g.dtype()) || g.numel() == 0) continue;
+    KILN_CHECK(!g.ne(g).any().item<bool>(), "backward", "Function '", n.name(), "' returned nan values in its ", i,
+               "th output (the gradient of its forward op's input ", i, ", ", g.dtype(), " ", g.shape(), ")");
+  }
+}
 // Callbacks queued during the outermost backward pass running on this thread, and its depth.
 thread_local std::vector<std::function<void()>> g_callbacks;
 thread_local int g_backward_depth = 0;
@@ -161,6 +172,7 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
       std::vector<Tensor> in;
       in.push_back(std::move(g));
       outs = n->apply(std::move(in));
+      if (g_detect_anomaly.load(std::memory_order_relaxed)) [[unlikely]] check_anomaly(*n, outs);
       if (!retain_graph) n->release_saved();
     }
     for (size_t i = 0; i < n->next_edges.size(); ++i) {
@@ -280,6 +292,8 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
 }
 
 bool is_grad_enabled() { return g_grad_enabled; }
+void set_detect_anomaly(bool enabled) { g_detect_anomaly.store(enabled); }
+bool is_anomaly_enabled() { return g_detect_anomaly.load(); }
 
 void queue_callback(std::function<void()> callback) {
   KILN_CHECK(g_backward_depth > 0, "autograd::queue_callback", "called outside a backward pass");
