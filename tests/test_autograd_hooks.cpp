@@ -143,5 +143,34 @@ TEST(AutogradAnomaly, TheNodeThatReturnsNanIsNamed) {
   EXPECT_EQ(x.grad().to_vector<float>()[1], 0.0f);
 }
 
+// backward(inputs) (torch's backward(inputs=...)): only the leaves given get gradients, through
+// their own accumulation (post-accumulate hooks run); autograd::backward takes several outputs.
+TEST(AutogradBackwardInputs, OnlyTheLeavesGivenGetGradients) {
+  Tensor a = tensor({1.0f, 2.0f}).requires_grad_(), b = tensor({3.0f, 4.0f}).requires_grad_();
+  int accumulated = 0;
+  b.register_post_accumulate_grad_hook([&](Tensor&) { ++accumulated; });
+  Tensor loss = (a * b).sum();
+  loss.backward(Tensor(), /*retain_graph=*/true, {b, b});  // a leaf given twice gets it once
+  EXPECT_FALSE(a.grad().defined());
+  EXPECT_EQ(b.grad().to_vector<float>(), (std::vector<float>{1, 2}));
+  EXPECT_EQ(accumulated, 1);
+  loss.backward(Tensor(), /*retain_graph=*/true, {a});
+  EXPECT_EQ(a.grad().to_vector<float>(), (std::vector<float>{3, 4}));
+  EXPECT_EQ(b.grad().to_vector<float>(), (std::vector<float>{1, 2}));  // untouched
+  // Several outputs at once, with their gradients; into every leaf without inputs.
+  Tensor y1 = a * 2, y2 = (b * b).sum();
+  autograd::backward({y1, y2}, {ones({2}), Tensor()});
+  EXPECT_EQ(a.grad().to_vector<float>(), (std::vector<float>{5, 6}));
+  EXPECT_EQ(b.grad().to_vector<float>(), (std::vector<float>{7, 10}));
+  expect_error([&] { (a * b).sum().backward(Tensor(), false, {a * 1}); },
+               "[backward] input 0 is not a leaf: backward(inputs) accumulates into leaves' .grad()");
+  expect_error([&] { (a * b).sum().backward(Tensor(), false, {tensor({1.0f})}); },
+               "[backward] input 0 does not require grad");
+  expect_error([&] { autograd::backward({a * 2}); }, "[backward] a gradient must be given for an output of shape [2]");
+  expect_error([&] { autograd::backward({a * 2, b * 2}, {ones({2})}); }, "[backward] got 1 grad_tensors for 2 outputs");
+  expect_error([&] { autograd::backward({a * 2, b * 2}, {ones({2}), ones({3})}); },
+               "[backward] grad_tensor 1 of shape [3] does not match the output's shape [2]");
+}
+
 }  // namespace
 }  // namespace kiln::test

@@ -73,6 +73,12 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
                          bool allow_unused = false);
 
+// torch.autograd.backward: the gradients of several outputs at once (grad_tensors default to ones
+// for one-element outputs), accumulated into the leaves' .grad() — or, when `inputs` is given,
+// into those leaves alone (the parts of the graph that lead to none of them do not run).
+void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors = {},
+              bool retain_graph = false, const std::vector<Tensor>& inputs = {});
+
 // Compares backward() with central finite differences, input by input, element by element.
 // Inputs should be float64. Throws kiln::Error describing the first mismatch when
 // raise_exception is set; otherwise returns false.

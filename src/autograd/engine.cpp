@@ -301,27 +301,64 @@ void queue_callback(std::function<void()> callback) {
 }
 void set_grad_enabled(bool enabled) { g_grad_enabled = enabled; }
 
-std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                         const std::vector<Tensor>& grad_outputs, bool retain_graph, bool allow_unused) {
-  KILN_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "autograd::grad",
-             "got ", grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs");
-  std::vector<Edge> roots;
-  std::vector<Tensor> root_grads;
+namespace {
+// The edges a pass starts from and their gradients, for grad() and backward() (`where` names it).
+struct Roots {
+  std::vector<Edge> edges;
+  std::vector<Tensor> grads;
+};
+Roots roots_of(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, const char* where,
+               const char* grad_name) {
+  KILN_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), where, "got ", grad_outputs.size(), " ",
+             grad_name, "s for ", outputs.size(), " outputs");
+  Roots r;
   for (size_t i = 0; i < outputs.size(); ++i) {
-    KILN_CHECK(outputs[i].defined(), "autograd::grad", "output ", i, " is an undefined tensor");
-    KILN_CHECK(outputs[i].requires_grad(), "autograd::grad", "output ", i,
-               " does not require grad and has no grad_fn");
-    roots.push_back(gradient_edge(outputs[i]));
-    root_grads.push_back(root_grad(outputs[i], grad_outputs.empty() ? Tensor() : grad_outputs[i], "autograd::grad",
-                                   "grad_output " + std::to_string(i)));
+    KILN_CHECK(outputs[i].defined(), where, "output ", i, " is an undefined tensor");
+    KILN_CHECK(outputs[i].requires_grad(), where, "output ", i, " does not require grad and has no grad_fn");
+    r.edges.push_back(gradient_edge(outputs[i]));
+    // backward() of one tensor: "the gradient", as tensor.backward(gradient) names it.
+    const bool one = outputs.size() == 1 && std::string_view(where) == "backward";
+    r.grads.push_back(root_grad(outputs[i], grad_outputs.empty() ? Tensor() : grad_outputs[i], where,
+                                one ? std::string("the gradient") : grad_name + std::string(" ") + std::to_string(i)));
   }
+  return r;
+}
+
+std::vector<Edge> targets_of(const std::vector<Tensor>& inputs, const char* where) {
   std::vector<Edge> targets;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    KILN_CHECK(inputs[i].defined(), "autograd::grad", "input ", i, " is an undefined tensor");
-    KILN_CHECK(inputs[i].requires_grad(), "autograd::grad", "input ", i, " does not require grad");
+    KILN_CHECK(inputs[i].defined(), where, "input ", i, " is an undefined tensor");
+    KILN_CHECK(inputs[i].requires_grad(), where, "input ", i, " does not require grad");
     targets.push_back(gradient_edge(inputs[i]));
   }
-  std::vector<Tensor> result = execute(roots, root_grads, retain_graph, &targets);
+  return targets;
+}
+}  // namespace
+
+void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors, bool retain_graph,
+              const std::vector<Tensor>& inputs) {
+  const Roots roots = roots_of(tensors, grad_tensors, "backward", "grad_tensor");
+  if (inputs.empty()) {
+    execute(roots.edges, roots.grads, retain_graph, nullptr);
+    return;
+  }
+  const std::vector<Edge> targets = targets_of(inputs, "backward");
+  for (size_t i = 0; i < inputs.size(); ++i)
+    KILN_CHECK(inputs[i].is_leaf(), "backward", "input ", i, " is not a leaf: backward(inputs) accumulates into "
+               "leaves' .grad() (autograd::grad gives a non-leaf's gradient)");
+  // The leaves' gradients are captured, not accumulated, while the graph runs; each goes through
+  // its leaf's own accumulation (layout, post-accumulate hooks) once, a leaf given twice included.
+  const std::vector<Tensor> result = execute(roots.edges, roots.grads, retain_graph, &targets);
+  std::unordered_set<Node*> done;
+  for (size_t i = 0; i < result.size(); ++i)
+    if (result[i].defined() && done.insert(targets[i].fn.get()).second) targets[i].fn->apply({result[i]});
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, bool retain_graph, bool allow_unused) {
+  const Roots roots = roots_of(outputs, grad_outputs, "autograd::grad", "grad_output");
+  const std::vector<Edge> targets = targets_of(inputs, "autograd::grad");
+  std::vector<Tensor> result = execute(roots.edges, roots.grads, retain_graph, &targets);
   for (size_t i = 0; i < result.size(); ++i)
     KILN_CHECK(result[i].defined() || allow_unused, "autograd::grad", "input ", i,
                " was not used to compute the outputs (pass allow_unused = true to get an undefined "
@@ -419,12 +456,13 @@ void Tensor::retain_grad() {
   });
 }
 
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const { backward(gradient, retain_graph, {}); }
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph, const std::vector<Tensor>& inputs) const {
   KILN_CHECK(defined(), "backward", "the tensor is undefined");
   KILN_CHECK(requires_grad(), "backward", "the tensor does not require grad and has no grad_fn "
              "(did you call requires_grad_() on the inputs, or run under NoGradGuard?)");
-  autograd::execute({autograd::gradient_edge(*this)}, {autograd::root_grad(*this, gradient, "backward", "the gradient")},
-                    retain_graph, nullptr);
+  autograd::backward({*this}, {gradient}, retain_graph, inputs);
 }
 
 }  // namespace kiln
