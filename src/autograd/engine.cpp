@@ -26,6 +26,7 @@ void check_anomaly(const Node& n, const std::vector<Tensor>& grads) {
                "th output (the gradient of its forward op's input ", i, ", ", g.dtype(), " ", g.shape(), ")");
   }
 }
+
 // Callbacks queued during the outermost backward pass running on this thread, and its depth.
 thread_local std::vector<std::function<void()>> g_callbacks;
 thread_local int g_backward_depth = 0;

@@ -201,7 +201,7 @@ std::string table_row(const RunResult& r, bool vs_pytorch) {
   // What makes the numbers other than the device's own, on the row they concern.
   if (r.profiled) row += "  (profiled)";
   if (!r.pytorch_error.empty()) row += "  (PyTorch " + r.pytorch_error + ")";
-  if (!r.fallbacks.empty() && !Device(s.device).is_cpu()) {
+  if (!r.fallbacks.empty()) {
     row += "  (ran on the cpu:";
     for (const auto& [op, n] : r.fallbacks) row += " " + op + " x" + std::to_string(n);
     row += ")";
