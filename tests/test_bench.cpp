@@ -40,7 +40,7 @@ double number(const Value& v) {  // the same under a decimal-comma locale
 // Every field the issue asks results.jsonl to carry.
 // clang-format off
 const std::vector<std::string> kFields = {"model", "mode", "device", "device_name", "dtype", "batch", "steps",
-                                          "median_s", "min_s", "max_s", "host_s", "samples_per_s", "tflops",
+                                          "median_s", "min_s", "max_s", "host_s", "samples_per_s", "flops_per_step", "tflops",
                                           "peak_bytes", "peak_reserved_bytes", "speedup_vs_cpu_fp32", "cpu", "threads", "gpu", "version",
                                           "commit", "onednn", "cuda", "cudnn", "warmup", "profiled", "fallbacks", "shadowed"};
 // clang-format on
@@ -115,6 +115,7 @@ TEST(Bench, CnnAndBertRunsGiveJsonLinesWithEveryField) {
       ASSERT_TRUE(r.tflops.has_value());
       const double fwd = 4.0 * 12 * 16 * 16 * 64, flops = *r.tflops * 1e12 * r.median_s;
       EXPECT_NEAR(flops, mode == "eval" ? fwd : 3.5 * fwd, 1e-3 * fwd);
+      EXPECT_EQ(member(io::json::parse(line, "test", ""), "flops_per_step").integer, mode == "eval" ? fwd : 3.5 * fwd);
     }
   }
 }
@@ -143,7 +144,7 @@ TEST(Bench, FailedAndSkippedRunsHaveALineWithNullNumbersAndWhy) {
   r.pytorch_samples_per_s = 3;
   Value v = io::json::parse(to_json(r, env), "test", "");
   EXPECT_EQ(member(v, "error").text, r.error);
-  for (const char* k : {"median_s", "min_s", "max_s", "host_s", "samples_per_s", "tflops", "peak_bytes",
+  for (const char* k : {"median_s", "min_s", "max_s", "host_s", "samples_per_s", "flops_per_step", "tflops", "peak_bytes",
                         "speedup_vs_cpu_fp32", "vs_pytorch", "device_name", "optimizer"})
     EXPECT_EQ(member(v, k).kind, Value::Kind::Null) << k;
   EXPECT_EQ(number(member(v, "pytorch_samples_per_s")), 3);  // the peer ran for it

@@ -46,7 +46,8 @@ struct RunResult {
   // The median time until a step's call returned, its work queued (on a GPU) or done (on the
   // CPU): a GPU step whose host_s is about its median_s is bound by the host, not the GPU.
   double host_s = 0;
-  std::optional<double> tflops;     // from the profiler's FLOP count of one step (see measure())
+  std::optional<double> flops_per_step;  // the profiler's FLOP count of one step (see measure())
+  std::optional<double> tflops;          // flops_per_step / median_s
   int64_t peak_bytes = 0;           // the allocator's high-water mark over the timed steps
   int64_t peak_reserved_bytes = 0;  // its reserved bytes' high-water mark: what the run needs of the device
   std::optional<double> speedup_vs_cpu_fp32;
