@@ -246,6 +246,9 @@ class TwoRanks : public ::testing::Test {
 };
 
 TEST_F(TwoRanks, EveryCollectiveEveryDtypeOddSizesAndNonContiguousInputs) { expect_ok("collectives"); }
+// Past MPI's int counts (2^30 elements) collectives go in pieces: the same suite with pieces of 3
+// elements or bytes (all_gather and reduce_scatter were refused past 2^30).
+TEST_F(TwoRanks, EveryCollectiveInPiecesAsPastMpisIntCounts) { expect_ok("collectives", "-x KILN_TEST_MPI_MAX_COUNT=3"); }
 TEST_F(TwoRanks, MismatchedCollectivesAreAnErrorOnEveryRank) { expect_ok("mismatch"); }
 TEST_F(TwoRanks, DistributedDataParallelEqualsOneProcessOnTheSameSamples) { expect_ok("ddp"); }
 // The transport a job across machines uses: TCP over the loopback interface, no shared memory.

@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include "core/parse_number.h"
@@ -65,8 +67,39 @@ MPI_Op mpi_op(Elem e, ReduceOp op) {
   }
 }
 
-// MPI counts are int: larger buffers go in pieces of at most 2^30 elements.
+// MPI counts are int: larger buffers go in pieces of at most 2^30 elements (fewer under
+// KILN_TEST_MPI_MAX_COUNT, which lets the tests take the pieces' path with small tensors).
 constexpr int64_t kMaxCount = int64_t{1} << 30;
+int64_t max_count() {
+  static const int64_t count = [] {
+    const char* v = std::getenv("KILN_TEST_MPI_MAX_COUNT");
+    if (v == nullptr || *v == 0) return kMaxCount;
+    const std::optional<int64_t> n = kiln::detail::parse_number<int64_t>(v);
+    KILN_CHECK(n && *n >= 1 && *n <= kMaxCount, "distributed", "KILN_TEST_MPI_MAX_COUNT must be 1 to 2^30, got \"", v,
+               "\"");
+    return *n;
+  }();
+  return count;
+}
+
+// `n` bytes whose extent is `stride` bytes: all_gather receives piece i of every rank's block in
+// one call with it; freed with it.
+struct StridedPiece {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  StridedPiece(int n, int64_t stride) {
+    MPI_Datatype run = MPI_DATATYPE_NULL;
+    KILN_MPI_CHECK(MPI_Type_contiguous(n, MPI_BYTE, &run));
+    const int rc = MPI_Type_create_resized(run, 0, static_cast<MPI_Aint>(stride), &type);
+    MPI_Type_free(&run);
+    KILN_MPI_CHECK(rc);
+    KILN_MPI_CHECK(MPI_Type_commit(&type));
+  }
+  ~StridedPiece() {
+    if (type != MPI_DATATYPE_NULL) MPI_Type_free(&type);
+  }
+  StridedPiece(const StridedPiece&) = delete;
+  StridedPiece& operator=(const StridedPiece&) = delete;
+};
 
 class MpiGroup final : public ProcessGroup {
  public:
@@ -94,24 +127,33 @@ class MpiGroup final : public ProcessGroup {
 
   void all_reduce(void* data, int64_t count, Elem elem, ReduceOp op) override {
     const size_t esize = elem_size(elem);
-    for (int64_t i = 0; i < count; i += kMaxCount) {
-      const int n = static_cast<int>(std::min(kMaxCount, count - i));
+    for (int64_t i = 0; i < count; i += max_count()) {
+      const int n = static_cast<int>(std::min(max_count(), count - i));
       KILN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(data) + i * esize, n, mpi_type(elem),
                                    mpi_op(elem, op), MPI_COMM_WORLD));
     }
   }
 
   void broadcast(void* data, int64_t bytes, int root) override {
-    for (int64_t i = 0; i < bytes; i += kMaxCount) {
-      const int n = static_cast<int>(std::min(kMaxCount, bytes - i));
+    for (int64_t i = 0; i < bytes; i += max_count()) {
+      const int n = static_cast<int>(std::min(max_count(), bytes - i));
       KILN_MPI_CHECK(MPI_Bcast(static_cast<char*>(data) + i, n, MPI_BYTE, root, MPI_COMM_WORLD));
     }
   }
 
   void all_gather(const void* in, void* out, int64_t bytes) override {
-    KILN_CHECK(bytes <= kMaxCount, "all_gather", "tensors of ", bytes, " bytes are too large (at most 2^30)");
-    KILN_MPI_CHECK(MPI_Allgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE,
-                                 MPI_COMM_WORLD));
+    if (bytes <= max_count()) {
+      KILN_MPI_CHECK(MPI_Allgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE,
+                                   MPI_COMM_WORLD));
+      return;
+    }
+    // Piece [i, i + n) of every rank lands at its place in that rank's block of `out`.
+    for (int64_t i = 0; i < bytes; i += max_count()) {
+      const int n = static_cast<int>(std::min(max_count(), bytes - i));
+      const StridedPiece piece(n, bytes);
+      KILN_MPI_CHECK(MPI_Allgather(static_cast<const char*>(in) + i, n, MPI_BYTE, static_cast<char*>(out) + i, 1,
+                                   piece.type, MPI_COMM_WORLD));
+    }
   }
 
   void rendezvous(const void* in, void* out, int64_t bytes, bool timed) override {
@@ -143,9 +185,25 @@ class MpiGroup final : public ProcessGroup {
   }
 
   void reduce_scatter(const void* in, void* out, int64_t count, Elem elem, ReduceOp op) override {
-    KILN_CHECK(count <= kMaxCount, "reduce_scatter", "shares of ", count, " elements are too large (at most 2^30)");
-    KILN_MPI_CHECK(MPI_Reduce_scatter_block(in, out, static_cast<int>(count), mpi_type(elem), mpi_op(elem, op),
-                                            MPI_COMM_WORLD));
+    if (count <= max_count()) {
+      KILN_MPI_CHECK(MPI_Reduce_scatter_block(in, out, static_cast<int>(count), mpi_type(elem), mpi_op(elem, op),
+                                              MPI_COMM_WORLD));
+      return;
+    }
+    // Piece [i, i + n) of every rank's share of `in`, packed side by side (Open MPI refuses a
+    // predefined reduction on a strided type), reduced into piece [i, i + n) of `out`; the
+    // packed pieces take at most 256 MiB.
+    const auto esize = static_cast<int64_t>(elem_size(elem));
+    const int64_t piece = std::max<int64_t>(1, std::min(max_count(), (int64_t{256} << 20) / esize / size_));
+    std::vector<char> packed(static_cast<size_t>(size_ * std::min(piece, count) * esize));
+    for (int64_t i = 0; i < count; i += piece) {
+      const int64_t n = std::min(piece, count - i);
+      for (int64_t r = 0; r < size_; ++r)
+        std::memcpy(packed.data() + r * n * esize, static_cast<const char*>(in) + (r * count + i) * esize,
+                    static_cast<size_t>(n * esize));
+      KILN_MPI_CHECK(MPI_Reduce_scatter_block(packed.data(), static_cast<char*>(out) + i * esize, static_cast<int>(n),
+                                              mpi_type(elem), mpi_op(elem, op), MPI_COMM_WORLD));
+    }
   }
 
   void barrier() override { KILN_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
