@@ -82,6 +82,27 @@ TEST(OpEdgeCases, AbsOfNegativeZeroIntegerPowersAndLogSoftmaxOfLargeLogits) {
   }
 }
 
+// masked_fill as torch's: a mask may broadcast the result up (not in place), and a 0-d tensor
+// value gets the gradient of the elements it filled.
+TEST(OpEdgeCases, MaskedFillBroadcastsUpAndTakesATensorValue) {
+  Tensor x = tensor({1.0f, 2.0f, 3.0f}).requires_grad_();
+  Tensor mask = arange(6, kFloat32).reshape({2, 3}) > 3;  // [[F, F, F], [F, T, T]]
+  Tensor v = scalar_tensor(-1.0, kFloat64).requires_grad_();
+  Tensor y = x.masked_fill(mask, v);
+  expect_close(y, {1, 2, 3, 1, -1, -1}, {2, 3});
+  EXPECT_EQ(y.dtype(), kFloat32);
+  (y * arange(6, kFloat32).reshape({2, 3})).sum().backward();
+  expect_close(x.grad(), {3, 1, 2}, {3});  // 0 + 3, 1 + (4 filled), 2 + (5 filled)
+  EXPECT_EQ(v.grad().item<double>(), 9.0);  // 4 + 5
+  expect_close(x.detach().masked_fill(mask, 7), {1, 2, 3, 1, 7, 7}, {2, 3});
+  Tensor z = x.detach().clone();
+  expect_error([&] { z.masked_fill_(mask, 0); },
+               "[masked_fill_] a mask of shape [2, 3] would make the result [2, 3], larger than the tensor's [3]");
+  expect_error([&] { (void)z.masked_fill(mask, tensor({1.0f})); }, "[masked_fill] the value must be a 0-d tensor");
+  z.masked_fill_(tensor({1.0f, 0.0f, 1.0f}) > 0.5, scalar_tensor(4.0));
+  expect_close(z, {4, 2, 4}, {3});
+}
+
 TEST(OpEdgeCases, StdOfAConstantRowHasAZeroGradient) {
   Tensor x = tensor({1.0, 1.0, 1.0}, kFloat64).requires_grad_();
   std(x).backward();

@@ -72,7 +72,10 @@ Tensor clamp_max(const Tensor& x, Scalar max);
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& condition, const Tensor& a, Scalar b);
 Tensor where(const Tensor& condition, Scalar a, const Tensor& b);
+// The result has the broadcast shape of x and mask (masked_fill_ keeps x's shape); a value given
+// as a 0-d tensor gets a gradient (the sum over the filled elements), as torch's.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value);
 
 // ---- reductions: dims empty means all dims
 Tensor sum(const Tensor& x, const Shape& dims = {}, bool keepdim = false,

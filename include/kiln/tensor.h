@@ -242,6 +242,7 @@ class Tensor {
   Tensor logical_or(const Tensor& o) const;
   Tensor logical_not() const;
   Tensor masked_fill(const Tensor& mask, Scalar value) const;
+  Tensor masked_fill(const Tensor& mask, const Tensor& value) const;
 
   Tensor sum() const;
   Tensor sum(const Shape& dims, bool keepdim = false) const;
@@ -304,6 +305,7 @@ class Tensor {
   Tensor& fill_(Scalar value);
   Tensor& copy_(const Tensor& src);
   Tensor& masked_fill_(const Tensor& mask, Scalar value);
+  Tensor& masked_fill_(const Tensor& mask, const Tensor& value);
   Tensor& uniform_(double from = 0.0, double to = 1.0);
   Tensor& normal_(double mean = 0.0, double std = 1.0);
 

@@ -48,6 +48,7 @@ Tensor Tensor::logical_and(const Tensor& o) const { return kiln::logical_and(*th
 Tensor Tensor::logical_or(const Tensor& o) const { return kiln::logical_or(*this, o); }
 Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const { return kiln::clamp(*this, lo, hi); }
 Tensor Tensor::masked_fill(const Tensor& mask, Scalar v) const { return kiln::masked_fill(*this, mask, v); }
+Tensor Tensor::masked_fill(const Tensor& mask, const Tensor& v) const { return kiln::masked_fill(*this, mask, v); }
 Tensor Tensor::sum() const { return kiln::sum(*this); }
 Tensor Tensor::sum(const Shape& dims, bool keepdim) const { return kiln::sum(*this, dims, keepdim); }
 Tensor Tensor::mean() const { return kiln::mean(*this); }

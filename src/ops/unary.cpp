@@ -226,20 +226,42 @@ Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
   return where(cond, ops::wrap_for(b, a), b);
 }
 
-Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+namespace {
+void check_mask(const Tensor& x, const Tensor& mask) {
   ops::check_defined(x, "masked_fill");
   ops::check_defined(mask, "masked_fill");
   KILN_CHECK(mask.dtype() == kBool, "masked_fill", "the mask must be a bool tensor, got ", mask.dtype());
-  Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
-  KILN_CHECK(shape == x.shape(), "masked_fill", "a mask of shape ", mask.shape(),
-             " does not broadcast to the tensor's shape ", x.shape());
+  (void)broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
+}
+
+// In place the result must keep the tensor's shape.
+Tensor& fill_in_place(Tensor& x, const Tensor& filled, const Tensor& mask) {
+  KILN_CHECK(filled.shape() == x.shape(), "masked_fill_", "a mask of shape ", mask.shape(),
+             " would make the result ", filled.shape(), ", larger than the tensor's ", x.shape());
+  return x.copy_(filled);
+}
+}  // namespace
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  check_mask(x, mask);
   ops::check_fill_value(value, x.dtype(), "masked_fill");
   return where(mask, ops::wrap_scalar(value, x.dtype()), x);
 }
 
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value) {
+  check_mask(x, mask);
+  ops::check_defined(value, "masked_fill");
+  KILN_CHECK(value.dim() == 0, "masked_fill", "the value must be a 0-d tensor (or a number), got shape ",
+             value.shape());
+  return where(mask, value.dtype() == x.dtype() ? value : value.to(x.dtype()), x);
+}
+
 Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
-  Tensor filled = kiln::masked_fill(*this, mask, value);
-  return copy_(filled);
+  return fill_in_place(*this, kiln::masked_fill(*this, mask, value), mask);
+}
+
+Tensor& Tensor::masked_fill_(const Tensor& mask, const Tensor& value) {
+  return fill_in_place(*this, kiln::masked_fill(*this, mask, value), mask);
 }
 
 }  // namespace kiln
