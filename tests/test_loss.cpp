@@ -356,5 +356,48 @@ TEST(MseLoss, ValuesReductionsGradientAndErrors) {
   expect_error([&] { mse_loss(ones({3}, kInt64), ones({3}, kInt64)); }, "floating-point");
 }
 
+// binary_cross_entropy_with_logits against torch 2.15 (float64): logits of 0 (the gradient there
+// is sigmoid's 1/2 - y), and of +-50 (no overflow), soft targets, weight and pos_weight.
+TEST(BceWithLogits, MatchesTorchAtZeroAndLargeLogits) {
+  const TensorOptions f64(kFloat64);
+  Tensor x = tensor({0.0, 2.0, -3.0, 50.0, -50.0, 0.5}, f64).reshape({2, 3}).requires_grad_();
+  Tensor y = tensor({1.0, 0.0, 1.0, 0.0, 1.0, 0.3}, f64).reshape({2, 3});
+  Tensor w = tensor({1.0, 2.0, 0.5}, f64), pw = tensor({3.0, 1.0, 2.0}, f64);
+  struct Case {
+    Tensor weight, pos_weight;
+    double loss;
+    std::vector<double> grad;
+  };
+  const std::vector<Case> cases = {
+      {{}, {}, 17.782123254559462, {-0.08333333333333333, 0.14679951299631372, -0.15876235447040554, 0.16666666666666666, -0.16666666666666666, 0.05374322186697577}},
+      {w, {}, 26.147222561753797, {-0.08333333333333333, 0.29359902599262744, -0.07938117723520277, 0.16666666666666666, -0.3333333333333333, 0.026871610933487885}},
+      {{}, pw, 18.544974055884072, {-0.25, 0.14679951299631372, -0.3175247089408111, 0.16666666666666666, -0.16666666666666666, 0.03486618842706851}},
+      {w, pw, 26.644172492509437, {-0.25, 0.29359902599262744, -0.15876235447040554, 0.16666666666666666, -0.3333333333333333, 0.017433094213534256}}};
+  for (const Case& c : cases) {
+    x.set_grad(Tensor());
+    Tensor loss = nn::functional::binary_cross_entropy_with_logits(x, y, {.weight = c.weight, .pos_weight = c.pos_weight});
+    EXPECT_NEAR(loss.item<double>(), c.loss, 1e-12);
+    loss.backward();
+    expect_close(x.grad(), c.grad, {2, 3}, 1e-12, 1e-12);
+  }
+  expect_close(binary_cross_entropy_with_logits(x, y, {}, {}, Reduction::None),
+               {0.6931471805599453, 2.1269280110429727, 3.048587351573742, 50.0, 50.0, 0.8240769841801067}, {2, 3}, 1e-12, 1e-12);
+  EXPECT_NEAR(binary_cross_entropy_with_logits(x, y, {}, {}, Reduction::Sum).item<double>(), 106.69273952735676, 1e-11);
+  // The module keeps weight and pos_weight as buffers; the target's gradient is checked too.
+  nn::BCEWithLogitsLoss criterion(nn::BCEWithLogitsLossOptions{.weight = w, .pos_weight = pw});
+  EXPECT_EQ(criterion->buffers().size(), 2u);
+  EXPECT_NEAR(criterion(x, y).item<double>(), 26.644172492509437, 1e-12);
+  EXPECT_TRUE(autograd::gradcheck(
+      [&](const std::vector<Tensor>& in) { return binary_cross_entropy_with_logits(in[0], in[1], w, pw); },
+      {tensor({0.3, -1.2, 2.5}, f64).requires_grad_(), tensor({0.2, 1.0, 0.0}, f64).requires_grad_()}));
+  expect_error([&] { binary_cross_entropy_with_logits(x, ones({3}, kFloat64)); },
+               "[binary_cross_entropy_with_logits] the target's shape [3] must be the input's [2, 3]");
+  expect_error([&] { binary_cross_entropy_with_logits(x, y, ones({4}, kFloat64)); },
+               "shapes [2, 3] and [4] cannot be broadcast together");
+  expect_error([&] { binary_cross_entropy_with_logits(x, y, {}, ones({2, 2, 3}, kFloat64)); },
+               "the pos_weight of shape [2, 2, 3] does not broadcast to the input's [2, 3]");
+  expect_error([&] { binary_cross_entropy_with_logits(x, y.to(kInt64)); }, "floating-point");
+}
+
 }  // namespace
 }  // namespace kiln::test

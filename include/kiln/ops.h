@@ -169,6 +169,12 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
 // (input - target)^2, reduced; target broadcasts to input's shape (PyTorch warns there; Kiln
 // requires the broadcast shape to be input's).
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+// torch's binary_cross_entropy_with_logits: -[pw y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))]
+// per element, computed without overflow for any logit, times `weight` (broadcast to the input);
+// `pos_weight` (broadcast too, e.g. one per class over the last dim) weights the positive term.
+// The target has the input's shape and may hold probabilities; its gradient is given too.
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                                        const Tensor& pos_weight = {}, Reduction reduction = Reduction::Mean);
 
 // ---- transformer ops (src/ops/embedding.cpp, layer_norm.cpp, softmax.cpp, attention.cpp, linear.cpp)
 // Rows of weight [num_embeddings, dim] picked by integer indices of any shape: [..., dim].

@@ -36,4 +36,16 @@ Tensor MSELossImpl::forward(const Tensor& input, const Tensor& target) {
 
 void MSELossImpl::pretty_print(std::ostream& os) const { os << "MSELoss()"; }
 
+BCEWithLogitsLossImpl::BCEWithLogitsLossImpl(BCEWithLogitsLossOptions options) : options(std::move(options)) {
+  if (this->options.weight.defined()) this->options.weight = register_buffer("weight", this->options.weight);
+  if (this->options.pos_weight.defined())
+    this->options.pos_weight = register_buffer("pos_weight", this->options.pos_weight);
+}
+
+Tensor BCEWithLogitsLossImpl::forward(const Tensor& input, const Tensor& target) {
+  return functional::binary_cross_entropy_with_logits(input, target, options);
+}
+
+void BCEWithLogitsLossImpl::pretty_print(std::ostream& os) const { os << "BCEWithLogitsLoss()"; }
+
 }  // namespace kiln::nn

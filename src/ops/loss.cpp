@@ -265,6 +265,17 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
   return cross_entropy_body(x, t, w, reduction, ignore_index, label_smoothing);
 }
 
+namespace {
+Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
+  switch (reduction) {
+    case Reduction::None: return loss;
+    case Reduction::Sum: return loss.sum();
+    case Reduction::Mean: break;
+  }
+  return loss.mean();
+}
+}  // namespace
+
 // mse_loss is on torch.autocast's float32 list too.
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
   ops::check_defined(input_in, "mse_loss");
@@ -275,13 +286,33 @@ Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduc
              "expected floating-point input and target, got ", input.dtype(), " and ", target.dtype());
   KILN_CHECK(broadcast_shapes(input.shape(), target.shape(), "mse_loss") == input.shape(), "mse_loss", "target shape ",
              target.shape(), " does not broadcast to the input's ", input.shape());
-  Tensor sq = (input - target).square();
-  switch (reduction) {
-    case Reduction::None: return sq;
-    case Reduction::Sum: return sq.sum();
-    case Reduction::Mean: break;
-  }
-  return sq.mean();
+  return reduce_loss((input - target).square(), reduction);
+}
+
+// (1 - y) x + (1 + (pw - 1) y) softplus(-x), with softplus(-x) = log1p(exp(-|x|)) + max(-x, 0):
+// no exp of a large number. |x| is spelled where(x >= 0, x, -x) so that its gradient at 0 is 1,
+// not abs's 0: the composed gradient is then (1 - y) - (1 + (pw - 1) y) sigmoid(-x) everywhere
+// (with abs it lost sigmoid's 1/2 at x = 0, a zero-initialised classifier's logits).
+// On torch.autocast's float32 list.
+Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& target_in, const Tensor& weight_in,
+                                        const Tensor& pos_weight_in, Reduction reduction) {
+  const char* where_ = "binary_cross_entropy_with_logits";
+  ops::check_defined(input_in, where_);
+  ops::check_defined(target_in, where_);
+  const Tensor x = ops::autocast_float32(input_in), y = ops::autocast_float32(target_in);
+  const Tensor w = ops::autocast_float32(weight_in), pw = ops::autocast_float32(pos_weight_in);
+  ops::AutocastOff off;
+  KILN_CHECK(x.is_floating_point() && y.is_floating_point(), where_, "expected floating-point input and target, got ",
+             x.dtype(), " and ", y.dtype());
+  KILN_CHECK(x.shape() == y.shape(), where_, "the target's shape ", y.shape(), " must be the input's ", x.shape());
+  for (const auto& [t, name] : {std::pair{&w, "weight"}, std::pair{&pw, "pos_weight"}})
+    KILN_CHECK(!t->defined() || broadcast_shapes(x.shape(), t->shape(), where_) == x.shape(), where_, "the ", name,
+               " of shape ", t->shape(), " does not broadcast to the input's ", x.shape());
+  const Tensor softplus_neg = log1p(exp(-where(x >= 0, x, -x))) + relu(-x);
+  const Tensor positive = pw.defined() ? (pw - 1) * y + 1 : Tensor();
+  Tensor loss = (1 - y) * x + (positive.defined() ? positive * softplus_neg : softplus_neg);
+  if (w.defined()) loss = loss * w;
+  return reduce_loss(loss, reduction);
 }
 
 }  // namespace kiln

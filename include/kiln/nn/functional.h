@@ -152,4 +152,14 @@ inline Tensor mse_loss(const Tensor& input, const Tensor& target, const MSELossF
   return kiln::mse_loss(input, target, o.reduction);
 }
 
+struct BinaryCrossEntropyWithLogitsFuncOptions {
+  Tensor weight = {};
+  Reduction reduction = Reduction::Mean;
+  Tensor pos_weight = {};
+};
+inline Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                               const BinaryCrossEntropyWithLogitsFuncOptions& o = {}) {
+  return kiln::binary_cross_entropy_with_logits(input, target, o.weight, o.pos_weight, o.reduction);
+}
+
 }  // namespace kiln::nn::functional

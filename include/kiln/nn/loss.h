@@ -1,5 +1,6 @@
-// Loss modules (torch::nn::CrossEntropyLoss, NLLLoss, MSELoss): the functional losses with their
-// options kept. A class weight is a buffer, so module.to(device) moves it, as torch's.
+// Loss modules (torch::nn::CrossEntropyLoss, NLLLoss, MSELoss, BCEWithLogitsLoss): the functional
+// losses with their options kept. A weight (and pos_weight) is a buffer, so module.to(device)
+// moves it, as torch's.
 #pragma once
 
 #include "kiln/nn/functional.h"
@@ -10,6 +11,7 @@ namespace kiln::nn {
 using CrossEntropyLossOptions = functional::CrossEntropyFuncOptions;
 using NLLLossOptions = functional::NLLLossFuncOptions;
 using MSELossOptions = functional::MSELossFuncOptions;
+using BCEWithLogitsLossOptions = functional::BinaryCrossEntropyWithLogitsFuncOptions;
 
 #define KILN_LOSS_MODULE(Name)                                  \
   class Name##Impl : public Module {                            \
@@ -24,6 +26,7 @@ using MSELossOptions = functional::MSELossFuncOptions;
 KILN_LOSS_MODULE(CrossEntropyLoss);
 KILN_LOSS_MODULE(NLLLoss);
 KILN_LOSS_MODULE(MSELoss);
+KILN_LOSS_MODULE(BCEWithLogitsLoss);
 #undef KILN_LOSS_MODULE
 
 }  // namespace kiln::nn
