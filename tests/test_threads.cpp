@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -242,6 +243,49 @@ TEST(Threads, BackwardPassesIntoASharedLeafAllAccumulate) {
   const Tensor g = w.grad();
   EXPECT_EQ(g.min().item<double>(), 2.0 * kPasses * 16);
   EXPECT_EQ(g.max().item<double>(), 2.0 * kPasses * 16);
+}
+
+// A post-accumulate hook that takes the gradient and clears it (an optimizer step in backward)
+// while another thread accumulates into the same leaf: each hook sees a whole sum of its own pass,
+// nothing is lost, nothing crashes (the hooks ran outside the leaf's lock: a torn sum, or the
+// other thread adding into the gradient the hook had just cleared).
+TEST(Threads, APostAccumulateHookThatClearsTheGradientOnTwoThreads) {
+  Tensor w = ones({64, 64}).requires_grad_();
+  const Tensor x = ones({8, 64});
+  std::mutex taken_mutex;
+  double taken = 0;
+  const uint64_t id = w.register_post_accumulate_grad_hook([&](Tensor& leaf) {
+    const Tensor g = leaf.grad();
+    const double each = g.min().item<double>(), most = g.max().item<double>();
+    leaf.set_grad(Tensor());
+    std::lock_guard lock(taken_mutex);
+    EXPECT_EQ(each, most);  // never half of another pass's sum
+    taken += each;
+  });
+  constexpr int kPasses = 50;
+  (void)run_jobs<int>(2, true, [&](int) {
+    for (int i = 0; i < kPasses; ++i) matmul(x, w).sum().backward();
+    return 0;
+  });
+  w.remove_post_accumulate_grad_hook(id);
+  EXPECT_EQ(taken, 2.0 * kPasses * 8);  // every pass's gradient (8 a pass) taken once
+  EXPECT_FALSE(w.grad().defined());
+}
+
+// retain_grad on a graph two threads backpropagate through: every pass is kept (the update of
+// the non-leaf's .grad() had no lock and lost some).
+TEST(Threads, RetainGradOfAGraphSharedByTwoThreadsKeepsEveryPass) {
+  Tensor w = ones({32, 32}).requires_grad_();
+  Tensor y = matmul(ones({4, 32}), w);
+  y.retain_grad();
+  const Tensor loss = y.sum();
+  constexpr int kPasses = 50;
+  (void)run_jobs<int>(2, true, [&](int) {
+    for (int i = 0; i < kPasses; ++i) loss.backward(Tensor(), /*retain_graph=*/true);
+    return 0;
+  });
+  EXPECT_EQ(y.grad().min().item<double>(), 2.0 * kPasses);
+  EXPECT_EQ(y.grad().max().item<double>(), 2.0 * kPasses);
 }
 
 // Two threads using one view whose base was changed in place both bring its history up to date

@@ -371,9 +371,12 @@ struct AutogradMeta {
   // register_hook's hooks: a leaf's run on its gradient; a non-leaf's live on the node that made its
   // value, and are listed here for remove_hook.
   std::vector<std::shared_ptr<autograd::TensorHook>> hooks;
-  // A leaf's gradient accumulation and its lazily made accumulator: backward passes on two
+  // Guards grad, the hook lists and a leaf's lazily made accumulator: backward passes on two
   // threads into one leaf (a shared parameter) each add their whole gradient, as in torch.
   std::mutex mutex;
+  // Held by one accumulation into a leaf through its post-accumulate hooks (which may set grad,
+  // or backpropagate again on this thread: recursive).
+  std::recursive_mutex accumulate_mutex;
 };
 
 struct TensorImpl {

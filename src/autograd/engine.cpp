@@ -152,8 +152,7 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
     auto* fn = dynamic_cast<FunctionNode*>(n);
     if (g.defined() && (!capture || on_path.count(n) || cs != capture_slots.end())) {
       if (fn) {
-        if (!fn->tensor_hooks.empty())
-          g = run_tensor_hooks(std::vector(fn->tensor_hooks), std::move(g));  // a copy: a hook may add one
+        if (const auto hooks = fn->tensor_hooks(); !hooks.empty()) g = run_tensor_hooks(hooks, std::move(g));
       } else if (auto* acc = dynamic_cast<AccumulateGrad*>(n)) {
         std::vector<std::shared_ptr<TensorHook>> hooks;
         {
@@ -169,7 +168,7 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
     std::vector<Tensor> outs;
     if (g.defined() && (!capture || on_path.count(n))) {
       if (fn)
-        for (auto& hook : fn->pre_hooks) hook(g);
+        for (const auto& hook : fn->pre_hooks()) hook(g);
       std::vector<Tensor> in;
       in.push_back(std::move(g));
       outs = n->apply(std::move(in));
@@ -258,9 +257,47 @@ bool sole_owner(const Tensor& g) {
 
 }  // namespace
 
+void FunctionNode::add_tensor_hook(std::shared_ptr<TensorHook> hook) {
+  std::lock_guard lock(hooks_mutex_);
+  tensor_hooks_.push_back(std::move(hook));
+  has_hooks_.store(true, std::memory_order_release);
+}
+
+void FunctionNode::add_pre_hook(PreHook hook) {
+  std::lock_guard lock(hooks_mutex_);
+  pre_hooks_.push_back(std::move(hook));
+  has_hooks_.store(true, std::memory_order_release);
+}
+
+std::vector<std::shared_ptr<TensorHook>> FunctionNode::tensor_hooks() const {
+  if (!has_hooks_.load(std::memory_order_acquire)) return {};
+  std::lock_guard lock(hooks_mutex_);
+  return tensor_hooks_;
+}
+
+std::vector<FunctionNode::PreHook> FunctionNode::pre_hooks() const {
+  if (!has_hooks_.load(std::memory_order_acquire)) return {};
+  std::lock_guard lock(hooks_mutex_);
+  return pre_hooks_;
+}
+
+void FunctionNode::move_pre_hooks(FunctionNode& to) {
+  std::vector<PreHook> moved;
+  {
+    std::lock_guard lock(hooks_mutex_);
+    moved = std::move(pre_hooks_);
+    pre_hooks_.clear();
+  }
+  for (PreHook& h : moved) to.add_pre_hook(std::move(h));
+}
+
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   Tensor g = std::move(grads[0]);
   AutogradMeta& meta = leaf_->autograd_meta();
+  // One accumulation into this leaf at a time, through its post-accumulate hooks (as torch holds
+  // AccumulateGrad's mutex there): a hook sees the sum it follows, never another thread's
+  // half-written gradient, and may clear .grad() (an optimizer step in backward).
+  std::lock_guard accumulating(meta.accumulate_mutex);
   std::unique_lock<std::mutex> lock(meta.mutex);
   if (!meta.grad.defined()) {
     // Steal the buffer when nothing else shares it and it is laid out like the leaf (PyTorch's
@@ -383,7 +420,12 @@ Tensor& Tensor::requires_grad_(bool enabled) {
   return *this;
 }
 
-Tensor Tensor::grad() const { return impl_ && impl_->autograd ? impl_->autograd->grad : Tensor(); }
+// Under the tensor's lock: backward on another thread may be setting it (a shared parameter).
+Tensor Tensor::grad() const {
+  if (!impl_ || !impl_->autograd) return Tensor();
+  std::lock_guard lock(impl_->autograd->mutex);
+  return impl_->autograd->grad;
+}
 
 void Tensor::set_grad(const Tensor& g) {
   KILN_CHECK(defined(), "set_grad", "the tensor is undefined");
@@ -392,7 +434,9 @@ void Tensor::set_grad(const Tensor& g) {
     KILN_CHECK(g.dtype() == dtype(), "set_grad", "a gradient of dtype ", g.dtype(), " for a tensor of dtype ", dtype());
     KILN_CHECK(g.device() == device(), "set_grad", "a gradient on ", g.device(), " for a tensor on ", device());
   }
-  impl_->autograd_meta().grad = g;
+  AutogradMeta& meta = impl_->autograd_meta();
+  std::lock_guard lock(meta.mutex);
+  meta.grad = g;
 }
 
 std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
@@ -406,14 +450,16 @@ uint64_t Tensor::register_post_accumulate_grad_hook(std::function<void(Tensor&)>
              "needs a leaf tensor that requires grad");
   static std::atomic<uint64_t> next_id{1};
   const uint64_t id = next_id++;
-  impl_->autograd_meta().post_accumulate_grad_hooks.emplace_back(id, std::move(hook));
+  AutogradMeta& meta = impl_->autograd_meta();
+  std::lock_guard lock(meta.mutex);  // a backward on another thread may be reading the list
+  meta.post_accumulate_grad_hooks.emplace_back(id, std::move(hook));
   return id;
 }
 
 void Tensor::remove_post_accumulate_grad_hook(uint64_t id) {
   if (!defined() || !impl_->autograd) return;
-  auto& hooks = impl_->autograd->post_accumulate_grad_hooks;
-  std::erase_if(hooks, [id](const auto& h) { return h.first == id; });
+  std::lock_guard lock(impl_->autograd->mutex);
+  std::erase_if(impl_->autograd->post_accumulate_grad_hooks, [id](const auto& h) { return h.first == id; });
 }
 
 uint64_t Tensor::add_hook(std::function<Tensor(const Tensor&)> hook) {
@@ -425,7 +471,7 @@ uint64_t Tensor::add_hook(std::function<Tensor(const Tensor&)> hook) {
   h->fn = std::move(hook);
   AutogradMeta& meta = impl_->autograd_meta();
   std::lock_guard lock(meta.mutex);
-  if (auto* fn = dynamic_cast<autograd::FunctionNode*>(meta.grad_fn.get())) fn->tensor_hooks.push_back(h);
+  if (auto* fn = dynamic_cast<autograd::FunctionNode*>(meta.grad_fn.get())) fn->add_tensor_hook(h);
   meta.hooks.push_back(h);
   return h->id;
 }
@@ -449,9 +495,10 @@ void Tensor::retain_grad() {
   meta.retains_grad = true;
   auto* fn = dynamic_cast<autograd::FunctionNode*>(meta.grad_fn.get());
   std::weak_ptr<TensorImpl> weak = impl_;
-  fn->pre_hooks.push_back([weak](const Tensor& g) {
+  fn->add_pre_hook([weak](const Tensor& g) {
     if (auto impl = weak.lock()) {
       AutogradMeta& m = impl->autograd_meta();
+      std::lock_guard lock(m.mutex);  // two threads may backpropagate through one graph
       m.grad = m.grad.defined() ? m.grad + g : g.clone();
     }
   });

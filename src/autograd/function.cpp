@@ -86,10 +86,8 @@ void attach(const std::shared_ptr<FunctionNode>& node, const Tensor& output) {
   AutogradMeta& meta = output.impl()->autograd_meta();
   // After an in-place op, a tensor that retains its grad keeps the gradient of its new value
   // (as in PyTorch): its retain_grad hook moves to the new node.
-  if (auto* old = meta.retains_grad ? dynamic_cast<FunctionNode*>(meta.grad_fn.get()) : nullptr) {
-    node->pre_hooks = std::move(old->pre_hooks);
-    old->pre_hooks.clear();
-  }
+  if (auto* old = meta.retains_grad ? dynamic_cast<FunctionNode*>(meta.grad_fn.get()) : nullptr)
+    old->move_pre_hooks(*node);
   meta.requires_grad = true;
   meta.grad_fn = node;
   meta.output_nr = 0;

@@ -44,15 +44,26 @@ class FunctionNode final : public Node {
   bool saves_tensors = true;
   // A view op's node (record_view): its one edge leads to the tensor the view was taken of.
   bool is_view = false;
-  // register_hook's hooks of the tensor this node made, run first on the incoming gradient.
-  std::vector<std::shared_ptr<TensorHook>> tensor_hooks;
-  // Called with this node's incoming gradient (after tensor_hooks) before apply (retain_grad).
-  std::vector<std::function<void(const Tensor&)>> pre_hooks;
+  // register_hook's hooks of the tensor this node made, run first on the incoming gradient, and
+  // hooks called with that gradient (after them) before apply (retain_grad). Added and read under
+  // the node's hook lock: a thread may add one while another backpropagates through the node.
+  using PreHook = std::function<void(const Tensor&)>;
+  void add_tensor_hook(std::shared_ptr<TensorHook> hook);
+  void add_pre_hook(PreHook hook);
+  // Copies, so that a hook may add hooks; without a lock while the node has none (the usual case).
+  std::vector<std::shared_ptr<TensorHook>> tensor_hooks() const;
+  std::vector<PreHook> pre_hooks() const;
+  // Moves the pre-hooks to `to` (after an in-place op, retain_grad follows the new value).
+  void move_pre_hooks(FunctionNode& to);
 
  private:
   const char* name_;
   std::mutex mutex_;  // held while fn_ runs or is freed
   BackwardFn fn_;
+  mutable std::mutex hooks_mutex_;
+  std::atomic<bool> has_hooks_{false};
+  std::vector<std::shared_ptr<TensorHook>> tensor_hooks_;
+  std::vector<PreHook> pre_hooks_;
 };
 
 class AccumulateGrad final : public Node {
