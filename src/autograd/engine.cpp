@@ -323,7 +323,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   if (!meta.post_accumulate_grad_hooks.empty()) {
     Tensor leaf(leaf_);
     const auto hooks = meta.post_accumulate_grad_hooks;  // a hook may remove itself
-    lock.unlock();  // hooks run unlocked: one may read or set .grad() itself
+    lock.unlock();  // outside the tensor's lock: a hook may read or set .grad() itself
     for (const auto& [id, hook] : hooks) hook(leaf);
   }
   return {};

@@ -111,9 +111,10 @@ void ImageClassification::prepare(std::vector<std::string>& notes) {
   const auto& names = models::model_names();
   if (std::find(names.begin(), names.end(), options_.model) == names.end())
     models::create(options_.model, kClasses);  // the unknown-model error, before the data is read
+  // kiln eval reads the test split alone (a directory may hold only the t10k files).
+  if (!options_.evaluate_only) train_set_ = std::make_shared<const data::FashionMNIST>(options_.data, true);
   test_set_ = std::make_shared<const data::FashionMNIST>(options_.data, false);
-  if (options_.evaluate_only) return;  // the test split alone (a directory may hold only t10k)
-  train_set_ = std::make_shared<const data::FashionMNIST>(options_.data, true);
+  if (options_.evaluate_only) return;
   KILN_CHECK(train_set_->size() > 0, options_.command.c_str(), "the training split in ", options_.data,
              " has no images");
   if (options_.batch_size > train_set_->size()) {
