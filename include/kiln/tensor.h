@@ -190,11 +190,11 @@ class Tensor {
   // tensor (torch.Tensor.register_post_accumulate_grad_hook). Returns an id for removal.
   uint64_t register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook);
   void remove_post_accumulate_grad_hook(uint64_t id);
-  // Gradient of this tensor with respect to the leaves; grad defaults to ones for a scalar.
-  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
-  // ... accumulated into `inputs` alone (torch's backward(inputs=...)): leaves that require grad;
-  // the rest of the graph is not run where it leads to none of them.
-  void backward(const Tensor& gradient, bool retain_graph, const std::vector<Tensor>& inputs) const;
+  // Gradient of this tensor with respect to the leaves; grad defaults to ones for a scalar. With
+  // `inputs`, into those leaves alone (torch's backward(inputs=...)); the rest of the graph is not
+  // run where it leads to none of them.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false,
+                const std::vector<Tensor>& inputs = {}) const;
 
   // ---- ops as methods (each calls the free function of the same name in ops.h)
   Tensor add(const Tensor& o) const;

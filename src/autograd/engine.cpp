@@ -340,13 +340,14 @@ void queue_callback(std::function<void()> callback) {
 void set_grad_enabled(bool enabled) { g_grad_enabled = enabled; }
 
 namespace {
-// The edges a pass starts from and their gradients, for grad() and backward() (`where` names it).
+// The edges a pass starts from and their gradients, for grad() and backward() (`where` names it;
+// `grad_name` i names a given gradient, or "the gradient" for tensor.backward(gradient)'s one).
 struct Roots {
   std::vector<Edge> edges;
   std::vector<Tensor> grads;
 };
 Roots roots_of(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, const char* where,
-               const char* grad_name) {
+               const char* grad_name, bool one_gradient = false) {
   KILN_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), where, "got ", grad_outputs.size(), " ",
              grad_name, "s for ", outputs.size(), " outputs");
   Roots r;
@@ -354,10 +355,8 @@ Roots roots_of(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gr
     KILN_CHECK(outputs[i].defined(), where, "output ", i, " is an undefined tensor");
     KILN_CHECK(outputs[i].requires_grad(), where, "output ", i, " does not require grad and has no grad_fn");
     r.edges.push_back(gradient_edge(outputs[i]));
-    // backward() of one tensor: "the gradient", as tensor.backward(gradient) names it.
-    const bool one = outputs.size() == 1 && std::string_view(where) == "backward";
     r.grads.push_back(root_grad(outputs[i], grad_outputs.empty() ? Tensor() : grad_outputs[i], where,
-                                one ? std::string("the gradient") : grad_name + std::string(" ") + std::to_string(i)));
+                                one_gradient ? std::string("the gradient") : grad_name + std::string(" ") + std::to_string(i)));
   }
   return r;
 }
@@ -375,7 +374,7 @@ std::vector<Edge> targets_of(const std::vector<Tensor>& inputs, const char* wher
 
 void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors, bool retain_graph,
               const std::vector<Tensor>& inputs) {
-  const Roots roots = roots_of(tensors, grad_tensors, "backward", "grad_tensor");
+  const Roots roots = roots_of(tensors, grad_tensors, "backward", "grad_tensor", tensors.size() == 1);
   if (inputs.empty()) {
     execute(roots.edges, roots.grads, retain_graph, nullptr);
     return;
@@ -503,8 +502,6 @@ void Tensor::retain_grad() {
     }
   });
 }
-
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const { backward(gradient, retain_graph, {}); }
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph, const std::vector<Tensor>& inputs) const {
   KILN_CHECK(defined(), "backward", "the tensor is undefined");

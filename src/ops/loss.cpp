@@ -266,13 +266,9 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
 }
 
 namespace {
+// An elementwise loss's reduction: reduce's, with the mean over every element.
 Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
-  switch (reduction) {
-    case Reduction::None: return loss;
-    case Reduction::Sum: return loss.sum();
-    case Reduction::Mean: break;
-  }
-  return loss.mean();
+  return reduction == Reduction::Mean ? loss.mean() : reduce(loss, reduction, Tensor());
 }
 }  // namespace
 

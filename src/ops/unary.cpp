@@ -253,7 +253,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value) {
   ops::check_defined(value, "masked_fill");
   KILN_CHECK(value.dim() == 0, "masked_fill", "the value must be a 0-d tensor (or a number), got shape ",
              value.shape());
-  return where(mask, value.dtype() == x.dtype() ? value : value.to(x.dtype()), x);
+  return where(mask, value.to(x.dtype()), x);
 }
 
 Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {

@@ -192,7 +192,7 @@ std::string table_row(const RunResult& r, bool vs_pytorch) {
   std::string row = pad(s.model, 11) + pad(s.mode, 6) + pad(s.device, 8) + pad(s.dtype, 6) +
                     pad(std::to_string(s.batch), 6) + pad(fmt("%.4f", r.median_s), 10) + pad(fmt("%.4f", r.min_s), 9) +
                     pad(fmt("%.4f", r.max_s), 9) + pad(fmt("%.4f", r.host_s), 9) +
-                    pad(fmt("%.2f", r.samples_per_s), 11) + pad(r.tflops ? fmt("%.3f", *r.tflops) : "-", 9) +
+                    pad(fmt("%.2f", r.samples_per_s), 11) + pad(r.tflops() ? fmt("%.3f", *r.tflops()) : "-", 9) +
                     pad(mib(r.peak_bytes), 10) +
                     pad(r.speedup_vs_cpu_fp32 ? fmt("%.2fx", *r.speedup_vs_cpu_fp32) : "-", 11);
   if (vs_pytorch)

@@ -117,10 +117,7 @@ void measure(const RunSpec& spec, Device device, const std::function<void()>& st
   r.min_s = *std::min_element(r.step_s.begin(), r.step_s.end());
   r.max_s = *std::max_element(r.step_s.begin(), r.step_s.end());
   r.samples_per_s = static_cast<double>(spec.batch) / r.median_s;
-  if (flops && *flops > 0) {
-    r.flops_per_step = *flops;
-    r.tflops = *flops / r.median_s / 1e12;
-  }
+  if (flops && *flops > 0) r.flops_per_step = *flops;
 }
 
 RunResult run(const RunSpec& spec, const Progress& progress) {
@@ -189,7 +186,7 @@ std::string to_json(const RunResult& r, const Environment& env) {
   measurement("samples_per_s", num(r.samples_per_s));
   // A count: every digit (the peer's is an integer too).
   measurement("flops_per_step", r.flops_per_step ? std::to_string(std::llround(*r.flops_per_step)) : "null");
-  measurement("tflops", num(r.tflops));
+  measurement("tflops", num(r.tflops()));
   measurement("peak_bytes", std::to_string(r.peak_bytes));
   measurement("peak_reserved_bytes", std::to_string(r.peak_reserved_bytes));
   measurement("speedup_vs_cpu_fp32", num(r.speedup_vs_cpu_fp32));

@@ -47,7 +47,6 @@ struct RunResult {
   // CPU): a GPU step whose host_s is about its median_s is bound by the host, not the GPU.
   double host_s = 0;
   std::optional<double> flops_per_step;  // the profiler's FLOP count of one step (see measure())
-  std::optional<double> tflops;          // flops_per_step / median_s
   int64_t peak_bytes = 0;           // the allocator's high-water mark over the timed steps
   int64_t peak_reserved_bytes = 0;  // its reserved bytes' high-water mark: what the run needs of the device
   std::optional<double> speedup_vs_cpu_fp32;
@@ -61,6 +60,10 @@ struct RunResult {
   std::map<std::string, uint64_t> fallbacks;
 
   bool measured() const { return error.empty() && skipped.empty(); }
+  std::optional<double> tflops() const {  // flops_per_step / median_s
+    if (!flops_per_step || median_s <= 0) return std::nullopt;
+    return *flops_per_step / median_s / 1e12;
+  }
 };
 
 // Called before each timed step with (step, steps), for a progress line.
