@@ -7,8 +7,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "backend/cpu/host_runtime.h"
 #include "backend/dispatch.h"
@@ -68,6 +70,22 @@ class HostBackedRuntime final : public backend::cpu::HostRuntime {
     ++syncs;
   }
   int syncs = 0;
+  // Streams: any pointer a test makes up names one (nullptr the default stream), current per
+  // thread; each wait of one stream for another and each record_stream is written down.
+  void* current_stream(int) override { return t_stream; }
+  void* exchange_stream(int, void* stream) override { return std::exchange(t_stream, stream); }
+  void wait_stream(int, void* waiter, void* producer) override {
+    std::lock_guard lock(log_mutex);
+    waits.emplace_back(waiter, producer);
+  }
+  void record_stream(const void* data, int, void* stream) override {
+    std::lock_guard lock(log_mutex);
+    recorded.emplace_back(data, stream);
+  }
+  inline static thread_local void* t_stream = nullptr;
+  std::mutex log_mutex;
+  std::vector<std::pair<void*, void*>> waits;            // {waiter, producer}
+  std::vector<std::pair<const void*, void*>> recorded;  // {memory, stream}
 };
 
 class StandInCuda {

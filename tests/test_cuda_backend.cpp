@@ -277,6 +277,32 @@ TEST_F(Cuda, PinnedTensorsAndBatchesTravelToTheGpu) {
   }
 }
 
+// torch's stream rule for backward: each op's backward runs on the stream its forward ran on
+// (a side stream here), whatever stream backward() is called on, and when backward returns the
+// caller's stream may read .grad(). The stand-in device checks the waits themselves
+// (tests/test_backward_streams.cpp). Its own suite: the stand-in's dry run (Cuda.*) has no streams.
+class CudaStreams : public Cuda {};
+TEST_F(CudaStreams, BackwardRunsEachOpOnTheStreamItsForwardRanOn) {
+  const cuda::Stream side = cuda::Stream::create();
+  manual_seed(7);
+  Tensor host = randn({192, 192}, kFloat64);
+  Tensor x = host.to(Device::cuda(0)).requires_grad_();
+  Tensor y;
+  {
+    cuda::StreamGuard guard(side);
+    y = x.matmul(x).tanh();
+  }
+  cuda::current_stream().wait(side);  // the caller's stream reads y (the sum) after the forward
+  void* seen = nullptr;
+  y.register_hook([&](const Tensor&) { seen = cuda::current_stream().native(); });
+  y.sum().backward();
+  EXPECT_EQ(seen, side.native());
+  EXPECT_EQ(cuda::current_stream(), cuda::Stream::default_stream());
+  Tensor xr = host.clone().requires_grad_();
+  xr.matmul(xr).tanh().sum().backward();
+  expect_scaled_close(values(x.grad().cpu()), values(xr.grad()), 1e-10, "x.grad");
+}
+
 // Attention on each path against the CPU with no fallback, in every float dtype: the composed
 // path (cuBLASLt products; for 16-bit inputs on the tensor cores, float32 scores, probabilities
 // and score gradients rounded to 16 bits), the same in several chunks of heads, and the fused

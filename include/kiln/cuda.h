@@ -88,12 +88,10 @@ class Stream {
 Stream current_stream(int device = -1);
 
 // Makes `stream` the calling thread's current stream on its device, and its device current,
-// while alive (torch.cuda.stream(s) / c10::cuda::CUDAStreamGuard). Unlike torch, backward()
-// runs every node on the calling thread's current stream, not on the stream its forward ran on:
-// call backward() under the same guard as the forward. Making the streams wait for each other
-// before backward is not enough: backward frees the forward's saved tensors as soon as their
-// kernels are queued, into the forward stream's pool, whose next allocation (the next forward)
-// may then overwrite them while backward's kernels still read them.
+// while alive (torch.cuda.stream(s) / c10::cuda::CUDAStreamGuard). As in torch, backward() runs
+// each op's backward on the stream its forward ran on, whatever stream is current when it is
+// called; a gradient passed between two streams is waited for, and when backward returns, the
+// calling thread's current stream has waited for the gradients it left in .grad() (or returned).
 class StreamGuard {
  public:
   explicit StreamGuard(const Stream& stream);

@@ -110,16 +110,35 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
     }
   }
 
-  std::unordered_map<Node*, Tensor> buffer;
-  auto accumulate = [&](Node* n, const Tensor& g) {
-    auto it = buffer.find(n);
-    if (it == buffer.end() || !it->second.defined()) buffer[n] = g;
-    else it->second = it->second + g;
+  // Each node's gradient, and the stream it was made on (streams.h: a recorded op runs on its
+  // forward's stream, a leaf's accumulation on the stream its gradient came from).
+  struct Pending {
+    Tensor g;
+    StreamPlace ready;
   };
+  std::unordered_map<Node*, Pending> buffer;
+  auto place_of = [](Node* n, const StreamPlace& ready) {
+    auto* fn = dynamic_cast<FunctionNode*>(n);
+    return fn ? fn->place : ready;
+  };
+  auto accumulate = [&](Node* n, const Tensor& g, const StreamPlace& ready) {
+    Pending& p = buffer[n];
+    if (!p.g.defined()) {
+      p = {g, ready};
+      return;
+    }
+    const StreamPlace at = place_of(n, p.ready);
+    StreamScope scope(at);
+    hand_over(p.g, p.ready, at);
+    hand_over(g, ready, at);
+    p.g = p.g + g;
+    p.ready = at;
+  };
+  LeafStreams leaf_streams;
   std::priority_queue<Node*, std::vector<Node*>, ReadyOrder> ready;
   for (size_t i = 0; i < root_edges.size(); ++i) {
     if (!root_edges[i].valid()) continue;
-    accumulate(root_edges[i].fn.get(), root_grads[i]);
+    accumulate(root_edges[i].fn.get(), root_grads[i], StreamPlace::current(root_grads[i].device()));
   }
   for (const Edge& e : root_edges)
     if (e.valid() && deps[e.fn.get()] == 0) {
@@ -144,16 +163,21 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
-    Tensor g = std::move(buffer[n]);
+    Pending p = std::move(buffer[n]);
     buffer.erase(n);
+    Tensor g = std::move(p.g);
+    auto* fn = dynamic_cast<FunctionNode*>(n);
+    auto* acc = fn ? nullptr : dynamic_cast<AccumulateGrad*>(n);
+    const StreamPlace at = fn ? fn->place : p.ready;
+    StreamScope scope(at);  // hooks, the node and the sums of what it returns, on its stream
+    hand_over(g, p.ready, at);
     // register_hook's hooks first: what they return is what is captured, retained and accumulated
     // (with capture, only on the nodes that run or are captured, as torch's).
     auto cs = capture_slots.find(n);
-    auto* fn = dynamic_cast<FunctionNode*>(n);
     if (g.defined() && (!capture || on_path.count(n) || cs != capture_slots.end())) {
       if (fn) {
         if (const auto hooks = fn->tensor_hooks(); !hooks.empty()) g = run_tensor_hooks(hooks, std::move(g));
-      } else if (auto* acc = dynamic_cast<AccumulateGrad*>(n)) {
+      } else if (acc) {
         std::vector<std::shared_ptr<TensorHook>> hooks;
         {
           AutogradMeta& meta = acc->leaf()->autograd_meta();
@@ -163,8 +187,10 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
         if (!hooks.empty()) g = run_tensor_hooks(hooks, std::move(g));
       }
     }
-    if (cs != capture_slots.end())
+    if (cs != capture_slots.end()) {
       for (size_t slot : cs->second) captured[slot] = g;
+      leaf_streams.add(at);
+    }
     std::vector<Tensor> outs;
     if (g.defined() && (!capture || on_path.count(n))) {
       if (fn)
@@ -174,14 +200,19 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
       outs = n->apply(std::move(in));
       if (g_detect_anomaly.load(std::memory_order_relaxed)) [[unlikely]] check_anomaly(*n, outs);
       if (!retain_graph) n->release_saved();
+      if (acc) leaf_streams.add(at);
     }
     for (size_t i = 0; i < n->next_edges.size(); ++i) {
       const Edge& e = n->next_edges[i];
       if (!e.valid()) continue;
-      if (i < outs.size() && outs[i].defined()) accumulate(e.fn.get(), outs[i]);
+      if (i < outs.size() && outs[i].defined()) {
+        const Device d = outs[i].device();
+        accumulate(e.fn.get(), outs[i], d == at.device ? at : StreamPlace::current(d));
+      }
       if (--deps[e.fn.get()] == 0) ready.push(e.fn.get());
     }
   }
+  leaf_streams.wait_for_all();  // the caller's streams, which read .grad() (or the result) next
   return captured;
 }
 

@@ -91,6 +91,7 @@ void attach(const std::shared_ptr<FunctionNode>& node, const Tensor& output) {
   meta.requires_grad = true;
   meta.grad_fn = node;
   meta.output_nr = 0;
+  node->place = StreamPlace::current(output.device());
   // Last, with release: refresh_view reads it without a lock (see there).
   std::atomic_ref<uint64_t>(output.impl()->view_history).store(history(output), std::memory_order_release);
 }

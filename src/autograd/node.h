@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "autograd/function.h"
+#include "autograd/streams.h"
 
 namespace kiln::autograd {
 
@@ -44,6 +45,9 @@ class FunctionNode final : public Node {
   bool saves_tensors = true;
   // A view op's node (record_view): its one edge leads to the tensor the view was taken of.
   bool is_view = false;
+  // The stream its forward op ran on (current on the output's device when it was recorded):
+  // backward runs the node there.
+  StreamPlace place;
   // register_hook's hooks of the tensor this node made, run first on the incoming gradient, and
   // hooks called with that gradient (after them) before apply (retain_grad). Added and read under
   // the node's hook lock: a thread may add one while another backpropagates through the node.

@@ -52,6 +52,15 @@ class DeviceRuntime {
   // The stream the calling thread's work on this device goes to (KernelArgs::stream); the CPU
   // has none.
   virtual void* current_stream(int /*index*/) { return nullptr; }
+  // For the autograd engine, which runs each backward node on the stream its forward ran on:
+  // makes `stream` the calling thread's current stream on device `index` and returns the one it
+  // replaces; work queued on `waiter` from now on waits for the work queued on `producer` so far
+  // (two streams of device `index`); and the memory at `data` (a block this runtime allocated) is
+  // also used by work queued on `stream`, so it is not reused before that work is done
+  // (cuda::record_stream). A runtime without streams has nothing to do.
+  virtual void* exchange_stream(int /*index*/, void* /*stream*/) { return nullptr; }
+  virtual void wait_stream(int /*index*/, void* /*waiter*/, void* /*producer*/) {}
+  virtual void record_stream(const void* /*data*/, int /*index*/, void* /*stream*/) {}
   // Makes `index` the calling thread's current device and returns the previous one (device
   // kernels launch on the current device); a runtime with no such notion returns `index`.
   virtual int exchange_device(int index) { return index; }

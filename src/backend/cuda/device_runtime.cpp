@@ -4,6 +4,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/arch_support.h"
@@ -231,6 +232,17 @@ class CudaRuntime final : public DeviceRuntime {
     return free;
   }
   void* current_stream(int index) override { return t_current[static_cast<size_t>(index)]; }
+  void* exchange_stream(int index, void* stream) override {
+    return std::exchange(t_current[static_cast<size_t>(index)], static_cast<cudaStream_t>(stream));
+  }
+  void wait_stream(int index, void* waiter, void* producer) override {
+    DeviceGuard g(index);
+    OwnedEvent done = recorded_event(static_cast<cudaStream_t>(producer));
+    KILN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter), done.get(), 0));
+  }
+  void record_stream(const void* data, int index, void* stream) override {
+    allocators_.at(static_cast<size_t>(index))->record_stream(const_cast<void*>(data), stream);
+  }
   int current_device() const override {
     int index = 0;
     KILN_CUDA_CHECK(cudaGetDevice(&index));
