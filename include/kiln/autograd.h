@@ -66,18 +66,23 @@ void queue_callback(std::function<void()> callback);
 
 // Gradients of outputs with respect to inputs (which may be leaves or intermediate tensors),
 // without touching any .grad(). grad_outputs default to ones for one-element outputs.
-// First order only: there is no create_graph (backward formulas record no graph, and many run
-// fused kernels), so the gradients returned do not require grad and cannot be differentiated
-// again (no Hessian-vector products or gradient penalties).
+// create_graph (torch's): the backward pass is recorded, so the gradients returned can be
+// differentiated again (gradient penalties, Hessian-vector products, MAML's inner steps); it keeps
+// the graph (retain_graph) too. The fused ops get there by formulas of their own (activations,
+// convolution, pooling) or by differentiating themselves written in differentiable ops (batch
+// norm, layer norm, softmax, attention, cross-entropy); attention with dropout says it cannot.
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
-                         bool allow_unused = false);
+                         bool allow_unused = false, bool create_graph = false);
 
 // torch.autograd.backward: the gradients of several outputs at once (grad_tensors default to ones
 // for one-element outputs), accumulated into the leaves' .grad() — or, when `inputs` is given,
-// into those leaves alone (the parts of the graph that lead to none of them do not run).
+// into those leaves alone (the parts of the graph that lead to none of them do not run). With
+// create_graph, as grad's, and the .grad() accumulated keep their history — which leads back to
+// the leaf: as in torch, a cycle that holds the graph until .grad() is reset (set_grad({}));
+// grad() makes none.
 void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors = {},
-              bool retain_graph = false, const std::vector<Tensor>& inputs = {});
+              bool retain_graph = false, const std::vector<Tensor>& inputs = {}, bool create_graph = false);
 
 // Compares backward() with central finite differences, input by input, element by element.
 // Inputs should be float64. Throws kiln::Error describing the first mismatch when
@@ -90,6 +95,10 @@ struct GradcheckOptions {
 };
 bool gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
                const std::vector<Tensor>& inputs, GradcheckOptions options = {});
+// torch.autograd.gradgradcheck: gradcheck of the gradients themselves (of fn's inputs, for a
+// random float64 gradient of its output, which is checked too), computed with create_graph.
+bool gradgradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                   const std::vector<Tensor>& inputs, GradcheckOptions options = {});
 
 }  // namespace autograd
 
@@ -134,18 +143,17 @@ namespace autograd {
 
 // ---- custom differentiable functions (torch::autograd::Function)
 
+struct SavedState;  // a saved tensor (src/autograd/function.h)
+
 // What a custom function's forward leaves for its backward (torch::autograd::AutogradContext).
 class AutogradContext {
  public:
-  // Tensors backward needs (inputs or outputs). They are kept without their history, and an
-  // in-place change made to one before backward runs is an error there, not a wrong gradient.
+  // Tensors backward needs (inputs or outputs). An in-place change made to one before backward
+  // runs is an error there, not a wrong gradient. In a backward pass with create_graph they come
+  // with their history, so that backward's own ops are differentiated through them.
   void save_for_backward(const std::vector<Tensor>& tensors);
   std::vector<Tensor> get_saved_variables() const;
-  bool has_saved_tensors() const {
-    for (const Tensor& t : saved_)
-      if (t.defined()) return true;
-    return false;
-  }
+  bool has_saved_tensors() const;
   // Whether tensor input i of forward (counting tensor arguments only) requires a gradient.
   bool needs_input_grad(size_t i) const { return i < needs_grad_.size() && needs_grad_[i]; }
   // Anything else backward needs (sizes, flags).
@@ -154,8 +162,7 @@ class AutogradContext {
  private:
   template <class Derived>
   friend struct Function;
-  std::vector<Tensor> saved_;
-  std::vector<uint64_t> versions_;
+  std::vector<std::shared_ptr<SavedState>> saved_;
   std::vector<bool> needs_grad_;
 };
 

@@ -195,6 +195,10 @@ class Tensor {
   // run where it leads to none of them.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false,
                 const std::vector<Tensor>& inputs = {}) const;
+  // libtorch's order: create_graph records the backward pass, so that the .grad() it leaves can be
+  // differentiated again (see autograd::grad).
+  void backward(const Tensor& gradient, bool retain_graph, bool create_graph,
+                const std::vector<Tensor>& inputs = {}) const;
 
   // ---- ops as methods (each calls the free function of the same name in ops.h)
   Tensor add(const Tensor& o) const;

@@ -35,14 +35,21 @@ struct ReadyOrder {
   bool operator()(Node* a, Node* b) const { return a->sequence_nr < b->sequence_nr; }
 };
 
+// How a pass runs: whether the graph is kept for another pass, and whether the backward formulas
+// are recorded themselves (create_graph: the gradients can be differentiated again).
+struct PassOptions {
+  bool retain_graph = false;
+  bool create_graph = false;
+};
+
 // Runs the graph below root_edges. With capture set, gradients reaching those edges are
 // returned (in order) instead of being accumulated into leaves.
 std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::vector<Tensor>& root_grads,
-                              bool retain_graph, const std::vector<Edge>* capture);
+                              PassOptions pass, const std::vector<Edge>* capture);
 
 // run_graph, then (for the outermost pass) the callbacks queued while it ran.
 std::vector<Tensor> execute(const std::vector<Edge>& root_edges, const std::vector<Tensor>& root_grads,
-                            bool retain_graph, const std::vector<Edge>* capture) {
+                            PassOptions pass, const std::vector<Edge>* capture) {
   struct Depth {
     Depth() {
       if (g_backward_depth++ == 0) g_callbacks.clear();
@@ -51,7 +58,7 @@ std::vector<Tensor> execute(const std::vector<Edge>& root_edges, const std::vect
       if (--g_backward_depth == 0) g_callbacks.clear();
     }
   } depth;
-  std::vector<Tensor> result = run_graph(root_edges, root_grads, retain_graph, capture);
+  std::vector<Tensor> result = run_graph(root_edges, root_grads, pass, capture);
   if (g_backward_depth == 1)
     for (size_t i = 0; i < g_callbacks.size(); ++i) {
       std::function<void()> cb = std::move(g_callbacks[i]);  // a callback may queue more
@@ -88,7 +95,7 @@ std::unordered_set<Node*> leading_to(const std::vector<Edge>& root_edges, const 
 }
 
 std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::vector<Tensor>& root_grads,
-                              bool retain_graph, const std::vector<Edge>* capture) {
+                              PassOptions pass, const std::vector<Edge>* capture) {
   std::unordered_map<Node*, int> deps;
   std::unordered_map<Node*, std::shared_ptr<Node>> keep;  // nodes stay alive while we run
   std::vector<Node*> stack;
@@ -156,7 +163,10 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
   // inputs' own histories cost nothing.
   const std::unordered_set<Node*> on_path = capture ? leading_to(root_edges, capture_slots) : std::unordered_set<Node*>{};
 
-  NoGradGuard no_grad;  // backward formulas build no graph
+  // Backward formulas build no graph, unless asked to (create_graph): then their ops are
+  // recorded, saved tensors come with their history (SavedTensor::get), and the sums of
+  // gradients, the leaves' .grad() and the results are differentiable.
+  AutoGradMode grad_mode(pass.create_graph);
   // ... and run in the dtypes the forward saved: autocast would recast them (PyTorch runs
   // backward outside autocast too).
   AutocastGuard no_autocast(kBFloat16, /*enabled=*/false);
@@ -199,7 +209,7 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
       in.push_back(std::move(g));
       outs = n->apply(std::move(in));
       if (g_detect_anomaly.load(std::memory_order_relaxed)) [[unlikely]] check_anomaly(*n, outs);
-      if (!retain_graph) n->release_saved();
+      if (!pass.retain_graph) n->release_saved();
       if (acc) leaf_streams.add(at);
     }
     for (size_t i = 0; i < n->next_edges.size(); ++i) {
@@ -330,7 +340,17 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   // half-written gradient, and may clear .grad() (an optimizer step in backward).
   std::lock_guard accumulating(meta.accumulate_mutex);
   std::unique_lock<std::mutex> lock(meta.mutex);
-  if (!meta.grad.defined()) {
+  if (is_grad_enabled()) {
+    // create_graph: .grad() is differentiable (its history kept, as torch's): a copy of the
+    // first gradient (laid out like the leaf), then out-of-place sums.
+    if (meta.grad.defined()) {
+      meta.grad = meta.grad + g;
+    } else {
+      Tensor leaf(leaf_);
+      meta.grad = make_empty_like(leaf, leaf.shape(), leaf.dtype(), leaf.device());
+      meta.grad.copy_(g);
+    }
+  } else if (!meta.grad.defined()) {
     // Steal the buffer when nothing else shares it and it is laid out like the leaf (PyTorch's
     // gradient layout contract: a channels-last weight gets a channels-last .grad()); otherwise
     // copy, so that an in-place change to .grad() (zero_, an optimizer) cannot reach another
@@ -404,10 +424,11 @@ std::vector<Edge> targets_of(const std::vector<Tensor>& inputs, const char* wher
 }  // namespace
 
 void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors, bool retain_graph,
-              const std::vector<Tensor>& inputs) {
+              const std::vector<Tensor>& inputs, bool create_graph) {
   const Roots roots = roots_of(tensors, grad_tensors, "backward", "grad_tensor", tensors.size() == 1);
+  const PassOptions pass{retain_graph || create_graph, create_graph};
   if (inputs.empty()) {
-    execute(roots.edges, roots.grads, retain_graph, nullptr);
+    execute(roots.edges, roots.grads, pass, nullptr);
     return;
   }
   const std::vector<Edge> targets = targets_of(inputs, "backward");
@@ -416,17 +437,20 @@ void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& gra
                "leaves' .grad() (autograd::grad gives a non-leaf's gradient)");
   // The leaves' gradients are captured, not accumulated, while the graph runs; each goes through
   // its leaf's own accumulation (layout, post-accumulate hooks) once, a leaf given twice included.
-  const std::vector<Tensor> result = execute(roots.edges, roots.grads, retain_graph, &targets);
+  const std::vector<Tensor> result = execute(roots.edges, roots.grads, pass, &targets);
+  AutoGradMode grad_mode(create_graph);  // .grad() keeps the sum's history, as in the pass
   std::unordered_set<Node*> done;
   for (size_t i = 0; i < result.size(); ++i)
     if (result[i].defined() && done.insert(targets[i].fn.get()).second) targets[i].fn->apply({result[i]});
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                         const std::vector<Tensor>& grad_outputs, bool retain_graph, bool allow_unused) {
+                         const std::vector<Tensor>& grad_outputs, bool retain_graph, bool allow_unused,
+                         bool create_graph) {
   const Roots roots = roots_of(outputs, grad_outputs, "autograd::grad", "grad_output");
   const std::vector<Edge> targets = targets_of(inputs, "autograd::grad");
-  std::vector<Tensor> result = execute(roots.edges, roots.grads, retain_graph, &targets);
+  std::vector<Tensor> result =
+      execute(roots.edges, roots.grads, {retain_graph || create_graph, create_graph}, &targets);
   for (size_t i = 0; i < result.size(); ++i)
     KILN_CHECK(result[i].defined() || allow_unused, "autograd::grad", "input ", i,
                " was not used to compute the outputs (pass allow_unused = true to get an undefined "
@@ -535,10 +559,15 @@ void Tensor::retain_grad() {
 }
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph, const std::vector<Tensor>& inputs) const {
+  backward(gradient, retain_graph, /*create_graph=*/false, inputs);
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph,
+                      const std::vector<Tensor>& inputs) const {
   KILN_CHECK(defined(), "backward", "the tensor is undefined");
   KILN_CHECK(requires_grad(), "backward", "the tensor does not require grad and has no grad_fn "
              "(did you call requires_grad_() on the inputs, or run under NoGradGuard?)");
-  autograd::backward({*this}, {gradient}, retain_graph, inputs);
+  autograd::backward({*this}, {gradient}, retain_graph, inputs, create_graph);
 }
 
 }  // namespace kiln

@@ -1,11 +1,13 @@
 // Recording ops on the tape: saved tensors, edges, in-place checks and broadcast reduction.
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -22,28 +24,80 @@ uint64_t next_sequence_nr() {
   return counter.fetch_add(1, std::memory_order_relaxed);
 }
 
+struct SavedState {
+  Tensor value;  // an alias without history
+  uint64_t version = 0;
+  const TensorImpl* saved = nullptr;     // the tensor saved, to tell the output of the op saving it
+  std::shared_ptr<TensorImpl> original;  // the tensor saved, while it is another's output or a leaf
+  std::weak_ptr<Node> output_of;         // the node of the op that made it and saved it
+  bool history_lost = false;             // a view of a tensor changed in place by the op saving it
+};
+
 namespace {
 // SavedTensors made on this thread since the last node was recorded: ops make them in the
-// capture of the backward function they pass to record(). One left by an op that threw before
-// recording only makes the next node keep the rule for saved tensors.
-thread_local uint64_t g_saved_since_record = 0;
-bool take_saved() { return std::exchange(g_saved_since_record, 0) != 0; }
+// capture of the backward function they pass to record(), which tells the output among them.
+// One left by an op that threw before recording is gone or ignored (its tensor is no output).
+thread_local std::vector<std::weak_ptr<SavedState>> g_saved;
+
+// Whether the node being recorded saved tensors; those that are its output (or, for an in-place
+// op, a view of what it changed) give up their own history for the node's, so that the node
+// never holds itself.
+bool take_saved(const std::shared_ptr<Node>& node = nullptr, const Tensor* output = nullptr, bool inplace = false) {
+  if (g_saved.empty()) return false;
+  for (const std::weak_ptr<SavedState>& w : g_saved) {
+    const std::shared_ptr<SavedState> s = w.lock();
+    if (!s || !output) continue;
+    if (s->saved == output->impl()) {
+      s->original.reset();
+      s->output_of = node;
+    } else if (inplace && s->value.storage() == output->storage()) {
+      s->original.reset();
+      s->history_lost = true;
+    }
+  }
+  g_saved.clear();
+  return true;
+}
 }  // namespace
 
-SavedTensor::SavedTensor(const Tensor& t) {
-  if (!t.defined()) return;
-  ++g_saved_since_record;
-  tensor_ = alias_detached(t);
-  version_ = t.version();
+namespace {
+std::shared_ptr<SavedState> save(const Tensor& t) {
+  if (!t.defined()) return nullptr;
+  auto state = std::make_shared<SavedState>();
+  state->value = alias_detached(t);
+  state->version = t.version();
+  state->saved = t.impl();
+  if (t.requires_grad()) state->original = t.impl_ptr();
+  g_saved.push_back(state);
+  return state;
 }
 
-Tensor SavedTensor::get(const char* node) const {
-  if (tensor_.defined() && tensor_.version() != version_)
+Tensor unpack(const std::shared_ptr<SavedState>& state, const char* node) {
+  if (!state) return {};
+  const SavedState& s = *state;
+  if (s.value.version() != s.version)
     KILN_FAIL("backward", "a tensor that ", node, " saved for the backward pass was modified in place "
-              "afterwards (its version is ", tensor_.version(), ", expected ", version_,
+              "afterwards (its version is ", s.value.version(), ", expected ", s.version,
               "); use an out-of-place op or clone() it first");
-  return tensor_;
+  if (!is_grad_enabled()) return s.value;
+  // create_graph: the formula is differentiated through the tensor.
+  if (s.original) return Tensor(s.original);
+  if (std::shared_ptr<Node> fn = s.output_of.lock()) {
+    Tensor out = alias_detached(s.value);
+    AutogradMeta& meta = out.impl()->autograd_meta();
+    meta.requires_grad = true;
+    meta.grad_fn = std::move(fn);
+    return out;
+  }
+  KILN_CHECK(!s.history_lost, "backward", "create_graph: ", node, " saved a view of the tensor it changed in place, "
+             "whose history a second derivative would need; use the out-of-place op");
+  return s.value;
 }
+
+}  // namespace
+
+SavedTensor::SavedTensor(const Tensor& t) : state_(save(t)) {}
+Tensor SavedTensor::get(const char* node) const { return unpack(state_, node); }
 
 bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   if (!is_grad_enabled()) return false;
@@ -159,10 +213,13 @@ bool view_requires_grad(const Tensor& t) {
 namespace kiln::autograd {
 
 namespace {
+// `saves`: whether the backward function holds saved tensors, when not the SavedTensors made
+// since the last record (a custom function's).
 void record_node(const char* name, std::span<const Tensor* const> inputs, const Tensor& output, BackwardFn backward,
-                 bool saves_tensors, bool is_view = false) {
+                 bool is_view = false, bool inplace = false, std::optional<bool> saves = std::nullopt) {
   auto node = std::make_shared<FunctionNode>(name, std::move(backward));
-  node->saves_tensors = saves_tensors;
+  const bool saved = take_saved(node, &output, inplace);
+  node->saves_tensors = saves.value_or(saved);
   node->is_view = is_view;
   node->next_edges.reserve(inputs.size());
   for (const Tensor* t : inputs) node->next_edges.push_back(gradient_edge(*t));
@@ -178,16 +235,16 @@ std::vector<const Tensor*> pointers(const std::vector<Tensor>& tensors) {
 
 void record(const char* name, std::initializer_list<const Tensor*> inputs, const Tensor& output,
             BackwardFn backward) {
-  record_node(name, {inputs.begin(), inputs.size()}, output, std::move(backward), take_saved());
+  record_node(name, {inputs.begin(), inputs.size()}, output, std::move(backward));
 }
 
 void record(const char* name, const std::vector<Tensor>& inputs, const Tensor& output, BackwardFn backward) {
-  record_node(name, pointers(inputs), output, std::move(backward), take_saved());
+  record_node(name, pointers(inputs), output, std::move(backward));
 }
 
 void record_view(const char* name, const Tensor& source, const Tensor& view, BackwardFn backward) {
   const Tensor* in[] = {&source};
-  record_node(name, in, view, std::move(backward), take_saved(), /*is_view=*/true);
+  record_node(name, in, view, std::move(backward), /*is_view=*/true);
 }
 
 namespace {
@@ -236,7 +293,7 @@ void record_inplace(const char* name, const Tensor& self, std::initializer_list<
                     BackwardFn backward) {
   const TensorImpl& impl = *self.impl();
   if (!impl.is_view) {
-    record(name, inputs, self, std::move(backward));
+    record_node(name, {inputs.begin(), inputs.size()}, self, std::move(backward), /*is_view=*/false, /*inplace=*/true);
     self.storage()->history.fetch_add(1, std::memory_order_relaxed);
     self.impl()->view_history = history(self);
     return;
@@ -257,7 +314,7 @@ void record_inplace(const char* name, const Tensor& self, std::initializer_list<
         grads.insert(grads.begin(), result);
         return grads;
       });
-  copy_slices->saves_tensors = take_saved();
+  copy_slices->saves_tensors = take_saved(copy_slices, &base, /*inplace=*/true);
   copy_slices->next_edges.push_back(gradient_edge(base));
   for (const Tensor* t : inputs) copy_slices->next_edges.push_back(gradient_edge(*t));
   self.storage()->history.fetch_add(1, std::memory_order_relaxed);
@@ -290,19 +347,17 @@ namespace kiln::autograd {
 
 void AutogradContext::save_for_backward(const std::vector<Tensor>& tensors) {
   saved_.clear();
-  versions_.clear();
-  for (const Tensor& t : tensors) {
-    saved_.push_back(t.defined() ? alias_detached(t) : Tensor());
-    versions_.push_back(t.defined() ? t.version() : 0);
-  }
+  for (const Tensor& t : tensors) saved_.push_back(save(t));
 }
 
 std::vector<Tensor> AutogradContext::get_saved_variables() const {
-  for (size_t i = 0; i < saved_.size(); ++i)
-    if (saved_[i].defined() && saved_[i].version() != versions_[i])
-      KILN_FAIL("backward", "tensor ", i, " that a custom function saved for the backward pass was modified in "
-                "place afterwards (its version is ", saved_[i].version(), ", expected ", versions_[i], ")");
-  return saved_;
+  std::vector<Tensor> out;
+  for (const auto& s : saved_) out.push_back(unpack(s, "a custom function"));
+  return out;
+}
+
+bool AutogradContext::has_saved_tensors() const {
+  return std::any_of(saved_.begin(), saved_.end(), [](const auto& s) { return s != nullptr; });
 }
 
 namespace {
@@ -324,7 +379,10 @@ Tensor record_custom(const char* mangled, const std::vector<Tensor>& inputs, con
   const char* name = readable_name(mangled);
   KILN_CHECK(output.defined(), name, "forward of a custom function returned an undefined tensor");
   // An integer or bool output (an argmax) has no gradient: it does not require grad, as torch's.
-  if (!needs_grad(inputs) || !output.is_floating_point()) return output;
+  if (!needs_grad(inputs) || !output.is_floating_point()) {
+    take_saved();  // what forward saved is not recorded: forget it here, not at the next op
+    return output;
+  }
   Tensor out = output;
   for (const Tensor& t : inputs)
     if (t.defined() && t.impl() == output.impl()) out = alias_detached(output);  // never rewrite an input's history
@@ -340,9 +398,8 @@ Tensor record_custom(const char* mangled, const std::vector<Tensor>& inputs, con
   std::vector<InputMeta> metas;
   for (const Tensor& t : inputs)
     metas.push_back(t.defined() ? InputMeta{t.requires_grad(), t.shape(), t.dtype(), t.device()} : InputMeta{});
-  // The context's saved tensors are the closure's; they are counted here, not by take_saved(),
+  // The context's saved tensors are the closure's: whether there are any is the context's to say,
   // since forward saves them whether or not the function is recorded.
-  take_saved();
   record_node(name, pointers(inputs), out, [name, metas, backward = std::move(backward)](const Tensor& g) {
     std::vector<Tensor> grads = backward(g);
     KILN_CHECK(grads.size() == metas.size(), name, "backward returned ", grads.size(), " gradient(s) for ",
@@ -359,7 +416,7 @@ Tensor record_custom(const char* mangled, const std::vector<Tensor>& inputs, con
       if (grads[i].dtype() != m.dtype) grads[i] = grads[i].to(m.dtype);
     }
     return grads;
-  }, saves_tensors);
+  }, /*is_view=*/false, /*inplace=*/false, saves_tensors);
   return out;
 }
 }  // namespace detail

@@ -11,19 +11,23 @@
 
 namespace kiln::autograd {
 
-// A tensor kept for backward. It holds no autograd history (so an output saved by its own
-// node makes no cycle) and remembers the version it had, so a later in-place change is caught.
+struct SavedState;
+
+// A tensor kept for backward, with the version it had, so that a later in-place change is caught.
+// Backward formulas normally get it without history. In grad mode (a backward pass with
+// create_graph) they get it with its history, as torch's SavedVariable, so that the formula's own
+// ops are recorded through it: an input's own history, or, for the output of the op that saved
+// it, that op's node (held weakly: no cycle).
 class SavedTensor {
  public:
   SavedTensor() = default;
   explicit SavedTensor(const Tensor& t);
   // Throws kiln::Error naming `node` if the tensor was changed in place since it was saved.
   Tensor get(const char* node) const;
-  bool defined() const { return tensor_.defined(); }
+  bool defined() const { return state_ != nullptr; }
 
  private:
-  Tensor tensor_;
-  uint64_t version_ = 0;
+  std::shared_ptr<SavedState> state_;
 };
 
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad)>;

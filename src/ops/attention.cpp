@@ -153,10 +153,30 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   if (autograd::needs_grad({&q, &k, &v}))
     autograd::record("ScaledDotProductAttentionBackward", {&q, &k, &v}, result,
                      [sq = SavedTensor(qc), sk = SavedTensor(kc), sv = SavedTensor(vc), sm = SavedTensor(mc),
-                      so = SavedTensor(out), sl = SavedTensor(lse), plan, mq = autograd::InputMeta(q),
+                      so = SavedTensor(out), sl = SavedTensor(lse), plan, oq = SavedTensor(q), ok = SavedTensor(k),
+                      ov = SavedTensor(v), mq = autograd::InputMeta(q),
                       mk = autograd::InputMeta(k), mv = autograd::InputMeta(v)](const Tensor& g) -> TensorList {
                        const char* node = "ScaledDotProductAttentionBackward";
                        Tensor qv = sq.get(node), kv = sk.get(node), vv = sv.get(node), o = so.get(node);
+                       if (autograd::is_grad_enabled()) {  // create_graph: the composed op, differentiated
+                         KILN_CHECK(plan.attrs.dropout_p == 0, "backward", "create_graph: a second derivative through ",
+                                    node, " with dropout is not supported yet (its mask is not kept)");
+                         Tensor mask;
+                         if (sm.defined()) {
+                           const Tensor m = sm.get(node);
+                           mask = m.dtype() == kBool ? zeros(m.shape(), TensorOptions(plan.compute).device(m.device()))
+                                                           .masked_fill(logical_not(m), -INFINITY)
+                                                     : m;
+                         } else {
+                           mask = zeros({}, TensorOptions(plan.compute).device(qv.device()));
+                         }
+                         const auto fwd = [&](const std::vector<Tensor>& in) {
+                           return composed_attention(in[0], in[1], in[2], mask, 0.0, plan.attrs.is_causal, plan.attrs.scale,
+                                                     plan.compute);
+                         };
+                         const std::vector<Tensor> r = ops::recomputed_gradients(fwd, {oq.get(node), ok.get(node), ov.get(node)}, g);
+                         return {mq(r[0]), mk(r[1]), mv(r[2])};
+                       }
                        std::vector<Tensor> in{qv, kv, vv};
                        if (sm.defined()) in.push_back(sm.get(node));
                        in.push_back(o);

@@ -55,6 +55,50 @@ void conv_backward_weight(const Tensor& g, const Tensor& x, std::vector<Tensor>&
   });
 }
 
+// conv2d with the attributes of another (no bias).
+Tensor conv_like(const Tensor& x, const Tensor& w, const backend::ConvAttrs& a) {
+  return conv2d(x, w, {}, {a.stride[0], a.stride[1]}, {a.padding[0], a.padding[1]}, {a.dilation[0], a.dilation[1]},
+                a.groups);
+}
+
+// conv2d's two gradients as differentiable ops, for backward passes with create_graph. Each is
+// bilinear and its derivatives are the other convolutions: for y = conv(x, w) and gy,
+//   gx = input_grad(gy, w):  in gy, gg -> conv(gg, w);  in w, gg -> weight_grad(gy, gg)
+//   gw = weight_grad(gy, x): in gy, gg -> conv(x, gg);  in x, gg -> input_grad(gy, gg)
+// (<gg, input_grad(gy, w)> = <gy, conv(gg, w)> = <weight_grad(gy, gg), w>, and likewise for gw).
+Tensor conv_weight_grad(const Tensor& gy, const Tensor& x, const Tensor& w_like, const backend::ConvAttrs& a);
+
+Tensor conv_input_grad(const Tensor& gy, const Tensor& w, const Tensor& x_like, const backend::ConvAttrs& a) {
+  Tensor gx = conv_backward_input(gy.detach(), w.detach(), x_like, a);
+  if (autograd::needs_grad({&gy, &w}))
+    autograd::record("ConvolutionBackwardInputBackward", {&gy, &w}, gx,
+                     [sg = SavedTensor(gy), sw = SavedTensor(w), a,
+                      mg = autograd::InputMeta(gy), mw = autograd::InputMeta(w)](const Tensor& gg) -> TensorList {
+                       const char* node = "ConvolutionBackwardInputBackward";
+                       const Tensor g = sg.get(node), wv = sw.get(node);
+                       const Tensor ggc = gg.contiguous(MemoryFormat::ChannelsLast);
+                       return {mg.needs ? mg(conv_like(ggc, wv, a)) : Tensor(),
+                               mw.needs ? mw(conv_weight_grad(g, ggc, wv, a)) : Tensor()};
+                     });
+  return gx;
+}
+
+Tensor conv_weight_grad(const Tensor& gy, const Tensor& x, const Tensor& w_like, const backend::ConvAttrs& a) {
+  std::vector<Tensor> outs{make_empty_like(w_like, w_like.shape(), w_like.dtype(), w_like.device())};
+  if (x.numel() > 0) conv_backward_weight(gy.detach(), x.detach(), outs, a);
+  else outs[0].zero_();
+  if (autograd::needs_grad({&gy, &x}))
+    autograd::record("ConvolutionBackwardWeightBackward", {&gy, &x}, outs[0],
+                     [sg = SavedTensor(gy), sx = SavedTensor(x), a, mg = autograd::InputMeta(gy),
+                      mx = autograd::InputMeta(x)](const Tensor& gg) -> TensorList {
+                       const char* node = "ConvolutionBackwardWeightBackward";
+                       const Tensor g = sg.get(node), xv = sx.get(node);
+                       return {mg.needs ? mg(conv_like(xv, gg, a)) : Tensor(),
+                               mx.needs ? mx(conv_input_grad(g, gg, xv, a)) : Tensor()};
+                     });
+  return outs[0];
+}
+
 }  // namespace
 
 namespace ops {
@@ -136,6 +180,10 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
                        // Gradients arrive in whatever layout the next op made; the kernels want
                        // them laid out like the output (channels-last).
                        Tensor g = g_in.contiguous(MemoryFormat::ChannelsLast);
+                       if (autograd::needs_grad({&g, &x, &w}))  // create_graph
+                         return {need_x ? conv_input_grad(g, w, x, a) : Tensor(),
+                                 need_w ? conv_weight_grad(g, x, w, a) : Tensor(),
+                                 need_b ? sum(g, {0, 2, 3}) : Tensor()};
                        Tensor gx, gw, gb;
                        if (need_x) gx = conv_backward_input(g, w, x, a);
                        if (need_w) gw = make_empty_like(w, w.shape(), w.dtype(), w.device());  // w's layout

@@ -12,6 +12,7 @@ namespace {
 
 // grad_x = grad_y * scale where kept, in grad_y's dtype, row-major.
 Tensor dropout_backward(const Tensor& g, const Tensor& keep, const backend::DropoutAttrs& attrs) {
+  if (autograd::needs_grad({&g})) return where(keep, g * (1.0 / (1.0 - attrs.p)), 0);  // create_graph
   Tensor out = make_empty(g.shape(), g.dtype(), g.device());
   ops::run1(Op::DropoutBackward, g.device(), {g.contiguous(), keep}, out, &attrs);
   return out;

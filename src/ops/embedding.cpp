@@ -32,7 +32,15 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_id
     autograd::record("EmbeddingBackward", {&weight}, out,
                      [si = SavedTensor(idx), num, dim, padding_idx, dt = weight.dtype()](const Tensor& g) -> TensorList {
                        Tensor idx = si.get("EmbeddingBackward");
-                       Tensor g2 = ops::cast(g, dt).reshape({idx.numel(), dim}).contiguous();
+                       Tensor g2 = ops::cast(g, dt).reshape({idx.numel(), dim});
+                       if (autograd::needs_grad({&g2})) {  // create_graph: scatter_add, differentiable in g
+                         Tensor gw = scatter_add(zeros({num, dim}, g2.options()), 0,
+                                                 idx.unsqueeze(1).expand({idx.numel(), dim}), g2);
+                         if (padding_idx < 0) return {gw};
+                         Tensor rows = arange(num, TensorOptions(kInt64).device(g.device())) != padding_idx;
+                         return {gw * rows.unsqueeze(1).to(dt)};
+                       }
+                       g2 = g2.contiguous();
                        Tensor gw = make_empty({num, dim}, dt, g.device());
                        backend::EmbeddingAttrs a{padding_idx};
                        ops::run1(Op::EmbeddingBackward, g.device(), {g2, idx}, gw, &a);

@@ -64,7 +64,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
       // float32 for 16-bit data, rounded once (sum_at).
       int64_t outer = 1;
       for (int64_t k = 0; k < d; ++k) outer *= shape[k];
-      if (outer == 1) {
+      if (outer == 1 && !autograd::needs_grad({&g})) {  // (create_graph takes scatter_add, differentiable in g)
         // Rows of x (d = 0, as the MLM head's picks, or only size-1 dims before d): embedding's
         // backward, without atomics on CUDA. Moving a later d to the front and back cost more
         // than the scatter_add below (BM_IndexAndSelect/5).

@@ -18,6 +18,16 @@ void check_param(const Tensor& p, const Tensor& x, const Shape& normalized_shape
   KILN_CHECK(p.dtype() == x.dtype(), "layer_norm", "input has dtype ", x.dtype(), " but ", what, " has ", p.dtype());
 }
 
+// Under create_graph: the gradients of x [rows, n], weight and bias in differentiable ops, the
+// statistics recomputed from x (their own dependence on x is part of the second derivative).
+std::vector<Tensor> layer_norm_backward_composite(const Tensor& g, const Tensor& x, const Tensor& w, double eps) {
+  const Tensor xc = x - mean(x, {1}, true);
+  const Tensor rstd = rsqrt(mean(xc * xc, {1}, true) + eps), xhat = xc * rstd;
+  const Tensor gw = w.defined() ? g * w : g;
+  const Tensor dx = rstd * (gw - mean(gw, {1}, true) - xhat * mean(gw * xhat, {1}, true));
+  return {dx, sum(g * xhat, {0}), sum(g, {0})};
+}
+
 }  // namespace
 
 Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in, const Tensor& bias_in,
@@ -55,12 +65,17 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
     const bool gx = x.requires_grad();
     const bool gw = weight.defined() && weight.requires_grad(), gb = bias.defined() && bias.requires_grad();
     autograd::record("NativeLayerNormBackward", {&x, &weight, &bias}, out,
-                     [sx = SavedTensor(xc), sw = SavedTensor(w), mean = outs[1], rstd = outs[2], gx, gw, gb, normalized_shape,
+                     [sx = SavedTensor(xc), sw = SavedTensor(weight), mean = outs[1], rstd = outs[2], gx, gw, gb, normalized_shape,
                       shape = x.shape(), eps](const Tensor& g_in) -> TensorList {
                        Tensor xs = sx.get("NativeLayerNormBackward");
-                       Tensor ws = sw.defined() ? sw.get("NativeLayerNormBackward") : Tensor();
+                       Tensor ws = sw.defined() ? sw.get("NativeLayerNormBackward").contiguous().view({xs.size(1)}) : Tensor();
                        const int64_t rows = xs.size(0), n = xs.size(1);
                        Tensor g = ops::cast(g_in, xs.dtype()).contiguous().view({rows, n});
+                       if (autograd::needs_grad({&g, &xs, &ws})) {  // create_graph
+                         std::vector<Tensor> r = layer_norm_backward_composite(g, xs, ws, eps);
+                         return {gx ? r[0].view(shape) : Tensor(), gw ? r[1].view(normalized_shape) : Tensor(),
+                                 gb ? r[2].view(normalized_shape) : Tensor()};
+                       }
                        backend::LayerNormAttrs a{eps, ws.defined(), false, gw, gb};
                        std::vector<Tensor> res{make_empty({rows, n}, xs.dtype(), xs.device())};
                        if (gw) res.push_back(make_empty({n}, xs.dtype(), xs.device()));

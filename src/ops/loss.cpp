@@ -141,6 +141,17 @@ Tensor cross_entropy_probs(const Tensor& input, const Tensor& target, const Tens
   return ops::cast(total, prod.dtype());
 }
 
+// The fused cross-entropy's input gradient under create_graph, in differentiable ops:
+// (softmax(x) - onehot(t)) times the row's gradient and class weight; ignored rows get 0.
+Tensor cross_entropy_backward_composite(const Tensor& g, const Tensor& x, const Tensor& t, const Tensor& w,
+                                        int64_t ignore_index) {
+  const Tensor valid = t != ignore_index, picked = where(valid, t, 0);
+  const Tensor onehot = (arange(x.size(1), TensorOptions(kInt64).device(t.device())).unsqueeze(0) == picked.unsqueeze(1));
+  Tensor scale = g * valid.to(x.dtype());
+  if (w.defined()) scale = scale * index_select(w, 0, picked);
+  return (softmax(x, 1) - onehot.to(x.dtype())) * scale.unsqueeze(1);
+}
+
 // cross_entropy on [N, C] logits with class targets and no label smoothing: one fused kernel
 // (log-softmax and the picked term per row) whose backward writes softmax - onehot directly, so
 // neither log-probabilities nor a scattered one-hot [N, C] tensor are ever made.
@@ -162,10 +173,14 @@ Tensor fused_cross_entropy(const Tensor& input, const Tensor& target, const Tens
   Tensor per_target = outs[0];
   if (autograd::needs_grad({&input}))
     autograd::record("CrossEntropyBackward", {&input}, per_target,
-                     [sx = autograd::SavedTensor(x), st = autograd::SavedTensor(t), stats = outs[1], w,
+                     [sx = autograd::SavedTensor(input), st = autograd::SavedTensor(t), stats = outs[1], w,
                       attrs](const Tensor& g_in) -> TensorList {
                        Tensor xs = sx.get("CrossEntropyBackward"), ts = st.get("CrossEntropyBackward");
-                       Tensor g = ops::cast(g_in, xs.dtype()).contiguous();
+                       Tensor g = ops::cast(g_in, xs.dtype());
+                       if (autograd::needs_grad({&g, &xs}))  // create_graph
+                         return {cross_entropy_backward_composite(g, xs, ts, w, attrs.ignore_index)};
+                       xs = xs.contiguous();
+                       g = g.contiguous();
                        Tensor gx = make_empty(xs.shape(), xs.dtype(), xs.device());
                        std::vector<Tensor> in{g, xs, ts, stats};
                        if (w.defined()) in.push_back(w);

@@ -46,12 +46,16 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+Tensor matmul_with_grad(const Tensor& a, const Tensor& b);
+
 // Gradient of the weight in x[..., K] @ w[K, N] without materialising the batch.
 Tensor weight_grad(const Tensor& x, const Tensor& g) {
   const int64_t K = x.size(-1), N = g.size(-1);
-  return matmul_nd(x.reshape({-1, K}).t(), g.reshape({-1, N}));
+  return matmul_with_grad(x.reshape({-1, K}).t(), g.reshape({-1, N}));
 }
 
+// matmul_nd, recorded when an operand requires grad (the gradients' own products, under
+// create_graph).
 Tensor matmul_with_grad(const Tensor& a, const Tensor& b) {
   Tensor out;
   {
@@ -63,11 +67,11 @@ Tensor matmul_with_grad(const Tensor& a, const Tensor& b) {
                      [sa = SavedTensor(b.requires_grad() ? a : Tensor()), sb = SavedTensor(a.requires_grad() ? b : Tensor()),
                       sha = a.shape(), shb = b.shape()](const Tensor& g) -> TensorList {
                        Tensor ga, gb;
-                       if (sb.defined()) ga = autograd::sum_to(matmul_nd(g, sb.get("MatmulBackward").transpose(-1, -2)), sha);
+                       if (sb.defined()) ga = autograd::sum_to(matmul_with_grad(g, sb.get("MatmulBackward").transpose(-1, -2)), sha);
                        if (sa.defined()) {
                          Tensor av = sa.get("MatmulBackward");
                          if (shb.size() == 2 && av.dim() > 2) gb = weight_grad(av, g);
-                         else gb = autograd::sum_to(matmul_nd(av.transpose(-1, -2), g), shb);
+                         else gb = autograd::sum_to(matmul_with_grad(av.transpose(-1, -2), g), shb);
                        }
                        return {ga, gb};
                      });

@@ -28,6 +28,28 @@ Tensor same_layout(const Tensor& t, const Tensor& like) {
   return t.contiguous();
 }
 
+// batch_norm (and its ReLU) in differentiable ops over {x, weight, bias}, in the statistics'
+// dtype: create_graph differentiates it (recomputed_gradients). Training normalises by the
+// batch's statistics (recomputed: they depend on x), evaluation by the running ones.
+Tensor batch_norm_composite(const std::vector<Tensor>& in, const Tensor& running_mean, const Tensor& running_var,
+                            const backend::BatchNormAttrs& a, ScalarType acc) {
+  const Tensor x = ops::cast(in[0], acc);
+  Shape dims, channel(static_cast<size_t>(x.dim()), 1);
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (d != 1) dims.push_back(d);
+  channel[1] = x.size(1);
+  Tensor xhat;
+  if (a.training) {
+    const Tensor xc = x - mean(x, dims, true);
+    xhat = xc * rsqrt(mean(xc * xc, dims, true) + a.eps);
+  } else {
+    xhat = (x - running_mean.view(channel)) * rsqrt(running_var.view(channel) + a.eps);
+  }
+  if (in[1].defined()) xhat = xhat * ops::cast(in[1], acc).view(channel);
+  if (in[2].defined()) xhat = xhat + ops::cast(in[2], acc).view(channel);
+  return (a.relu ? relu(xhat) : xhat).to(in[0].dtype());
+}
+
 Tensor batch_norm_impl(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, bool training, double momentum, double eps, bool relu) {
   const char* op = relu ? "batch_norm_relu" : "batch_norm";
@@ -99,13 +121,22 @@ Tensor batch_norm_impl(const Tensor& x_in, const Tensor& running_mean, const Ten
                      // The weight, and the bias where the ReLU mask reads it, saved with their
                      // versions: one changed in place before backward (an optimizer step between
                      // them) is an error, as torch's; without the ReLU the kernel ignores the bias.
-                     [sx = SavedTensor(x), mean, stat, sw = SavedTensor(w.detach()),
+                     [sx = SavedTensor(x), mean, stat, sw = SavedTensor(w.detach()), swo = SavedTensor(weight),
+                      sbo = SavedTensor(bias), acc,
                       sb = relu ? SavedTensor(b.detach()) : SavedTensor(), b_plain = b.detach(), a,
                       mw = weight.defined() ? weight.dtype() : acc, need_x = x_in.requires_grad(),
                       need_w = weight.defined() && weight.requires_grad(),
                       need_b = bias.defined() && bias.requires_grad()](const Tensor& g_in) -> TensorList {
                        const char* node = a.relu ? "NativeBatchNormReluBackward" : "NativeBatchNormBackward";
                        Tensor xs = sx.get(node), w = sw.get(node), b = a.relu ? sb.get(node) : b_plain;
+                       if (autograd::needs_grad({&g_in, &xs}) || ((need_w || need_b) && autograd::is_grad_enabled())) {
+                         // create_graph: the op recomputed in differentiable ops and differentiated
+                         const auto fwd = [&](const std::vector<Tensor>& in) {
+                           return batch_norm_composite(in, mean, stat, a, acc);
+                         };
+                         std::vector<Tensor> r = ops::recomputed_gradients(fwd, {xs, swo.get(node), sbo.get(node)}, g_in);
+                         return {need_x ? r[0] : Tensor(), need_w ? r[1] : Tensor(), need_b ? r[2] : Tensor()};
+                       }
                        Tensor g = same_layout(ops::cast(g_in, xs.dtype()), xs);
                        const int64_t ch = mean.size(0);
                        std::vector<Tensor> outs{make_empty_strided(xs.shape(), xs.strides(), xs.dtype(), xs.device()),

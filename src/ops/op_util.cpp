@@ -100,11 +100,77 @@ Tensor wrap_for(const Tensor& t, Scalar s) {
   return wrap_scalar(s, rt);
 }
 
+namespace {
+// The node recording a backward helper under create_graph, and f'' of the activation in terms of
+// what its backward saved (the output y for tanh, sigmoid and relu; the input x for the others):
+// backward_helper(op, g, s) = g * f'(s), so its gradient in s is gg * g * d f'(s) / ds.
+const char* helper_node(Op op) {
+  switch (op) {
+    case Op::TanhBackward: return "TanhBackwardBackward";
+    case Op::SigmoidBackward: return "SigmoidBackwardBackward";
+    case Op::ReluBackward: return "ReluBackwardBackward";
+    case Op::GeluErfBackward: return "GeluBackwardBackward";
+    case Op::GeluTanhBackward: return "GeluBackwardBackward";
+    case Op::SiluBackward: return "SiluBackwardBackward";
+    default: KILN_FAIL("backward", "no second derivative for backward kernel ", static_cast<int>(op));
+  }
+}
+
+Tensor helper_derivative(Op op, const Tensor& s) {
+  switch (op) {
+    case Op::TanhBackward: return s * -2.0;              // f' = 1 - y^2, in y
+    case Op::SigmoidBackward: return 1.0 - s * 2.0;      // f' = y (1 - y), in y
+    case Op::ReluBackward: return Tensor();              // f' = [y > 0]: 0 in y
+    case Op::GeluErfBackward: {                          // f'' = phi(x) (2 - x^2)
+      const double inv_sqrt_2pi = 0.3989422804014327;
+      return exp(s * s * -0.5) * inv_sqrt_2pi * (2.0 - s * s);
+    }
+    case Op::GeluTanhBackward: {  // u = k (x + c x^3), t = tanh u: f'' = (1 - t^2)(u' - x t u'^2 + x u'' / 2)
+      const double k = 0.7978845608028654, c = 0.044715;
+      const Tensor t = tanh((s + s * s * s * c) * k), du = (s * s * (3 * c) + 1.0) * k, ddu = s * (6 * c * k);
+      return (1.0 - t * t) * (du - s * t * du * du + s * ddu * 0.5);
+    }
+    case Op::SiluBackward: {  // f'' = sig (1 - sig) (2 + x (1 - 2 sig))
+      const Tensor sg = sigmoid(s);
+      return sg * (1.0 - sg) * (2.0 + s * (1.0 - sg * 2.0));
+    }
+    default: return Tensor();
+  }
+}
+}  // namespace
+
+std::vector<Tensor> recomputed_gradients(const std::function<Tensor(const std::vector<Tensor>&)>& forward,
+                                         const std::vector<Tensor>& inputs, const Tensor& g) {
+  std::vector<Tensor> wrt, out(inputs.size());
+  std::vector<size_t> at;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined() && inputs[i].requires_grad()) {
+      wrt.push_back(inputs[i]);
+      at.push_back(i);
+    }
+  if (wrt.empty()) return out;
+  AutoGradMode on(true);
+  const std::vector<Tensor> grads =
+      autograd::grad({forward(inputs)}, wrt, {g}, false, /*allow_unused=*/true, /*create_graph=*/true);
+  for (size_t k = 0; k < at.size(); ++k) out[at[k]] = grads[k];
+  return out;
+}
+
 Tensor backward_helper(Op op, const Tensor& g, const Tensor& saved) {
   Tensor gc = cast(g, saved.dtype());
   Tensor out =
       make_empty_like(saved, broadcast_shapes(gc.shape(), saved.shape(), "backward"), saved.dtype(), saved.device());
   run1(op, saved.device(), {gc, saved}, out);
+  if (autograd::needs_grad({&gc, &saved})) {  // a backward pass with create_graph
+    const char* node = helper_node(op);
+    autograd::record(node, {&gc, &saved}, out,
+                     [op, node, sg = autograd::SavedTensor(gc), ss = autograd::SavedTensor(saved),
+                      gm = autograd::InputMeta(gc), sm = autograd::InputMeta(saved)](const Tensor& gg) -> TensorList {
+                       const Tensor g = sg.get(node), s = ss.get(node);
+                       const Tensor d = sm.needs ? helper_derivative(op, s) : Tensor();
+                       return {gm(backward_helper(op, gg, s)), d.defined() ? sm(gg * g * d) : Tensor()};
+                     });
+  }
   return out;
 }
 

@@ -48,8 +48,14 @@ inline void run1(Op op, Device device, std::initializer_list<Tensor> in, Tensor&
 }
 
 // A backward helper kernel (ReluBackward, ...): f(g, saved) elementwise in saved's dtype, where g
-// broadcasts to saved's shape.
+// broadcasts to saved's shape. Differentiable itself (create_graph), in g and in saved.
 Tensor backward_helper(Op op, const Tensor& g, const Tensor& saved);
+
+// create_graph through an op whose backward is a fused kernel: the gradients of `forward` (the op
+// written in differentiable ops) at `inputs` (saved with their history) for the output gradient
+// g, recorded themselves; undefined for inputs that do not require grad.
+std::vector<Tensor> recomputed_gradients(const std::function<Tensor(const std::vector<Tensor>&)>& forward,
+                                         const std::vector<Tensor>& inputs, const Tensor& g);
 
 // Bumps the version counter after an in-place change.
 inline void bump_version(const Tensor& t) { t.storage()->version.fetch_add(1, std::memory_order_relaxed); }

@@ -56,16 +56,30 @@ void window_params(const char* op, const Tensor& x, const Shape& kernel_size, co
   }
 }
 
+Tensor avg_pool(const Tensor& x_in, const Tensor& x, PoolAttrs a, int64_t oh, int64_t ow, const char* node);
+
+// Avg pooling's input gradient (of shape xs) from the output's: its kernel, and, under
+// create_graph, a node whose own derivative is the pooling itself (the gradient is linear in g).
+Tensor avg_pool_backward(const Tensor& g, PoolAttrs a, const Shape& xs, const char* node) {
+  Tensor gx = make_empty_strided(xs, channels_last_strides(xs), g.dtype(), g.device());
+  if (gx.numel() > 0) ops::run1(Op::AvgPool2dBackward, g.device(), {g}, gx, &a);
+  if (autograd::needs_grad({&g}))
+    autograd::record("AvgPool2DBackwardBackward", {&g}, gx,
+                     [a, node, oh = g.size(2), ow = g.size(3)](const Tensor& gg) -> TensorList {
+                       const Tensor ggc = gg.contiguous(MemoryFormat::ChannelsLast);
+                       return {avg_pool(ggc, ggc, a, oh, ow, node)};
+                     });
+  return gx;
+}
+
 // Avg-style pooling (plain or adaptive): forward kernel, and a backward node using the
 // backward kernel with the same attributes.
 Tensor avg_pool(const Tensor& x_in, const Tensor& x, PoolAttrs a, int64_t oh, int64_t ow, const char* node) {
   Tensor out = empty_pooled(x, oh, ow, x.dtype());
   if (out.numel() > 0) ops::run1(Op::AvgPool2d, x.device(), {x}, out, &a);
   if (autograd::needs_grad({&x}))
-    autograd::record(node, {&x}, out, [a, xs = x.shape()](const Tensor& g) -> TensorList {
-      Tensor gx = make_empty_strided(xs, channels_last_strides(xs), g.dtype(), g.device());
-      if (gx.numel() > 0) ops::run1(Op::AvgPool2dBackward, g.device(), {g}, gx, &a);
-      return {gx};
+    autograd::record(node, {&x}, out, [a, node, xs = x.shape()](const Tensor& g) -> TensorList {
+      return {avg_pool_backward(g, a, xs, node)};
     });
   return finish(x_in, out);
 }
@@ -92,6 +106,12 @@ Tensor max_pool2d(const Tensor& x_in, const Shape& kernel_size, const Shape& str
   if (grad)
     autograd::record("MaxPool2DWithIndicesBackward", {&x}, out,
                      [a, si = autograd::SavedTensor(idx), xs = x.shape()](const Tensor& g) -> TensorList {
+                       if (autograd::needs_grad({&g})) {  // create_graph: scatter_add at the maxima (h * W + w)
+                         const Tensor idx = si.get("MaxPool2DWithIndicesBackward");
+                         const Tensor flat = scatter_add(zeros({xs[0], xs[1], xs[2] * xs[3]}, g.options()), 2,
+                                                         idx.reshape({xs[0], xs[1], -1}), g.reshape({xs[0], xs[1], -1}));
+                         return {flat.view(xs).contiguous(MemoryFormat::ChannelsLast)};
+                       }
                        Tensor gx = make_empty_strided(xs, channels_last_strides(xs), g.dtype(), g.device());
                        if (gx.numel() > 0)
                          ops::run1(Op::MaxPool2dBackward, g.device(), {g, si.get("MaxPool2DWithIndicesBackward")}, gx, &a);

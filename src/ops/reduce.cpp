@@ -164,8 +164,19 @@ Tensor prod(const Tensor& x_in, const Shape& dims, bool keepdim) {
       Tensor prod_nonzero = prod(where(is_zero, ones_like(xv), xv), rd, true);
       Tensor total = so.get("ProdBackward").reshape(r.keep_shape);
       Tensor safe_x = where(is_zero, ones_like(xv), xv);
+      // A non-zero x_i beside one zero x_z: the product of the others is 0, as prod_nonzero / x_i
+      // times x_z, which keeps its derivative in x_z for a second derivative (create_graph).
+      const bool create_graph = autograd::is_grad_enabled();
+      Tensor beside_one_zero =
+          create_graph ? prod_nonzero / safe_x * sum(where(is_zero, xv, zeros_like(xv)), rd, true) : zeros_like(xv);
       Tensor others = where(is_zero, where(zeros_in_group == 1, prod_nonzero, zeros_like(prod_nonzero)),
-                            where(zeros_in_group == 0, total / safe_x, zeros_like(xv)));
+                            where(zeros_in_group == 0, total / safe_x,
+                                  where(zeros_in_group == 1, beside_one_zero, zeros_like(xv))));
+      // Two zeros or more: the second derivative in a pair of them is the product of the rest,
+      // which this formula does not give.
+      if (create_graph)
+        KILN_CHECK(!(zeros_in_group >= 2).any().item<bool>(), "backward", "create_graph: the second derivative of "
+                   "prod over a group holding two or more zeros is not supported");
       return {others * expand_grad(g, r.keep_shape, xv.shape())};
     });
   return out;

@@ -10,6 +10,20 @@ namespace {
 using autograd::SavedTensor;
 using ops::Op;
 
+// The input's gradient from the output's (g) and the output (y) along dim d: softmax's kernel, or,
+// under create_graph, its formula in differentiable ops (y (g - sum(g y)); log_softmax's
+// g - exp(y) sum(g)). A masked softmax's masked elements have y = 0, and so a gradient of 0.
+Tensor softmax_backward(const Tensor& g, const Tensor& y, int64_t d, bool log) {
+  Tensor gc = ops::cast(g, y.dtype());
+  if (autograd::needs_grad({&gc, &y}))
+    return log ? gc - exp(y) * sum(gc, {d}, true) : y * (gc - sum(gc * y, {d}, true));
+  gc = gc.contiguous();
+  Tensor gx = make_empty(y.shape(), y.dtype(), y.device());
+  backend::DimAttrs a{d};
+  if (gx.numel() > 0) ops::run1(log ? Op::LogSoftmaxBackward : Op::SoftmaxBackward, y.device(), {gc, y}, gx, &a);
+  return gx;
+}
+
 Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   ops::check_defined(x, name);
@@ -22,14 +36,7 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   if (autograd::needs_grad({&x}))
     autograd::record(log ? "LogSoftmaxBackward" : "SoftmaxBackward", {&x}, out,
                      [so = SavedTensor(out), d, log, dt = x.dtype()](const Tensor& g) -> TensorList {
-                       Tensor y = so.get("SoftmaxBackward");
-                       Tensor gc = ops::cast(g, y.dtype()).contiguous();
-                       Tensor gx = make_empty(y.shape(), y.dtype(), y.device());
-                       backend::DimAttrs a{d};
-                       if (gx.numel() > 0)
-                         backend::run(log ? Op::LogSoftmaxBackward : Op::SoftmaxBackward, y.device(),
-                                      std::initializer_list<Tensor>{gc, y}, std::span<Tensor>(&gx, 1), &a);
-                       return {ops::cast(gx, dt)};
+                       return {ops::cast(softmax_backward(g, so.get("SoftmaxBackward"), d, log), dt)};
                      });
   return out;
 }
@@ -65,13 +72,7 @@ Tensor masked_softmax(const Tensor& x_in, const Tensor& mask_in, int64_t dim) {
   if (out.numel() > 0) ops::run1(Op::MaskedSoftmax, dev, {xc, m}, out, &attrs);
   if (autograd::needs_grad({&x}))
     autograd::record("MaskedSoftmaxBackward", {&x}, out, [so = SavedTensor(out), d](const Tensor& g) -> TensorList {
-      // masked elements have y = 0, so softmax's own backward gives them 0
-      Tensor y = so.get("MaskedSoftmaxBackward");
-      Tensor gc = ops::cast(g, y.dtype()).contiguous();
-      Tensor gx = make_empty(y.shape(), y.dtype(), y.device());
-      backend::DimAttrs a{d};
-      if (y.numel() > 0) ops::run1(Op::SoftmaxBackward, y.device(), {gc, y}, gx, &a);
-      return {gx};
+      return {softmax_backward(g, so.get("MaskedSoftmaxBackward"), d, false)};
     });
   return out;
 }
