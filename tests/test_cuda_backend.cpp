@@ -207,6 +207,34 @@ TEST_F(Cuda, ClipGradNormMatchesTheCpu) {
   EXPECT_EQ(total_fallbacks(), before);
 }
 
+// create_graph on the GPU: a gradient penalty (WGAN-GP's) of a small critic with convolution,
+// batch norm, max pooling, layer norm, attention and GELU — each op's second derivative on the
+// device — and the weights' gradients from it, as on the CPU, with no fallback.
+TEST_F(Cuda, AGradientPenaltyMatchesTheCpuWithoutFallback) {
+  const uint64_t before = total_fallbacks();
+  auto run = [](Device d) {
+    auto leaf = [&](Shape s, int64_t seed) { return input(s, seed, d, false).to(kFloat64).mul(0.5).requires_grad_(); };
+    Tensor x = leaf({2, 3, 8, 8}, 1), w1 = leaf({4, 3, 3, 3}, 2), b1 = leaf({4}, 3), bn_w = leaf({4}, 4);
+    Tensor bn_b = leaf({4}, 5), ln_w = leaf({16}, 6), wq = leaf({16, 16}, 7), head = leaf({1, 64}, 8);
+    Tensor h = conv2d(x, w1, b1, {1, 1}, {1, 1});
+    h = max_pool2d(batch_norm(h, {}, {}, bn_w, bn_b, true), {2, 2});  // [2, 4, 4, 4]
+    h = layer_norm(h.reshape({2, 4, 16}), {16}, ln_w);
+    h = gelu(scaled_dot_product_attention(linear(h, wq), h, h));
+    Tensor critic = linear(h.reshape({2, 64}), head).sum();
+    Tensor gx = autograd::grad({critic}, {x}, {}, false, false, /*create_graph=*/true)[0];
+    Tensor penalty = (gx.square().sum().sqrt() - 1.0).square();
+    std::vector<Tensor> params{w1, b1, bn_w, bn_b, ln_w, wq, head};
+    std::vector<Tensor> grads = autograd::grad({penalty}, params);
+    Trace t{penalty.item<double>()};
+    for (const Tensor& g : grads) append(t, g.cpu());
+    return t;
+  };
+  const Trace gpu = run(Device::cuda(0)), cpu = run(Device::cpu());
+  EXPECT_NEAR(gpu[0], cpu[0], 1e-9 * std::abs(cpu[0]));
+  expect_scaled_close(gpu, cpu, 1e-8, "the penalty's gradients in the weights");
+  EXPECT_EQ(total_fallbacks(), before);
+}
+
 // dropout's fused kernels: values, gradient and the generator's next numbers bit for bit the
 // CPU's in every float dtype, channels-last and an odd length (a partial Philox counter), with no
 // fallback.

@@ -58,9 +58,7 @@ bool take_saved(const std::shared_ptr<Node>& node = nullptr, const Tensor* outpu
   g_saved.clear();
   return true;
 }
-}  // namespace
 
-namespace {
 std::shared_ptr<SavedState> save(const Tensor& t) {
   if (!t.defined()) return nullptr;
   auto state = std::make_shared<SavedState>();

@@ -35,7 +35,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_id
                        Tensor g2 = ops::cast(g, dt).reshape({idx.numel(), dim});
                        if (autograd::needs_grad({&g2})) {  // create_graph: scatter_add, differentiable in g
                          Tensor gw = scatter_add(zeros({num, dim}, g2.options()), 0,
-                                                 idx.unsqueeze(1).expand({idx.numel(), dim}), g2);
+                                                 idx.unsqueeze(1).expand({idx.numel(), dim}).contiguous(), g2);
                          if (padding_idx < 0) return {gw};
                          Tensor rows = arange(num, TensorOptions(kInt64).device(g.device())) != padding_idx;
                          return {gw * rows.unsqueeze(1).to(dt)};
