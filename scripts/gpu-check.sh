@@ -347,7 +347,7 @@ stage default_device train.log 120 env KILN_FALLBACK=error "$kiln" train --model
 # dtype of an H200. fp32 comes last (the first H200 measured it; what is new comes first).
 bench_cuda() {  # bench_cuda DTYPE: the stage
   bench_stage "bench_cuda_$1" 240 "bench-$1" "$kiln" bench --models resnet50,bert-base,vgg16 --devices cuda \
-    --dtypes "$1" --warmup 1 --steps 3 --vs-pytorch
+    --dtypes "$1" --warmup 1 --steps 3 --vs-pytorch --pytorch-timeout 90
 }
 bench_cuda bf16
 # Where the evaluation time goes on the GPU (Kiln's evaluations trailed PyTorch's most on the
@@ -359,12 +359,13 @@ bench_stage profile_eval 90 bench-profile "$kiln" bench --models vgg16,bert-base
 # sides' allocators) in the JSON lines and summary.md.
 for run in resnet50:256 bert-base:128; do
   bench_stage "memory_${run%%:*}_batch_${run##*:}" 90 "bench-memory-${run%%:*}" "$kiln" bench --models "${run%%:*}" \
-    --modes train --devices cuda --dtypes fp32 --batch "${run##*:}" --warmup 1 --steps 1 --vs-pytorch
+    --modes train --devices cuda --dtypes fp32 --batch "${run##*:}" --warmup 1 --steps 1 --vs-pytorch \
+    --pytorch-timeout 90
 done
 # The per-step overhead (launches, not FLOPs): a ResNet-50 evaluation at batch 1 beside PyTorch's
 # (the issue: within 1.5x of its time).
 bench_stage overhead_resnet50_batch_1 60 bench-overhead "$kiln" bench --models resnet50 --modes eval --devices cuda \
-  --dtypes fp32 --batch 1 --warmup 3 --steps 20 --vs-pytorch
+  --dtypes fp32 --batch 1 --warmup 3 --steps 20 --vs-pytorch --pytorch-timeout 90
 # Past the memory limit: the clear error (exit status 1, the device, the size asked and the
 # limit), not a crash.
 cat >"$work/oom.sh" <<OOM
@@ -379,12 +380,12 @@ stage past_memory_limit bench.log 60 bash "$work/oom.sh"
 # The fused attention alone at BERT-base's shapes beside PyTorch's SDPA (issue 13: at least its
 # speed), forward and backward.
 bench_stage bench_sdpa 90 bench-sdpa "$kiln" bench --models sdpa --devices cuda --dtypes bf16,fp32 \
-  --warmup 2 --steps 10 --vs-pytorch
+  --warmup 2 --steps 10 --vs-pytorch --pytorch-timeout 90
 # ResNet-50's batch norm + ReLU and max pooling alone: Kiln's own kernels beside PyTorch's (cuDNN's
 # batch norm in fp32, PyTorch's native kernels in bf16) -- issue 14's "cuDNN or ours, whichever
 # is faster on the H200".
 bench_stage bench_cnn_ops 90 bench-cnn-ops "$kiln" bench --models bn-relu,maxpool --devices cuda \
-  --dtypes fp32,bf16 --warmup 2 --steps 10 --vs-pytorch
+  --dtypes fp32,bf16 --warmup 2 --steps 10 --vs-pytorch --pytorch-timeout 90
 bench_stage bench_cudnn_graph 90 bench-cudnn-graph env KILN_CUDNN_API=graph "$kiln" bench --models resnet50,vgg16 \
   --devices cuda --dtypes bf16 --warmup 1 --steps 3
 # The GPU's speed-up over this machine's CPU (the seed's figure), in fp32: the same workloads on
@@ -399,7 +400,7 @@ fi
 # Whether cuDNN's heuristics cost the convolutional evaluations (Kiln's and PyTorch's algorithms
 # timed per shape instead, as torch.backends.cudnn.benchmark).
 bench_stage bench_cudnn_benchmark 120 bench-cudnn-benchmark "$kiln" bench --models resnet50,vgg16 --modes eval \
-  --devices cuda --dtypes bf16 --warmup 2 --steps 3 --vs-pytorch --cudnn-benchmark
+  --devices cuda --dtypes bf16 --warmup 2 --steps 3 --vs-pytorch --pytorch-timeout 90 --cudnn-benchmark
 bench_cuda fp32
 # compute-sanitizer last: it may not run where the GPU is virtualised, and it is slow.
 if ((sanitize)); then

@@ -583,6 +583,34 @@ TEST_F(BenchSuite, ThePeerRunsForAFailedRunAndOnlyItsResultLinesAreSaved) {
   EXPECT_EQ(log[1], "chart");
 }
 
+// A peer that hangs (a CUDA start that never returns) is stopped after --pytorch-timeout, and its
+// row says so; without the timeout this one would give its number after 30 s.
+TEST_F(BenchSuite, AHungPeerIsStoppedAndItsRowSaysSo) {
+  if (std::system("command -v timeout >/dev/null 2>&1") != 0) GTEST_SKIP() << "no timeout(1) on this machine";
+  const std::string python = dir_ + "/python";
+  std::ofstream(python) << "#!/bin/sh\ncase \"$1\" in -c) exit 0;; esac\nsleep 30\n"
+                           "echo '{\"framework\": \"pytorch\", \"samples_per_s\": 2.5}'\n";
+  chmod(python.c_str(), 0755);
+  SuiteOptions o;
+  o.models = {"sdpa"};
+  o.modes = {"eval"};
+  o.devices = {"cpu"};
+  o.batch = 1;
+  o.steps = 1;
+  o.warmup = 1;
+  o.seq = 16;
+  o.out_dir = dir_ + "/out";
+  o.vs_pytorch = true;
+  o.python = o.pytorch_script = python;
+  o.pytorch_timeout_s = 1;
+  std::ostringstream out, err;
+  (void)run_suite(o, out, err);
+  const std::vector<std::string> lines = read_lines(o.out_dir + "/results.jsonl");
+  ASSERT_EQ(lines.size(), 1u) << out.str();
+  EXPECT_EQ(member(io::json::parse(lines[0], "test", ""), "pytorch_error").text,
+            "timed out after 1 s (--pytorch-timeout)");
+}
+
 // LC_NUMERIC set to German's (a decimal comma) while alive, built by localedef into `dir` and
 // found through LOCPATH; ok() is false where localedef is missing.
 // Numbers are read and written the same whatever LC_NUMERIC says (strtod read "0.5" as 0 there).

@@ -35,14 +35,14 @@ std::vector<std::string> list(const Args& args, const char* name) {
 int bench_command(int argc, char** argv) {
   Args args("bench", argc, argv,
             {"models", "modes", "devices", "dtypes", "batch", "steps", "warmup", "threads", "memory-limit",
-             "gpu-memory-limit", "seq", "out", "pytorch-script", "python"},
+             "gpu-memory-limit", "seq", "out", "pytorch-script", "python", "pytorch-timeout"},
             {"quick", "vs-pytorch", "profile", "cudnn-benchmark"});
   bench::SuiteOptions o;
   for (auto [name, items] : {std::pair{"models", &o.models}, {"modes", &o.modes}, {"devices", &o.devices},
                              {"dtypes", &o.dtypes}})
     if (args.has(name)) *items = list(args, name);
   // Flags that would change nothing are errors, not silently ignored.
-  for (const char* f : {"pytorch-script", "python"})
+  for (const char* f : {"pytorch-script", "python", "pytorch-timeout"})
     KILN_CHECK(!args.has(f) || args.has("vs-pytorch"), args.where().c_str(), "--", f, " goes with --vs-pytorch");
   KILN_CHECK(!args.has("seq") || std::any_of(o.models.begin(), o.models.end(), bench::takes_seq),
              args.where().c_str(), "--seq applies to BERT and sdpa, and no model in --models takes it");
@@ -57,6 +57,7 @@ int bench_command(int argc, char** argv) {
   o.cudnn_benchmark = args.has("cudnn-benchmark");
   o.pytorch_script = args.get("pytorch-script", std::string(KILN_SOURCE_DIR) + "/bench/pytorch_peer.py");
   o.python = args.get("python", "python3");
+  o.pytorch_timeout_s = args.get_int("pytorch-timeout", o.pytorch_timeout_s, 1);
   apply_runtime_flags(args);
   bench::run_suite(o, std::cout, std::cerr);
   print_fallbacks(std::cout);

@@ -49,6 +49,9 @@ PeerOutput run_peer(const SuiteOptions& o, const RunSpec& s, int threads, std::o
                     std::to_string(s.warmup) + " --threads " + std::to_string(threads);
   if (takes_seq(s.model)) cmd += " --seq " + std::to_string(s.seq);
   if (o.cudnn_benchmark) cmd += " --cudnn-benchmark";
+  // coreutils' timeout, where there is one: a peer that hangs ends as a failed row, not the suite.
+  static const bool has_timeout = std::system("command -v timeout >/dev/null 2>&1") == 0;
+  if (has_timeout) cmd = "timeout -k 10 " + std::to_string(o.pytorch_timeout_s) + " " + cmd;
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   if (!p) {
     err << "kiln bench: could not start " << o.python << "\n";
@@ -69,8 +72,10 @@ PeerOutput run_peer(const SuiteOptions& o, const RunSpec& s, int threads, std::o
     if (l.front() == '{') result = l;
   }
   if (rc == 0 && !result.empty()) return {result, ""};
-  const std::string why = (rc == 3 ? "does not support it (exit 3" : "failed (exit " + std::to_string(rc)) + ")" +
-                          (last.empty() ? "" : ": " + last.substr(0, 300));
+  const bool timed_out = has_timeout && (rc == 124 || rc == 137);
+  const std::string why = timed_out ? "timed out after " + std::to_string(o.pytorch_timeout_s) + " s (--pytorch-timeout)"
+                                    : (rc == 3 ? "does not support it (exit 3" : "failed (exit " + std::to_string(rc)) +
+                                          ")" + (last.empty() ? "" : ": " + last.substr(0, 300));
   err << "kiln bench: PyTorch peer on " << s.model << " " << s.mode << " " << s.device << " " << s.dtype << " " << why
       << "\n";
   return {"", why};

@@ -28,6 +28,7 @@ struct SuiteOptions {
   bool cudnn_benchmark = false;      // cuDNN's algorithms timed, not picked by its heuristics (both sides)
   std::string pytorch_script;        // bench/pytorch_peer.py
   std::string python = "python3";
+  int64_t pytorch_timeout_s = 1800;  // a peer run still going after this is stopped (a hung CUDA start)
 };
 
 // The seed's batch sizes (resnet50 128, bert-base 64, vgg16 64; other CNNs 64, other BERTs 64),

@@ -36,7 +36,8 @@ const char* usage(const std::string& command) {
            "  bn-relu, maxpool (ResNet-50's batch norm + ReLU and max pooling alone)\n"
            "  --models A,B --modes train,eval --devices cpu,cuda:0 --dtypes fp32,tf32,bf16,fp16 --batch N --steps N\n"
            "  --warmup N --seq N --out DIR --quick --profile --threads N --memory-limit SIZE --gpu-memory-limit SIZE\n"
-           "  --vs-pytorch [--pytorch-script PATH] [--python PYTHON]  PyTorch's run after each (--warmup 0 refused)\n"
+           "  --vs-pytorch [--pytorch-script PATH] [--python PYTHON] [--pytorch-timeout SECONDS]\n"
+           "                     PyTorch's run after each (--warmup 0 refused; a run past 1800 s is stopped)\n"
            "  --cudnn-benchmark  time cuDNN's convolution algorithms per shape (PyTorch's cudnn.benchmark, both "
            "sides)\n";
   if (command == "info")
