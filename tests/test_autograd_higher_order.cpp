@@ -176,6 +176,25 @@ TEST(HigherOrder, AGradientPenaltyOfACnnCriticMatchesFiniteDifferences) {
   EXPECT_TRUE(autograd::gradcheck(penalty, in));
 }
 
+// Whole layers as the models build them (views, in-place ReLU, residual joins, the padding mask):
+// second derivatives in their input against finite differences.
+TEST(HigherOrder, ABertLayerAndAResNetBlockHaveSecondDerivativesInTheirInput) {
+  manual_seed(3);
+  models::BertConfig c;
+  c.hidden_size = 8;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 16;
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
+  models::BertLayer layer(c);
+  layer->to(kFloat64);
+  const Tensor mask = tensor(std::vector<bool>{true, true, false, true, true, true}, {2, 1, 1, 3}, kBool);
+  EXPECT_TRUE(autograd::gradgradcheck([&](V a) { return layer->forward(a[0], mask); }, {leaf({2, 3, 8}, 1)}));
+  models::BasicBlock block(4, 4);
+  block->to(kFloat64);
+  block->train();  // batch statistics: every element's gradient depends on the whole batch
+  EXPECT_TRUE(autograd::gradgradcheck([&](V a) { return block->forward(a[0]); }, {leaf({2, 4, 3, 3}, 2)}));
+}
+
 TEST(HigherOrder, ACustomFunctionsBackwardIsDifferentiatedToo) {
   struct Cube : autograd::Function<Cube> {
     static Tensor forward(autograd::AutogradContext* ctx, const Tensor& x) {
