@@ -1,5 +1,6 @@
 // A differentiable op written by the user (kiln::autograd::Function, as torch::autograd::Function):
-// Swish with a hand-written backward, checked against finite differences and used in training.
+// Swish with a hand-written backward, checked against finite differences (first and second
+// derivatives) and used in training.
 #include <iostream>
 
 #include <kiln/kiln.h>
@@ -25,8 +26,13 @@ struct Swish : kiln::autograd::Function<Swish> {
 int main() try {
   kiln::manual_seed(0);
   Tensor x = kiln::randn({4, 5}, kiln::kFloat64).requires_grad_();
-  const bool ok = kiln::autograd::gradcheck([](const std::vector<Tensor>& in) { return Swish::apply(in[0], 1.7); }, {x});
+  auto swish = [](const std::vector<Tensor>& in) { return Swish::apply(in[0], 1.7); };
+  const bool ok = kiln::autograd::gradcheck(swish, {x});
   std::cout << "gradcheck " << (ok ? "passed" : "FAILED") << "\n";
+  // Its backward is made of differentiable ops, so it has a second derivative too (create_graph:
+  // gradient penalties, Hessian-vector products), checked against finite differences of the first.
+  const bool ok2 = kiln::autograd::gradgradcheck(swish, {x});
+  std::cout << "gradgradcheck " << (ok2 ? "passed" : "FAILED") << "\n";
 
   // A two-layer net with the custom activation learns y = sin(x).
   Tensor xs = kiln::linspace(-3, 3, 64).reshape({64, 1}), ys = kiln::sin(xs);
@@ -43,7 +49,7 @@ int main() try {
     (step == 0 ? first : last) = loss.item<double>();
   }
   std::cout << "mse " << first << " -> " << last << "\n";
-  return ok && last < first / 10 ? 0 : 1;
+  return ok && ok2 && last < first / 10 ? 0 : 1;
 } catch (const kiln::Error& e) {
   std::cerr << "custom_function: " << e.what() << "\n";
   return 1;
