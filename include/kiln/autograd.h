@@ -68,9 +68,12 @@ void queue_callback(std::function<void()> callback);
 // without touching any .grad(). grad_outputs default to ones for one-element outputs.
 // create_graph (torch's): the backward pass is recorded, so the gradients returned can be
 // differentiated again (gradient penalties, Hessian-vector products, MAML's inner steps); it keeps
-// the graph (retain_graph) too. The fused ops get there by formulas of their own (activations,
-// convolution, pooling) or by differentiating themselves written in differentiable ops (batch
-// norm, layer norm, softmax, attention, cross-entropy); attention with dropout says it cannot.
+// the graph (retain_graph) too. The fused ops get there by double-backward formulas of their own
+// (activations, convolution, pooling), by gradient formulas in differentiable ops (layer norm,
+// softmax, cross-entropy, dropout, embedding) or by differentiating themselves written in
+// differentiable ops (batch norm, attention). Refused with an error, where torch computes: a
+// create_graph pass through attention with dropout, through prod over a group holding two or more
+// zeros, or through an in-place op on a view whose backward needs its result (exp_ on a slice).
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
                          bool allow_unused = false, bool create_graph = false);
@@ -143,7 +146,7 @@ namespace autograd {
 
 // ---- custom differentiable functions (torch::autograd::Function)
 
-struct SavedState;  // a saved tensor (src/autograd/function.h)
+struct SavedState;  // a saved tensor (src/autograd/function.cpp)
 
 // What a custom function's forward leaves for its backward (torch::autograd::AutogradContext).
 class AutogradContext {

@@ -11,8 +11,6 @@
 
 namespace kiln::autograd {
 
-struct SavedState;
-
 // A tensor kept for backward, with the version it had, so that a later in-place change is caught.
 // Backward formulas normally get it without history. In grad mode (a backward pass with
 // create_graph) they get it with its history, as torch's SavedVariable, so that the formula's own
