@@ -530,21 +530,27 @@ std::string fake_peer(const std::string& dir, const std::string& out_dir) {
   return path;
 }
 
-// The peer still runs for a failed Kiln run (its baseline is the one most wanted); only its
-// result lines go into pytorch.jsonl; the chart is rewritten after each run (a bench stopped by a
-// signal keeps it).
-TEST_F(BenchSuite, ThePeerRunsForAFailedRunAndOnlyItsResultLinesAreSaved) {
+// One step of sdpa at batch 1 on the CPU beside a peer that `python` stands in for (its script too).
+SuiteOptions sdpa_beside_a_peer(const std::string& out_dir, const std::string& python) {
   SuiteOptions o;
-  o.models = {"sdpa", "resnet18"};
+  o.models = {"sdpa"};
   o.devices = {"cpu"};
   o.batch = 1;
   o.steps = 1;
   o.warmup = 1;
   o.seq = 16;
-  o.out_dir = dir_ + "/out";
+  o.out_dir = out_dir;
   o.vs_pytorch = true;
-  o.python = fake_peer(dir_, o.out_dir);
-  o.pytorch_script = o.python;
+  o.python = o.pytorch_script = python;
+  return o;
+}
+
+// The peer still runs for a failed Kiln run (its baseline is the one most wanted); only its
+// result lines go into pytorch.jsonl; the chart is rewritten after each run (a bench stopped by a
+// signal keeps it).
+TEST_F(BenchSuite, ThePeerRunsForAFailedRunAndOnlyItsResultLinesAreSaved) {
+  SuiteOptions o = sdpa_beside_a_peer(dir_ + "/out", fake_peer(dir_, dir_ + "/out"));
+  o.models = {"sdpa", "resnet18"};
   const size_t limit = memory_stats(Device::cpu()).limit;
   empty_cache(Device::cpu());
   set_memory_limit(Device::cpu(), memory_stats(Device::cpu()).allocated + (100u << 20));  // resnet18 train fails
@@ -591,17 +597,8 @@ TEST_F(BenchSuite, AHungPeerIsStoppedAndItsRowSaysSo) {
   std::ofstream(python) << "#!/bin/sh\ncase \"$1\" in -c) exit 0;; esac\nsleep 30\n"
                            "echo '{\"framework\": \"pytorch\", \"samples_per_s\": 2.5}'\n";
   chmod(python.c_str(), 0755);
-  SuiteOptions o;
-  o.models = {"sdpa"};
+  SuiteOptions o = sdpa_beside_a_peer(dir_ + "/out", python);
   o.modes = {"eval"};
-  o.devices = {"cpu"};
-  o.batch = 1;
-  o.steps = 1;
-  o.warmup = 1;
-  o.seq = 16;
-  o.out_dir = dir_ + "/out";
-  o.vs_pytorch = true;
-  o.python = o.pytorch_script = python;
   o.pytorch_timeout_s = 1;
   std::ostringstream out, err;
   (void)run_suite(o, out, err);
