@@ -147,6 +147,19 @@ namespace autograd {
 // ---- custom differentiable functions (torch::autograd::Function)
 
 struct SavedState;  // a saved tensor (src/autograd/function.cpp)
+class AutogradContext;
+
+namespace detail {
+// Records `outputs` as computed from `inputs` by the custom function `name` (a string that lives
+// for the program, such as typeid(...).name()) when grad mode is on and an input requires grad,
+// and returns them (a fresh alias for an output that is an input, or an earlier output, itself).
+// backward maps the outputs' gradients (zeros, or undefined when ctx's materialize_grads is off,
+// for those that got none) to one gradient per input, checked against the inputs' shapes. A
+// function that saved no tensors can be passed by later backward passes.
+std::vector<Tensor> record_custom(const char* name, const std::vector<Tensor>& inputs, std::vector<Tensor> outputs,
+                                  std::function<std::vector<Tensor>(std::vector<Tensor>&&)> backward,
+                                  const AutogradContext& ctx);
+}  // namespace detail
 
 // What a custom function's forward leaves for its backward (torch::autograd::AutogradContext).
 class AutogradContext {
@@ -159,24 +172,33 @@ class AutogradContext {
   bool has_saved_tensors() const;
   // Whether tensor input i of forward (counting tensor arguments only) requires a gradient.
   bool needs_input_grad(size_t i) const { return i < needs_grad_.size() && needs_grad_[i]; }
+  // Outputs of forward that have no gradient (an index, a mask): they do not require grad, and
+  // backward gets zeros for them (as torch's). Integer and bool outputs never require grad.
+  void mark_non_differentiable(const std::vector<Tensor>& outputs);
+  // Inputs that forward changed in place (under its NoGradGuard) and returns: each takes the
+  // function as its history, as the output it is returned as (torch's mark_dirty). Without it, an
+  // input returned is an alias with the new history and the input keeps its old one. A leaf that
+  // requires grad, or a view, marked dirty is an error.
+  void mark_dirty(const std::vector<Tensor>& inputs);
+  // Whether backward gets zeros (true, the default, as torch's) or undefined tensors for the
+  // outputs whose gradient nothing computed (an unused output, a non-differentiable one).
+  void set_materialize_grads(bool value) { materialize_grads_ = value; }
   // Anything else backward needs (sizes, flags).
   std::map<std::string, double> saved_data;
 
  private:
   template <class Derived>
   friend struct Function;
+  friend std::vector<Tensor> detail::record_custom(const char*, const std::vector<Tensor>&, std::vector<Tensor>,
+                                                   std::function<std::vector<Tensor>(std::vector<Tensor>&&)>,
+                                                   const AutogradContext&);
   std::vector<std::shared_ptr<SavedState>> saved_;
   std::vector<bool> needs_grad_;
+  std::vector<std::shared_ptr<TensorImpl>> non_differentiable_, dirty_;
+  bool materialize_grads_ = true;
 };
 
 namespace detail {
-// Records `output` as computed from `inputs` by the custom function `name` (a string that lives
-// for the program, such as typeid(...).name()) when grad mode is on and an input requires grad,
-// and returns it (a fresh alias when forward returned an input itself). backward maps the
-// output's gradient to one gradient per input, checked against the inputs' shapes. A function
-// that saved no tensors (saves_tensors false) can be passed by later backward passes.
-Tensor record_custom(const char* name, const std::vector<Tensor>& inputs, const Tensor& output,
-                     std::function<std::vector<Tensor>(const Tensor&)> backward, bool saves_tensors);
 inline void collect(std::vector<Tensor>&) {}
 template <class A, class... Rest>
 void collect(std::vector<Tensor>& out, const A& a, const Rest&... rest) {
@@ -197,26 +219,34 @@ void collect(std::vector<Tensor>& out, const A& a, const Rest&... rest) {
 //   };
 //   Tensor y = Swish::apply(x, 1.5);
 //
-// forward runs without recording; backward returns one gradient per tensor argument of forward
-// (undefined for those that need none), or, as libtorch's, one per argument (undefined for the
-// non-tensor ones). One output.
+// forward runs without recording and returns a Tensor or, for several outputs, a
+// std::vector<Tensor> (libtorch's variable_list); apply returns the same. backward gets one
+// gradient per output and returns one per tensor argument of forward (undefined for those that
+// need none), or, as libtorch's, one per argument (undefined for the non-tensor ones).
 template <class Derived>
 struct Function {
   template <class... Args>
-  static Tensor apply(Args&&... args) {
+  static auto apply(Args&&... args) {
     auto ctx = std::make_shared<AutogradContext>();
     std::vector<Tensor> inputs;
     detail::collect(inputs, args...);
     for (const Tensor& t : inputs) ctx->needs_grad_.push_back(t.defined() && t.requires_grad());
-    Tensor out;
+    using Out = std::decay_t<decltype(Derived::forward(ctx.get(), std::forward<Args>(args)...))>;
+    static_assert(std::is_same_v<Out, Tensor> || std::is_same_v<Out, std::vector<Tensor>>,
+                  "a custom function's forward returns a Tensor or a std::vector<Tensor>");
+    std::vector<Tensor> outs;
     {
       NoGradGuard no_grad;
-      out = Derived::forward(ctx.get(), std::forward<Args>(args)...);
+      if constexpr (std::is_same_v<Out, Tensor>)
+        outs.push_back(Derived::forward(ctx.get(), std::forward<Args>(args)...));
+      else
+        outs = Derived::forward(ctx.get(), std::forward<Args>(args)...);
     }
     constexpr size_t kArgs = sizeof...(Args);
     std::vector<bool> is_tensor{std::is_same_v<std::decay_t<Args>, Tensor>...};
-    return detail::record_custom(typeid(Derived).name(), inputs, out, [ctx, is_tensor](const Tensor& grad) {
-      std::vector<Tensor> grads = Derived::backward(ctx.get(), {grad});
+    outs = detail::record_custom(typeid(Derived).name(), inputs, std::move(outs),
+                                 [ctx, is_tensor](std::vector<Tensor>&& grad_outputs) {
+      std::vector<Tensor> grads = Derived::backward(ctx.get(), std::move(grad_outputs));
       if (grads.size() == kArgs) {  // one per argument: keep the tensor arguments' gradients
         std::vector<Tensor> picked;
         for (size_t i = 0; i < kArgs; ++i)
@@ -224,7 +254,11 @@ struct Function {
         return picked;
       }
       return grads;
-    }, ctx->has_saved_tensors());
+    }, *ctx);
+    if constexpr (std::is_same_v<Out, Tensor>)
+      return outs[0];
+    else
+      return outs;
   }
 };
 

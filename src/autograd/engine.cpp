@@ -117,24 +117,34 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
     }
   }
 
-  // Each node's gradient, and the stream it was made on (streams.h: a recorded op runs on its
-  // forward's stream, a leaf's accumulation on the stream its gradient came from).
-  struct Pending {
+  // Each node's gradient (one per output of its op), and the stream it was made on (streams.h: a
+  // recorded op runs on its forward's stream, a leaf's accumulation on the stream its gradient
+  // came from). The first output's inline: a node with more is a custom function's.
+  struct Slot {
     Tensor g;
     StreamPlace ready;
+  };
+  struct Pending {
+    Slot first;
+    std::vector<Slot> rest;
+    Slot& operator[](uint32_t k) {
+      if (k == 0) return first;
+      if (rest.size() < k) rest.resize(k);
+      return rest[k - 1];
+    }
   };
   std::unordered_map<Node*, Pending> buffer;
   auto place_of = [](Node* n, const StreamPlace& ready) {
     auto* fn = dynamic_cast<FunctionNode*>(n);
     return fn ? fn->place : ready;
   };
-  auto accumulate = [&](Node* n, const Tensor& g, const StreamPlace& ready) {
-    Pending& p = buffer[n];
+  auto accumulate = [&](const Edge& e, const Tensor& g, const StreamPlace& ready) {
+    Slot& p = buffer[e.fn.get()][e.input_nr];
     if (!p.g.defined()) {
       p = {g, ready};
       return;
     }
-    const StreamPlace at = place_of(n, p.ready);
+    const StreamPlace at = place_of(e.fn.get(), p.ready);
     StreamScope scope(at);
     hand_over(p.g, p.ready, at);
     hand_over(g, ready, at);
@@ -145,7 +155,7 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
   std::priority_queue<Node*, std::vector<Node*>, ReadyOrder> ready;
   for (size_t i = 0; i < root_edges.size(); ++i) {
     if (!root_edges[i].valid()) continue;
-    accumulate(root_edges[i].fn.get(), root_grads[i], StreamPlace::current(root_grads[i].device()));
+    accumulate(root_edges[i], root_grads[i], StreamPlace::current(root_grads[i].device()));
   }
   for (const Edge& e : root_edges)
     if (e.valid() && deps[e.fn.get()] == 0) {
@@ -154,7 +164,7 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
     }
 
   std::vector<Tensor> captured(capture ? capture->size() : 0);
-  std::unordered_map<Node*, std::vector<size_t>> capture_slots;
+  std::unordered_map<Node*, std::vector<size_t>> capture_slots;  // the captures at each node
   if (capture)
     for (size_t i = 0; i < capture->size(); ++i)
       if ((*capture)[i].valid()) capture_slots[(*capture)[i].fn.get()].push_back(i);
@@ -175,38 +185,49 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
     ready.pop();
     Pending p = std::move(buffer[n]);
     buffer.erase(n);
-    Tensor g = std::move(p.g);
     auto* fn = dynamic_cast<FunctionNode*>(n);
     auto* acc = fn ? nullptr : dynamic_cast<AccumulateGrad*>(n);
-    const StreamPlace at = fn ? fn->place : p.ready;
+    const StreamPlace at = fn ? fn->place : p.first.ready;
     StreamScope scope(at);  // hooks, the node and the sums of what it returns, on its stream
-    hand_over(g, p.ready, at);
-    // register_hook's hooks first: what they return is what is captured, retained and accumulated
-    // (with capture, only on the nodes that run or are captured, as torch's).
+    const uint32_t slots = fn ? fn->num_outputs : 1;
+    std::vector<Tensor> in(slots);
+    bool any = false;
     auto cs = capture_slots.find(n);
-    if (g.defined() && (!capture || on_path.count(n) || cs != capture_slots.end())) {
-      if (fn) {
-        if (const auto hooks = fn->tensor_hooks(); !hooks.empty()) g = run_tensor_hooks(hooks, std::move(g));
-      } else if (acc) {
-        std::vector<std::shared_ptr<TensorHook>> hooks;
-        {
-          AutogradMeta& meta = acc->leaf()->autograd_meta();
-          std::lock_guard lock(meta.mutex);
-          hooks = meta.hooks;  // a hook may register or remove hooks
+    const bool runs = !capture || on_path.count(n);
+    for (uint32_t k = 0; k < slots; ++k) {
+      Slot& slot = p[k];
+      Tensor& g = in[k];
+      g = std::move(slot.g);
+      if (!g.defined()) continue;
+      hand_over(g, slot.ready, at);
+      // register_hook's hooks first: what they return is what is captured, retained and
+      // accumulated (with capture, only on the nodes that run or are captured, as torch's).
+      if (runs || cs != capture_slots.end()) {
+        if (fn) {
+          if (const auto hooks = fn->tensor_hooks(); !hooks.empty()) g = run_tensor_hooks(hooks, std::move(g), k);
+        } else if (acc) {
+          std::vector<std::shared_ptr<TensorHook>> hooks;
+          {
+            AutogradMeta& meta = acc->leaf()->autograd_meta();
+            std::lock_guard lock(meta.mutex);
+            hooks = meta.hooks;  // a hook may register or remove hooks
+          }
+          if (!hooks.empty()) g = run_tensor_hooks(hooks, std::move(g));
         }
-        if (!hooks.empty()) g = run_tensor_hooks(hooks, std::move(g));
       }
-    }
-    if (cs != capture_slots.end()) {
-      for (size_t slot : cs->second) captured[slot] = g;
-      leaf_streams.add(at);
+      if (cs != capture_slots.end())
+        for (size_t c : cs->second)
+          if ((*capture)[c].input_nr == k) {
+            captured[c] = g;
+            leaf_streams.add(at);
+          }
+      any = any || g.defined();
     }
     std::vector<Tensor> outs;
-    if (g.defined() && (!capture || on_path.count(n))) {
+    if (any && runs) {
       if (fn)
-        for (const auto& hook : fn->pre_hooks()) hook(g);
-      std::vector<Tensor> in;
-      in.push_back(std::move(g));
+        for (const auto& hook : fn->pre_hooks())
+          if (hook.output_nr < slots && in[hook.output_nr].defined()) hook.fn(in[hook.output_nr]);
       outs = n->apply(std::move(in));
       if (g_detect_anomaly.load(std::memory_order_relaxed)) [[unlikely]] check_anomaly(*n, outs);
       if (!pass.retain_graph) n->release_saved();
@@ -217,7 +238,7 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
       if (!e.valid()) continue;
       if (i < outs.size() && outs[i].defined()) {
         const Device d = outs[i].device();
-        accumulate(e.fn.get(), outs[i], d == at.device ? at : StreamPlace::current(d));
+        accumulate(e, outs[i], d == at.device ? at : StreamPlace::current(d));
       }
       if (--deps[e.fn.get()] == 0) ready.push(e.fn.get());
     }
@@ -244,9 +265,9 @@ Tensor root_grad(const Tensor& out, const Tensor& given, const char* where, cons
 
 }  // namespace
 
-Tensor run_tensor_hooks(const std::vector<std::shared_ptr<TensorHook>>& hooks, Tensor g) {
+Tensor run_tensor_hooks(const std::vector<std::shared_ptr<TensorHook>>& hooks, Tensor g, uint32_t output_nr) {
   for (const auto& h : hooks) {
-    if (h->removed.load(std::memory_order_relaxed)) continue;
+    if (h->output_nr != output_nr || h->removed.load(std::memory_order_relaxed)) continue;
     Tensor r = h->fn(g);
     if (!r.defined()) continue;
     KILN_CHECK(r.shape() == g.shape() && r.dtype() == g.dtype() && r.device() == g.device(), "register_hook",
@@ -275,10 +296,10 @@ Node::~Node() {
 
 std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grads) {
   std::lock_guard lock(mutex_);
-  KILN_CHECK(fn_ != nullptr, "backward", "trying to run backward through ", name_,
+  KILN_CHECK(fn_ != nullptr || multi_fn_ != nullptr, "backward", "trying to run backward through ", name_,
              " a second time, after its saved tensors were freed; pass retain_graph = true to the "
              "first backward()");
-  return fn_(grads[0]);
+  return multi_fn_ ? multi_fn_(std::move(grads)) : fn_(grads[0]);
 }
 
 namespace {
@@ -322,14 +343,17 @@ std::vector<FunctionNode::PreHook> FunctionNode::pre_hooks() const {
   return pre_hooks_;
 }
 
-void FunctionNode::move_pre_hooks(FunctionNode& to) {
+void FunctionNode::move_pre_hooks(uint32_t output_nr, FunctionNode& to, uint32_t to_nr) {
   std::vector<PreHook> moved;
   {
     std::lock_guard lock(hooks_mutex_);
-    moved = std::move(pre_hooks_);
-    pre_hooks_.clear();
+    std::erase_if(pre_hooks_, [&](PreHook& h) {
+      if (h.output_nr != output_nr) return false;
+      moved.push_back(std::move(h));
+      return true;
+    });
   }
-  for (PreHook& h : moved) to.add_pre_hook(std::move(h));
+  for (PreHook& h : moved) to.add_pre_hook({to_nr, std::move(h.fn)});
 }
 
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
@@ -525,6 +549,7 @@ uint64_t Tensor::add_hook(std::function<Tensor(const Tensor&)> hook) {
   h->fn = std::move(hook);
   AutogradMeta& meta = impl_->autograd_meta();
   std::lock_guard lock(meta.mutex);
+  h->output_nr = meta.output_nr;
   if (auto* fn = dynamic_cast<autograd::FunctionNode*>(meta.grad_fn.get())) fn->add_tensor_hook(h);
   meta.hooks.push_back(h);
   return h->id;
@@ -549,13 +574,13 @@ void Tensor::retain_grad() {
   meta.retains_grad = true;
   auto* fn = dynamic_cast<autograd::FunctionNode*>(meta.grad_fn.get());
   std::weak_ptr<TensorImpl> weak = impl_;
-  fn->add_pre_hook([weak](const Tensor& g) {
+  fn->add_pre_hook({meta.output_nr, [weak](const Tensor& g) {
     if (auto impl = weak.lock()) {
       AutogradMeta& m = impl->autograd_meta();
       std::lock_guard lock(m.mutex);  // two threads may backpropagate through one graph
       m.grad = m.grad.defined() ? m.grad + g : g.clone();
     }
-  });
+  }});
 }
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph, const std::vector<Tensor>& inputs) const {

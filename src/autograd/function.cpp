@@ -30,6 +30,7 @@ struct SavedState {
   const TensorImpl* saved = nullptr;     // the tensor saved, to tell the output of the op saving it
   std::shared_ptr<TensorImpl> original;  // the tensor saved, while it is another's output or a leaf
   std::weak_ptr<Node> output_of;         // the node of the op that made it and saved it
+  uint32_t output_nr = 0;                // which of that node's outputs it is
   bool history_lost = false;             // a view of a tensor changed in place by the op saving it
 };
 
@@ -39,20 +40,29 @@ namespace {
 // One left by an op that threw before recording is gone or ignored (its tensor is no output).
 thread_local std::vector<std::weak_ptr<SavedState>> g_saved;
 
-// Whether the node being recorded saved tensors; those that are its output (or, for an in-place
-// op, a view of what it changed) give up their own history for the node's, so that the node
-// never holds itself.
-bool take_saved(const std::shared_ptr<Node>& node = nullptr, const Tensor* output = nullptr, bool inplace = false) {
+// Whether the node being recorded saved tensors; those that are one of its outputs (or, for an
+// in-place op, a view of what it changed) give up their own history for the node's, so that the
+// node never holds itself.
+bool take_saved(const std::shared_ptr<Node>& node = nullptr, std::span<const Tensor* const> outputs = {},
+                bool inplace = false) {
   if (g_saved.empty()) return false;
   for (const std::weak_ptr<SavedState>& w : g_saved) {
     const std::shared_ptr<SavedState> s = w.lock();
-    if (!s || !output) continue;
-    if (s->saved == output->impl()) {
-      s->original.reset();
-      s->output_of = node;
-    } else if (inplace && s->value.storage() == output->storage()) {
-      s->original.reset();
-      s->history_lost = true;
+    if (!s) continue;
+    for (uint32_t k = 0; k < outputs.size(); ++k) {
+      if (!outputs[k] || !outputs[k]->defined()) continue;
+      const Tensor& output = *outputs[k];
+      if (s->saved == output.impl()) {
+        s->original.reset();
+        s->output_of = node;
+        s->output_nr = k;
+        break;
+      }
+      if (inplace && s->value.storage() == output.storage()) {
+        s->original.reset();
+        s->history_lost = true;
+        break;
+      }
     }
   }
   g_saved.clear();
@@ -85,6 +95,7 @@ Tensor unpack(const std::shared_ptr<SavedState>& state, const char* node) {
     AutogradMeta& meta = out.impl()->autograd_meta();
     meta.requires_grad = true;
     meta.grad_fn = std::move(fn);
+    meta.output_nr = s.output_nr;
     return out;
   }
   KILN_CHECK(!s.history_lost, "backward", "create_graph: ", node, " saved a view of the tensor it changed in place, "
@@ -134,15 +145,15 @@ Edge gradient_edge(const Tensor& t) {
 namespace {
 uint64_t history(const Tensor& t) { return t.storage()->history.load(std::memory_order_relaxed); }
 
-void attach(const std::shared_ptr<FunctionNode>& node, const Tensor& output) {
+void attach(const std::shared_ptr<FunctionNode>& node, const Tensor& output, uint32_t output_nr = 0) {
   AutogradMeta& meta = output.impl()->autograd_meta();
   // After an in-place op, a tensor that retains its grad keeps the gradient of its new value
   // (as in PyTorch): its retain_grad hook moves to the new node.
   if (auto* old = meta.retains_grad ? dynamic_cast<FunctionNode*>(meta.grad_fn.get()) : nullptr)
-    old->move_pre_hooks(*node);
+    old->move_pre_hooks(meta.output_nr, *node, output_nr);
   meta.requires_grad = true;
   meta.grad_fn = node;
-  meta.output_nr = 0;
+  meta.output_nr = output_nr;
   node->place = StreamPlace::current(output.device());
   // Last, with release: refresh_view reads it without a lock (see there).
   std::atomic_ref<uint64_t>(output.impl()->view_history).store(history(output), std::memory_order_release);
@@ -216,7 +227,8 @@ namespace {
 void record_node(const char* name, std::span<const Tensor* const> inputs, const Tensor& output, BackwardFn backward,
                  bool is_view = false, bool inplace = false, std::optional<bool> saves = std::nullopt) {
   auto node = std::make_shared<FunctionNode>(name, std::move(backward));
-  const bool saved = take_saved(node, &output, inplace);
+  const Tensor* outputs[] = {&output};
+  const bool saved = take_saved(node, outputs, inplace);
   node->saves_tensors = saves.value_or(saved);
   node->is_view = is_view;
   node->next_edges.reserve(inputs.size());
@@ -312,7 +324,8 @@ void record_inplace(const char* name, const Tensor& self, std::initializer_list<
         grads.insert(grads.begin(), result);
         return grads;
       });
-  copy_slices->saves_tensors = take_saved(copy_slices, &base, /*inplace=*/true);
+  const Tensor* changed[] = {&base};
+  copy_slices->saves_tensors = take_saved(copy_slices, changed, /*inplace=*/true);
   copy_slices->next_edges.push_back(gradient_edge(base));
   for (const Tensor* t : inputs) copy_slices->next_edges.push_back(gradient_edge(*t));
   self.storage()->history.fetch_add(1, std::memory_order_relaxed);
@@ -354,6 +367,16 @@ std::vector<Tensor> AutogradContext::get_saved_variables() const {
   return out;
 }
 
+void AutogradContext::mark_non_differentiable(const std::vector<Tensor>& outputs) {
+  for (const Tensor& t : outputs)
+    if (t.defined()) non_differentiable_.push_back(t.impl_ptr());
+}
+
+void AutogradContext::mark_dirty(const std::vector<Tensor>& inputs) {
+  for (const Tensor& t : inputs)
+    if (t.defined()) dirty_.push_back(t.impl_ptr());
+}
+
 bool AutogradContext::has_saved_tensors() const {
   return std::any_of(saved_.begin(), saved_.end(), [](const auto& s) { return s != nullptr; });
 }
@@ -372,38 +395,79 @@ const char* readable_name(const char* mangled) {
 }  // namespace
 
 namespace detail {
-Tensor record_custom(const char* mangled, const std::vector<Tensor>& inputs, const Tensor& output,
-                     std::function<std::vector<Tensor>(const Tensor&)> backward, bool saves_tensors) {
+std::vector<Tensor> record_custom(const char* mangled, const std::vector<Tensor>& inputs, std::vector<Tensor> outputs,
+                                  std::function<std::vector<Tensor>(std::vector<Tensor>&&)> backward,
+                                  const AutogradContext& ctx) {
   const char* name = readable_name(mangled);
-  KILN_CHECK(output.defined(), name, "forward of a custom function returned an undefined tensor");
-  // An integer or bool output (an argmax) has no gradient: it does not require grad, as torch's.
-  if (!needs_grad(inputs) || !output.is_floating_point()) {
-    take_saved();  // what forward saved is not recorded: forget it here, not at the next op
-    return output;
+  KILN_CHECK(!outputs.empty(), name, "forward of a custom function returned no tensor");
+  const auto listed = [](const std::vector<std::shared_ptr<TensorImpl>>& list, const Tensor& t) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& impl) { return impl.get() == t.impl(); });
+  };
+  // An integer or bool output (an argmax) has no gradient: it does not require grad, as torch's;
+  // nor does one marked non-differentiable.
+  std::vector<bool> differentiable, dirty;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const Tensor& out = outputs[k];
+    KILN_CHECK(out.defined(), name, "forward of a custom function returned an undefined tensor (output ", k, ")");
+    differentiable.push_back(out.is_floating_point() && !listed(ctx.non_differentiable_, out));
+    dirty.push_back(listed(ctx.dirty_, out) && std::none_of(outputs.begin(), outputs.begin() + k, [&](const Tensor& t) {
+                      return t.impl() == out.impl();
+                    }));
   }
-  Tensor out = output;
-  for (const Tensor& t : inputs)
-    if (t.defined() && t.impl() == output.impl()) out = alias_detached(output);  // never rewrite an input's history
+  for (const auto& impl : ctx.dirty_) {
+    const auto is = [&](const Tensor& t) { return t.impl() == impl.get(); };
+    KILN_CHECK(std::any_of(inputs.begin(), inputs.end(), is), name, "mark_dirty was given a tensor that is not an "
+               "input of forward");
+    KILN_CHECK(std::any_of(outputs.begin(), outputs.end(), is), name, "an input marked dirty (changed in place) "
+               "must be returned by forward as an output");
+    const Tensor t(impl);
+    if (is_grad_enabled()) {
+      KILN_CHECK(!(t.requires_grad() && t.is_leaf()), name, "a leaf tensor that requires grad was changed in place "
+                 "(marked dirty) while grad mode is on (use kiln::NoGradGuard, or an out-of-place function)");
+      KILN_CHECK(!t.impl()->is_view || !Tensor(t.impl()->view_base).requires_grad(), name, "a view was marked dirty "
+                 "(changed in place); custom functions change whole tensors in place: clone() the view first");
+    }
+  }
+  if (!needs_grad(inputs) || std::none_of(differentiable.begin(), differentiable.end(), [](bool d) { return d; })) {
+    take_saved();  // what forward saved is not recorded: forget it here, not at the next op
+    return outputs;
+  }
+  // Never rewrite an input's history, nor an earlier output's: an output that is one gets an alias
+  // (but for an input marked dirty, which the function's history replaces).
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const auto same = [&](const Tensor& t) { return t.defined() && t.impl() == outputs[k].impl(); };
+    if (!dirty[k] && (std::any_of(inputs.begin(), inputs.end(), same) ||
+                      std::any_of(outputs.begin(), outputs.begin() + k, same)))
+      outputs[k] = alias_detached(outputs[k]);
+  }
   // What each input's gradient must be: its shape is checked, its dtype and device are the
   // input's (a gradient in another dtype is cast, as PyTorch's validate_outputs does).
   // An input that needs no gradient has its returned one ignored, as PyTorch's (an index input's).
-  struct InputMeta {
+  struct Meta {
     bool needs = false;
     Shape shape;
     ScalarType dtype = kFloat32;
     Device device;
   };
-  std::vector<InputMeta> metas;
-  for (const Tensor& t : inputs)
-    metas.push_back(t.defined() ? InputMeta{t.requires_grad(), t.shape(), t.dtype(), t.device()} : InputMeta{});
-  // The context's saved tensors are the closure's: whether there are any is the context's to say,
-  // since forward saves them whether or not the function is recorded.
-  record_node(name, pointers(inputs), out, [name, metas, backward = std::move(backward)](const Tensor& g) {
-    std::vector<Tensor> grads = backward(g);
-    KILN_CHECK(grads.size() == metas.size(), name, "backward returned ", grads.size(), " gradient(s) for ",
-               metas.size(), " tensor input(s)");
+  const auto meta_of = [](const Tensor& t, bool needs) {
+    return t.defined() ? Meta{needs, t.shape(), t.dtype(), t.device()} : Meta{};
+  };
+  std::vector<Meta> in_metas, out_metas;
+  for (const Tensor& t : inputs) in_metas.push_back(meta_of(t, t.defined() && t.requires_grad()));
+  for (const Tensor& t : outputs) out_metas.push_back(meta_of(t, true));
+  auto fn = [name, in_metas, out_metas, materialize = ctx.materialize_grads_,
+             backward = std::move(backward)](std::vector<Tensor>&& grad_outputs) {
+    if (materialize)
+      for (size_t k = 0; k < grad_outputs.size(); ++k)
+        if (!grad_outputs[k].defined()) {
+          const Meta& m = out_metas[k];
+          grad_outputs[k] = zeros(m.shape, TensorOptions().dtype(m.dtype).device(m.device));
+        }
+    std::vector<Tensor> grads = backward(std::move(grad_outputs));
+    KILN_CHECK(grads.size() == in_metas.size(), name, "backward returned ", grads.size(), " gradient(s) for ",
+               in_metas.size(), " tensor input(s)");
     for (size_t i = 0; i < grads.size(); ++i) {
-      const InputMeta& m = metas[i];
+      const Meta& m = in_metas[i];
       if (!m.needs) grads[i] = Tensor();
       if (!grads[i].defined()) continue;
       KILN_CHECK(grads[i].shape() == m.shape, name, "backward returned a gradient of shape ", grads[i].shape(),
@@ -414,8 +478,25 @@ Tensor record_custom(const char* mangled, const std::vector<Tensor>& inputs, con
       if (grads[i].dtype() != m.dtype) grads[i] = grads[i].to(m.dtype);
     }
     return grads;
-  }, /*is_view=*/false, /*inplace=*/false, saves_tensors);
-  return out;
+  };
+  auto node = std::make_shared<FunctionNode>(name, std::move(fn), static_cast<uint32_t>(outputs.size()));
+  // The context's saved tensors are the closure's: whether there are any is the context's to say,
+  // since forward saves them whether or not the function is recorded.
+  std::vector<const Tensor*> attached;
+  for (size_t k = 0; k < outputs.size(); ++k) attached.push_back(differentiable[k] ? &outputs[k] : nullptr);
+  take_saved(node, attached);
+  node->saves_tensors = ctx.has_saved_tensors();
+  node->next_edges.reserve(inputs.size());
+  for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
+  for (uint32_t k = 0; k < outputs.size(); ++k) {
+    if (!differentiable[k]) continue;
+    attach(node, outputs[k], k);
+    if (dirty[k]) {  // views taken of it before are brought up to date when next used
+      outputs[k].storage()->history.fetch_add(1, std::memory_order_relaxed);
+      outputs[k].impl()->view_history = history(outputs[k]);
+    }
+  }
+  return outputs;
 }
 }  // namespace detail
 

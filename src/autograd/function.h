@@ -29,6 +29,8 @@ class SavedTensor {
 };
 
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad)>;
+// A multi-output op's: one gradient per output in (undefined for those that got none).
+using MultiBackwardFn = std::function<std::vector<Tensor>(std::vector<Tensor>&& grads)>;
 
 // True when grad mode is on and some input requires grad.
 bool needs_grad(std::initializer_list<const Tensor*> inputs);

@@ -15,19 +15,28 @@ namespace kiln::autograd {
 
 uint64_t next_sequence_nr();
 
-// A register_hook hook; removed ones stay where they are listed, skipped.
+// A register_hook hook; removed ones stay where they are listed, skipped. output_nr: which output
+// of its node the hooked tensor is (0 but for a multi-output custom function's).
 struct TensorHook {
   uint64_t id = 0;
+  uint32_t output_nr = 0;
   std::function<Tensor(const Tensor&)> fn;
   std::atomic<bool> removed{false};
 };
 
-// `g` through the hooks in order, each result checked against g's shape, dtype and device.
-Tensor run_tensor_hooks(const std::vector<std::shared_ptr<TensorHook>>& hooks, Tensor g);
+// `g`, the gradient of output `output_nr`, through that output's hooks in order, each result
+// checked against g's shape, dtype and device.
+Tensor run_tensor_hooks(const std::vector<std::shared_ptr<TensorHook>>& hooks, Tensor g, uint32_t output_nr = 0);
 
 class FunctionNode final : public Node {
  public:
   FunctionNode(const char* name, BackwardFn fn) : name_(name), fn_(std::move(fn)) {
+    sequence_nr = next_sequence_nr();
+  }
+  // A node with several outputs (a custom function's): apply gets one gradient per output,
+  // undefined for those that got none.
+  FunctionNode(const char* name, MultiBackwardFn fn, uint32_t outputs)
+      : num_outputs(outputs), name_(name), multi_fn_(std::move(fn)) {
     sequence_nr = next_sequence_nr();
   }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
@@ -39,31 +48,40 @@ class FunctionNode final : public Node {
     if (!saves_tensors) return;
     std::lock_guard lock(mutex_);
     fn_ = nullptr;
+    multi_fn_ = nullptr;
   }
   // Whether the backward function holds saved tensors (record() tells, from the SavedTensors
   // made since the last node was recorded on this thread; a stray one only keeps this true).
   bool saves_tensors = true;
   // A view op's node (record_view): its one edge leads to the tensor the view was taken of.
   bool is_view = false;
+  // How many outputs its op made (the engine's gradient slots; Edge::input_nr picks one).
+  const uint32_t num_outputs = 1;
   // The stream its forward op ran on (current on the output's device when it was recorded):
   // backward runs the node there.
   StreamPlace place;
-  // register_hook's hooks of the tensor this node made, run first on the incoming gradient, and
-  // hooks called with that gradient (after them) before apply (retain_grad). Added and read under
-  // the node's hook lock: a thread may add one while another backpropagates through the node.
-  using PreHook = std::function<void(const Tensor&)>;
+  // register_hook's hooks of the tensors this node made, run first on the incoming gradient of
+  // their output, and hooks called with that gradient (after them) before apply (retain_grad).
+  // Added and read under the node's hook lock: a thread may add one while another backpropagates
+  // through the node.
+  struct PreHook {
+    uint32_t output_nr = 0;
+    std::function<void(const Tensor&)> fn;
+  };
   void add_tensor_hook(std::shared_ptr<TensorHook> hook);
   void add_pre_hook(PreHook hook);
   // Copies, so that a hook may add hooks; without a lock while the node has none (the usual case).
   std::vector<std::shared_ptr<TensorHook>> tensor_hooks() const;
   std::vector<PreHook> pre_hooks() const;
-  // Moves the pre-hooks to `to` (after an in-place op, retain_grad follows the new value).
-  void move_pre_hooks(FunctionNode& to);
+  // Moves output `output_nr`'s pre-hooks to output `to_nr` of `to` (after an in-place op,
+  // retain_grad follows the new value).
+  void move_pre_hooks(uint32_t output_nr, FunctionNode& to, uint32_t to_nr);
 
  private:
   const char* name_;
   std::mutex mutex_;  // held while fn_ runs or is freed
   BackwardFn fn_;
+  MultiBackwardFn multi_fn_;
   mutable std::mutex hooks_mutex_;
   std::atomic<bool> has_hooks_{false};
   std::vector<std::shared_ptr<TensorHook>> tensor_hooks_;
