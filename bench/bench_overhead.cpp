@@ -39,4 +39,17 @@ static void BM_TinyAddBackward(benchmark::State& state) {
 }
 BENCHMARK(BM_TinyAddBackward);
 
+// The backward engine's cost per node: a chain of 100 one-element multiplications by a number
+// (nothing saved but the number), then backward through it.
+static void BM_ChainBackward(benchmark::State& state) {
+  kiln::Tensor x = kiln::ones({1}).requires_grad_();
+  for (auto _ : state) {
+    kiln::Tensor y = x;
+    for (int i = 0; i < 100; ++i) y = y * 1.0001;
+    y.sum().backward();
+  }
+  state.SetItemsProcessed(state.iterations() * 100);
+}
+BENCHMARK(BM_ChainBackward);
+
 BENCHMARK_MAIN();

@@ -72,8 +72,8 @@ void queue_callback(std::function<void()> callback);
 // (activations, convolution, pooling), by gradient formulas in differentiable ops (layer norm,
 // softmax, cross-entropy, dropout, embedding) or by differentiating themselves written in
 // differentiable ops (batch norm, attention). Refused with an error, where torch computes: a
-// create_graph pass through attention with dropout, through prod over a group holding two or more
-// zeros, or through an in-place op on a view whose backward needs its result (exp_ on a slice).
+// create_graph pass through attention with dropout, or through prod over a group holding two or
+// more zeros.
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
                          bool allow_unused = false, bool create_graph = false);

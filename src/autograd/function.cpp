@@ -24,6 +24,36 @@ uint64_t next_sequence_nr() {
   return counter.fetch_add(1, std::memory_order_relaxed);
 }
 
+namespace {
+// The geometry of a view inside a fresh buffer laid out like its base.
+struct ViewGeometry {
+  Shape base_sizes, base_strides, sizes, strides;
+  int64_t offset = 0;  // relative to the base's first element
+  Tensor empty_base(const Tensor& like) const {
+    return make_empty_strided(base_sizes, base_strides, like.dtype(), like.device());
+  }
+  Tensor region(const Tensor& base_buffer) const { return make_view(base_buffer, sizes, strides, offset); }
+};
+
+ViewGeometry geometry_of(const Tensor& view, const Tensor& base) {
+  return {base.shape(), base.strides(), view.shape(), view.strides(), view.storage_offset() - base.storage_offset()};
+}
+
+// A node that takes a gradient of `geo`'s region into a zero base-shaped buffer at the region's
+// place, on along `base`: a view's history as its region of the base.
+std::shared_ptr<FunctionNode> region_node(const ViewGeometry& geo, Edge base) {
+  auto node = std::make_shared<FunctionNode>("AsStridedBackward", [geo](const Tensor& g) -> TensorList {
+    Tensor result = geo.empty_base(g);
+    result.zero_();
+    geo.region(result).copy_(g);
+    return {result};
+  });
+  node->saves_tensors = false;
+  node->next_edges.push_back(std::move(base));
+  return node;
+}
+}  // namespace
+
 struct SavedState {
   Tensor value;  // an alias without history
   uint64_t version = 0;
@@ -31,7 +61,9 @@ struct SavedState {
   std::shared_ptr<TensorImpl> original;  // the tensor saved, while it is another's output or a leaf
   std::weak_ptr<Node> output_of;         // the node of the op that made it and saved it
   uint32_t output_nr = 0;                // which of that node's outputs it is
-  bool history_lost = false;             // a view of a tensor changed in place by the op saving it
+  // For a view of the tensor an in-place op changed and saved (exp_ on a slice keeps its result):
+  // its region of that tensor, the op's output.
+  std::optional<ViewGeometry> region;
 };
 
 namespace {
@@ -60,7 +92,9 @@ bool take_saved(const std::shared_ptr<Node>& node = nullptr, std::span<const Ten
       }
       if (inplace && s->value.storage() == output.storage()) {
         s->original.reset();
-        s->history_lost = true;
+        s->output_of = node;
+        s->output_nr = k;
+        s->region = geometry_of(s->value, output);
         break;
       }
     }
@@ -94,12 +128,18 @@ Tensor unpack(const std::shared_ptr<SavedState>& state, const char* node) {
     Tensor out = alias_detached(s.value);
     AutogradMeta& meta = out.impl()->autograd_meta();
     meta.requires_grad = true;
-    meta.grad_fn = std::move(fn);
-    meta.output_nr = s.output_nr;
+    if (s.region) {  // its region of the op's output, as torch regenerates a view's history
+      auto view = region_node(*s.region, {std::move(fn), s.output_nr});
+      view->place = StreamPlace::current(out.device());
+      meta.grad_fn = std::move(view);
+    } else {
+      meta.grad_fn = std::move(fn);
+      meta.output_nr = s.output_nr;
+    }
     return out;
   }
-  KILN_CHECK(!s.history_lost, "backward", "create_graph: ", node, " saved a view of the tensor it changed in place, "
-             "whose history a second derivative would need; use the out-of-place op");
+  KILN_CHECK(!s.region, "backward", "create_graph: ", node, " saved a view of the tensor it changed in place, "
+             "whose node is gone");
   return s.value;
 }
 
@@ -159,32 +199,10 @@ void attach(const std::shared_ptr<FunctionNode>& node, const Tensor& output, uin
   std::atomic_ref<uint64_t>(output.impl()->view_history).store(history(output), std::memory_order_release);
 }
 
-// The geometry of a view inside a fresh buffer laid out like its base.
-struct ViewGeometry {
-  Shape base_sizes, base_strides, sizes, strides;
-  int64_t offset = 0;  // relative to the base's first element
-  Tensor empty_base(const Tensor& like) const {
-    return make_empty_strided(base_sizes, base_strides, like.dtype(), like.device());
-  }
-  Tensor region(const Tensor& base_buffer) const { return make_view(base_buffer, sizes, strides, offset); }
-};
-
-ViewGeometry geometry_of(const Tensor& view, const Tensor& base) {
-  return {base.shape(), base.strides(), view.shape(), view.strides(), view.storage_offset() - base.storage_offset()};
-}
-
 // `view`'s history as "its region of the base as the base is now": the gradient goes into a
 // zero base-shaped buffer at the view's place, and on along the base's current edge.
 void attach_as_view_of(const Tensor& view, const Tensor& base, const ViewGeometry& geo) {
-  auto node = std::make_shared<FunctionNode>("AsStridedBackward", [geo](const Tensor& g) -> TensorList {
-    Tensor result = geo.empty_base(g);
-    result.zero_();
-    geo.region(result).copy_(g);
-    return {result};
-  });
-  node->saves_tensors = false;
-  node->next_edges.push_back(gradient_edge(base));
-  attach(node, view);
+  attach(region_node(geo, gradient_edge(base)), view);
 }
 
 bool requires_grad(const TensorImpl& t) { return t.autograd && (t.autograd->requires_grad || t.autograd->grad_fn); }

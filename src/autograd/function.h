@@ -14,8 +14,9 @@ namespace kiln::autograd {
 // A tensor kept for backward, with the version it had, so that a later in-place change is caught.
 // Backward formulas normally get it without history. In grad mode (a backward pass with
 // create_graph) they get it with its history, as torch's SavedVariable, so that the formula's own
-// ops are recorded through it: an input's own history, or, for the output of the op that saved
-// it, that op's node (held weakly: no cycle).
+// ops are recorded through it: an input's own history, or, for an output of the op that saved
+// it, that op's node (held weakly: no cycle); for a view of what an in-place op changed, its
+// region of that op's output.
 class SavedTensor {
  public:
   SavedTensor() = default;
