@@ -1,8 +1,8 @@
 // Higher-order gradients (create_graph, as torch's): derivatives of derivatives, a .grad() that
 // is differentiable, gradgradcheck of the nn ops outside the op table (tests/test_gradcheck.cpp
 // checks every op of the table), a CNN critic's gradient penalty against finite differences,
-// saved outputs that make no reference cycle, and the ops with no second derivative yet saying
-// so.
+// saved outputs that make no reference cycle, in-place ops on views, and attention's dropout
+// mask drawn again.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -256,12 +256,23 @@ TEST(HigherOrder, InPlaceOpsOnViewsThatSaveTheirResult) {
   expect_close(second(true), values(second(false)), x.shape(), 1e-12, 1e-12);
 }
 
-TEST(HigherOrder, AttentionWithDropoutSaysItHasNoSecondDerivative) {
-  Tensor q = leaf({1, 3, 4}, 3), k = leaf({1, 3, 4}, 4), v = leaf({1, 3, 4}, 5);
-  auto out = [&] { return scaled_dot_product_attention(q, k, v, {}, 0.3).sum(); };
-  expect_error([&] { autograd::grad({out()}, {q}, {}, false, false, /*create_graph=*/true); },
-               "ScaledDotProductAttentionBackward with dropout");
-  EXPECT_TRUE(autograd::grad({out()}, {q})[0].defined()) << "without create_graph it differentiates as always";
+// create_graph through fused attention with dropout draws the forward's mask again from its
+// counters: the recorded first derivative equals the fused kernel's, batch broadcast included.
+TEST(HigherOrder, AttentionWithDropoutDrawsItsMaskAgain) {
+  Tensor q = leaf({2, 1, 3, 4}, 3), k = leaf({1, 2, 5, 4}, 4), v = leaf({1, 2, 5, 4}, 5);
+  manual_seed(11);
+  Tensor out = scaled_dot_product_attention(q, k, v, {}, 0.4);
+  Tensor loss = (out * out).sum();
+  const auto fused = autograd::grad({loss}, {q, k, v}, {}, /*retain_graph=*/true);
+  const auto recorded = autograd::grad({loss}, {q, k, v}, {}, true, false, /*create_graph=*/true);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(recorded[i].requires_grad());
+    expect_close(recorded[i], values(fused[i]), fused[i].shape(), 1e-12, 1e-12);
+  }
+  EXPECT_TRUE(autograd::gradgradcheck([](V in) {
+    manual_seed(12);  // the same mask in every call
+    return scaled_dot_product_attention(in[0], in[1], in[2], {}, 0.3, /*is_causal=*/true);
+  }, {leaf({1, 2, 3, 4}, 6), leaf({1, 2, 3, 4}, 7), leaf({1, 2, 3, 4}, 8)}));
 }
 
 }  // namespace

@@ -110,6 +110,59 @@ struct DirtyNotReturned : autograd::Function<DirtyNotReturned> {
   static std::vector<Tensor> backward(AutogradContext*, std::vector<Tensor> g) { return {g[0] * 2.0}; }
 };
 
+// x += w in place, marked dirty.
+struct AddInto : autograd::Function<AddInto> {
+  static Tensor forward(AutogradContext* ctx, Tensor x, const Tensor& w) {
+    x.add_(w);
+    ctx->mark_dirty({x});
+    return x;
+  }
+  static std::vector<Tensor> backward(AutogradContext*, std::vector<Tensor> g) { return {g[0], g[0]}; }
+};
+
+// Saves x, then changes it in place: what is saved is x at the end of forward, as torch's.
+struct SaveThenScale : autograd::Function<SaveThenScale> {
+  static Tensor forward(AutogradContext* ctx, Tensor x) {
+    ctx->save_for_backward({x});
+    x.mul_(2.0);
+    ctx->mark_dirty({x});
+    return x;
+  }
+  static std::vector<Tensor> backward(AutogradContext* ctx, std::vector<Tensor> g) {
+    return {g[0] * ctx->get_saved_variables()[0]};  // 2x * g: a made-up gradient that reads the saved value
+  }
+};
+
+// SinCos whose forward calls another custom function after saving its outputs.
+struct NestedSinCos : autograd::Function<NestedSinCos> {
+  static std::vector<Tensor> forward(AutogradContext* ctx, const Tensor& x) {
+    Tensor s = sin(x), c = cos(x);
+    ctx->save_for_backward({s, c});
+    SinCos::apply(x);
+    return {s, c};
+  }
+  static std::vector<Tensor> backward(AutogradContext* ctx, std::vector<Tensor> g) {
+    auto saved = ctx->get_saved_variables();
+    return {g[0] * saved[1] - g[1] * saved[0]};
+  }
+};
+
+// {a view of x, 3x}.
+struct ViewOut : autograd::Function<ViewOut> {
+  static std::vector<Tensor> forward(AutogradContext*, const Tensor& x) { return {x.narrow(0, 0, 2), x * 3.0}; }
+  static std::vector<Tensor> backward(AutogradContext*, std::vector<Tensor> g) {
+    Tensor gx = g[1] * 3.0;
+    return {gx + pad_rows(g[0], gx.size(0))};
+  }
+  static Tensor pad_rows(const Tensor& g, int64_t n) { return cat({g, zeros({n - g.size(0)}, g.dtype())}); }
+};
+
+// A backward returning an undefined gradient past its inputs, and one that broadcasts.
+struct LooseBackward : autograd::Function<LooseBackward> {
+  static Tensor forward(AutogradContext*, const Tensor& x) { return x.unsqueeze(0).expand({2, 3}) * 1.0; }
+  static std::vector<Tensor> backward(AutogradContext*, std::vector<Tensor> g) { return {g[0], Tensor(), Tensor()}; }
+};
+
 Tensor point(int64_t n, uint64_t seed) {
   manual_seed(seed);
   return randn({n}, kFloat64).requires_grad_();
@@ -277,6 +330,83 @@ TEST(CustomFunctionOutputs, MarkDirtyMisuseIsAnError) {
   expect_error([&] { ScaleInPlace::apply(base.narrow(0, 0, 2), 2.0); }, "a view was marked dirty");
   Tensor y = point(3, 14) * 1.0;
   expect_error([&] { DirtyNotReturned::apply(y); }, "must be returned by forward as an output");
+}
+
+TEST(CustomFunctionOutputs, MarkDirtyKeepsNothingAlive) {
+  std::weak_ptr<autograd::Node> node;
+  std::weak_ptr<TensorImpl> out;
+  {
+    Tensor x = point(4, 15);
+    Tensor y = x * 2.0;
+    Tensor r = ScaleInPlace::apply(y, 3.0);  // saves no tensors: nothing frees its closure
+    node = r.grad_fn();
+    out = r.impl_ptr();
+    r.sum().backward();
+  }
+  EXPECT_TRUE(node.expired());
+  EXPECT_TRUE(out.expired());
+}
+
+TEST(CustomFunctionOutputs, MarkDirtyOnAViewIsRefusedWhateverItsBase) {
+  Tensor a = zeros({4}, kFloat64);  // requires no grad, but w does: the change must reach a's history
+  Tensor w = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+  expect_error([&] { AddInto::apply(a.narrow(0, 1, 2), w); }, "a view was marked dirty");
+  Tensor b = zeros({2}, kFloat64);
+  Tensor r = AddInto::apply(b, w);
+  EXPECT_EQ(r.impl(), b.impl());
+  ((b * b).sum() + w.sum()).backward();
+  EXPECT_EQ(values(w.grad()), (std::vector<double>{3, 5}));
+}
+
+TEST(CustomFunctionOutputs, SavedTensorsAreTakenAtTheEndOfForward) {
+  Tensor x = point(3, 16);
+  Tensor y = x * 1.0;
+  SaveThenScale::apply(y).sum().backward();
+  expect_close(x.grad(), values(x.detach() * 2.0), x.shape(), 1e-15, 0);
+}
+
+TEST(CustomFunctionOutputs, ACustomFunctionCalledInForwardLeavesTheSavedOutputsHistory) {
+  Tensor x = point(3, 17);
+  auto gg = [&](bool nested) {
+    auto o = nested ? NestedSinCos::apply(x) : SinCos::apply(x);
+    Tensor loss = (o[0] * o[0] * o[1] + o[1] * 3.0).sum();
+    Tensor g = autograd::grad({loss}, {x}, {}, false, false, /*create_graph=*/true)[0];
+    return autograd::grad({(g * g).sum()}, {x})[0];
+  };
+  expect_close(gg(true), values(gg(false)), x.shape(), 1e-14, 1e-14);
+}
+
+TEST(CustomFunctionOutputs, AnOutputThatIsAnInputIsAViewOfIt) {
+  // Changed in place, the change is recorded on the input: 36x^2's derivative, 72x.
+  Tensor x = tensor({1.0}, kFloat64).requires_grad_();
+  Tensor y = x * 2.0;
+  auto o = Twice::apply(y);
+  o[0].mul_(3.0);
+  (y * y).sum().backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{72}));
+  // A leaf's is refused, as any view of a leaf that requires grad.
+  Tensor leaf = tensor({1.0}, kFloat64).requires_grad_();
+  auto p = Twice::apply(leaf);
+  expect_error([&] { p[0].mul_(2.0); }, "a view of a leaf tensor");
+  EXPECT_EQ(values(leaf.detach()), (std::vector<double>{1}));
+}
+
+TEST(CustomFunctionOutputs, AViewOutputFollowsItsBaseChangedInPlace) {
+  Tensor x = point(4, 18);
+  Tensor y = x * 1.0;
+  auto o = ViewOut::apply(y);
+  o[1].sum().backward(/*gradient=*/{}, /*retain_graph=*/true);
+  EXPECT_EQ(values(x.grad()), std::vector<double>(4, 3.0));
+  x.set_grad({});
+  y.mul_(4.0);  // o[0] holds 4x now: its history is its region of y's
+  o[0].sum().backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{4, 4, 0, 0}));
+}
+
+TEST(CustomFunctionOutputs, BackwardMayReturnExtraUndefinedAndBroadcastGradients) {
+  Tensor x = point(3, 19);
+  LooseBackward::apply(x).sum().backward();
+  EXPECT_EQ(values(x.grad()), std::vector<double>(3, 2.0));  // [2, 3] summed to [3]
 }
 
 }  // namespace

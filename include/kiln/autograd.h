@@ -71,9 +71,8 @@ void queue_callback(std::function<void()> callback);
 // the graph (retain_graph) too. The fused ops get there by double-backward formulas of their own
 // (activations, convolution, pooling), by gradient formulas in differentiable ops (layer norm,
 // softmax, cross-entropy, dropout, embedding) or by differentiating themselves written in
-// differentiable ops (batch norm, attention). Refused with an error, where torch computes: a
-// create_graph pass through attention with dropout, or through prod over a group holding two or
-// more zeros.
+// differentiable ops (batch norm, attention; its dropout mask drawn again from the forward's
+// Philox counters).
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
                          bool allow_unused = false, bool create_graph = false);
@@ -177,8 +176,9 @@ class AutogradContext {
   void mark_non_differentiable(const std::vector<Tensor>& outputs);
   // Inputs that forward changed in place (under its NoGradGuard) and returns: each takes the
   // function as its history, as the output it is returned as (torch's mark_dirty). Without it, an
-  // input returned is an alias with the new history and the input keeps its old one. A leaf that
-  // requires grad, or a view, marked dirty is an error.
+  // input returned is a view of it with the function's history, and the input keeps its own. A
+  // leaf that requires grad, or a view, marked dirty is an error (torch records a view's change
+  // on its base: clone() it first).
   void mark_dirty(const std::vector<Tensor>& inputs);
   // Whether backward gets zeros (true, the default, as torch's) or undefined tensors for the
   // outputs whose gradient nothing computed (an unused output, a non-differentiable one).
@@ -255,6 +255,8 @@ struct Function {
       }
       return grads;
     }, *ctx);
+    ctx->non_differentiable_.clear();  // the node holds ctx: holding them would keep them (and it) alive
+    ctx->dirty_.clear();
     if constexpr (std::is_same_v<Out, Tensor>)
       return outs[0];
     else

@@ -72,33 +72,29 @@ namespace {
 // One left by an op that threw before recording is gone or ignored (its tensor is no output).
 thread_local std::vector<std::weak_ptr<SavedState>> g_saved;
 
-// Whether the node being recorded saved tensors; those that are one of its outputs (or, for an
-// in-place op, a view of what it changed) give up their own history for the node's, so that the
-// node never holds itself.
+// A saved tensor that is one of the outputs of `node` (or, for an in-place op, a view of what it
+// changed) gives up its own history for the node's, so that the node never holds itself.
+void claim(SavedState& s, const std::shared_ptr<Node>& node, std::span<const Tensor* const> outputs, bool inplace) {
+  for (uint32_t k = 0; k < outputs.size(); ++k) {
+    if (!outputs[k] || !outputs[k]->defined()) continue;
+    const Tensor& output = *outputs[k];
+    const bool view_of_changed = inplace && s.value.storage() == output.storage();
+    if (s.saved != output.impl() && !view_of_changed) continue;
+    s.original.reset();
+    s.output_of = node;
+    s.output_nr = k;
+    if (s.saved != output.impl()) s.region = geometry_of(s.value, output);
+    return;
+  }
+}
+
+// Whether the node being recorded saved tensors (the SavedTensors made on this thread since the
+// last record), each claimed by the node's outputs.
 bool take_saved(const std::shared_ptr<Node>& node = nullptr, std::span<const Tensor* const> outputs = {},
                 bool inplace = false) {
   if (g_saved.empty()) return false;
-  for (const std::weak_ptr<SavedState>& w : g_saved) {
-    const std::shared_ptr<SavedState> s = w.lock();
-    if (!s) continue;
-    for (uint32_t k = 0; k < outputs.size(); ++k) {
-      if (!outputs[k] || !outputs[k]->defined()) continue;
-      const Tensor& output = *outputs[k];
-      if (s->saved == output.impl()) {
-        s->original.reset();
-        s->output_of = node;
-        s->output_nr = k;
-        break;
-      }
-      if (inplace && s->value.storage() == output.storage()) {
-        s->original.reset();
-        s->output_of = node;
-        s->output_nr = k;
-        s->region = geometry_of(s->value, output);
-        break;
-      }
-    }
-  }
+  for (const std::weak_ptr<SavedState>& w : g_saved)
+    if (const std::shared_ptr<SavedState> s = w.lock()) claim(*s, node, outputs, inplace);
   g_saved.clear();
   return true;
 }
@@ -402,6 +398,14 @@ bool AutogradContext::has_saved_tensors() const {
 namespace {
 // The readable name of a custom function's type, kept for the program's life (nodes hold a
 // const char*): "Swish" rather than typeid's "5Swish".
+// Whether `shape` broadcasts to `to`.
+bool expandable(const Shape& shape, const Shape& to) {
+  if (shape.size() > to.size()) return false;
+  for (size_t i = 1; i <= shape.size(); ++i)
+    if (shape[shape.size() - i] != 1 && shape[shape.size() - i] != to[to.size() - i]) return false;
+  return true;
+}
+
 const char* readable_name(const char* mangled) {
   static std::mutex mutex;
   static std::set<std::string> names;
@@ -438,25 +442,30 @@ std::vector<Tensor> record_custom(const char* mangled, const std::vector<Tensor>
                "input of forward");
     KILN_CHECK(std::any_of(outputs.begin(), outputs.end(), is), name, "an input marked dirty (changed in place) "
                "must be returned by forward as an output");
-    const Tensor t(impl);
-    if (is_grad_enabled()) {
-      KILN_CHECK(!(t.requires_grad() && t.is_leaf()), name, "a leaf tensor that requires grad was changed in place "
-                 "(marked dirty) while grad mode is on (use kiln::NoGradGuard, or an out-of-place function)");
-      KILN_CHECK(!t.impl()->is_view || !Tensor(t.impl()->view_base).requires_grad(), name, "a view was marked dirty "
-                 "(changed in place); custom functions change whole tensors in place: clone() the view first");
-    }
   }
-  if (!needs_grad(inputs) || std::none_of(differentiable.begin(), differentiable.end(), [](bool d) { return d; })) {
-    take_saved();  // what forward saved is not recorded: forget it here, not at the next op
+  take_saved();  // forward's own ops recorded nothing; its context's saved tensors are claimed below
+  if (!needs_grad(inputs) || std::none_of(differentiable.begin(), differentiable.end(), [](bool d) { return d; }))
     return outputs;
+  for (const auto& impl : ctx.dirty_) {
+    const Tensor t(impl);
+    KILN_CHECK(!(t.requires_grad() && t.is_leaf()), name, "a leaf tensor that requires grad was changed in place "
+               "(marked dirty) while grad mode is on (use kiln::NoGradGuard, or an out-of-place function)");
+    KILN_CHECK(!t.impl()->is_view, name, "a view was marked dirty (changed in place); custom functions change "
+               "whole tensors in place: clone() the view first");
   }
-  // Never rewrite an input's history, nor an earlier output's: an output that is one gets an alias
-  // (but for an input marked dirty, which the function's history replaces).
+  // Never rewrite an input's history, nor an earlier output's: an output that is one becomes a view
+  // of it (but for an input marked dirty, which the function's history replaces), so that an
+  // in-place change to either is seen by both histories, or refused where the input is a leaf.
+  // An output that is a view (of an input, taken in forward) is one for autograd too: once its
+  // base is changed in place, its history is its region of the base's.
   for (size_t k = 0; k < outputs.size(); ++k) {
     const auto same = [&](const Tensor& t) { return t.defined() && t.impl() == outputs[k].impl(); };
+    Tensor& out = outputs[k];
     if (!dirty[k] && (std::any_of(inputs.begin(), inputs.end(), same) ||
                       std::any_of(outputs.begin(), outputs.begin() + k, same)))
-      outputs[k] = alias_detached(outputs[k]);
+      out = make_view(out, out.shape(), out.strides(), out.storage_offset());
+    else if (differentiable[k] && out.impl()->is_view)
+      out.impl()->view_no_grad = false;
   }
   // What each input's gradient must be: its shape is checked, its dtype and device are the
   // input's (a gradient in another dtype is cast, as PyTorch's validate_outputs does).
@@ -482,14 +491,19 @@ std::vector<Tensor> record_custom(const char* mangled, const std::vector<Tensor>
           grad_outputs[k] = zeros(m.shape, TensorOptions().dtype(m.dtype).device(m.device));
         }
     std::vector<Tensor> grads = backward(std::move(grad_outputs));
+    // Undefined ones past the last input are allowed (torch's Nones for non-tensor arguments).
+    while (grads.size() > in_metas.size() && !grads.back().defined()) grads.pop_back();
     KILN_CHECK(grads.size() == in_metas.size(), name, "backward returned ", grads.size(), " gradient(s) for ",
                in_metas.size(), " tensor input(s)");
     for (size_t i = 0; i < grads.size(); ++i) {
       const Meta& m = in_metas[i];
       if (!m.needs) grads[i] = Tensor();
       if (!grads[i].defined()) continue;
-      KILN_CHECK(grads[i].shape() == m.shape, name, "backward returned a gradient of shape ", grads[i].shape(),
-                 " for tensor input ", i, " of shape ", m.shape);
+      // One the input broadcasts to is summed to the input's shape (torch's validate_outputs).
+      KILN_CHECK(grads[i].shape() == m.shape || expandable(m.shape, grads[i].shape()), name,
+                 "backward returned a gradient of shape ", grads[i].shape(), " for tensor input ", i, " of shape ",
+                 m.shape);
+      grads[i] = sum_to(grads[i], m.shape);
       KILN_CHECK(grads[i].is_floating_point(), name, "backward returned a gradient of dtype ", grads[i].dtype(),
                  " for tensor input ", i, " (gradients are floating-point)");
       if (grads[i].device() != m.device) grads[i] = grads[i].to(m.device);
@@ -500,9 +514,15 @@ std::vector<Tensor> record_custom(const char* mangled, const std::vector<Tensor>
   auto node = std::make_shared<FunctionNode>(name, std::move(fn), static_cast<uint32_t>(outputs.size()));
   // The context's saved tensors are the closure's: whether there are any is the context's to say,
   // since forward saves them whether or not the function is recorded.
+  // Saved at the end of forward, as torch's: in-place changes made in forward after
+  // save_for_backward (to an input marked dirty) are no error.
   std::vector<const Tensor*> attached;
   for (size_t k = 0; k < outputs.size(); ++k) attached.push_back(differentiable[k] ? &outputs[k] : nullptr);
-  take_saved(node, attached);
+  for (const auto& saved : ctx.saved_)
+    if (saved) {
+      saved->version = saved->value.version();
+      claim(*saved, node, attached, /*inplace=*/false);
+    }
   node->saves_tensors = ctx.has_saved_tensors();
   node->next_edges.reserve(inputs.size());
   for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));

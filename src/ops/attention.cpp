@@ -53,8 +53,10 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
 
 // PyTorch's math path, for a float mask that needs a gradient (a learned position bias): the
 // composed ops, whose autograd gives the mask its gradient. The S x S scores are materialised.
+// `replay`: the counters a fused call's dropout drew, so that its mask is drawn again (create_graph
+// through it), over the scores of the batch q, k and v broadcast to, as the fused kernels draw it.
 Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double dropout_p,
-                          bool is_causal, double scale, ScalarType compute) {
+                          bool is_causal, double scale, ScalarType compute, const GeneratorState* replay = nullptr) {
   ops::AutocastOff off;  // the inputs are cast already: its products run in `compute`, not lowered again
   Tensor scores = matmul(q.to(compute), k.to(compute).transpose(-2, -1)) * scale + mask.to(compute);
   if (is_causal) {
@@ -64,7 +66,12 @@ Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   // A row whose every score is -inf gives zeros (and a zero mask gradient), as the fused path
   // and PyTorch's math path (its _safe_softmax) give, not NaN.
   Tensor p = masked_softmax(scores, ne(scores, -INFINITY), -1);
-  if (dropout_p > 0) p = dropout(p, dropout_p);
+  if (dropout_p > 0 && replay) {
+    const Shape batch = broadcast_shapes(broadcast_shapes(lead(q), lead(k), kName), lead(v), kName);
+    p = ops::dropout_with(p.expand(with_rows(batch, q.size(-2), k.size(-2))), dropout_p, *replay);
+  } else if (dropout_p > 0) {
+    p = dropout(p, dropout_p);
+  }
   return matmul(p, v.to(compute)).to(q.dtype());
 }
 
@@ -159,8 +166,6 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
                        const char* node = "ScaledDotProductAttentionBackward";
                        Tensor qv = sq.get(node), kv = sk.get(node), vv = sv.get(node), o = so.get(node);
                        if (autograd::is_grad_enabled()) {  // create_graph: the composed op, differentiated
-                         KILN_CHECK(plan.attrs.dropout_p == 0, "backward", "create_graph: a second derivative through ",
-                                    node, " with dropout is not supported yet (its mask is not kept)");
                          Tensor mask;
                          if (sm.defined()) {
                            const Tensor m = sm.get(node);
@@ -170,9 +175,11 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
                          } else {
                            mask = zeros({}, TensorOptions(plan.compute).device(qv.device()));
                          }
+                         // With dropout, the forward's mask drawn again from its counters.
+                         const GeneratorState drawn{plan.attrs.seed, plan.attrs.offset};
                          const auto fwd = [&](const std::vector<Tensor>& in) {
-                           return composed_attention(in[0], in[1], in[2], mask, 0.0, plan.attrs.is_causal, plan.attrs.scale,
-                                                     plan.compute);
+                           return composed_attention(in[0], in[1], in[2], mask, plan.attrs.dropout_p, plan.attrs.is_causal,
+                                                     plan.attrs.scale, plan.compute, &drawn);
                          };
                          const std::vector<Tensor> r = ops::recomputed_gradients(fwd, {oq.get(node), ok.get(node), ov.get(node)}, g);
                          return {mq(r[0]), mk(r[1]), mv(r[2])};

@@ -28,13 +28,15 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   if (!training || p == 0.0 || x.numel() == 0) return x;
   // As in PyTorch, x * 0: zeros with a zero gradient (and NaN where x is inf or NaN).
   if (p == 1.0) return mul(x, 0);
+  // The generator moves on as rand(x.shape()) would move it.
+  return ops::dropout_with(x, p, detail::reserve_counters((static_cast<uint64_t>(x.numel()) + 3) / 4));
+}
 
-  // Element i in row-major order keeps when Philox word i of this call's counters says so
+Tensor ops::dropout_with(const Tensor& x, double p, const GeneratorState& st) {
+  // Element i in row-major order keeps when Philox word i of the counters from `st` says so
   // (dropout_math.h: float32 uniform >= p, 24 bits whatever x's dtype): the mask depends only on
-  // the generator state and the shape, so the same seed gives the same mask on every device, and
-  // the generator moves on as rand(x.shape()) would move it.
+  // the generator state and the shape, so the same seed gives the same mask on every device.
   const Device dev = x.device();
-  const GeneratorState st = detail::reserve_counters((static_cast<uint64_t>(x.numel()) + 3) / 4);
   const backend::DropoutAttrs attrs{st.seed, st.offset, p};
   Tensor y = make_empty(x.shape(), x.dtype(), dev), keep = make_empty(x.shape(), kBool, dev);
   {

@@ -9,6 +9,7 @@
 #include "backend/dispatch.h"
 #include "core/tensor_util.h"
 #include "kiln/ops.h"
+#include "kiln/random.h"
 
 namespace kiln::ops {
 
@@ -56,6 +57,10 @@ Tensor backward_helper(Op op, const Tensor& g, const Tensor& saved);
 // g, recorded themselves; undefined for inputs that do not require grad.
 std::vector<Tensor> recomputed_gradients(const std::function<Tensor(const std::vector<Tensor>&)>& forward,
                                          const std::vector<Tensor>& inputs, const Tensor& g);
+
+// dropout() with the Philox counters starting at `state` instead of the generator's next ones:
+// the same mask as the dropout() call (or fused attention) that drew them (differentiable).
+Tensor dropout_with(const Tensor& x, double p, const GeneratorState& state);
 
 // Bumps the version counter after an in-place change.
 inline void bump_version(const Tensor& t) { t.storage()->version.fetch_add(1, std::memory_order_relaxed); }

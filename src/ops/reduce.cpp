@@ -148,6 +148,37 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   return out;
 }
 
+namespace {
+// The product of the other elements of each element's group (the dims `rd`, ascending), in
+// differentiable ops whatever the zeros: each group as the rows of an n x n matrix holding 1 on its
+// diagonal, whose rows' products are the answer (torch's prod_safe_zeros_backward, with products
+// for its cumulative ones). O(n^2) memory: only for a create_graph pass through a group holding two
+// or more zeros, where the formula below has no second derivative.
+Tensor product_of_others(const Tensor& x, const Shape& rd) {
+  Shape perm, kept, groups;
+  int64_t n = 1;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (std::find(rd.begin(), rd.end(), d) == rd.end()) {
+      perm.push_back(d);
+      kept.push_back(x.size(d));
+    }
+  for (int64_t d : rd) {
+    perm.push_back(d);
+    n *= x.size(d);
+  }
+  Shape flat = kept, rows = kept, grouped = kept;
+  flat.push_back(n);
+  rows.insert(rows.end(), {n, n});
+  for (int64_t d : rd) grouped.push_back(x.size(d));
+  Tensor matrix = x.permute(perm).reshape(flat).unsqueeze(-2).expand(rows);
+  Tensor diagonal = eye(n, std::nullopt, TensorOptions(kBool).device(x.device()));
+  Tensor others = prod(where(diagonal, 1.0, matrix), {-1}).reshape(grouped);
+  Shape inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+  return others.permute(inverse);
+}
+}  // namespace
+
 Tensor prod(const Tensor& x_in, const Shape& dims, bool keepdim) {
   ops::check_defined(x_in, "prod");
   const Tensor x = ops::autocast_float32(x_in);
@@ -174,9 +205,7 @@ Tensor prod(const Tensor& x_in, const Shape& dims, bool keepdim) {
                                   where(zeros_in_group == 1, beside_one_zero, zeros_like(xv))));
       // Two zeros or more: the second derivative in a pair of them is the product of the rest,
       // which this formula does not give.
-      if (create_graph)
-        KILN_CHECK(!(zeros_in_group >= 2).any().item<bool>(), "backward", "create_graph: the second derivative of "
-                   "prod over a group holding two or more zeros is not supported");
+      if (create_graph && (zeros_in_group >= 2).any().item<bool>()) others = product_of_others(xv, rd);
       return {others * expand_grad(g, r.keep_shape, xv.shape())};
     });
   return out;
