@@ -4,9 +4,10 @@
 //        no_sync() (no communication at all), PAIRS pairs (3 by default); prints the median step
 //        time, the samples/s of the whole job, and what communication adds to a step (the median,
 //        least and most of the pairs' ratios).
-//   bench_ddp reduce MIB    the all-reduce inside DDP: backward of a graph that gives MIB MiB of
-//        float32 gradients (1 MiB parameters) at once, with DDP and without; the difference is
-//        DDP's bucketing, copies and all-reduce; prints the bandwidth (gradient bytes / that time).
+//   bench_ddp reduce MIB [fp16|bf16]   the all-reduce inside DDP: backward of a graph that gives
+//        MIB MiB of float32 gradients (1 MiB parameters) at once, with DDP and without; the
+//        difference is DDP's bucketing, copies and all-reduce; prints the bandwidth (gradient bytes
+//        / that time). fp16, bf16: the buckets sent compressed (register_builtin_comm_hook).
 //   bench_ddp mpi MIB       a plain MPI_Allreduce of the same bytes in one call (no Kiln), the
 //        reference for `reduce`.
 //   bench_ddp buffers MODEL  what DDP does before each forward with broadcast_buffers (rank 0's
@@ -116,7 +117,7 @@ int step(const std::string& model, int64_t batch, int pairs) {
   return 0;
 }
 
-int reduce(double mib, int reps) {
+int reduce(double mib, int reps, const std::string& hook) {
   dist::init();
   // Many parameters (as a model has) of 1 MiB each: DDP buckets them as it would a model's.
   const int64_t per = 262144, count = std::max<int64_t>(1, static_cast<int64_t>(mib));
@@ -139,12 +140,15 @@ int reduce(double mib, int reps) {
   };
   const double plain = time_backward(nullptr);
   nn::parallel::DistributedDataParallel ddp(holder);
+  if (hook == "fp16") ddp.register_builtin_comm_hook(nn::parallel::BuiltinCommHook::Fp16Compress);
+  if (hook == "bf16") ddp.register_builtin_comm_hook(nn::parallel::BuiltinCommHook::Bf16Compress);
   const double with_ddp = time_backward(&ddp);
   const double bytes = static_cast<double>(count * per * 4), m = with_ddp - plain;
   if (dist::rank() == 0)
-    std::printf("{\"bench\": \"ddp_reduce\", \"mib\": %.0f, \"processes\": %d, \"backward_s\": %.5f, "
-                "\"backward_with_ddp_s\": %.5f, \"reduction_s\": %.5f, \"gb_per_s\": %.3f}\n",
-                bytes / 1048576, dist::world_size(), plain, with_ddp, m, bytes / m / 1e9);
+    std::printf("{\"bench\": \"ddp_reduce\", \"mib\": %.0f, \"hook\": \"%s\", \"processes\": %d, "
+                "\"backward_s\": %.5f, \"backward_with_ddp_s\": %.5f, \"reduction_s\": %.5f, \"gb_per_s\": %.3f}\n",
+                bytes / 1048576, hook.empty() ? "allreduce" : hook.c_str(), dist::world_size(), plain, with_ddp, m,
+                bytes / m / 1e9);
   return 0;
 }
 
@@ -198,12 +202,15 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   try {
     if (mode == "step" && (argc == 4 || argc == 5)) return step(argv[2], std::stoll(argv[3]), argc == 5 ? std::stoi(argv[4]) : 3);
-    if (mode == "reduce" && argc == 3) return reduce(std::stod(argv[2]), 5);
+    if (mode == "reduce" && (argc == 3 || argc == 4)) {
+      const std::string hook = argc == 4 ? argv[3] : "";
+      if (hook.empty() || hook == "fp16" || hook == "bf16") return reduce(std::stod(argv[2]), 5, hook);
+    }
     if (mode == "mpi" && argc == 3) return mpi(std::stod(argv[2]), 5);
     if (mode == "buffers" && argc == 3) return buffers(argv[2]);
   } catch (const std::exception& e) {
     dist::abort(e.what());
   }
-  std::fprintf(stderr, "usage: bench_ddp step MODEL BATCH [PAIRS] | reduce MIB | mpi MIB | buffers MODEL   (under mpirun)\n");
+  std::fprintf(stderr, "usage: bench_ddp step MODEL BATCH [PAIRS] | reduce MIB [fp16|bf16] | mpi MIB | buffers MODEL   (under mpirun)\n");
   return 2;
 }

@@ -7,7 +7,8 @@
 //                one process training on the ranks' batches together; kept gradients stay; no_sync
 //                counts at forward
 //   average      DDP's average of float32, float64 and bfloat16 gradients for any world size (the
-//                float types divided on the way into the buckets, bfloat16 after the sum)
+//                float types divided on the way into the buckets, bfloat16 after the sum), and
+//                with the buckets sent as float16 or bfloat16 (register_builtin_comm_hook)
 //   buffers      rank 0's buffers reach every rank before each forward
 //   unused       an unused parameter is an error naming it, or fine with find_unused_parameters
 //   sampler      DistributedSampler shares through a DataLoader: disjoint, covering, per epoch
@@ -416,6 +417,36 @@ void average() {
       expect(same(p.grad(), want.to(kFloat32).to(kBFloat16)), what);
     else
       expect((p.grad().to(kFloat64) - want).abs().max().item<double>() <= 1e-6 * 7 * world, what);
+  }
+  // Compressed buckets (register_builtin_comm_hook): each rank's share rounded to 16 bits, summed
+  // in float32 and rounded once; 16-bit gradients go as they are. Values with float32's 24 bits,
+  // whose average 16 bits cannot hold.
+  using nn::parallel::BuiltinCommHook;
+  const Tensor u = tensor({1.2345678, -2.7182818, 0.3183099, 3.1415927, -0.5772157}, kFloat64);
+  const Tensor exact = u * ((world + 1) / 2);
+  for (const BuiltinCommHook hook : {BuiltinCommHook::Fp16Compress, BuiltinCommHook::Bf16Compress}) {
+    const ScalarType wire = hook == BuiltinCommHook::Fp16Compress ? kFloat16 : kBFloat16;
+    const std::string what = std::string("gradients sent as ") + dtype_name(wire) + ": ";
+    auto c = std::make_shared<Params>();
+    nn::parallel::DistributedDataParallel compressed(c);
+    compressed.register_builtin_comm_hook(hook);
+    expect_error([&] { compressed.register_builtin_comm_hook(hook); }, "can be called once", what + "a second hook");
+    compressed.forward_with([&] {
+         Tensor loss = zeros({1}, kFloat64);
+         for (const Tensor& p : c->ps) loss = loss + (p.to(kFloat64) * (p.dtype() == kBFloat16 ? v : u) * r).sum();
+         return loss;
+       })
+        .backward();
+    for (const Tensor& p : c->ps) {
+      if (p.dtype() == kBFloat16) {
+        expect(same(p.grad(), want.to(kFloat32).to(kBFloat16)), what + "bfloat16 ones as they are (as above)");
+        continue;
+      }
+      Tensor sum = zeros({5}, kFloat32);
+      for (int q = 0; q < world; ++q) sum = sum + mul((u * (q + 1.0)).to(p.dtype()), 1.0 / world).to(wire).to(kFloat32);
+      expect(same(p.grad(), sum.to(wire).to(p.dtype())), what + dtype_name(p.dtype()) + " ones compressed");
+      expect(!same(p.grad(), exact.to(p.dtype())), what + dtype_name(p.dtype()) + " ones not sent uncompressed");
+    }
   }
 }
 

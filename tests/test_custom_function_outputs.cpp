@@ -82,6 +82,19 @@ struct Twice : autograd::Function<Twice> {
   static std::vector<Tensor> backward(AutogradContext*, std::vector<Tensor> g) { return {g[0] + 2 * g[1]}; }
 };
 
+// {2x, undefined, x^2}: an undefined output (torch's None) gets an undefined gradient.
+struct WithAHole : autograd::Function<WithAHole> {
+  static inline bool middle_defined = true;
+  static std::vector<Tensor> forward(AutogradContext* ctx, const Tensor& x) {
+    ctx->save_for_backward({x});
+    return {x * 2.0, Tensor(), x * x};
+  }
+  static std::vector<Tensor> backward(AutogradContext* ctx, std::vector<Tensor> g) {
+    middle_defined = g[1].defined();
+    return {g[0] * 2.0 + g[2] * 2.0 * ctx->get_saved_variables()[0]};
+  }
+};
+
 struct Nothing : autograd::Function<Nothing> {
   static std::vector<Tensor> forward(AutogradContext*, const Tensor&) { return {}; }
   static std::vector<Tensor> backward(AutogradContext*, std::vector<Tensor>) { return {Tensor()}; }
@@ -407,6 +420,16 @@ TEST(CustomFunctionOutputs, BackwardMayReturnExtraUndefinedAndBroadcastGradients
   Tensor x = point(3, 19);
   LooseBackward::apply(x).sum().backward();
   EXPECT_EQ(values(x.grad()), std::vector<double>(3, 2.0));  // [2, 3] summed to [3]
+}
+
+TEST(CustomFunctionOutputs, AnUndefinedOutputGetsAnUndefinedGradient) {
+  Tensor x = point(3, 20);
+  auto o = WithAHole::apply(x);
+  ASSERT_EQ(o.size(), 3u);
+  EXPECT_FALSE(o[1].defined());
+  o[2].sum().backward();
+  EXPECT_FALSE(WithAHole::middle_defined);
+  expect_close(x.grad(), values(x.detach() * 2.0), x.shape(), 1e-15, 0);  // g[0] materialized as zeros
 }
 
 }  // namespace

@@ -220,7 +220,8 @@ void collect(std::vector<Tensor>& out, const A& a, const Rest&... rest) {
 //   Tensor y = Swish::apply(x, 1.5);
 //
 // forward runs without recording and returns a Tensor or, for several outputs, a
-// std::vector<Tensor> (libtorch's variable_list); apply returns the same. backward gets one
+// std::vector<Tensor> (libtorch's variable_list, which may hold undefined tensors); apply returns
+// the same. backward gets one
 // gradient per output and returns one per tensor argument of forward (undefined for those that
 // need none), or, as libtorch's, one per argument (undefined for the non-tensor ones).
 template <class Derived>

@@ -426,13 +426,13 @@ std::vector<Tensor> record_custom(const char* mangled, const std::vector<Tensor>
     return std::any_of(list.begin(), list.end(), [&](const auto& impl) { return impl.get() == t.impl(); });
   };
   // An integer or bool output (an argmax) has no gradient: it does not require grad, as torch's;
-  // nor does one marked non-differentiable.
+  // nor does one marked non-differentiable, nor an undefined one (torch's None), whose gradient
+  // backward gets undefined.
   std::vector<bool> differentiable, dirty;
   for (size_t k = 0; k < outputs.size(); ++k) {
     const Tensor& out = outputs[k];
-    KILN_CHECK(out.defined(), name, "forward of a custom function returned an undefined tensor (output ", k, ")");
-    differentiable.push_back(out.is_floating_point() && !listed(ctx.non_differentiable_, out));
-    dirty.push_back(listed(ctx.dirty_, out) && std::none_of(outputs.begin(), outputs.begin() + k, [&](const Tensor& t) {
+    differentiable.push_back(out.defined() && out.is_floating_point() && !listed(ctx.non_differentiable_, out));
+    dirty.push_back(out.defined() && listed(ctx.dirty_, out) && std::none_of(outputs.begin(), outputs.begin() + k, [&](const Tensor& t) {
                       return t.impl() == out.impl();
                     }));
   }
@@ -486,7 +486,7 @@ std::vector<Tensor> record_custom(const char* mangled, const std::vector<Tensor>
              backward = std::move(backward)](std::vector<Tensor>&& grad_outputs) {
     if (materialize)
       for (size_t k = 0; k < grad_outputs.size(); ++k)
-        if (!grad_outputs[k].defined()) {
+        if (!grad_outputs[k].defined() && out_metas[k].needs) {  // not for an undefined output
           const Meta& m = out_metas[k];
           grad_outputs[k] = zeros(m.shape, TensorOptions().dtype(m.dtype).device(m.device));
         }

@@ -4,6 +4,7 @@
 #include "kiln/nn/parallel.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -28,6 +29,7 @@ struct DistributedDataParallel::State {
   struct Bucket {
     std::vector<size_t> params;  // indices into `params`
     Tensor buffer;               // flat, the params' dtype and device
+    Tensor wire;                 // the buffer compressed, while a comm hook compresses it
     int64_t pending = 0;         // gradients still to come in this backward
     dist::Work work;
   };
@@ -41,6 +43,7 @@ struct DistributedDataParallel::State {
   size_t next_launch = 0;      // buckets are launched in order, so every process queues them alike
   bool find_unused = false;
   bool as_bucket_view = false;
+  std::optional<BuiltinCommHook> hook;
 
   void reset_backward() {
     std::fill(ready.begin(), ready.end(), 0);
@@ -71,7 +74,22 @@ struct DistributedDataParallel::State {
         p.slot.copy_(g);
       }
     }
+    const BuiltinCommHook h = hook.value_or(BuiltinCommHook::AllReduce);
+    if (divide_first && h != BuiltinCommHook::AllReduce) {
+      // The shares rounded to 16 bits, summed in float32 and rounded once by all_reduce.
+      b.wire = b.buffer.to(h == BuiltinCommHook::Fp16Compress ? kFloat16 : kBFloat16);
+      b.work = dist::all_reduce_async(b.wire, dist::ReduceOp::Sum);
+      return;
+    }
     b.work = dist::all_reduce_async(b.buffer, divide_first ? dist::ReduceOp::Sum : dist::ReduceOp::Average);
+  }
+
+  // Waits for a bucket's reduction; a compressed one is brought back into the buffer.
+  void finish(Bucket& b) {
+    b.work.wait();
+    if (!b.wire.defined()) return;
+    b.buffer.copy_(b.wire);
+    b.wire = Tensor();
   }
 
   void launch_ready() {
@@ -107,7 +125,7 @@ struct DistributedDataParallel::State {
     if (!unused.empty() && !find_unused) {
       // Every process runs the same model, so each finds the same parameters and stops here
       // alike; buckets already started finish first.
-      for (size_t b = 0; b < next_launch; ++b) buckets[b].work.wait();
+      for (size_t b = 0; b < next_launch; ++b) finish(buckets[b]);
       reset_backward();
       std::string names;
       for (size_t i = 0; i < unused.size() && i < 20; ++i) names += (i ? ", " : "") + unused[i];
@@ -132,7 +150,7 @@ struct DistributedDataParallel::State {
     if (any.defined()) dist::all_reduce(any, dist::ReduceOp::Max);  // after the buckets: queued alike everywhere
     const bool* any_used = any.defined() ? any.data_ptr<bool>() : nullptr;
     for (Bucket& b : buckets) {
-      b.work.wait();
+      finish(b);
       for (size_t i : b.params) {
         if (any_used && !any_used[i]) continue;
         Param& p = params[i];
@@ -290,7 +308,7 @@ DistributedDataParallel::~DistributedDataParallel() {
 
 void DistributedDataParallel::before_forward() {
   if (state_->in_backward) {  // the last backward stopped on an error before it finished
-    for (size_t b = 0; b < state_->next_launch; ++b) state_->buckets[b].work.wait();
+    for (size_t b = 0; b < state_->next_launch; ++b) state_->finish(state_->buckets[b]);
     state_->reset_backward();
   }
   state_->graph_sync = state_->sync;  // torch's require_backward_grad_sync: no_sync counts at forward
@@ -318,6 +336,14 @@ DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp) : ddp_(ddp
 }
 
 DistributedDataParallel::NoSync::~NoSync() { ddp_.state_->sync = previous_; }
+
+void DistributedDataParallel::register_builtin_comm_hook(BuiltinCommHook hook) {
+  KILN_CHECK(!state_->hook, "DistributedDataParallel", "register_builtin_comm_hook can be called once (as torch's "
+             "register_comm_hook)");
+  KILN_CHECK(!state_->in_backward, "DistributedDataParallel", "register_builtin_comm_hook called during a backward "
+             "pass");
+  state_->hook = hook;
+}
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_names() const {
   std::vector<std::vector<std::string>> out;
