@@ -418,9 +418,10 @@ void average() {
     else
       expect((p.grad().to(kFloat64) - want).abs().max().item<double>() <= 1e-6 * 7 * world, what);
   }
-  // Compressed buckets (register_builtin_comm_hook): each rank's share rounded to 16 bits, summed
-  // in float32 and rounded once; 16-bit gradients go as they are. Values with float32's 24 bits,
-  // whose average 16 bits cannot hold.
+  // Compressed buckets (register_builtin_comm_hook): each rank's share rounded to 16 bits and
+  // summed in 16 bits, each step rounded (in an order MPI picks: any order's result is right);
+  // 16-bit gradients go as they are. Values with float32's 24 bits, whose average 16 bits cannot
+  // hold.
   using nn::parallel::BuiltinCommHook;
   const Tensor u = tensor({1.2345678, -2.7182818, 0.3183099, 3.1415927, -0.5772157}, kFloat64);
   const Tensor exact = u * ((world + 1) / 2);
@@ -442,10 +443,29 @@ void average() {
         expect(same(p.grad(), want.to(kFloat32).to(kBFloat16)), what + "bfloat16 ones as they are (as above)");
         continue;
       }
-      Tensor sum = zeros({5}, kFloat32);
-      for (int q = 0; q < world; ++q) sum = sum + mul((u * (q + 1.0)).to(p.dtype()), 1.0 / world).to(wire).to(kFloat32);
-      expect(same(p.grad(), sum.to(wire).to(p.dtype())), what + dtype_name(p.dtype()) + " ones compressed");
+      std::vector<std::vector<float>> shares;  // [rank][element], each rounded to 16 bits
+      for (int q = 0; q < world; ++q)
+        shares.push_back(mul((u * (q + 1.0)).to(p.dtype()), 1.0 / world).to(wire).to(kFloat32).to_vector<float>());
+      const auto round16 = [&](float x) {
+        return wire == kFloat16 ? static_cast<float>(Half(x)) : static_cast<float>(BFloat16(x));
+      };
+      const std::vector<double> got = p.grad().to(kFloat64).to_vector<double>();
+      bool in_some_order = true;
+      for (size_t i = 0; i < got.size(); ++i) {
+        std::vector<int> order(static_cast<size_t>(world));
+        for (int q = 0; q < world; ++q) order[static_cast<size_t>(q)] = q;
+        bool found = false;
+        do {  // every order of a left fold: every way three (or two) terms can be added
+          float acc = shares[static_cast<size_t>(order[0])][i];
+          for (size_t j = 1; j < order.size(); ++j) acc = round16(acc + shares[static_cast<size_t>(order[j])][i]);
+          found = found || static_cast<double>(acc) == got[i];
+        } while (std::next_permutation(order.begin(), order.end()));
+        in_some_order = in_some_order && found;
+      }
+      expect(world > 3 || in_some_order, what + dtype_name(p.dtype()) + " ones summed in 16 bits");
       expect(!same(p.grad(), exact.to(p.dtype())), what + dtype_name(p.dtype()) + " ones not sent uncompressed");
+      const std::vector<Tensor> all = dist::all_gather(p.grad());
+      for (const Tensor& t : all) expect(same(t, all[0]), what + "every process gets the same sum");
     }
   }
 }

@@ -389,9 +389,14 @@ Elem elem_of(ScalarType t) {
     case kInt32: return Elem::Int32;
     case kInt64: return Elem::Int64;
     case kFloat64: return Elem::Float64;
-    default: return Elem::Float32;  // float32, and float16/bfloat16 staged as float32
+    case kFloat16: return Elem::Float16;  // summed in their own type (all_reduce_in_own_dtype_async)
+    case kBFloat16: return Elem::BFloat16;
+    default: return Elem::Float32;
   }
 }
+
+// The header's op for all_reduce_in_own_dtype_async's sum (ReduceOp's values come first).
+constexpr int kOwnDtypeSum = 4;
 
 // The dtype a reduction runs in: float16 and bfloat16 in float32.
 ScalarType reduce_dtype(ScalarType t) { return t == kFloat16 || t == kBFloat16 ? kFloat32 : t; }
@@ -481,7 +486,9 @@ std::string transports() {
 
 void abort(const std::string& message) { Comm::get().abort_job(message); }
 
-Work all_reduce_async(Tensor& t, ReduceOp op) {
+namespace {
+// all_reduce_async, and with own_dtype its sum in t's own dtype (detail::all_reduce_in_own_dtype_async).
+Work all_reduce_impl(Tensor& t, ReduceOp op, bool own_dtype) {
   check_tensor(t, "all_reduce");
   KILN_CHECK(op != ReduceOp::Average || t.is_floating_point(), "all_reduce",
              "average needs a floating-point tensor, got ", t.dtype());
@@ -494,9 +501,9 @@ Work all_reduce_async(Tensor& t, ReduceOp op) {
     // the MPI path: NCCL's own 16-bit reduction rounds at every step of its ring, and its average
     // multiplies by 1 / world rounded to 16 bits first (bfloat16's 1/3: 0.334).
     Tensor buf = t.is_contiguous() ? t : t.contiguous(), target = t;
-    if (const ScalarType rd = reduce_dtype(t.dtype()); rd != t.dtype()) buf = buf.to(rd);
+    if (const ScalarType rd = own_dtype ? t.dtype() : reduce_dtype(t.dtype()); rd != t.dtype()) buf = buf.to(rd);
     return c.submit_device(
-        header_of(Kind::AllReduce, &t, static_cast<int>(op)), t.device().index, {buf},
+        header_of(Kind::AllReduce, &t, own_dtype ? kOwnDtypeSum : static_cast<int>(op)), t.device().index, {buf},
         [buf, op](detail::DeviceGroup& g, const cuda::Stream& s) { g.all_reduce(buf.data_ptr(), buf.numel(), buf.dtype(), op, s); },
         [buf, target]() mutable {
           NoGradGuard ng;
@@ -504,14 +511,14 @@ Work all_reduce_async(Tensor& t, ReduceOp op) {
         },
         buf.is_same(t) ? nullptr : &t);
   }
-  const ScalarType rd = reduce_dtype(t.dtype());
+  const ScalarType rd = own_dtype ? t.dtype() : reduce_dtype(t.dtype());
   Tensor buf = host_buffer(t, rd);
   const int world = c.world();
   Tensor target = t;
   // Average divides on the communication thread, right after the sum, while the buffer is warm
   // in cache (and, in DDP, while backward goes on); the buffer is float32 or float64 then.
   return c.submit(
-      header_of(Kind::AllReduce, &t, static_cast<int>(op)),
+      header_of(Kind::AllReduce, &t, own_dtype ? kOwnDtypeSum : static_cast<int>(op)),
       [buf, op, world](ProcessGroup& g) {
         g.all_reduce(buf.data_ptr(), buf.numel(), elem_of(buf.dtype()), op);
         if (op == ReduceOp::Average) {
@@ -524,6 +531,15 @@ Work all_reduce_async(Tensor& t, ReduceOp op) {
         if (!buf.is_same(target)) target.copy_(buf);
       },
       -1, buf.is_same(t) ? nullptr : &t);
+}
+}  // namespace
+
+Work all_reduce_async(Tensor& t, ReduceOp op) { return all_reduce_impl(t, op, /*own_dtype=*/false); }
+
+Work detail::all_reduce_in_own_dtype_async(Tensor& t) {
+  KILN_CHECK(t.is_floating_point(), "all_reduce", "a sum in its own dtype is for floating-point tensors, got ",
+             t.dtype());
+  return all_reduce_impl(t, ReduceOp::Sum, /*own_dtype=*/true);
 }
 
 void all_reduce(Tensor& t, ReduceOp op) { all_reduce_async(t, op).wait(); }

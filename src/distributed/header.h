@@ -44,7 +44,9 @@ struct Header {
     if (ndim > 8) os << ", ... (" << ndim << " dims, shape hash " << shape_hash << ")";
     os << "]" << (cuda == 2 ? " on a GPU (the first there: creates its NCCL communicator)" : cuda ? " on a GPU" : "");
     if (root >= 0) os << " from rank " << root;
-    if (op >= 0) os << " (" << (op == 0 ? "sum" : op == 1 ? "average" : op == 2 ? "max" : "min") << ")";
+    if (op >= 0)
+      os << " (" << (op == 0 ? "sum" : op == 1 ? "average" : op == 2 ? "max" : op == 3 ? "min" : "sum in its own dtype")
+         << ")";
     return os.str();
   }
 };

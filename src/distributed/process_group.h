@@ -12,9 +12,15 @@
 
 namespace kiln::distributed::detail {
 
-// What a reduction runs on: the MPI-native element types (float16/bfloat16 are reduced as
-// float32 by the caller).
-enum class Elem : int8_t { Bool, UInt8, Int32, Int64, Float32, Float64 };
+// What a reduction runs on: the MPI-native element types, and float16/bfloat16 summed in their
+// own type (rounded at every step, as NCCL's: only for all_reduce_in_own_dtype_async; the other
+// reductions of 16-bit floats run in float32, converted by the caller).
+enum class Elem : int8_t { Bool, UInt8, Int32, Int64, Float32, Float64, Float16, BFloat16 };
+
+// all_reduce_async's sum, run in t's own dtype even where it has 16 bits (all_reduce sums those in
+// float32): half the bytes on the wire, each step rounded to 16 bits (DDP's compression hooks,
+// as torch's fp16_compress_hook, whose NCCL sum does the same). Every process must call it alike.
+[[nodiscard]] Work all_reduce_in_own_dtype_async(Tensor& t);
 
 class ProcessGroup {
  public:

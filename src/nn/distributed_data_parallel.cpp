@@ -76,9 +76,9 @@ struct DistributedDataParallel::State {
     }
     const BuiltinCommHook h = hook.value_or(BuiltinCommHook::AllReduce);
     if (divide_first && h != BuiltinCommHook::AllReduce) {
-      // The shares rounded to 16 bits, summed in float32 and rounded once by all_reduce.
+      // The shares rounded to 16 bits and summed in 16 bits: half the bytes on the wire.
       b.wire = b.buffer.to(h == BuiltinCommHook::Fp16Compress ? kFloat16 : kBFloat16);
-      b.work = dist::all_reduce_async(b.wire, dist::ReduceOp::Sum);
+      b.work = dist::detail::all_reduce_in_own_dtype_async(b.wire);
       return;
     }
     b.work = dist::all_reduce_async(b.buffer, divide_first ? dist::ReduceOp::Sum : dist::ReduceOp::Average);

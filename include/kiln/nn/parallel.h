@@ -34,14 +34,16 @@ struct DistributedDataParallelOptions {
 enum class BuiltinCommHook {
   AllReduce,     // in the gradients' dtype (the default)
   Fp16Compress,  // float32 and float64 buckets sent as float16 (a half or a quarter of the bytes):
-                 // each process's share, rounded to float16, summed in float32 and rounded once;
-                 // about three significant digits, and float16's range (shares under 6e-8 flush
-                 // to zero, over 65504 overflow: a GradScaler's scaled gradients may)
+                 // each process's share rounded to float16 and summed in float16 (each step
+                 // rounded, as torch's hook over NCCL); about three significant digits, and
+                 // float16's range (shares under 6e-8 flush to zero, over 65504 overflow: a
+                 // GradScaler's scaled gradients may)
   Bf16Compress,  // as Fp16Compress in bfloat16: float32's range, about two significant digits
 };
 // Compression pays where the link bounds the reduction (processes on several machines); between
-// processes on one machine under MPI the casts and the 16-bit sums cost more than the bytes saved
-// (docs/perf.md: 100 MiB of float32 gradients reduced in 0.10 s compressed, 0.07 s not).
+// processes on one machine under MPI the casts and the 16-bit sums cost about what the bytes save
+// (docs/perf.md: 100 MiB of float32 gradients in 0.10 s either way with bfloat16, 0.16 s with
+// float16).
 
 // Wraps a module replicated on every process of kiln::distributed:
 //  - at construction, rank 0's parameters and buffers are copied to every process;

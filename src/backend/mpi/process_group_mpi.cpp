@@ -13,6 +13,7 @@
 
 #include "core/parse_number.h"
 #include "distributed/process_group.h"
+#include "kiln/dtype.h"
 #include "kiln/error.h"
 
 namespace kiln::distributed::detail {
@@ -48,6 +49,8 @@ double rendezvous_timeout() {
 
 MPI_Datatype mpi_type(Elem e) {
   switch (e) {
+    case Elem::Float16:
+    case Elem::BFloat16: return MPI_UINT16_T;
     case Elem::Bool: return MPI_C_BOOL;
     case Elem::UInt8: return MPI_UINT8_T;
     case Elem::Int32: return MPI_INT32_T;
@@ -58,8 +61,36 @@ MPI_Datatype mpi_type(Elem e) {
   return MPI_BYTE;
 }
 
+// Sums of 16-bit floats in their own type: each pair added in float and rounded back.
+template <class T>
+void sum16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    T x, y;
+    x.bits = a[i];
+    y.bits = b[i];
+    b[i] = T(static_cast<float>(x) + static_cast<float>(y)).bits;
+  }
+}
+
+// The reduction of 16-bit floats (a sum), made once after MPI_Init, on the communication thread.
+template <class T>
+MPI_Op sum16_op() {
+  static MPI_Op op = [] {
+    MPI_Op made;
+    KILN_MPI_CHECK(MPI_Op_create(&sum16<T>, /*commute=*/1, &made));
+    return made;
+  }();
+  return op;
+}
+
 MPI_Op mpi_op(Elem e, ReduceOp op) {
   if (e == Elem::Bool) return op == ReduceOp::Min ? MPI_LAND : MPI_LOR;
+  if (e == Elem::Float16 || e == Elem::BFloat16) {
+    KILN_CHECK(op == ReduceOp::Sum, "distributed", "16-bit floats reduce in their own type by sums only");
+    return e == Elem::Float16 ? sum16_op<Half>() : sum16_op<BFloat16>();
+  }
   switch (op) {
     case ReduceOp::Max: return MPI_MAX;
     case ReduceOp::Min: return MPI_MIN;
@@ -224,6 +255,8 @@ class MpiGroup final : public ProcessGroup {
     switch (e) {
       case Elem::Bool:
       case Elem::UInt8: return 1;
+      case Elem::Float16:
+      case Elem::BFloat16: return 2;
       case Elem::Int32:
       case Elem::Float32: return 4;
       default: return 8;
