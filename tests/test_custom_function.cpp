@@ -172,5 +172,39 @@ TEST(CustomFunction, SavedTensorChangedInPlaceIsAnError) {
   expect_error([&] { y.sum().backward(); }, "modified in place");
 }
 
+// saved_data holds what libtorch's IValue holds there: numbers, bools, strings, shapes, tensors.
+struct SumToShape : autograd::Function<SumToShape> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, int64_t dim, bool keepdim) {
+    ctx->saved_data["shape"] = x.shape();
+    ctx->saved_data["dim"] = dim;
+    ctx->saved_data["keepdim"] = keepdim;
+    ctx->saved_data["scale"] = 0.5f;
+    ctx->saved_data["name"] = "sum";
+    ctx->saved_data["offset"] = ones({1}, x.dtype());
+    return x.sum({dim}, keepdim) * 0.5;
+  }
+  static std::vector<Tensor> backward(AutogradContext* ctx, std::vector<Tensor> g) {
+    auto& d = ctx->saved_data;
+    EXPECT_EQ(d["name"].toStringRef(), "sum");
+    EXPECT_TRUE(d["offset"].isTensor());
+    Tensor gx = d["keepdim"].toBool() ? g[0] : g[0].unsqueeze(d["dim"].toInt());
+    Shape shape;
+    for (int64_t n : d["shape"].toIntVector()) shape.push_back(n);
+    return {gx.expand(shape) * d["scale"] * d["offset"].toTensor(), Tensor(), Tensor()};
+  }
+};
+
+TEST(CustomFunction, SavedDataHoldsNumbersBoolsStringsShapesAndTensors) {
+  Tensor x = ones({2, 3}).requires_grad_();
+  SumToShape::apply(x, int64_t{1}, false).sum().backward();
+  expect_close(x.grad(), std::vector<double>(6, 0.5), {2, 3});
+  autograd::SavedValue v = 3;
+  EXPECT_EQ(v.toDouble(), 3.0);  // an int is a number too
+  const double d = v;
+  EXPECT_EQ(d, 3.0);
+  expect_error([&] { (void)v.toBool(); }, "[saved_data] expected a bool but the value holds int");
+  expect_error([] { (void)autograd::SavedValue().toTensor(); }, "expected a tensor but the value holds nothing");
+}
+
 }  // namespace
 }  // namespace kiln::test

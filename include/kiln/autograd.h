@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 #include <typeinfo>
+#include <variant>
 #include <vector>
 
 #include "kiln/tensor.h"
@@ -160,6 +161,48 @@ std::vector<Tensor> record_custom(const char* name, const std::vector<Tensor>& i
                                   const AutogradContext& ctx);
 }  // namespace detail
 
+// A value a custom function keeps in ctx->saved_data for its backward (libtorch's IValue there): a
+// number, a bool, a string, a list of integers (a shape) or a tensor. The to*() accessors refuse
+// (a kiln::Error naming both kinds) a value of another kind; toDouble takes an integer too. It
+// converts to double and to Scalar as it is (ctx->saved_data["beta"] in arithmetic). A tensor kept
+// here is not checked against later in-place changes (save_for_backward's are), as in torch.
+class SavedValue {
+ public:
+  SavedValue() = default;  // none: what saved_data[key] holds before anything is stored there
+  template <class T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+  SavedValue(T v) : v_(static_cast<double>(v)) {}
+  template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+  SavedValue(T v) : v_(static_cast<int64_t>(v)) {}
+  template <class T, std::enable_if_t<std::is_same_v<T, bool>, int> = 0>
+  SavedValue(T v) : v_(v) {}
+  SavedValue(std::string v) : v_(std::move(v)) {}
+  SavedValue(const char* v) : v_(std::string(v)) {}
+  SavedValue(std::vector<int64_t> v) : v_(std::move(v)) {}
+  SavedValue(const Shape& v) : v_(std::vector<int64_t>(v.begin(), v.end())) {}
+  SavedValue(Tensor v) : v_(std::move(v)) {}
+
+  bool isNone() const { return v_.index() == 0; }
+  bool isDouble() const { return std::holds_alternative<double>(v_); }
+  bool isInt() const { return std::holds_alternative<int64_t>(v_); }
+  bool isBool() const { return std::holds_alternative<bool>(v_); }
+  bool isString() const { return std::holds_alternative<std::string>(v_); }
+  bool isIntList() const { return std::holds_alternative<std::vector<int64_t>>(v_); }
+  bool isTensor() const { return std::holds_alternative<Tensor>(v_); }
+  double toDouble() const;
+  int64_t toInt() const;
+  bool toBool() const;
+  const std::string& toStringRef() const;
+  std::vector<int64_t> toIntVector() const;
+  Tensor toTensor() const;
+  // "double", "int", ...: what it holds, for messages.
+  const char* kind() const;
+  operator double() const { return toDouble(); }
+  operator Scalar() const;
+
+ private:
+  std::variant<std::monostate, double, int64_t, bool, std::string, std::vector<int64_t>, Tensor> v_;
+};
+
 // What a custom function's forward leaves for its backward (torch::autograd::AutogradContext).
 class AutogradContext {
  public:
@@ -183,8 +226,8 @@ class AutogradContext {
   // Whether backward gets zeros (true, the default, as torch's) or undefined tensors for the
   // outputs whose gradient nothing computed (an unused output, a non-differentiable one).
   void set_materialize_grads(bool value) { materialize_grads_ = value; }
-  // Anything else backward needs (sizes, flags).
-  std::map<std::string, double> saved_data;
+  // Anything else backward needs (numbers, flags, shapes, names).
+  std::map<std::string, SavedValue> saved_data;
 
  private:
   template <class Derived>

@@ -381,6 +381,48 @@ std::vector<Tensor> AutogradContext::get_saved_variables() const {
   return out;
 }
 
+const char* SavedValue::kind() const {
+  static const char* kinds[] = {"nothing", "double", "int", "bool", "string", "int list", "tensor"};
+  return kinds[v_.index()];
+}
+
+namespace {
+[[noreturn]] void wrong_kind(const SavedValue& v, const char* wanted) {
+  KILN_FAIL("saved_data", "expected ", wanted, " but the value holds ", v.kind());
+}
+}  // namespace
+
+double SavedValue::toDouble() const {
+  if (isDouble()) return std::get<double>(v_);
+  if (isInt()) return static_cast<double>(std::get<int64_t>(v_));
+  wrong_kind(*this, "a number");
+}
+int64_t SavedValue::toInt() const {
+  if (!isInt()) wrong_kind(*this, "an int");
+  return std::get<int64_t>(v_);
+}
+bool SavedValue::toBool() const {
+  if (!isBool()) wrong_kind(*this, "a bool");
+  return std::get<bool>(v_);
+}
+const std::string& SavedValue::toStringRef() const {
+  if (!isString()) wrong_kind(*this, "a string");
+  return std::get<std::string>(v_);
+}
+std::vector<int64_t> SavedValue::toIntVector() const {
+  if (!isIntList()) wrong_kind(*this, "an int list");
+  return std::get<std::vector<int64_t>>(v_);
+}
+Tensor SavedValue::toTensor() const {
+  if (!isTensor()) wrong_kind(*this, "a tensor");
+  return std::get<Tensor>(v_);
+}
+SavedValue::operator Scalar() const {
+  if (isInt()) return Scalar(std::get<int64_t>(v_));
+  if (isBool()) return Scalar(std::get<bool>(v_));
+  return Scalar(toDouble());
+}
+
 void AutogradContext::mark_non_differentiable(const std::vector<Tensor>& outputs) {
   for (const Tensor& t : outputs)
     if (t.defined()) non_differentiable_.push_back(t.impl_ptr());
