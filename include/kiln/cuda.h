@@ -65,7 +65,7 @@ class Stream {
   // A stream made elsewhere (a cudaStream_t from another library) on `device`; it must outlive
   // the tensors allocated or recorded on it. cudaStreamLegacy is the default stream;
   // cudaStreamPerThread is refused (one handle for a different stream in every thread, which the
-  // allocator could not tell apart).
+  // allocator could not tell apart), and so is a stream of another device (asked of CUDA).
   static Stream from_native(void* stream, int device);
 
   int device() const { return device_; }
@@ -79,6 +79,7 @@ class Stream {
 
  private:
   Stream(void* stream, int device) : stream_(stream), device_(device) {}
+  friend Stream current_stream(int device);
   void* stream_ = nullptr;
   int device_ = 0;
 };

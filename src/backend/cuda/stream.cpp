@@ -92,7 +92,14 @@ Stream Stream::from_native(void* stream, int device) {
   KILN_CHECK(stream != static_cast<void*>(cudaStreamPerThread), "cuda::Stream::from_native",
              "cudaStreamPerThread names another stream in every thread; pass a stream of its own");
   if (stream == static_cast<void*>(cudaStreamLegacy)) stream = nullptr;  // the default stream's other name
-  return Stream(stream, be::resolve(device, "cuda::Stream::from_native"));
+  device = be::resolve(device, "cuda::Stream::from_native");
+  if (stream != nullptr) {  // a stream of another GPU would run each op there, on memory of this one
+    int owner = -1;
+    KILN_CUDA_CHECK(cudaStreamGetDevice(static_cast<cudaStream_t>(stream), &owner));
+    KILN_CHECK(owner == device, "cuda::Stream::from_native", "the stream belongs to cuda:", owner, ", not cuda:",
+               device);
+  }
+  return Stream(stream, device);
 }
 
 bool Stream::query() const {
@@ -119,7 +126,7 @@ void Stream::wait(const Stream& other) const {
 
 Stream current_stream(int device) {
   device = be::resolve(device, "cuda::current_stream");
-  return Stream::from_native(be::current_stream(device), device);
+  return Stream(be::current_stream(device), device);  // the pool's or from_native's: checked already
 }
 
 StreamGuard::StreamGuard(const Stream& stream) : device_(stream.device()) {
