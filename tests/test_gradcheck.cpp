@@ -178,6 +178,8 @@ std::vector<GradRow> rows() {
       {"prod_zeros_over_two_dims",
        in(vals({0.0, 0.5, 0.0, 0.0, 1.5, -0.5, 0.0, 2.0, 0.0, 1.1, 0.8, 0.0}, {2, 3, 2})),
        [](V x) { return prod(x[0], {0, 2}); }},
+      {"prod_zeros_long_group", in(vals({1.1, 0.0, -0.9, 1.3, 0.0, 0.8, -1.2, 0.0, 1.05}, {9})),
+       [](V x) { return prod(x[0]); }},
       {"amax", in(dist({2, 3, 2})), [](V x) { return amax(x[0], {0, 2}); }},
       {"amin", in(dist({2, 3})), [](V x) { return x[0].amin({1}, true); }},
       {"amax_tie", in(vals({1.0, 3.0, 3.0, -2.0}, {4})), [](V x) { return amax(x[0]); }},

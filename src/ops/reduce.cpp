@@ -149,13 +149,27 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
 }
 
 namespace {
+// Inclusive products along the last dim, from the left (or the right), in ceil(log2 n) steps of
+// differentiable ops (a Hillis-Steele scan): each step multiplies by the partial products s
+// places away.
+Tensor scan_products(Tensor c, bool from_right) {
+  const int64_t n = c.size(-1), last = c.dim() - 1;
+  for (int64_t s = 1; s < n; s *= 2) {
+    Shape pad = c.shape();
+    pad.back() = s;
+    const Tensor one = ones(pad, TensorOptions(c.dtype()).device(c.device()));
+    c = c * (from_right ? cat({c.narrow(last, s, n - s), one}, last) : cat({one, c.narrow(last, 0, n - s)}, last));
+  }
+  return c;
+}
+
 // The product of the other elements of each element's group (the dims `rd`, ascending), in
-// differentiable ops whatever the zeros: each group as the rows of an n x n matrix holding 1 on its
-// diagonal, whose rows' products are the answer (torch's prod_safe_zeros_backward, with products
-// for its cumulative ones). O(n^2) memory: only for a create_graph pass through a group holding two
-// or more zeros, where the formula below has no second derivative.
+// differentiable ops whatever the zeros: the products of those before it times those after it,
+// from two scans (torch's prod_safe_zeros_backward, with its cumprods as scans: O(n log n) work
+// and memory). Only for a create_graph pass through a group holding two or more zeros, where the
+// formula below has no second derivative.
 Tensor product_of_others(const Tensor& x, const Shape& rd) {
-  Shape perm, kept, groups;
+  Shape perm, kept;
   int64_t n = 1;
   for (int64_t d = 0; d < x.dim(); ++d)
     if (std::find(rd.begin(), rd.end(), d) == rd.end()) {
@@ -166,13 +180,16 @@ Tensor product_of_others(const Tensor& x, const Shape& rd) {
     perm.push_back(d);
     n *= x.size(d);
   }
-  Shape flat = kept, rows = kept, grouped = kept;
+  Shape flat = kept, grouped = kept, edge = kept;
   flat.push_back(n);
-  rows.insert(rows.end(), {n, n});
+  edge.push_back(1);
   for (int64_t d : rd) grouped.push_back(x.size(d));
-  Tensor matrix = x.permute(perm).reshape(flat).unsqueeze(-2).expand(rows);
-  Tensor diagonal = eye(n, std::nullopt, TensorOptions(kBool).device(x.device()));
-  Tensor others = prod(where(diagonal, 1.0, matrix), {-1}).reshape(grouped);
+  const Tensor values = x.permute(perm).reshape(flat);
+  const int64_t last = values.dim() - 1;
+  const Tensor one = ones(edge, TensorOptions(x.dtype()).device(x.device()));
+  const Tensor before = cat({one, scan_products(values, false).narrow(last, 0, n - 1)}, last);
+  const Tensor after = cat({scan_products(values, true).narrow(last, 1, n - 1), one}, last);
+  Tensor others = (before * after).reshape(grouped);
   Shape inverse(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
   return others.permute(inverse);
