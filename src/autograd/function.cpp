@@ -236,14 +236,11 @@ bool view_requires_grad(const Tensor& t) {
 namespace kiln::autograd {
 
 namespace {
-// `saves`: whether the backward function holds saved tensors, when not the SavedTensors made
-// since the last record (a custom function's).
 void record_node(const char* name, std::span<const Tensor* const> inputs, const Tensor& output, BackwardFn backward,
-                 bool is_view = false, bool inplace = false, std::optional<bool> saves = std::nullopt) {
+                 bool is_view = false, bool inplace = false) {
   auto node = std::make_shared<FunctionNode>(name, std::move(backward));
   const Tensor* outputs[] = {&output};
-  const bool saved = take_saved(node, outputs, inplace);
-  node->saves_tensors = saves.value_or(saved);
+  node->saves_tensors = take_saved(node, outputs, inplace);
   node->is_view = is_view;
   node->next_edges.reserve(inputs.size());
   for (const Tensor* t : inputs) node->next_edges.push_back(gradient_edge(*t));
