@@ -273,8 +273,11 @@ TEST(HigherOrder, AttentionWithDropoutDrawsItsMaskAgain) {
   Tensor out1 = scaled_dot_product_attention(q, k, v, {}, 1.0);
   Tensor g1 = autograd::grad({(out1 * out1).sum() + out1.sum()}, {q}, {}, false, false, /*create_graph=*/true)[0];
   const auto gg = autograd::grad({g1.sum()}, {q, k, v}, {}, false, /*allow_unused=*/true);
-  for (const Tensor& t : gg)
-    if (t.defined()) EXPECT_EQ(t.abs().sum().item<double>(), 0.0);
+  for (const Tensor& t : gg) {
+    if (t.defined()) {
+      EXPECT_EQ(t.abs().sum().item<double>(), 0.0);
+    }
+  }
   EXPECT_TRUE(autograd::gradgradcheck([](V in) {
     manual_seed(12);  // the same mask in every call
     return scaled_dot_product_attention(in[0], in[1], in[2], {}, 0.3, /*is_causal=*/true);
