@@ -152,7 +152,7 @@ class AutogradContext;
 namespace detail {
 // Records `outputs` as computed from `inputs` by the custom function `name` (a string that lives
 // for the program, such as typeid(...).name()) when grad mode is on and an input requires grad,
-// and returns them (a fresh alias for an output that is an input, or an earlier output, itself).
+// and returns them (a view of it for an output that is an input, or an earlier output, itself).
 // backward maps the outputs' gradients (zeros, or undefined when ctx's materialize_grads is off,
 // for those that got none) to one gradient per input, checked against the inputs' shapes. A
 // function that saved no tensors can be passed by later backward passes.
@@ -264,9 +264,9 @@ void collect(std::vector<Tensor>& out, const A& a, const Rest&... rest) {
 //
 // forward runs without recording and returns a Tensor or, for several outputs, a
 // std::vector<Tensor> (libtorch's variable_list, which may hold undefined tensors); apply returns
-// the same. backward gets one
-// gradient per output and returns one per tensor argument of forward (undefined for those that
-// need none), or, as libtorch's, one per argument (undefined for the non-tensor ones).
+// the same. backward gets one gradient per output and returns one per tensor argument of forward
+// (undefined for those that need none), or, as libtorch's, one per argument (undefined for the
+// non-tensor ones).
 template <class Derived>
 struct Function {
   template <class... Args>

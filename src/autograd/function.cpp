@@ -509,44 +509,36 @@ std::vector<Tensor> record_custom(const char* mangled, const std::vector<Tensor>
   // What each input's gradient must be: its shape is checked, its dtype and device are the
   // input's (a gradient in another dtype is cast, as PyTorch's validate_outputs does).
   // An input that needs no gradient has its returned one ignored, as PyTorch's (an index input's).
-  struct Meta {
-    bool needs = false;
-    Shape shape;
-    ScalarType dtype = kFloat32;
-    Device device;
+  // Undefined inputs and outputs have none (std::nullopt).
+  const auto metas_of = [](const std::vector<Tensor>& ts) {
+    std::vector<std::optional<InputMeta>> m;
+    for (const Tensor& t : ts) m.push_back(t.defined() ? std::optional<InputMeta>(InputMeta(t)) : std::nullopt);
+    return m;
   };
-  const auto meta_of = [](const Tensor& t, bool needs) {
-    return t.defined() ? Meta{needs, t.shape(), t.dtype(), t.device()} : Meta{};
-  };
-  std::vector<Meta> in_metas, out_metas;
-  for (const Tensor& t : inputs) in_metas.push_back(meta_of(t, t.defined() && t.requires_grad()));
-  for (const Tensor& t : outputs) out_metas.push_back(meta_of(t, true));
-  auto fn = [name, in_metas, out_metas, materialize = ctx.materialize_grads_,
+  auto fn = [name, in_metas = metas_of(inputs), out_metas = metas_of(outputs), materialize = ctx.materialize_grads_,
              backward = std::move(backward)](std::vector<Tensor>&& grad_outputs) {
     if (materialize)
       for (size_t k = 0; k < grad_outputs.size(); ++k)
-        if (!grad_outputs[k].defined() && out_metas[k].needs) {  // not for an undefined output
-          const Meta& m = out_metas[k];
-          grad_outputs[k] = zeros(m.shape, TensorOptions().dtype(m.dtype).device(m.device));
-        }
+        if (const auto& m = out_metas[k]; !grad_outputs[k].defined() && m)  // not for an undefined output
+          grad_outputs[k] = zeros(m->shape, TensorOptions().dtype(m->dtype).device(m->device));
     std::vector<Tensor> grads = backward(std::move(grad_outputs));
     // Undefined ones past the last input are allowed (torch's Nones for non-tensor arguments).
     while (grads.size() > in_metas.size() && !grads.back().defined()) grads.pop_back();
     KILN_CHECK(grads.size() == in_metas.size(), name, "backward returned ", grads.size(), " gradient(s) for ",
                in_metas.size(), " tensor input(s)");
     for (size_t i = 0; i < grads.size(); ++i) {
-      const Meta& m = in_metas[i];
-      if (!m.needs) grads[i] = Tensor();
-      if (!grads[i].defined()) continue;
+      const auto& m = in_metas[i];
+      if (!m || !m->needs || !grads[i].defined()) {
+        grads[i] = Tensor();
+        continue;
+      }
       // One the input broadcasts to is summed to the input's shape (torch's validate_outputs).
-      KILN_CHECK(grads[i].shape() == m.shape || expandable(m.shape, grads[i].shape()), name,
+      KILN_CHECK(grads[i].shape() == m->shape || expandable(m->shape, grads[i].shape()), name,
                  "backward returned a gradient of shape ", grads[i].shape(), " for tensor input ", i, " of shape ",
-                 m.shape);
-      grads[i] = sum_to(grads[i], m.shape);
+                 m->shape);
       KILN_CHECK(grads[i].is_floating_point(), name, "backward returned a gradient of dtype ", grads[i].dtype(),
                  " for tensor input ", i, " (gradients are floating-point)");
-      if (grads[i].device() != m.device) grads[i] = grads[i].to(m.device);
-      if (grads[i].dtype() != m.dtype) grads[i] = grads[i].to(m.dtype);
+      grads[i] = (*m)(grads[i]);  // summed to the input's shape, in its dtype, on its device
     }
     return grads;
   };

@@ -66,9 +66,8 @@ Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   // A row whose every score is -inf gives zeros (and a zero mask gradient), as the fused path
   // and PyTorch's math path (its _safe_softmax) give, not NaN.
   Tensor p = masked_softmax(scores, ne(scores, -INFINITY), -1);
-  if (dropout_p >= 1.0) {  // as dropout(): all dropped, x * 0 (no infinite scale to differentiate)
-    p = mul(p, 0);
-  } else if (dropout_p > 0 && replay) {
+  // dropout() for p = 1 too (x * 0, no draw), which the fused kernels' scale of 1/(1-p) is not.
+  if (dropout_p > 0 && dropout_p < 1 && replay) {
     const Shape batch = broadcast_shapes(broadcast_shapes(lead(q), lead(k), kName), lead(v), kName);
     p = ops::dropout_with(p.expand(with_rows(batch, q.size(-2), k.size(-2))), dropout_p, *replay);
   } else if (dropout_p > 0) {
