@@ -383,6 +383,7 @@ def run(torch, a, device):
     result.update(extra)
     if device.type == "cuda":
         result["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
+        result["cudnn_deterministic"] = bool(torch.backends.cudnn.deterministic)
     return result
 
 

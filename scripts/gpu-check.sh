@@ -7,7 +7,8 @@
 # Fashion-MNIST) for one epoch, the MLM job for 50 steps and kiln train on the device it picks,
 # all with KILN_FALLBACK=error, then kiln bench for the seed's three models on cuda in bf16
 # beside PyTorch on the same GPU (--vs-pytorch), a profiled evaluation step, the convolutions
-# through cuDNN's graph API (tests, and ResNet-50 and VGG-16 timed), the fused attention beside
+# through cuDNN's graph API (tests, and ResNet-50 and VGG-16 timed), the CNNs' training with
+# nondeterministic convolution algorithms allowed (PyTorch's default), the fused attention beside
 # PyTorch's SDPA, the three models on the CPU and the GPU in fp32 in one stage (the GPU's speed-up
 # over the CPU, the seed's figure; with oneDNN only), ResNet-50 at batch 256 and BERT-base at 128
 # beside PyTorch (the two peaks), ResNet-50's evaluation at batch 1 beside PyTorch's, a run past
@@ -388,6 +389,11 @@ bench_stage bench_cnn_ops 90 bench-cnn-ops "$kiln" bench --models bn-relu,maxpoo
   --dtypes fp32,bf16 --warmup 2 --steps 10 --vs-pytorch --pytorch-timeout 90
 bench_stage bench_cudnn_graph 90 bench-cudnn-graph env KILN_CUDNN_API=graph "$kiln" bench --models resnet50,vgg16 \
   --devices cuda --dtypes bf16 --warmup 1 --steps 3
+# Whether Kiln's deterministic convolutions cost the CNNs' training (VGG-16 trailed PyTorch most):
+# cuDNN's first choice, nondeterministic algorithms allowed (PyTorch's default), beside the
+# deterministic rows of bench_cuda_bf16.
+bench_stage bench_cudnn_nondeterministic 90 bench-cudnn-nondet "$kiln" bench --models resnet50,vgg16 --modes train \
+  --devices cuda --dtypes bf16 --warmup 1 --steps 3 --cudnn-nondeterministic
 # The GPU's speed-up over this machine's CPU (the seed's figure), in fp32: the same workloads on
 # both devices in one kiln bench, so its rows and chart have the speed-ups (cpu first). With oneDNN
 # only: without it (47 s a BERT-base step at batch 8 on the first H200 machine) it says nothing.

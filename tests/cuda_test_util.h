@@ -28,10 +28,11 @@ class Cuda : public ::testing::Test {
 
 // Restores kiln::cudnn's switches when a test ends.
 struct CudnnSettings {
-  bool tf32 = cudnn::allow_tf32(), bench = cudnn::benchmark();
+  bool tf32 = cudnn::allow_tf32(), bench = cudnn::benchmark(), deterministic = cudnn::deterministic();
   ~CudnnSettings() {
     cudnn::set_allow_tf32(tf32);
     cudnn::set_benchmark(bench);
+    cudnn::set_deterministic(deterministic);
   }
 };
 

@@ -576,18 +576,28 @@ TEST_F(CudaConv, HalfPrecisionMatchesTheCpuWithoutFallback) {
       }
 }
 
-TEST_F(CudaConv, BenchmarkModeMatchesTheCpu) {
-  cudnn::set_benchmark(true);
+// Benchmark mode, and cuDNN's first choice with nondeterministic algorithms allowed (PyTorch's
+// default), each planned (rep 0) and from its kept plan (rep 1).
+TEST_F(CudaConv, BenchmarkModeAndNondeterministicAlgorithmsMatchTheCpu) {
   cudnn::set_allow_tf32(false);
   const std::vector<ConvCase> cases = conv_cases();
-  for (int rep = 0; rep < 2; ++rep)  // the second time from the timed choice
-    for (size_t i : {size_t{0}, size_t{2}, size_t{4}}) {
-      const ConvCase& c = cases[i];
-      const uint64_t before = total_fallbacks();
-      const ConvResult got = conv_run(c, true, ConvLayout::InputChannelsLast, kFloat32, kFloat32, Device::cuda(0));
-      EXPECT_EQ(total_fallbacks(), before) << c.name << " ran an op through the CPU fallback";
-      expect_conv_close(got, conv_run(c, true, ConvLayout::InputChannelsLast, kFloat32, kFloat64, Device::cpu()),
-                        1e-4, std::string(c.name) + ", benchmark mode, rep " + std::to_string(rep));
+  for (const bool bench : {true, false})
+    for (const bool deterministic : {true, false}) {
+      if (!bench && deterministic) continue;  // the other tests' setting
+      cudnn::set_benchmark(bench);
+      cudnn::set_deterministic(deterministic);
+      const std::string mode = std::string(bench ? "benchmark mode" : "heuristics") +
+                               (deterministic ? ", deterministic" : ", nondeterministic allowed");
+      for (int rep = 0; rep < 2; ++rep)
+        for (size_t i : {size_t{0}, size_t{2}, size_t{4}}) {
+          const ConvCase& c = cases[i];
+          const uint64_t before = total_fallbacks();
+          const ConvResult got =
+              conv_run(c, true, ConvLayout::InputChannelsLast, kFloat32, kFloat32, Device::cuda(0));
+          EXPECT_EQ(total_fallbacks(), before) << c.name << " ran an op through the CPU fallback";
+          expect_conv_close(got, conv_run(c, true, ConvLayout::InputChannelsLast, kFloat32, kFloat64, Device::cpu()),
+                            1e-4, std::string(c.name) + ", " + mode + ", rep " + std::to_string(rep));
+        }
     }
 }
 

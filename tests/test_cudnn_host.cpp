@@ -104,9 +104,10 @@ TEST(CudnnHost, PlanKeysDifferInEveryField) {
     ScalarType dtype = kFloat32;
     Math math = Math::Default;
     bool benchmark = false;
+    bool deterministic = true;
     cp::Geometry g{2, 8, 10, 10, 16, 8, 3, 3, 10, 10};
     backend::ConvAttrs a{};
-    cp::PlanKey key() const { return cp::plan_key(kind, device, dtype, math, benchmark, g, a); }
+    cp::PlanKey key() const { return cp::plan_key(kind, device, dtype, math, benchmark, deterministic, g, a); }
   };
   Call base;
   base.a.padding[0] = base.a.padding[1] = 1;
@@ -124,6 +125,7 @@ TEST(CudnnHost, PlanKeysDifferInEveryField) {
   vary([](Call& c) { c.dtype = kFloat64; });
   vary([](Call& c) { c.math = Math::Fma; });
   vary([](Call& c) { c.benchmark = true; });
+  vary([](Call& c) { c.deterministic = false; });
   for (int64_t cp::Geometry::*f : {&cp::Geometry::n, &cp::Geometry::c_in, &cp::Geometry::h, &cp::Geometry::w,
                                     &cp::Geometry::c_out, &cp::Geometry::c_in_group, &cp::Geometry::kh,
                                     &cp::Geometry::kw, &cp::Geometry::oh, &cp::Geometry::ow})
@@ -164,20 +166,26 @@ TEST(CudnnHost, CandidatesKeepCudnnsOrderDeterministicFirst) {
     if (algo == 4) return std::nullopt;
     return algo == 3 ? size_t{2000} : size_t(algo) * 10;
   };
-  const std::vector<cp::Candidate> got = cp::select_candidates(ranked, kFloat16, true, 1000, workspace);
+  const std::vector<cp::Candidate> got = cp::select_candidates(ranked, kFloat16, true, true, 1000, workspace);
   const std::vector<cp::Candidate> want = {
       {1, Math::TensorOp, 10}, {1, Math::Fma, 10}, {5, Math::Default, 50}, {7, Math::TensorOp, 70}};
   EXPECT_EQ(got, want);
   // Refused and repeated entries are not even asked about.
   EXPECT_EQ(asked.size(), 6u);
 
+  // Nondeterministic algorithms allowed (kiln::cudnn::set_deterministic(false)): cuDNN's order.
+  const std::vector<cp::Candidate> any = cp::select_candidates(ranked, kFloat16, true, false, 1000, workspace);
+  const std::vector<cp::Candidate> want_any = {
+      {7, Math::TensorOp, 70}, {1, Math::TensorOp, 10}, {1, Math::Fma, 10}, {5, Math::Default, 50}};
+  EXPECT_EQ(any, want_any);
+
   // float32 without TF32: every candidate FMA-only, so the two math types of algorithm 1 are one.
-  const std::vector<cp::Candidate> fma = cp::select_candidates(ranked, kFloat32, false, 1000, workspace);
+  const std::vector<cp::Candidate> fma = cp::select_candidates(ranked, kFloat32, false, true, 1000, workspace);
   const std::vector<cp::Candidate> want_fma = {{1, Math::Fma, 10}, {5, Math::Fma, 50}, {7, Math::Fma, 70}};
   EXPECT_EQ(fma, want_fma);
 
-  EXPECT_TRUE(cp::select_candidates({}, kFloat32, true, 1000, workspace).empty());
-  EXPECT_TRUE(cp::select_candidates({{0, false, true, Math::Default}}, kFloat32, true, 1000, workspace).empty());
+  EXPECT_TRUE(cp::select_candidates({}, kFloat32, true, true, 1000, workspace).empty());
+  EXPECT_TRUE(cp::select_candidates({{0, false, true, Math::Default}}, kFloat32, true, true, 1000, workspace).empty());
 }
 
 // After a run the plan starts at the candidate that ran, also when one before it was skipped for
@@ -212,10 +220,13 @@ TEST(CudnnHost, GraphEnginesFollowTheLegacyRulesDeterministicFirst) {
     EXPECT_FALSE(cp::engine_allowed(t, true, half_sum));
   }
   const std::vector<cp::EngineNotes> ranked{racy, tf32, down, plain, racy_tc, half_sum};
-  EXPECT_EQ(cp::engine_order(kFloat32, true, ranked), (std::vector<size_t>{1, 3, 5, 0, 4}));
-  EXPECT_EQ(cp::engine_order(kFloat32, false, ranked), (std::vector<size_t>{3, 0}));
-  EXPECT_EQ(cp::engine_order(kBFloat16, false, ranked), (std::vector<size_t>{1, 3, 0, 4}));
-  EXPECT_TRUE(cp::engine_order(kFloat32, false, {tf32, down}).empty());
+  EXPECT_EQ(cp::engine_order(kFloat32, true, true, ranked), (std::vector<size_t>{1, 3, 5, 0, 4}));
+  EXPECT_EQ(cp::engine_order(kFloat32, false, true, ranked), (std::vector<size_t>{3, 0}));
+  EXPECT_EQ(cp::engine_order(kBFloat16, false, true, ranked), (std::vector<size_t>{1, 3, 0, 4}));
+  EXPECT_TRUE(cp::engine_order(kFloat32, false, true, {tf32, down}).empty());
+  // Nondeterministic engines allowed: cuDNN's order among the allowed ones.
+  EXPECT_EQ(cp::engine_order(kFloat32, true, false, ranked), (std::vector<size_t>{0, 1, 3, 4, 5}));
+  EXPECT_EQ(cp::engine_order(kFloat32, false, false, ranked), (std::vector<size_t>{0, 3}));
 }
 
 TEST(CudnnHost, LegacyApiLimitsAreIntRange) {

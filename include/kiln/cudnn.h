@@ -13,10 +13,16 @@ bool allow_tf32();
 
 // With benchmark on, the first convolution of each geometry times cuDNN's algorithms on the real
 // operands and keeps the fastest (torch.backends.cudnn.benchmark); off (the default), cuDNN's
-// heuristics choose without running anything. Either choice is made once per geometry, and
-// both take a deterministic algorithm whenever cuDNN has one that fits (the same bits on every
-// run, as torch.backends.cudnn.deterministic = True); there is no switch to trade that for speed.
+// heuristics choose without running anything. Either choice is made once per geometry.
 void set_benchmark(bool enabled);
 bool benchmark();
+
+// With deterministic on (Kiln's default), a convolution takes a deterministic algorithm whenever
+// cuDNN has one that fits: the same bits on every run, as torch.backends.cudnn.deterministic =
+// True. Off (PyTorch's default), it takes cuDNN's first choice (its heuristics' top, or the fastest
+// timed), which for some weight gradients sums with atomics: faster, with bits that may change
+// from run to run (`kiln bench --cudnn-nondeterministic` times it).
+void set_deterministic(bool enabled);
+bool deterministic();
 
 }  // namespace kiln::cudnn

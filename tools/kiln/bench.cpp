@@ -36,7 +36,7 @@ int bench_command(int argc, char** argv) {
   Args args("bench", argc, argv,
             {"models", "modes", "devices", "dtypes", "batch", "steps", "warmup", "threads", "memory-limit",
              "gpu-memory-limit", "seq", "out", "pytorch-script", "python", "pytorch-timeout"},
-            {"quick", "vs-pytorch", "profile", "cudnn-benchmark"});
+            {"quick", "vs-pytorch", "profile", "cudnn-benchmark", "cudnn-nondeterministic"});
   bench::SuiteOptions o;
   for (auto [name, items] : {std::pair{"models", &o.models}, {"modes", &o.modes}, {"devices", &o.devices},
                              {"dtypes", &o.dtypes}})
@@ -55,6 +55,7 @@ int bench_command(int argc, char** argv) {
   o.out_dir = args.get("out", "bench-results");
   o.vs_pytorch = args.has("vs-pytorch");
   o.cudnn_benchmark = args.has("cudnn-benchmark");
+  o.cudnn_nondeterministic = args.has("cudnn-nondeterministic");
   o.pytorch_script = args.get("pytorch-script", std::string(KILN_SOURCE_DIR) + "/bench/pytorch_peer.py");
   o.python = args.get("python", "python3");
   o.pytorch_timeout_s = args.get_int("pytorch-timeout", o.pytorch_timeout_s, 1);

@@ -203,7 +203,10 @@ std::string to_json(const RunResult& r, const Environment& env) {
   field("onednn", str(env.onednn));
   field("cuda", str(env.cuda));
   field("cudnn", str(env.cudnn));
-  if (s.device.rfind("cuda", 0) == 0) field("cudnn_benchmark", cudnn::benchmark() ? "true" : "false");
+  if (s.device.rfind("cuda", 0) == 0) {
+    field("cudnn_benchmark", cudnn::benchmark() ? "true" : "false");
+    field("cudnn_deterministic", cudnn::deterministic() ? "true" : "false");
+  }
   return j + "}";
 }
 

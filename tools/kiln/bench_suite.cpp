@@ -290,6 +290,7 @@ std::vector<RunResult> run_suite(const SuiteOptions& o, std::ostream& out, std::
   const std::vector<RunSpec> specs = plan(o);
   if (o.vs_pytorch) check_pytorch(o);
   if (o.cudnn_benchmark) cudnn::set_benchmark(true);
+  if (o.cudnn_nondeterministic) cudnn::set_deterministic(false);
   Suite suite(o, out, err);
   try {
     for (const auto& s : specs) suite.run(s);

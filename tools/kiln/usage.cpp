@@ -39,7 +39,9 @@ const char* usage(const std::string& command) {
            "  --vs-pytorch [--pytorch-script PATH] [--python PYTHON] [--pytorch-timeout SECONDS]\n"
            "                     PyTorch's run after each (--warmup 0 refused; a run past 1800 s is stopped)\n"
            "  --cudnn-benchmark  time cuDNN's convolution algorithms per shape (PyTorch's cudnn.benchmark, both "
-           "sides)\n";
+           "sides)\n"
+           "  --cudnn-nondeterministic  Kiln's convolutions may take cuDNN's nondeterministic algorithms (PyTorch's "
+           "default; Kiln's is deterministic)\n";
   if (command == "info")
     return "usage: kiln info\n"
            "  Version, CPU, devices, threads, memory, and which backends are built.\n";

@@ -378,8 +378,9 @@ void run_conv(const Conv& c, cudaStream_t stream) {
   const int device = out.device().index;
   const ScalarType t = out.dtype();
   const bool tf32 = kiln::cudnn::allow_tf32(), bench = kiln::cudnn::benchmark();
+  const bool deterministic = kiln::cudnn::deterministic();
   const Math base = cp::base_math(t, tf32);
-  const cp::PlanKey key = cp::plan_key(c.kind, device, t, base, bench, geometry(c), *c.attrs);
+  const cp::PlanKey key = cp::plan_key(c.kind, device, t, base, bench, deterministic, geometry(c), *c.attrs);
   std::exception_ptr oom;
   t_last_refusal.clear();
   try {
@@ -395,6 +396,7 @@ void run_conv(const Conv& c, cudaStream_t stream) {
       g.xp = o.x.data_ptr(), g.wp = o.w.data_ptr(), g.yp = o.y.data_ptr();
       g.attrs = c.attrs;
       g.allow_tf32 = tf32;
+      g.deterministic = deterministic;
       if (run_conv_graph(h, g, key)) {
         finish(c, o);
         return;
@@ -423,7 +425,7 @@ void run_conv(const Conv& c, cudaStream_t stream) {
       if (bench) o = operands(l);  // timing runs the algorithms on the real operands
       const std::vector<cp::Ranked> ranked = bench ? timed(h, c.kind, d, *o, base) : heuristics(h, c.kind, d);
       const std::vector<cp::Candidate> candidates = cp::select_candidates(
-          ranked, t, tf32, kWorkspaceLimit, [&](int algo, Math m) { return workspace_size(h, c.kind, d, algo, m); });
+          ranked, t, tf32, deterministic, kWorkspaceLimit, [&](int algo, Math m) { return workspace_size(h, c.kind, d, algo, m); });
       if (candidates.empty()) continue;
       if (!o) o = operands(l);
       // Kept also when the preferred layout only lacked workspace memory: planning afresh on every

@@ -278,7 +278,7 @@ Planned plan_and_run(cudnnHandle_t h, const GraphConv& c, Device device) {
       described.push_back(std::move(cfg));
     }
   }
-  const std::vector<size_t> order = cp::engine_order(c.dtype, c.allow_tf32, notes);
+  const std::vector<size_t> order = cp::engine_order(c.dtype, c.allow_tf32, c.deterministic, notes);
   for (size_t k = 0; k < order.size(); ++k) {
     const size_t i = order[k];
     Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);

@@ -19,6 +19,7 @@ struct GraphConv {
   void *xp = nullptr, *wp = nullptr, *yp = nullptr;
   const ConvAttrs* attrs = nullptr;
   bool allow_tf32 = false;
+  bool deterministic = true;  // deterministic engines first (kiln::cudnn::deterministic())
 };
 
 // Whether KILN_CUDNN_API asks for the graph API: "graph" yes, "legacy" or unset no; anything else

@@ -97,13 +97,13 @@ struct Geometry {
 // size and the attributes. The operands' own strides are not in it because they never reach
 // cuDNN: each operand is described with the packed strides of the plan's layout (copied first
 // when it is laid out otherwise), and the layout tried first is a function of the dtype.
-inline constexpr size_t kPlanKeySize = 22;
+inline constexpr size_t kPlanKeySize = 23;
 using PlanKey = std::array<int64_t, kPlanKeySize>;
 
-inline PlanKey plan_key(Kind kind, int device, ScalarType t, Math math, bool benchmark, const Geometry& g,
-                        const ConvAttrs& a) {
+inline PlanKey plan_key(Kind kind, int device, ScalarType t, Math math, bool benchmark, bool deterministic,
+                        const Geometry& g, const ConvAttrs& a) {
   return {static_cast<int64_t>(kind), device, static_cast<int64_t>(t), static_cast<int64_t>(math), benchmark ? 1 : 0,
-          g.n, g.c_in, g.h, g.w, g.c_out, g.c_in_group, g.kh, g.kw, g.oh, g.ow,
+          deterministic ? 1 : 0, g.n, g.c_in, g.h, g.w, g.c_out, g.c_in_group, g.kh, g.kw, g.oh, g.ow,
           a.stride[0], a.stride[1], a.padding[0], a.padding[1], a.dilation[0], a.dilation[1], a.groups};
 }
 
@@ -124,12 +124,14 @@ struct Candidate {
 };
 
 // cuDNN's usable algorithms in its order, each once, with their workspace from
-// workspace_of(algo, math) (nullopt: cuDNN refuses it) of at most `limit` bytes. Deterministic
-// algorithms come first and the others only after all of them: an op gives the same bits on every
-// run (tests/test_threads.cpp holds the GPU to it) unless no deterministic algorithm works.
+// workspace_of(algo, math) (nullopt: cuDNN refuses it) of at most `limit` bytes. With
+// `deterministic` (kiln::cudnn::deterministic(), on by default) deterministic algorithms come first
+// and the others only after all of them: an op gives the same bits on every run
+// (tests/test_threads.cpp holds the GPU to it) unless no deterministic algorithm works. Without it,
+// cuDNN's order alone (PyTorch's default: its heuristics' first choice, or the fastest timed).
 template <class WorkspaceOf>
 std::vector<Candidate> select_candidates(const std::vector<Ranked>& ranked, ScalarType t, bool allow_tf32,
-                                         size_t limit, WorkspaceOf&& workspace_of) {
+                                         bool deterministic, size_t limit, WorkspaceOf&& workspace_of) {
   std::vector<Candidate> first, later;
   auto listed = [](const std::vector<Candidate>& v, int algo, Math m) {
     return std::any_of(v.begin(), v.end(), [&](const Candidate& c) { return c.algo == algo && c.math == m; });
@@ -140,7 +142,7 @@ std::vector<Candidate> select_candidates(const std::vector<Ranked>& ranked, Scal
     if (listed(first, r.algo, m) || listed(later, r.algo, m)) continue;
     const std::optional<size_t> ws = workspace_of(r.algo, m);
     if (!ws || *ws > limit) continue;
-    (r.deterministic ? first : later).push_back({r.algo, m, *ws});
+    (r.deterministic || !deterministic ? first : later).push_back({r.algo, m, *ws});
   }
   first.insert(first.end(), later.begin(), later.end());
   return first;
@@ -180,12 +182,15 @@ inline bool engine_allowed(ScalarType t, bool allow_tf32, const EngineNotes& n) 
   return !n.reduced_precision_reduction;
 }
 
-// The order to try the heuristics' engine configs in (their indices): the allowed ones, the
-// deterministic first, each group in cuDNN's order (as select_candidates does for algorithms).
-inline std::vector<size_t> engine_order(ScalarType t, bool allow_tf32, const std::vector<EngineNotes>& notes) {
+// The order to try the heuristics' engine configs in (their indices): the allowed ones, with
+// `deterministic` the deterministic first, each group in cuDNN's order (as select_candidates does
+// for algorithms).
+inline std::vector<size_t> engine_order(ScalarType t, bool allow_tf32, bool deterministic,
+                                        const std::vector<EngineNotes>& notes) {
   std::vector<size_t> first, later;
   for (size_t i = 0; i < notes.size(); ++i)
-    if (engine_allowed(t, allow_tf32, notes[i])) (notes[i].nondeterministic ? later : first).push_back(i);
+    if (engine_allowed(t, allow_tf32, notes[i]))
+      (notes[i].nondeterministic && deterministic ? later : first).push_back(i);
   first.insert(first.end(), later.begin(), later.end());
   return first;
 }
