@@ -36,6 +36,17 @@ OwnedEvent recorded_event(cudaStream_t stream) {
   return e;
 }
 
+// Pinned host memory for a copy of a device's index-error slot, queued on a stream and read after
+// waiting for it (pinned: an asynchronous copy, no staging). Freed once read; the pinned
+// allocator keeps the block for the next one.
+struct PinnedSlot {
+  IndexErrorSlot* const slot = static_cast<IndexErrorSlot*>(pinned_allocate(sizeof(IndexErrorSlot)));
+  PinnedSlot() = default;
+  PinnedSlot(const PinnedSlot&) = delete;
+  PinnedSlot& operator=(const PinnedSlot&) = delete;
+  ~PinnedSlot() { pinned_free(slot); }
+};
+
 // Lets device `from` read and write device `to`'s memory directly, once per pair, where the
 // hardware allows it (cudaMemcpyPeerAsync works without it, staged by the driver).
 void enable_peer_access(int from, int to) {
@@ -177,13 +188,17 @@ class CudaRuntime final : public DeviceRuntime {
   // Copies are queued on the current stream. From pageable host memory the driver stages the
   // data before returning, so the caller may reuse its buffer at once; from pinned memory the
   // copy is truly asynchronous and the pinned allocator keeps the block until it is done. Into
-  // host memory the caller reads the data next, so the stream is waited for.
+  // host memory the caller reads the data next, so the stream is waited for. An index kernel's bad
+  // index surfaces here, as the CPU's would: the index-error slot is copied behind the data, on the
+  // same stream, so one wait covers both (item() waits once, not twice).
   void copy_to_host(void* dst, const void* src, size_t n, int index) override {
     DeviceGuard g(index);
     cudaStream_t s = cuda::current_stream(index);
+    const PinnedSlot seen;
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s));
+    KILN_CUDA_CHECK(cudaMemcpyAsync(seen.slot, index_error_slot(index), sizeof(IndexErrorSlot), cudaMemcpyDeviceToHost, s));
     KILN_CUDA_CHECK(cudaStreamSynchronize(s));
-    raise_index_error(index);  // an index kernel's bad index surfaces here, as the CPU's would
+    raise_index_error(index, *seen.slot);
   }
   void copy_from_host(void* dst, const void* src, size_t n, int index, bool non_blocking) override {
     DeviceGuard g(index);

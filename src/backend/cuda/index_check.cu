@@ -50,28 +50,42 @@ std::optional<IndexError> take_index_error(int device) {
   IndexErrorSlot host{};
   // Device to pageable host memory: returns once the copy is done.
   KILN_CUDA_CHECK(cudaMemcpy(&host, slot, sizeof(host), cudaMemcpyDeviceToHost));
+  return take_index_error(device, host);
+}
+
+std::optional<IndexError> take_index_error(int device, const IndexErrorSlot& seen) {
   // Claimed but not ready: a kernel still running on another stream is writing it; the next
   // synchronising call reports it.
-  if (host.claimed == 0 || host.ready == 0) return std::nullopt;
+  if (seen.claimed == 0 || seen.ready == 0) return std::nullopt;
+  IndexErrorSlot* slot = index_error_slot(device);
+  DeviceGuard g(device);
   // The clear is waited for, so a kernel queued after this call cannot record before it lands.
   KILN_CUDA_CHECK(cudaMemsetAsync(slot, 0, sizeof(IndexErrorSlot), nullptr));
   KILN_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-  return IndexError{static_cast<IndexOp>(host.op), host.index, host.size, host.position};
+  return IndexError{static_cast<IndexOp>(seen.op), seen.index, seen.size, seen.position};
+}
+
+namespace {
+[[noreturn]] void raise(const IndexError& e) {
+  const char* op = index_op_name(e.op);
+  switch (e.op) {
+    case IndexOp::Embedding:
+      KILN_FAIL(op, "index ", e.index, " (at position ", e.position, ") is out of range for a table of ", e.size,
+                " rows");
+    case IndexOp::CrossEntropy:
+      KILN_FAIL(op, "target ", e.index, " is out of range for ", e.size, " classes");
+    default:
+      KILN_FAIL(op, "index ", e.index, " is out of range for a dim of size ", e.size);
+  }
+}
+}  // namespace
+
+void raise_index_error(int device, const IndexErrorSlot& seen) {
+  if (const std::optional<IndexError> e = take_index_error(device, seen)) raise(*e);
 }
 
 void raise_index_error(int device) {
-  const std::optional<IndexError> e = take_index_error(device);
-  if (!e) return;
-  const char* op = index_op_name(e->op);
-  switch (e->op) {
-    case IndexOp::Embedding:
-      KILN_FAIL(op, "index ", e->index, " (at position ", e->position, ") is out of range for a table of ", e->size,
-                " rows");
-    case IndexOp::CrossEntropy:
-      KILN_FAIL(op, "target ", e->index, " is out of range for ", e->size, " classes");
-    default:
-      KILN_FAIL(op, "index ", e->index, " is out of range for a dim of size ", e->size);
-  }
+  if (const std::optional<IndexError> e = take_index_error(device)) raise(*e);
 }
 
 }  // namespace kiln::backend::cuda

@@ -44,8 +44,13 @@ struct IndexError {
 // (only when an error was found) waits for itself, so a later kernel's record is never lost.
 std::optional<IndexError> take_index_error(int device);
 
+// The same from a copy of the slot that the caller read itself (a copy queued on a stream right
+// after that stream's work, then waited for with it: no read of its own, and so no second wait).
+std::optional<IndexError> take_index_error(int device, const IndexErrorSlot& seen);
+
 // take_index_error, thrown as the CPU kernels word it, e.g. "[embedding] index 30522 (at
 // position 17) is out of range for a table of 30522 rows"; does nothing when none was recorded.
 void raise_index_error(int device);
+void raise_index_error(int device, const IndexErrorSlot& seen);
 
 }  // namespace kiln::backend::cuda
