@@ -1,10 +1,12 @@
 // Everything a Kiln user includes, as <torch/torch.h> is for libtorch: tensors, ops, autograd,
-// random numbers, the runtime, autocast, the profiler, nn, optim, models, data, io, text and train.
+// random numbers, the runtime, autocast, the profiler, nn, optim, models, data, io, text, train and
+// activation checkpointing.
 #pragma once
 
 #include "kiln/amp.h"
 #include "kiln/autocast.h"
 #include "kiln/autograd.h"
+#include "kiln/autograd/graph.h"
 #include "kiln/cuda.h"
 #include "kiln/cudnn.h"
 #include "kiln/data.h"
@@ -25,3 +27,4 @@
 #include "kiln/tensor.h"
 #include "kiln/text.h"
 #include "kiln/train.h"
+#include "kiln/utils/checkpoint.h"

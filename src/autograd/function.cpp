@@ -2,6 +2,7 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <any>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <utility>
 
 #include "autograd/node.h"
+#include "autograd/saved_hooks.h"
 #include "core/tensor_util.h"
 #include "kiln/ops.h"
 
@@ -55,7 +57,7 @@ std::shared_ptr<FunctionNode> region_node(const ViewGeometry& geo, Edge base) {
 }  // namespace
 
 struct SavedState {
-  Tensor value;  // an alias without history
+  Tensor value;  // an alias without history; none once packed by saved-tensor hooks
   uint64_t version = 0;
   const TensorImpl* saved = nullptr;     // the tensor saved, to tell the output of the op saving it
   std::shared_ptr<TensorImpl> original;  // the tensor saved, while it is another's output or a leaf
@@ -64,6 +66,14 @@ struct SavedState {
   // For a view of the tensor an in-place op changed and saved (exp_ on a slice keeps its result):
   // its region of that tensor, the op's output.
   std::optional<ViewGeometry> region;
+  // Saved-tensor hooks (kiln/autograd/graph.h): those in effect when it was saved, and once the
+  // op is recorded what pack returned; then the tensor's storage is watched only while it lives
+  // (its version), and a tensor with history that is no output of the op keeps that history as
+  // an edge, not the tensor.
+  std::shared_ptr<const detail::SavedHooks> hooks;
+  std::any packed;
+  std::weak_ptr<Storage> storage;
+  Edge history;
 };
 
 namespace {
@@ -71,6 +81,22 @@ namespace {
 // capture of the backward function they pass to record(), which tells the output among them.
 // One left by an op that threw before recording is gone or ignored (its tensor is no output).
 thread_local std::vector<std::weak_ptr<SavedState>> g_saved;
+
+// A saved tensor whose op is recorded, given to the saved-tensor hooks it was saved under: the
+// graph keeps what pack returns instead of the tensor (and for an input with history, that
+// history as an edge). A leaf input keeps its tensor for create_graph (a parameter outlives its
+// graph anyway).
+void seal(SavedState& s) {
+  if (!s.hooks || !s.value.defined()) return;
+  s.storage = s.value.storage();
+  if (s.original && !Tensor(s.original).is_leaf()) {
+    s.history = gradient_edge(Tensor(s.original));
+    s.original.reset();
+  }
+  NoGradGuard no_grad;  // pack sees values; its own ops are not recorded
+  s.packed = s.hooks->pack(s.value);
+  s.value = Tensor();
+}
 
 // A saved tensor that is one of the outputs of `node` (or, for an in-place op, a view of what it
 // changed) gives up its own history for the node's, so that the node never holds itself.
@@ -93,9 +119,13 @@ void claim(SavedState& s, const std::shared_ptr<Node>& node, std::span<const Ten
 bool take_saved(const std::shared_ptr<Node>& node = nullptr, std::span<const Tensor* const> outputs = {},
                 bool inplace = false) {
   if (g_saved.empty()) return false;
-  for (const std::weak_ptr<SavedState>& w : g_saved)
-    if (const std::shared_ptr<SavedState> s = w.lock()) claim(*s, node, outputs, inplace);
-  g_saved.clear();
+  // Cleared first: a pack hook may run ops that save tensors of their own.
+  const std::vector<std::weak_ptr<SavedState>> saved = std::exchange(g_saved, {});
+  for (const std::weak_ptr<SavedState>& w : saved)
+    if (const std::shared_ptr<SavedState> s = w.lock()) {
+      claim(*s, node, outputs, inplace);
+      if (node) seal(*s);
+    }
   return true;
 }
 
@@ -106,6 +136,7 @@ std::shared_ptr<SavedState> save(const Tensor& t) {
   state->version = t.version();
   state->saved = t.impl();
   if (t.requires_grad()) state->original = t.impl_ptr();
+  state->hooks = detail::current_saved_hooks();
   g_saved.push_back(state);
   return state;
 }
@@ -113,15 +144,36 @@ std::shared_ptr<SavedState> save(const Tensor& t) {
 Tensor unpack(const std::shared_ptr<SavedState>& state, const char* node) {
   if (!state) return {};
   const SavedState& s = *state;
-  if (s.value.version() != s.version)
+  const bool packed = s.hooks && !s.value.defined();
+  // Packed: its storage is checked while it lives (once gone, nothing can change it any more).
+  const std::shared_ptr<Storage> watched = packed ? s.storage.lock() : nullptr;
+  const Storage* storage = packed ? watched.get() : s.value.storage().get();
+  if (storage && storage->version.load(std::memory_order_relaxed) != s.version)
     KILN_FAIL("backward", "a tensor that ", node, " saved for the backward pass was modified in place "
-              "afterwards (its version is ", s.value.version(), ", expected ", s.version,
-              "); use an out-of-place op or clone() it first");
-  if (!is_grad_enabled()) return s.value;
+              "afterwards (its version is ", storage->version.load(std::memory_order_relaxed), ", expected ",
+              s.version, "); use an out-of-place op or clone() it first");
+  Tensor value = s.value;
+  if (packed) {
+    {
+      NoGradGuard no_grad;
+      value = s.hooks->unpack(s.packed);
+    }
+    KILN_CHECK(value.defined(), "backward", "a saved-tensor unpack hook gave an undefined tensor for a tensor that ",
+               node, " saved");
+  }
+  if (!is_grad_enabled()) return value;
   // create_graph: the formula is differentiated through the tensor.
   if (s.original) return Tensor(s.original);
+  if (s.history.valid()) {  // packed: an input's history, given to the tensor unpacked
+    Tensor out = alias_detached(value);
+    AutogradMeta& meta = out.impl()->autograd_meta();
+    meta.requires_grad = true;
+    meta.grad_fn = s.history.fn;
+    meta.output_nr = s.history.input_nr;
+    return out;
+  }
   if (std::shared_ptr<Node> fn = s.output_of.lock()) {
-    Tensor out = alias_detached(s.value);
+    Tensor out = alias_detached(value);
     AutogradMeta& meta = out.impl()->autograd_meta();
     meta.requires_grad = true;
     if (s.region) {  // its region of the op's output, as torch regenerates a view's history
@@ -550,9 +602,10 @@ std::vector<Tensor> record_custom(const char* mangled, const std::vector<Tensor>
   std::vector<const Tensor*> attached;
   for (size_t k = 0; k < outputs.size(); ++k) attached.push_back(differentiable[k] ? &outputs[k] : nullptr);
   for (const auto& saved : ctx.saved_)
-    if (saved) {
+    if (saved && saved->value.defined()) {  // (packed already if an op recorded in forward took it)
       saved->version = saved->value.version();
       claim(*saved, node, attached, /*inplace=*/false);
+      seal(*saved);
     }
   node->saves_tensors = ctx.has_saved_tensors();
   node->next_edges.reserve(inputs.size());

@@ -1,0 +1,348 @@
+// Saved-tensor hooks (torch.autograd.graph.saved_tensors_hooks, save_on_cpu) and activation
+// checkpointing on them (torch.utils.checkpoint, use_reentrant=False): the same gradients as
+// without, first and second order, the memory of the region's activations not kept, and errors
+// for what cannot be run again.
+#include <gtest/gtest.h>
+
+#include "kiln/kiln.h"
+#include "test_util.h"
+
+namespace kiln::test {
+namespace {
+
+using autograd::graph::SaveOnCpu;
+using autograd::graph::SavedTensorsHooks;
+
+void expect_same(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_TRUE(got.defined()) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  EXPECT_EQ(values(got), values(want)) << what;
+}
+
+// A block with dropout between two linear layers and a GELU; its parameters are leaves.
+struct Block {
+  Tensor w1 = randn({32, 16}, TensorOptions(kFloat64).requires_grad(true));
+  Tensor b1 = randn({32}, TensorOptions(kFloat64).requires_grad(true));
+  Tensor w2 = randn({16, 32}, TensorOptions(kFloat64).requires_grad(true));
+  Tensor operator()(const Tensor& x) const { return tanh(linear(dropout(gelu(linear(x, w1, b1)), 0.25), w2)) + x; }
+  std::vector<Tensor> params() const { return {w1, b1, w2}; }
+};
+
+TEST(SavedTensorsHooks, PackAndUnpackEverySavedTensorOnce) {
+  Tensor x = randn({4, 5}, TensorOptions(kFloat64).requires_grad(true));
+  int packed = 0, unpacked = 0;
+  Tensor y;
+  {
+    SavedTensorsHooks hooks(
+        [&](const Tensor& t) -> std::any {
+          ++packed;
+          EXPECT_FALSE(t.requires_grad());  // values, without history
+          return t.clone();
+        },
+        [&](const std::any& p) -> Tensor {
+          ++unpacked;
+          return std::any_cast<Tensor>(p);
+        });
+    y = (sin(x) * exp(x)).sum();  // sin saves x, exp its result, mul both operands
+  }
+  EXPECT_EQ(packed, 4);
+  EXPECT_EQ(unpacked, 0);
+  Tensor z = (sin(x) * exp(x)).sum();  // no hooks: not counted
+  EXPECT_EQ(packed, 4);
+  y.backward();
+  EXPECT_EQ(unpacked, 4);
+  const Tensor want = autograd::grad({z}, {x})[0];
+  expect_same(x.grad(), want, "x.grad with hooks");
+}
+
+TEST(SavedTensorsHooks, InnermostHooksApplyAndSaveTimeDecides) {
+  Tensor x = randn({3}, TensorOptions(kFloat64).requires_grad(true));
+  std::vector<std::string> log;
+  auto hooks = [&](std::string name) {
+    return std::make_unique<SavedTensorsHooks>(
+        [&log, name](const Tensor& t) -> std::any {
+          log.push_back("pack " + name);
+          return t;
+        },
+        [&log, name](const std::any& p) -> Tensor {
+          log.push_back("unpack " + name);
+          return std::any_cast<Tensor>(p);
+        });
+  };
+  Tensor y;
+  {
+    auto outer = hooks("outer");
+    Tensor a = exp(x);  // saves its result: packed by outer
+    {
+      auto inner = hooks("inner");
+      y = sin(a);  // saves a: packed by inner
+    }
+  }
+  // Unpacked by the hooks each was packed by, though none is alive now.
+  y.sum().backward();
+  EXPECT_EQ(log, (std::vector<std::string>{"pack outer", "pack inner", "unpack inner", "unpack outer"}));
+  expect_close(x.grad(), values(cos(exp(x)) * exp(x)), {3});
+}
+
+// The unpacked tensor takes the saved tensor's history: gradgradcheck through hooks that copy
+// every saved tensor (outputs saved by their op, inputs with history, leaves).
+TEST(SavedTensorsHooks, SecondDerivativesThroughCopiedTensors) {
+  auto fn = [](const std::vector<Tensor>& in) {
+    SavedTensorsHooks hooks([](const Tensor& t) -> std::any { return t.clone(); },
+                            [](const std::any& p) -> Tensor { return std::any_cast<Tensor>(p).clone(); });
+    Tensor h = tanh(in[0] * in[1]);
+    return (exp(h) * sigmoid(h) * in[1]).sum();
+  };
+  std::vector<Tensor> inputs = {randn({3, 2}, TensorOptions(kFloat64).requires_grad(true)),
+                                randn({3, 2}, TensorOptions(kFloat64).requires_grad(true))};
+  EXPECT_TRUE(autograd::gradcheck(fn, inputs));
+  EXPECT_TRUE(autograd::gradgradcheck(fn, inputs));
+}
+
+TEST(SavedTensorsHooks, InPlaceChangeAfterSavingIsStillAnError) {
+  Tensor x = randn({4}, TensorOptions(kFloat64).requires_grad(true));
+  Tensor h = x * 2;
+  Tensor y;
+  {
+    SavedTensorsHooks hooks([](const Tensor& t) -> std::any { return t; },
+                            [](const std::any& p) -> Tensor { return std::any_cast<Tensor>(p); });
+    y = exp(h);  // saves its result
+  }
+  y.mul_(3);
+  expect_error([&] { y.sum().backward(); }, "modified in place");
+}
+
+TEST(SavedTensorsHooks, UndefinedFromUnpackIsAnError) {
+  Tensor x = randn({4}, TensorOptions(kFloat64).requires_grad(true));
+  Tensor y;
+  {
+    SavedTensorsHooks hooks([](const Tensor&) -> std::any { return 0; },
+                            [](const std::any&) -> Tensor { return {}; });
+    y = sin(x);
+  }
+  expect_error([&] { y.sum().backward(); }, "unpack hook gave an undefined tensor");
+  expect_error([] { SavedTensorsHooks h(nullptr, [](const std::any&) { return Tensor(); }); },
+               "[saved_tensors_hooks]");
+}
+
+TEST(SavedTensorsHooks, CustomFunctionsSavedTensorsArePacked) {
+  struct Square : autograd::Function<Square> {
+    static Tensor forward(autograd::AutogradContext* ctx, const Tensor& x) {
+      ctx->save_for_backward({x});
+      return x * x;
+    }
+    static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> g) {
+      return {2 * ctx->get_saved_variables()[0] * g[0]};
+    }
+  };
+  Tensor x = randn({5}, TensorOptions(kFloat64).requires_grad(true));
+  int packed = 0, unpacked = 0;
+  Tensor y;
+  {
+    SavedTensorsHooks hooks(
+        [&](const Tensor& t) -> std::any {
+          ++packed;
+          return t.clone();
+        },
+        [&](const std::any& p) -> Tensor {
+          ++unpacked;
+          return std::any_cast<Tensor>(p);
+        });
+    y = Square::apply(x);
+  }
+  y.sum().backward();
+  EXPECT_EQ(packed, 1);
+  EXPECT_EQ(unpacked, 1);
+  expect_close(x.grad(), values(2 * x), {5});
+}
+
+TEST(SavedTensorsHooks, SaveOnCpuGivesTheSameGradients) {
+  manual_seed(3);
+  Block b;
+  Tensor x = randn({8, 16}, TensorOptions(kFloat64).requires_grad(true));
+  manual_seed(9);
+  Tensor want = b(x).pow(2).sum();
+  const std::vector<Tensor> want_grads = autograd::grad({want}, {x, b.w1, b.b1, b.w2});
+  manual_seed(9);
+  Tensor got;
+  {
+    SaveOnCpu on_cpu;
+    got = b(x).pow(2).sum();
+  }
+  const std::vector<Tensor> got_grads = autograd::grad({got}, {x, b.w1, b.b1, b.w2});
+  for (size_t i = 0; i < got_grads.size(); ++i) expect_same(got_grads[i], want_grads[i], "grad " + std::to_string(i));
+}
+
+// ---- checkpoint
+
+TEST(Checkpoint, SameOutputsAndGradientsAsWithoutDropoutIncluded) {
+  manual_seed(1);
+  Block b;
+  Tensor x = randn({8, 16}, TensorOptions(kFloat64).requires_grad(true));
+  manual_seed(7);
+  Tensor want = b(b(x));
+  Tensor want_loss = (want * want).sum();
+  const std::vector<Tensor> want_grads = autograd::grad({want_loss}, {x, b.w1, b.b1, b.w2});
+  const GeneratorState after_plain = get_rng_state();
+
+  manual_seed(7);
+  Tensor got = utils::checkpoint([&](const Tensor& t) { return b(b(t)); }, x);
+  EXPECT_EQ(get_rng_state().offset, after_plain.offset);  // the forward drew the same numbers
+  expect_same(got, want, "output");
+  Tensor got_loss = (got * got).sum();
+  manual_seed(1234);  // the recomputation draws the forward's masks whatever the generator is at now
+  const std::vector<Tensor> got_grads = autograd::grad({got_loss}, {x, b.w1, b.b1, b.w2});
+  EXPECT_EQ(get_rng_state().seed, 1234u);  // and leaves it as it found it
+  EXPECT_EQ(get_rng_state().offset, 0u);
+  const char* names[] = {"x", "w1", "b1", "w2"};
+  for (size_t i = 0; i < got_grads.size(); ++i) expect_same(got_grads[i], want_grads[i], names[i]);
+}
+
+TEST(Checkpoint, ParametersGetGradientsFromBackward) {
+  manual_seed(2);
+  Block b;
+  Tensor x = randn({4, 16}, kFloat64);  // no gradient for the input: the parameters carry it
+  manual_seed(5);
+  b(x).sum().backward();
+  std::vector<Tensor> want;
+  for (Tensor& p : b.params()) {
+    want.push_back(p.grad().clone());
+    p.set_grad({});
+  }
+  manual_seed(5);
+  Tensor y = utils::checkpoint([&](const Tensor& t) { return b(t); }, x);
+  ASSERT_TRUE(y.requires_grad());
+  y.sum().backward();
+  for (size_t i = 0; i < want.size(); ++i) expect_same(b.params()[i].grad(), want[i], "param " + std::to_string(i));
+}
+
+TEST(Checkpoint, SecondDerivatives) {
+  auto region = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{tanh(in[0] * in[1]) * exp(in[1]), sigmoid(in[0])};
+  };
+  auto fn = [&](const std::vector<Tensor>& in) {
+    Tensor pre = in[0] * 1.5;  // an input with history
+    std::vector<Tensor> out = utils::checkpoint(region, {pre, in[1]});
+    return (out[0] * out[0]).sum() + out[1].sum();
+  };
+  std::vector<Tensor> inputs = {randn({3, 2}, TensorOptions(kFloat64).requires_grad(true)),
+                                randn({3, 2}, TensorOptions(kFloat64).requires_grad(true))};
+  EXPECT_TRUE(autograd::gradcheck(fn, inputs));
+  EXPECT_TRUE(autograd::gradgradcheck(fn, inputs));
+}
+
+TEST(Checkpoint, TheRegionsActivationsAreNotKept) {
+  Tensor w = randn({512, 512}, TensorOptions(kFloat32).requires_grad(true));
+  Tensor x = randn({256, 512}, kFloat32);
+  auto region = [&](const Tensor& t) {
+    Tensor h = t;
+    for (int i = 0; i < 6; ++i) h = gelu(linear(h, w));  // each layer saves two 512 KiB tensors
+    return h;
+  };
+  auto kept_after_forward = [&](bool checkpointed) {
+    const size_t before = memory_stats(Device::cpu()).allocated;
+    Tensor y = checkpointed ? utils::checkpoint(region, x) : region(x);
+    const size_t kept = memory_stats(Device::cpu()).allocated - before;
+    y.sum().backward();
+    w.set_grad({});
+    return kept;
+  };
+  const size_t plain = kept_after_forward(false), checkpointed = kept_after_forward(true);
+  const size_t activation = 256 * 512 * sizeof(float);
+  EXPECT_GE(plain, 10 * activation);
+  EXPECT_LE(checkpointed, 2 * activation);  // the output (and the frame's alias of x: no memory)
+}
+
+TEST(Checkpoint, AutocastIsAppliedAgainInTheRecomputation) {
+  manual_seed(4);
+  Tensor w = randn({16, 16}, TensorOptions(kFloat32).requires_grad(true));
+  Tensor x = randn({8, 16}, kFloat32);
+  auto region = [&](const Tensor& t) { return relu(linear(relu(linear(t, w)), w)); };
+  Tensor want_grad;
+  {
+    AutocastGuard amp(kCPU, kBFloat16);
+    Tensor y = region(x).to(kFloat32).sum();
+    want_grad = autograd::grad({y}, {w})[0];
+  }
+  Tensor y;
+  {
+    AutocastGuard amp(kCPU, kBFloat16);
+    y = utils::checkpoint(region, x);
+    EXPECT_EQ(y.dtype(), kBFloat16);
+  }
+  // Backward outside the guard: the recomputation still runs in bfloat16 (the saved tensors'
+  // dtypes are checked against the forward's).
+  expect_same(autograd::grad({y.to(kFloat32).sum()}, {w})[0], want_grad, "grad w under autocast");
+}
+
+TEST(Checkpoint, RetainedGraphRunsTheRegionAgainForEachBackward) {
+  manual_seed(6);
+  Block b;
+  Tensor x = randn({4, 16}, TensorOptions(kFloat64).requires_grad(true));
+  manual_seed(8);
+  Tensor y = utils::checkpoint([&](const Tensor& t) { return b(t); }, x).sum();
+  y.backward({}, /*retain_graph=*/true);
+  const Tensor once = x.grad().clone();
+  y.backward();
+  expect_close(x.grad(), values(2 * once), {4, 16}, 1e-12, 1e-12);
+}
+
+TEST(Checkpoint, NestedCheckpoints) {
+  manual_seed(10);
+  Block b;
+  Tensor x = randn({4, 16}, TensorOptions(kFloat64).requires_grad(true));
+  manual_seed(11);
+  const Tensor want = autograd::grad({b(b(b(x))).sum()}, {x, b.w1})[0];
+  manual_seed(11);
+  Tensor y = utils::checkpoint(
+      [&](const Tensor& t) { return b(utils::checkpoint([&](const Tensor& u) { return b(b(u)); }, t)); }, x);
+  expect_same(autograd::grad({y.sum()}, {x, b.w1})[0], want, "x through nested checkpoints");
+}
+
+TEST(Checkpoint, CheckpointSequentialMatchesTheSequential) {
+  manual_seed(12);
+  nn::Sequential seq(nn::Linear(16, 32), nn::GELU(), nn::Dropout(0.2), nn::Linear(32, 32), nn::ReLU(),
+                     nn::Linear(32, 8), nn::Tanh());
+  Tensor x = randn({4, 16}, TensorOptions(kFloat32).requires_grad(true));
+  manual_seed(13);
+  const std::vector<Tensor> want = autograd::grad({seq->forward(x).sum()}, {x, seq->parameters()[0]});
+  for (int64_t segments : {1, 2, 3, 7}) {
+    manual_seed(13);
+    Tensor y = utils::checkpoint_sequential(seq, segments, x);
+    const std::vector<Tensor> got = autograd::grad({y.sum()}, {x, seq->parameters()[0]});
+    expect_same(got[0], want[0], "x, " + std::to_string(segments) + " segments");
+    expect_same(got[1], want[1], "weight 0, " + std::to_string(segments) + " segments");
+  }
+  expect_error([&] { utils::checkpoint_sequential(seq, 0, x); }, "segments must be between 1 and the 7");
+  expect_error([&] { utils::checkpoint_sequential(seq, 8, x); }, "segments must be between 1 and the 7");
+}
+
+TEST(Checkpoint, ARegionRunningOtherOpsTheSecondTimeIsAnError) {
+  Tensor x = randn({4}, TensorOptions(kFloat64).requires_grad(true));
+  int calls = 0;
+  Tensor y = utils::checkpoint([&](const Tensor& t) { return ++calls == 1 ? sin(t) : exp(t) * t; }, x);
+  expect_error([&] { y.sum().backward(); }, "[checkpoint]");
+  Tensor x2 = randn({4, 3}, TensorOptions(kFloat64).requires_grad(true));
+  calls = 0;
+  Tensor z = utils::checkpoint([&](const Tensor& t) { return ++calls == 1 ? sin(t) : sin(t.t()); }, x2);
+  expect_error([&] { z.sum().backward(); }, "float64 [3, 4] on cpu where the forward saved float64 [4, 3] on cpu");
+}
+
+TEST(Checkpoint, AnInputChangedInPlaceIsAnError) {
+  Tensor x = randn({4}, kFloat64);
+  Tensor w = randn({4}, TensorOptions(kFloat64).requires_grad(true));
+  Tensor y = utils::checkpoint([&](const Tensor& t) { return sin(t * w); }, x);
+  x.add_(1);
+  expect_error([&] { y.sum().backward(); }, "input 0 was modified in place");
+}
+
+TEST(Checkpoint, UnderNoGradItIsTheFunction) {
+  Tensor x = randn({4}, TensorOptions(kFloat64).requires_grad(true));
+  NoGradGuard no_grad;
+  Tensor y = utils::checkpoint([](const Tensor& t) { return sin(t); }, x);
+  EXPECT_FALSE(y.requires_grad());
+  expect_same(y, sin(x), "no grad");
+}
+
+}  // namespace
+}  // namespace kiln::test
