@@ -116,5 +116,46 @@ TEST_F(BackwardStreams, AFailingNodeLeavesTheCallersStreamCurrent) {
   EXPECT_EQ(rt().current_stream(0), nullptr);
 }
 
+// A gradient left in a leaf before a node throws is still waited for by the caller's stream.
+TEST_F(BackwardStreams, AFailingNodeStillLeavesTheCallerWaitingForTheGradientsMade) {
+  Tensor x = tensor({1.0, 2.0}).to(gpu).requires_grad_();
+  Tensor z = tensor({3.0, 4.0}).to(gpu).requires_grad_();
+  Tensor a = on(kS1, [&] { return x * 2.0; });
+  Tensor b = on(kS2, [&] { return z * 3.0; });  // recorded later: its backward (and z's) runs first
+  a.register_hook([](const Tensor&) -> Tensor { KILN_FAIL("test hook", "fails"); });
+  Tensor loss = a.sum() + b.sum();
+  clear_logs();
+  EXPECT_THROW(loss.backward(), Error);
+  ASSERT_FALSE(rt().waits.empty());
+  EXPECT_EQ(rt().waits.back(), std::make_pair(static_cast<void*>(nullptr), kS2));
+  expect_values(z.grad(), tensor({3.0, 3.0}));
+}
+
+// A custom function with outputs on two devices runs where its last output is (the CPU here); the
+// gradient of its GPU output, made on another stream, is waited for by the stream its backward's
+// GPU work runs on (the caller's current one).
+struct OnTwoDevices : autograd::Function<OnTwoDevices> {
+  static std::vector<Tensor> forward(autograd::AutogradContext*, const Tensor& x) {
+    return {x * 2.0, x.cpu() * 3.0};
+  }
+  static std::vector<Tensor> backward(autograd::AutogradContext*, std::vector<Tensor> g) {
+    return {g[0] * 2.0 + g[1].to(g[0].device()) * 3.0};
+  }
+};
+
+TEST_F(BackwardStreams, AGradientFromAnotherDeviceIsWaitedForOnItsOwn) {
+  Tensor x = tensor({1.0, 2.0}).to(gpu).requires_grad_();
+  std::vector<Tensor> out = OnTwoDevices::apply(x);
+  ASSERT_TRUE(out[1].device().is_cpu());
+  Tensor on_gpu = on(kS1, [&] { return (out[0] * 5.0).sum(); });
+  Tensor on_cpu = out[1].sum();
+  clear_logs();
+  autograd::backward({on_gpu, on_cpu});
+  // The product's backward on kS1 waits for the caller's gradient of 1; the function's backward
+  // (its GPU work on the caller's stream) waits for kS1's gradient.
+  EXPECT_EQ(rt().waits, (Waits{{kS1, nullptr}, {nullptr, kS1}}));
+  expect_values(x.grad(), tensor({13.0, 13.0}));
+}
+
 }  // namespace
 }  // namespace kiln::test

@@ -406,6 +406,25 @@ TEST(OpTableIndex, GatherGradientSumsRepeatedPicksInFloat32) {
     }
 }
 
+// embedding's weight gradient under create_graph (scatter_add, differentiable) sums as its fused
+// kernel does: 1000 picks of one row, each with gradient 0.01, give 10 in bfloat16 too (not 4).
+TEST(OpTableIndex, EmbeddingGradientUnderCreateGraphSumsInFloat32) {
+  for (Device dev : test::devices())
+    for (ScalarType dt : {kBFloat16, kFloat16}) {
+      const TensorOptions opts = TensorOptions(dt).device(dev);
+      Tensor w = zeros({4, 2}, opts).requires_grad_(true);
+      const Tensor idx = zeros({1000}, TensorOptions(kInt64).device(dev));
+      const Tensor g = full({1000, 2}, 0.01, opts).requires_grad_(true);
+      const Tensor gw = autograd::grad({embedding(w, idx)}, {w}, {g}, /*retain_graph=*/true, /*allow_unused=*/false,
+                                       /*create_graph=*/true)[0];
+      const double one = test::values(g)[0];
+      const double sum = test::values(full({}, one * 1000, TensorOptions(kFloat64)).to(dt))[0];
+      const Vec got = test::values(gw);
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_EQ(got[i], i < 2 ? sum : 0.0) << dtype_name(dt) << " on " << dev.str() << " at " << i;
+    }
+}
+
 TEST(OpTableIndex, GatherAndScatterAdd) {
   struct Case {
     Shape x;

@@ -1,6 +1,7 @@
 // The backward engine: runs nodes in reverse creation order, accumulates gradients, and the
 // autograd parts of Tensor (requires_grad_, grad, backward, retain_grad).
 #include <atomic>
+#include <exception>
 #include <mutex>
 #include <queue>
 #include <unordered_map>
@@ -152,6 +153,19 @@ std::vector<Tensor> run_graph(const std::vector<Edge>& root_edges, const std::ve
     p.ready = at;
   };
   LeafStreams leaf_streams;
+  // When a node throws part way, the caller's streams still wait for the gradients already left
+  // on other streams (at the end of a pass, below).
+  struct WaitIfThrown {
+    const LeafStreams& streams;
+    const int uncaught = std::uncaught_exceptions();
+    ~WaitIfThrown() {
+      if (std::uncaught_exceptions() == uncaught) return;
+      try {
+        streams.wait_for_all();
+      } catch (...) {  // unwinding already: the first error is the one to report
+      }
+    }
+  } wait_if_thrown{leaf_streams};
   std::priority_queue<Node*, std::vector<Node*>, ReadyOrder> ready;
   for (size_t i = 0; i < root_edges.size(); ++i) {
     if (!root_edges[i].valid()) continue;

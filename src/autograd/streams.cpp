@@ -26,10 +26,15 @@ StreamScope::~StreamScope() {
 }
 
 void hand_over(const Tensor& g, const StreamPlace& from, const StreamPlace& to) {
-  if (!g.defined() || !from.on_device() || from.device != to.device || from.stream == to.stream) return;
-  DeviceRuntime* rt = find_runtime(to.device.type);
-  rt->wait_stream(to.device.index, to.stream, from.stream);
-  if (g.device() == to.device) rt->record_stream(g.storage()->data, to.device.index, to.stream);
+  if (!g.defined() || !from.on_device()) return;
+  // Where g is read next on its device: the node's stream, or, for a node placed on another
+  // device (a custom function with outputs on two), the current stream there, which its work on
+  // g's device runs on.
+  const StreamPlace reader = from.device == to.device ? to : StreamPlace::current(from.device);
+  if (reader.stream == from.stream) return;
+  DeviceRuntime* rt = find_runtime(from.device.type);
+  rt->wait_stream(from.device.index, reader.stream, from.stream);
+  if (g.device() == from.device) rt->record_stream(g.storage()->data, from.device.index, reader.stream);
 }
 
 void LeafStreams::add(const StreamPlace& place) {

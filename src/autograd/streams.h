@@ -42,7 +42,9 @@ class StreamScope {
 };
 
 // `g`, made on `from`, is used next on `to`: `to` waits for `from`'s work so far, and g's memory
-// is not reused before `to`'s work is done. Nothing when they are one stream or not one device.
+// is not reused before `to`'s work is done. Where `to` is on another device, the calling thread's
+// current stream on `from`'s device stands for it (what the node's work there runs on). Nothing
+// when they are one stream.
 void hand_over(const Tensor& g, const StreamPlace& from, const StreamPlace& to);
 
 // The device streams a pass left gradients on; the caller's current streams wait for them.

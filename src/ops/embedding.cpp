@@ -34,7 +34,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_id
                        Tensor idx = si.get("EmbeddingBackward");
                        Tensor g2 = ops::cast(g, dt).reshape({idx.numel(), dim});
                        if (autograd::needs_grad({&g2})) {  // create_graph: scatter_add, differentiable in g
-                         Tensor gw = scatter_add(zeros({num, dim}, g2.options()), 0,
+                         Tensor gw = ops::sum_at({num, dim}, 0,
                                                  idx.unsqueeze(1).expand({idx.numel(), dim}).contiguous(), g2);
                          if (padding_idx < 0) return {gw};
                          Tensor rows = arange(num, TensorOptions(kInt64).device(g.device())) != padding_idx;

@@ -26,15 +26,12 @@ void check_gather_shape(const Tensor& x, int64_t d, const Tensor& index, const c
   }
 }
 
-// A backward of a pick along d: zeros(shape) plus g's elements at idx (scatter_add), in float32 for
-// 16-bit data and rounded once; scatter_add in 16 bits rounds every add (a bfloat16 sum of ones
-// stops at 256), and on a GPU in the atomics' changing order.
-Tensor sum_at(const Shape& shape, int64_t d, const Tensor& idx, const Tensor& g) {
+}  // namespace
+
+Tensor ops::sum_at(const Shape& shape, int64_t d, const Tensor& idx, const Tensor& g) {
   const ScalarType acc = g.dtype() == kFloat16 || g.dtype() == kBFloat16 ? kFloat32 : g.dtype();
   return scatter_add(zeros(shape, g.options().dtype(acc)), d, idx, g.to(acc)).to(g.dtype());
 }
-
-}  // namespace
 
 // A 0-d CPU operand (which may join a device op) on the op's device, without autograd (the op
 // records its own node).
@@ -77,7 +74,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
       // scatter_add along d with the index broadcast over the other dims
       Shape view(shape.size(), 1);
       view[d] = n;
-      return {sum_at(shape, d, idx.reshape(view).expand(g.shape()).contiguous(), g)};
+      return {ops::sum_at(shape, d, idx.reshape(view).expand(g.shape()).contiguous(), g)};
     });
   return out;
 }
@@ -94,7 +91,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   backend::run(Op::Gather, dev, std::initializer_list<Tensor>{on_device(x, dev), ic}, std::span<Tensor>(&out, 1), &attrs);
   if (autograd::needs_grad({&x}))
     autograd::record("GatherBackward", {&x}, out, [shape = x.shape(), d, si = SavedTensor(ic), xdev = x.device()](const Tensor& g) -> TensorList {
-      return {sum_at(shape, d, si.get("GatherBackward"), g).to(xdev)};
+      return {ops::sum_at(shape, d, si.get("GatherBackward"), g).to(xdev)};
     });
   return out;
 }

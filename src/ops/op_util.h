@@ -62,6 +62,12 @@ std::vector<Tensor> recomputed_gradients(const std::function<Tensor(const std::v
 // the same mask as the dropout() call (or fused attention) that drew them (differentiable).
 Tensor dropout_with(const Tensor& x, double p, const GeneratorState& state);
 
+// A backward of a pick along d (gather, index_select, embedding under create_graph): zeros(shape)
+// plus g's elements at idx (scatter_add, differentiable in g), in float32 for 16-bit data and
+// rounded once; scatter_add in 16 bits rounds every add (a bfloat16 sum of ones stops at 256), and
+// on a GPU in the atomics' changing order.
+Tensor sum_at(const Shape& shape, int64_t d, const Tensor& idx, const Tensor& g);
+
 // Bumps the version counter after an in-place change.
 inline void bump_version(const Tensor& t) { t.storage()->version.fetch_add(1, std::memory_order_relaxed); }
 

@@ -13,7 +13,10 @@ namespace kiln::backend::cuda {
 // ran out of memory (a kernel's local memory at its launch, a library's own allocation), so that
 // it is caught as one, as the allocator's; a kiln::Error otherwise. `launch`: the call was a
 // kernel launch, and an error that a faulting kernel leaves behind is said to be an earlier one's.
+// The thread's last error is cleared first: left set, the next launch's check would report this
+// failure again, for a kernel that was queued and runs (a retried op applied twice).
 [[noreturn]] inline void raise_cuda_error(cudaError_t status, const std::string& what, bool launch = false) {
+  cudaGetLastError();
   const bool earlier = launch && (status == cudaErrorIllegalAddress || status == cudaErrorLaunchFailure ||
                                   status == cudaErrorMisalignedAddress || status == cudaErrorIllegalInstruction ||
                                   status == cudaErrorHardwareStackError || status == cudaErrorAssert);

@@ -38,13 +38,20 @@ OwnedEvent recorded_event(cudaStream_t stream) {
 
 // Pinned host memory for a copy of a device's index-error slot, queued on a stream and read after
 // waiting for it (pinned: an asynchronous copy, no staging). Freed once read; the pinned
-// allocator keeps the block for the next one.
+// allocator keeps the block for the next one. None (slot null) where no memory can be page-locked.
 struct PinnedSlot {
-  IndexErrorSlot* const slot = static_cast<IndexErrorSlot*>(pinned_allocate(sizeof(IndexErrorSlot)));
-  PinnedSlot() = default;
+  IndexErrorSlot* slot = nullptr;
+  PinnedSlot() {
+    try {
+      slot = static_cast<IndexErrorSlot*>(pinned_allocate(sizeof(IndexErrorSlot)));
+    } catch (const OutOfMemoryError&) {
+    }
+  }
   PinnedSlot(const PinnedSlot&) = delete;
   PinnedSlot& operator=(const PinnedSlot&) = delete;
-  ~PinnedSlot() { pinned_free(slot); }
+  ~PinnedSlot() {
+    if (slot) pinned_free(slot);
+  }
 };
 
 // Lets device `from` read and write device `to`'s memory directly, once per pair, where the
@@ -196,9 +203,12 @@ class CudaRuntime final : public DeviceRuntime {
     cudaStream_t s = cuda::current_stream(index);
     const PinnedSlot seen;
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s));
-    KILN_CUDA_CHECK(cudaMemcpyAsync(seen.slot, index_error_slot(index), sizeof(IndexErrorSlot), cudaMemcpyDeviceToHost, s));
+    if (seen.slot)
+      KILN_CUDA_CHECK(
+          cudaMemcpyAsync(seen.slot, index_error_slot(index), sizeof(IndexErrorSlot), cudaMemcpyDeviceToHost, s));
     KILN_CUDA_CHECK(cudaStreamSynchronize(s));
-    raise_index_error(index, *seen.slot);
+    if (seen.slot) raise_index_error(index, *seen.slot);
+    else raise_index_error(index);  // a read of its own
   }
   void copy_from_host(void* dst, const void* src, size_t n, int index, bool non_blocking) override {
     DeviceGuard g(index);
