@@ -7,16 +7,29 @@
 
 #include <cstddef>
 #include <shared_mutex>
+#include <string>
 #include <utility>
 
 #include "backend/cuda/check.h"
 
-#define KILN_CUBLAS_CHECK(expr)                                                                   \
-  do {                                                                                            \
-    cublasStatus_t kiln_cublas_status = (expr);                                                   \
-    if (kiln_cublas_status != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                 \
-      KILN_FAIL("cublas", #expr, " failed: ", cublasLtGetStatusName(kiln_cublas_status), " (",      \
-                cublasLtGetStatusString(kiln_cublas_status), ")");                                 \
+namespace kiln::backend::cuda {
+
+// "[cublas] <call> failed: CUBLAS_STATUS_X (its text)": an OutOfMemoryError where cuBLAS could not
+// allocate (caught as one, as the allocator's), a kiln::Error otherwise.
+[[noreturn]] inline void cublas_fail(const char* call, cublasStatus_t status) {
+  const std::string msg = std::string("[cublas] ") + call + " failed: " + cublasLtGetStatusName(status) + " (" +
+                          cublasLtGetStatusString(status) + ")";
+  if (status == CUBLAS_STATUS_ALLOC_FAILED) throw OutOfMemoryError(msg);
+  throw Error(msg);
+}
+
+}  // namespace kiln::backend::cuda
+
+#define KILN_CUBLAS_CHECK(expr)                                                \
+  do {                                                                         \
+    cublasStatus_t kiln_cublas_status = (expr);                                \
+    if (kiln_cublas_status != CUBLAS_STATUS_SUCCESS) [[unlikely]]              \
+      ::kiln::backend::cuda::cublas_fail(#expr, kiln_cublas_status);           \
   } while (0)
 
 namespace kiln::backend::cuda {

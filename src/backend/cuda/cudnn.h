@@ -14,7 +14,8 @@ namespace kiln::backend::cuda {
 
 // "<call> failed: <status> (<cuDNN's message for this thread's last error>)".
 std::string cudnn_message(const char* call, cudnnStatus_t status);
-// Throws "[cudnn] " + cudnn_message(call, status).
+// Throws "[cudnn] " + cudnn_message(call, status): an OutOfMemoryError where cuDNN could not
+// allocate (host or device memory), caught as one; a kiln::Error otherwise.
 [[noreturn]] void cudnn_fail(const char* call, cudnnStatus_t status);
 
 // A refusal of this case (cuDNN 9's NOT_SUPPORTED family: shape, layout, data type, an engine's
