@@ -336,6 +336,48 @@ TEST(Checkpoint, AnInputChangedInPlaceIsAnError) {
   expect_error([&] { y.sum().backward(); }, "input 0 was modified in place");
 }
 
+// BertConfig::gradient_checkpointing: the same loss and gradients, bit for bit (dropout on), and
+// the encoder layers' activations not kept after the forward.
+TEST(Checkpoint, BertWithCheckpointedLayersTrainsAsWithout) {
+  models::BertConfig c = models::BertConfig::tiny();
+  c.vocab_size = 200;
+  c.num_hidden_layers = 4;
+  manual_seed(21);
+  models::BertForMaskedLM model = models::bert_for_masked_lm(c);
+  const Tensor ids = randint(0, c.vocab_size, {4, 64}, kInt64);
+  const Tensor labels = randint(0, c.vocab_size, {4, 64}, kInt64);
+  Tensor mask = ones({4, 64}, kInt64);
+  mask.narrow(1, 48, 16).zero_();
+  auto step = [&](bool checkpointed, size_t& kept) {
+    model->bert->encoder->gradient_checkpointing = checkpointed;
+    model->zero_grad();
+    manual_seed(22);
+    const size_t before = memory_stats(Device::cpu()).allocated;
+    Tensor loss = model->masked_lm_loss(ids, labels, mask);
+    kept = memory_stats(Device::cpu()).allocated - before;
+    loss.backward();
+    std::vector<Tensor> grads{loss.detach()};
+    for (const Tensor& p : model->parameters()) grads.push_back(p.grad().defined() ? p.grad().clone() : Tensor());
+    return grads;
+  };
+  size_t kept_plain = 0, kept_checkpointed = 0;
+  const std::vector<Tensor> want = step(false, kept_plain), got = step(true, kept_checkpointed);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].defined(), want[i].defined()) << i;
+    if (want[i].defined()) expect_same(got[i], want[i], i == 0 ? "loss" : "grad " + std::to_string(i));
+  }
+  // 4 layers' activations (attention, feed-forward, layer norms, dropout masks) against about one.
+  EXPECT_LT(kept_checkpointed * 2, kept_plain) << kept_checkpointed << " bytes kept, against " << kept_plain;
+  // In eval mode, or under NoGradGuard, the layers run as they are.
+  model->eval();
+  NoGradGuard no_grad;
+  model->bert->encoder->gradient_checkpointing = true;
+  Tensor a = model->forward(ids, mask);
+  model->bert->encoder->gradient_checkpointing = false;
+  expect_same(a, model->forward(ids, mask), "eval logits");
+}
+
 TEST(Checkpoint, UnderNoGradItIsTheFunction) {
   Tensor x = randn({4}, TensorOptions(kFloat64).requires_grad(true));
   NoGradGuard no_grad;

@@ -2,6 +2,8 @@
 // Language Understanding", 2018), module for module as Hugging Face's modeling_bert builds it.
 #include "kiln/models/bert.h"
 
+#include "kiln/autograd.h"
+#include "kiln/utils/checkpoint.h"
 #include "models/bert_util.h"
 
 namespace kiln::models {
@@ -149,7 +151,7 @@ Tensor BertLayerImpl::forward(const Tensor& hidden, const Tensor& mask) {
   return output(intermediate(attended), attended);
 }
 
-BertEncoderImpl::BertEncoderImpl(const BertConfig& c) {
+BertEncoderImpl::BertEncoderImpl(const BertConfig& c) : gradient_checkpointing(c.gradient_checkpointing) {
   layer = register_module("layer", nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layer->push_back(BertLayer(c));
 }
@@ -157,7 +159,21 @@ BertEncoderImpl::BertEncoderImpl(const BertConfig& c) {
 Tensor BertEncoderImpl::forward(const Tensor& hidden, const Tensor& mask) {
   Tensor x = hidden;
   // The list is public: a module put there that is not a BertLayer is an error, not a bad cast.
-  for (size_t i = 0; i < layer->size(); ++i) x = layer->ptr<BertLayerImpl>(i)->forward(x, mask);
+  const bool checkpointed = gradient_checkpointing && is_training() && autograd::is_grad_enabled();
+  for (size_t i = 0; i < layer->size(); ++i) {
+    std::shared_ptr<BertLayerImpl> l = layer->ptr<BertLayerImpl>(i);
+    if (!checkpointed) {
+      x = l->forward(x, mask);
+      continue;
+    }
+    // The layer is kept by the checkpoint until backward; the mask is an input (checked unchanged).
+    const bool masked = mask.defined();
+    x = utils::checkpoint(
+        [l, masked](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{l->forward(in[0], masked ? in[1] : Tensor())};
+        },
+        masked ? std::vector<Tensor>{x, mask} : std::vector<Tensor>{x})[0];
+  }
   return x;
 }
 

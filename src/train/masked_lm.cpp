@@ -156,6 +156,7 @@ void MaskedLM::build(Device device) {
   const auto& o = options_;
   device_ = device;
   model_ = models::bert_for_masked_lm(config_);
+  model_->bert->encoder->gradient_checkpointing = o.gradient_checkpointing;
   model_->to(device_);
   parameters_ = model_->parameters();
 

@@ -111,7 +111,8 @@ class ProgressBar {
 };
 
 // Flags only the MLM trainer takes, and flags only the image trainer takes.
-constexpr const char* kBertFlags[] = {"vocab", "vocab-size", "seq-len", "warmup", "clip", "eval-every"};
+constexpr const char* kBertFlags[] = {"vocab", "vocab-size", "seq-len", "warmup", "clip", "eval-every",
+                                      "gradient-checkpointing"};
 constexpr const char* kImageFlags[] = {"momentum", "checkpoint-every", "workers"};
 // Data-loading threads beyond this only wait on one another (each makes whole batches).
 constexpr int64_t kMaxWorkers = 64;
@@ -173,6 +174,7 @@ int train_bert(const Args& args) {
   o.resume = args.has("resume");
   o.verify_checkpoint = !args.has("no-verify");
   o.amp = args.get("amp", "");
+  o.gradient_checkpointing = args.has("gradient-checkpointing");
   if (o.resume) refuse_with_resume(args, {"seq-len", "vocab", "vocab-size", "warmup", "clip", "eval-every"});
 
   const auto t0 = Clock::now();
@@ -296,7 +298,7 @@ int train(int argc, char** argv) {
             {"model", "epochs", "batch-size", "lr", "momentum", "weight-decay", "device", "data", "seed",
              "checkpoint-dir", "checkpoint-every", "workers", "threads", "memory-limit", "gpu-memory-limit",
              "max-steps", "vocab", "vocab-size", "seq-len", "warmup", "clip", "eval-every", "amp"},
-            {"resume", "no-verify"});
+            {"resume", "no-verify", "gradient-checkpointing"});
   // clang-format on
   KILN_CHECK(args.has("resume") || !args.has("no-verify"), "kiln train",
              "--no-verify goes with --resume (it loads a checkpoint without checking its checksum)");

@@ -21,7 +21,9 @@ const char* usage(const std::string& command) {
            "  --gpu-memory-limit SIZE  each GPU's: 20G, 80% (of its memory) or 0 for none (the default)\n"
            "  CNNs only: --momentum X (the one-cycle's top momentum, default 0.95) --checkpoint-every STEPS\n"
            "             --workers N (data-loading threads)\n"
-           "  BERT only: --vocab FILE --vocab-size N --seq-len N --warmup FRACTION --clip X --eval-every STEPS\n";
+           "  BERT only: --vocab FILE --vocab-size N --seq-len N --warmup FRACTION --clip X --eval-every STEPS\n"
+           "             --gradient-checkpointing (each layer's activations computed again in backward: less\n"
+           "             memory, about a third more compute; with --resume too)\n";
   if (command == "eval")
     return "usage: kiln eval --checkpoint PATH [options]\n"
            "  A checkpoint's test accuracy (CNN) or held-out loss and perplexity (BERT).\n"

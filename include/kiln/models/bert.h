@@ -36,6 +36,11 @@ struct BertConfig {
   // The masked-LM decoder is the word embeddings. false is refused where it matters, by
   // BertForMaskedLM (Kiln's ties them); the encoder and the classifier do not use it.
   bool tie_word_embeddings = true;
+  // In training, each encoder layer is checkpointed (kiln::utils::checkpoint): its activations
+  // are computed again in backward instead of kept, for about a third more compute per step and
+  // the memory of all but one layer's activations (HF's gradient_checkpointing_enable()). Also
+  // BertEncoder's own switch, which a built model can turn on or off.
+  bool gradient_checkpointing = false;
 
   // The sizes of Turc et al.'s compact BERTs (google/bert_uncased_L-*) and of BERT-base;
   // every other field keeps its default.
@@ -132,6 +137,7 @@ class BertEncoderImpl : public nn::Module {
   Tensor forward(const Tensor& hidden, const Tensor& mask);
 
   nn::ModuleList layer{nullptr};  // BertLayers "0" .. "N-1"
+  bool gradient_checkpointing = false;  // BertConfig::gradient_checkpointing
 };
 KILN_MODULE(BertEncoder);
 

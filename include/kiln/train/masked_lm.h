@@ -36,6 +36,9 @@ struct MaskedLMOptions : TrainerOptions {
   double weight_decay = 0.01;
   double warmup = 0.06;  // the share of all steps spent warming up
   double clip = 1.0;     // gradient clipping by global norm (0: none)
+  // BertConfig::gradient_checkpointing: a run's choice, not a setting of its checkpoint (a resumed
+  // run takes it from its own options).
+  bool gradient_checkpointing = false;
 };
 
 class MaskedLM : public Task {
