@@ -123,6 +123,8 @@ def parse_args(argv):
     p.add_argument("--mlm", default="full", choices=["full", "sparse"],
                    help="BERT train loss: logits at every position (HF) or at the labelled ones only")
     p.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
+    p.add_argument("--gradient-checkpointing", action="store_true",
+                   help="BERT: model.gradient_checkpointing_enable() (non-reentrant), in training")
     p.add_argument("--profile", action="store_true",
                    help="print torch.profiler's per-op table for one step instead of the JSON line")
     p.add_argument("--top", type=positive, default=25, help="rows of the --profile table")
@@ -223,6 +225,8 @@ def make_bert(torch, a, device):
     cfg = BertConfig(vocab_size=BERT_VOCAB, num_hidden_layers=layers, hidden_size=hidden,
                      num_attention_heads=heads, intermediate_size=inter, attn_implementation="sdpa")
     model = BertForMaskedLM(cfg).to(device)
+    if a.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train(a.mode == "train")
     ids = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), device=device)
     mask = torch.ones(a.batch, a.seq, dtype=torch.int64, device=device)
@@ -239,7 +243,8 @@ def make_bert(torch, a, device):
 
     return model, opt, loss_fn, lambda: model(input_ids=ids, attention_mask=mask), {
         "transformers": transformers.__version__, "seq": a.seq, "optimizer": "adamw",
-        "mlm": a.mlm if a.mode == "train" else None}
+        "mlm": a.mlm if a.mode == "train" else None,
+        **({"gradient_checkpointing": True} if a.gradient_checkpointing and a.mode == "train" else {})}
 
 
 SDPA_HEADS, SDPA_HEAD_DIM = 12, 64  # BERT-base's attention

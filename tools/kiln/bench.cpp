@@ -36,7 +36,7 @@ int bench_command(int argc, char** argv) {
   Args args("bench", argc, argv,
             {"models", "modes", "devices", "dtypes", "batch", "steps", "warmup", "threads", "memory-limit",
              "gpu-memory-limit", "seq", "out", "pytorch-script", "python", "pytorch-timeout"},
-            {"quick", "vs-pytorch", "profile", "cudnn-benchmark", "cudnn-nondeterministic"});
+            {"quick", "vs-pytorch", "profile", "cudnn-benchmark", "cudnn-nondeterministic", "gradient-checkpointing"});
   bench::SuiteOptions o;
   for (auto [name, items] : {std::pair{"models", &o.models}, {"modes", &o.modes}, {"devices", &o.devices},
                              {"dtypes", &o.dtypes}})
@@ -56,6 +56,9 @@ int bench_command(int argc, char** argv) {
   o.vs_pytorch = args.has("vs-pytorch");
   o.cudnn_benchmark = args.has("cudnn-benchmark");
   o.cudnn_nondeterministic = args.has("cudnn-nondeterministic");
+  o.gradient_checkpointing = args.has("gradient-checkpointing");
+  KILN_CHECK(!o.gradient_checkpointing || std::any_of(o.models.begin(), o.models.end(), bench::is_bert),
+             args.where().c_str(), "--gradient-checkpointing applies to BERT, and no model in --models is one");
   o.pytorch_script = args.get("pytorch-script", std::string(KILN_SOURCE_DIR) + "/bench/pytorch_peer.py");
   o.python = args.get("python", "python3");
   o.pytorch_timeout_s = args.get_int("pytorch-timeout", o.pytorch_timeout_s, 1);

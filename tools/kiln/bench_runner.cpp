@@ -136,7 +136,7 @@ RunResult run(const RunSpec& spec, const Progress& progress) {
   r.profiled = spec.profile || profiler::recording();  // a session of KILN_PROFILE's is alive
   const std::map<std::string, uint64_t> fallbacks_before = fallback_counts();
   try {
-    Workload w = make_workload({spec.model, spec.mode, device, spec.batch, spec.seq, spec.dtype});
+    Workload w = make_workload({spec.model, spec.mode, device, spec.batch, spec.seq, spec.dtype, spec.gradient_checkpointing});
     r.optimizer = w.optimizer;
     measure(spec, device, [&] { run_with_dtype(spec.dtype, w.step); }, r, progress);
     for (const auto& [op, n] : fallback_counts()) {
@@ -169,6 +169,7 @@ std::string to_json(const RunResult& r, const Environment& env) {
   field("dtype", str(s.dtype));
   field("batch", std::to_string(s.batch));
   if (takes_seq(s.model)) field("seq", std::to_string(s.seq));
+  if (s.gradient_checkpointing) field("gradient_checkpointing", "true");
   name("optimizer", r.optimizer);
   field("warmup", std::to_string(s.warmup));
   field("steps", std::to_string(s.steps));

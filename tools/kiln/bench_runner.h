@@ -15,6 +15,7 @@ namespace kiln::cli::bench {
 struct RunSpec {
   std::string model, mode, device, dtype;  // device as Device::str() spells it ("cpu", "cuda:0"); dtype "fp32"/"bf16"
   int64_t batch = 1, warmup = 1, steps = 1, seq = 128;
+  bool gradient_checkpointing = false;  // BERT training: each encoder layer checkpointed
   bool profile = false;  // record a per-op profile of the timed steps (their times then include the profiler's)
 };
 

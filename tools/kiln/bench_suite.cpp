@@ -49,6 +49,7 @@ PeerOutput run_peer(const SuiteOptions& o, const RunSpec& s, int threads, std::o
                     std::to_string(s.warmup) + " --threads " + std::to_string(threads);
   if (takes_seq(s.model)) cmd += " --seq " + std::to_string(s.seq);
   if (o.cudnn_benchmark) cmd += " --cudnn-benchmark";
+  if (s.gradient_checkpointing) cmd += " --gradient-checkpointing";
   // coreutils' timeout, where there is one: a peer that hangs ends as a failed row, not the suite.
   static const bool has_timeout = std::system("command -v timeout >/dev/null 2>&1") == 0;
   if (has_timeout) cmd = "timeout -k 10 " + std::to_string(o.pytorch_timeout_s) + " " + cmd;
@@ -163,6 +164,7 @@ std::vector<RunSpec> plan(const SuiteOptions& o) {
           s.warmup = o.warmup >= 0 ? o.warmup : 1;
           s.steps = o.steps > 0 ? o.steps : (o.quick ? 2 : 3);
           s.seq = o.seq;
+          s.gradient_checkpointing = o.gradient_checkpointing && is_bert(model) && mode == "train";
           s.profile = o.profile;
           specs.push_back(s);
         }

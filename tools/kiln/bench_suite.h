@@ -26,6 +26,7 @@ struct SuiteOptions {
   std::string out_dir = "bench-results";
   bool vs_pytorch = false;
   bool cudnn_benchmark = false;      // cuDNN's algorithms timed, not picked by its heuristics (both sides)
+  bool gradient_checkpointing = false;  // BERT's layers checkpointed in training (both sides)
   bool cudnn_nondeterministic = false;  // Kiln's convolutions take cuDNN's first choice (PyTorch's default)
   std::string pytorch_script;        // bench/pytorch_peer.py
   std::string python = "python3";

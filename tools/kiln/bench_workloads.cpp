@@ -57,7 +57,8 @@ Workload cnn_workload(const WorkloadOptions& o) {
 }
 
 Workload bert_workload(const WorkloadOptions& o) {
-  const models::BertConfig cfg = models::BertConfig::preset(o.model);
+  models::BertConfig cfg = models::BertConfig::preset(o.model);
+  cfg.gradient_checkpointing = o.gradient_checkpointing;
   KILN_CHECK(o.seq >= 1 && o.seq <= cfg.max_position_embeddings, "kiln bench", "--seq must be in [1, ",
              cfg.max_position_embeddings, "] for ", o.model, ", got ", o.seq);
   auto model = std::make_shared<models::BertForMaskedLM>(models::bert_for_masked_lm(cfg));

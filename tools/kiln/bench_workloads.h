@@ -27,6 +27,7 @@ struct WorkloadOptions {
   int64_t batch = 1;
   int64_t seq = 128;           // BERT and sdpa only
   std::string dtype = "fp32";  // fp16 training steps use a GradScaler (as PyTorch's peer does)
+  bool gradient_checkpointing = false;  // BERT: BertConfig::gradient_checkpointing
 };
 
 // One step of the workload, ready to run. Its inputs, model and optimizer live in the closure.

@@ -43,7 +43,8 @@ const char* usage(const std::string& command) {
            "  --cudnn-benchmark  time cuDNN's convolution algorithms per shape (PyTorch's cudnn.benchmark, both "
            "sides)\n"
            "  --cudnn-nondeterministic  Kiln's convolutions may take cuDNN's nondeterministic algorithms (PyTorch's "
-           "default; Kiln's is deterministic)\n";
+           "default; Kiln's is deterministic)\n"
+           "  --gradient-checkpointing  BERT's training steps with each encoder layer checkpointed (both sides)\n";
   if (command == "info")
     return "usage: kiln info\n"
            "  Version, CPU, devices, threads, memory, and which backends are built.\n";
