@@ -12,7 +12,8 @@
 # PyTorch's SDPA, the three models on the CPU and the GPU in fp32 in one stage (the GPU's speed-up
 # over the CPU, the seed's figure; with oneDNN only), ResNet-50 at batch 256 and BERT-base at 128
 # beside PyTorch (the two peaks), ResNet-50's evaluation at batch 1 beside PyTorch's, a run past
-# --gpu-memory-limit, the CNN evaluations with cuDNN's benchmark mode, and the seed's models in fp32.
+# --gpu-memory-limit, the CNN evaluations with cuDNN's benchmark mode, the seed's models in fp32,
+# and BERT-base's training with its layers checkpointed.
 # summary.md (the speed-ups and the peaks first), the logs, results.jsonl and chart.svg (at most 8
 # files) go into OUTDIR; scratch files into a temporary directory. Without a GPU it says so in summary.md and exits 0 having run
 # nothing.
@@ -408,6 +409,10 @@ fi
 bench_stage bench_cudnn_benchmark 120 bench-cudnn-benchmark "$kiln" bench --models resnet50,vgg16 --modes eval \
   --devices cuda --dtypes bf16 --warmup 2 --steps 3 --vs-pytorch --pytorch-timeout 90 --cudnn-benchmark
 bench_cuda fp32
+# BERT-base's training with each layer checkpointed (both sides): the peak it saves on a GPU, and
+# what the recomputation costs.
+bench_stage memory_bert-base_checkpointed 90 bench-memory-checkpointed "$kiln" bench --models bert-base --modes train \
+  --devices cuda --dtypes bf16 --batch 128 --warmup 1 --steps 2 --gradient-checkpointing --vs-pytorch --pytorch-timeout 90
 # compute-sanitizer last: it may not run where the GPU is virtualised, and it is slow.
 if ((sanitize)); then
   stage memcheck sanitizer.log 300 compute-sanitizer --tool memcheck --error-exitcode 1 build-gpu/tests/kiln_tests --gtest_filter='Cuda*'
