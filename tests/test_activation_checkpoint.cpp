@@ -4,7 +4,10 @@
 // for what cannot be run again.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "kiln/kiln.h"
+#include "stand_in_device.h"
 #include "test_util.h"
 
 namespace kiln::test {
@@ -171,6 +174,41 @@ TEST(SavedTensorsHooks, SaveOnCpuGivesTheSameGradients) {
   }
   const std::vector<Tensor> got_grads = autograd::grad({got}, {x, b.w1, b.b1, b.w2});
   for (size_t i = 0; i < got_grads.size(); ++i) expect_same(got_grads[i], want_grads[i], "grad " + std::to_string(i));
+}
+
+// On a device (the stand-in GPU, host memory behind it): what the region saves goes to pinned host
+// memory, so the device keeps only the output; the gradients are the same.
+TEST(SavedTensorsHooks, SaveOnCpuKeepsADevicesSavedTensorsOffIt) {
+  if (cuda::is_available()) GTEST_SKIP() << "a real GPU is present: the stand-in device is for machines without";
+  StandInCuda stand_in(StandInCuda::Kernels::CpuWhereCudaHasOne);
+  if (stand_in.native_ops() == 0) GTEST_SKIP() << "built without CUDA kernels";
+  const Device gpu{DeviceType::CUDA, 0};
+  manual_seed(14);
+  Tensor w = randn({256, 256}).to(gpu).requires_grad_();
+  Tensor x = randn({128, 256}).to(gpu);
+  auto run = [&](bool on_cpu, size_t& kept) {
+    const size_t before = memory_stats(gpu).allocated;
+    Tensor y;
+    {
+      std::optional<SaveOnCpu> save;
+      if (on_cpu) save.emplace(/*pin_memory=*/true);
+      y = x;
+      for (int i = 0; i < 4; ++i) y = tanh(linear(y, w));  // each layer keeps tanh's output [128, 256]
+    }
+    kept = memory_stats(gpu).allocated - before;
+    Tensor g = autograd::grad({y.sum()}, {w})[0];
+    EXPECT_EQ(g.device(), gpu);
+    return g.cpu();
+  };
+  size_t kept_plain = 0, kept_on_cpu = 0;
+  const Tensor want = run(false, kept_plain);
+  const int copies_before = stand_in.runtime().to_host;
+  const Tensor got = run(true, kept_on_cpu);
+  EXPECT_GE(stand_in.runtime().to_host - copies_before, 8) << "each saved activation copied out";
+  expect_same(got, want, "grad w");
+  const size_t activation = 128 * 256 * sizeof(float);
+  EXPECT_GE(kept_plain, 4 * activation);
+  EXPECT_LE(kept_on_cpu, activation + activation / 2);  // the output alone
 }
 
 // ---- checkpoint
