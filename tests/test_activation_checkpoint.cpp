@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <thread>
 
 #include "kiln/kiln.h"
 #include "stand_in_device.h"
@@ -102,17 +103,68 @@ TEST(SavedTensorsHooks, SecondDerivativesThroughCopiedTensors) {
   EXPECT_TRUE(autograd::gradgradcheck(fn, inputs));
 }
 
-TEST(SavedTensorsHooks, InPlaceChangeAfterSavingIsStillAnError) {
-  Tensor x = randn({4}, TensorOptions(kFloat64).requires_grad(true));
-  Tensor h = x * 2;
-  Tensor y;
-  {
-    SavedTensorsHooks hooks([](const Tensor& t) -> std::any { return t; },
-                            [](const std::any& p) -> Tensor { return std::any_cast<Tensor>(p); });
-    y = exp(h);  // saves its result
+// Saved tensors that need no gradient (a constant operand, masks, indices, a target) come back as
+// they were under create_graph too, and a leaf's comes back as unpack gives it (here doubled:
+// the same doubled gradient whether or not the pass records itself).
+TEST(SavedTensorsHooks, CreateGraphTakesWhatUnpackGives) {
+  manual_seed(15);
+  Tensor x = randn({4, 6}, TensorOptions(kFloat64).requires_grad(true));
+  const Tensor target = randn({4, 6}, kFloat64);
+  const Tensor ids = randint(0, 6, {5}, kInt64);
+  auto fn = [&](const Tensor& t) {
+    Tensor h = layer_norm(t * 2.0, {6}) + softmax(t, 1);
+    Tensor m = masked_fill(h, lt(target, 0.0), 0.0);
+    return mse_loss(dropout(m, 0.3), target) + embedding(t, ids).sum() + max_pool2d(t.view({1, 1, 4, 6}), {2, 2}).sum();
+  };
+  auto copying = [] {
+    return std::make_unique<SavedTensorsHooks>([](const Tensor& t) -> std::any { return t.clone(); },
+                                               [](const std::any& p) -> Tensor { return std::any_cast<Tensor>(p); });
+  };
+  manual_seed(16);
+  const Tensor want = autograd::grad({fn(x)}, {x})[0];
+  for (const bool create_graph : {false, true}) {
+    manual_seed(16);
+    Tensor y;
+    {
+      auto hooks = copying();
+      y = fn(x);
+    }
+    const Tensor got = autograd::grad({y}, {x}, {}, false, false, create_graph)[0];
+    expect_close(got, values(want), want.shape(), 1e-12, 1e-12, create_graph ? "create_graph" : "plain");
   }
-  y.mul_(3);
-  expect_error([&] { y.sum().backward(); }, "modified in place");
+  // A leaf's value as unpack gives it.
+  Tensor w = randn({3}, TensorOptions(kFloat64).requires_grad(true));
+  for (const bool create_graph : {false, true}) {
+    Tensor y;
+    {
+      SavedTensorsHooks doubling([](const Tensor& t) -> std::any { return t; },
+                                 [](const std::any& p) -> Tensor { return std::any_cast<Tensor>(p) * 2.0; });
+      y = (w * w).sum();  // mul saves w twice
+    }
+    const Tensor g = autograd::grad({y}, {w}, {}, false, false, create_graph)[0];
+    expect_close(g, values(w * 4.0), {3}, 1e-12, 1e-12, create_graph ? "leaf, create_graph" : "leaf");
+  }
+}
+
+// Guards may end out of order (held in smart pointers): each takes its own hooks away.
+TEST(SavedTensorsHooks, GuardsEndingOutOfOrderRemoveTheirOwnHooks) {
+  std::vector<std::string> log;
+  auto named = [&](std::string name) {
+    return std::make_unique<SavedTensorsHooks>(
+        [&log, name](const Tensor& t) -> std::any {
+          log.push_back(name);
+          return t;
+        },
+        [](const std::any& p) -> Tensor { return std::any_cast<Tensor>(p); });
+  };
+  Tensor x = randn({3}, TensorOptions(kFloat64).requires_grad(true));
+  auto a = named("a");
+  auto b = named("b");
+  a.reset();  // b stays the innermost
+  Tensor y = sin(x);
+  b.reset();
+  Tensor z = sin(x);  // none
+  EXPECT_EQ(log, std::vector<std::string>{"b"});
 }
 
 TEST(SavedTensorsHooks, UndefinedFromUnpackIsAnError) {
@@ -364,6 +416,68 @@ TEST(Checkpoint, ARegionRunningOtherOpsTheSecondTimeIsAnError) {
   calls = 0;
   Tensor z = utils::checkpoint([&](const Tensor& t) { return ++calls == 1 ? sin(t) : sin(t.t()); }, x2);
   expect_error([&] { z.sum().backward(); }, "float64 [3, 4] on cpu where the forward saved float64 [4, 3] on cpu");
+}
+
+// An op of fn changing in place what an earlier op saved: an error in backward, as without
+// checkpointing (the recomputation would hand the changed value to the earlier op's backward).
+TEST(Checkpoint, AnInPlaceChangeInsideTheRegionIsAnError) {
+  Tensor x = randn({4}, TensorOptions(kFloat64).requires_grad(true));
+  Tensor y = utils::checkpoint(
+      [](const Tensor& t) {
+        Tensor e = exp(t * 1.0);  // saves its result
+        e.mul_(2.0);
+        return e;
+      },
+      x);
+  expect_error([&] { y.sum().backward(); }, "modified in place later in the checkpointed function");
+}
+
+// Changing the region's output in place afterwards is fine (as in torch): what backward needs is
+// made again, not the output kept.
+TEST(Checkpoint, TheOutputMayBeChangedInPlaceAfterwards) {
+  Tensor x = randn({6}, TensorOptions(kFloat64).requires_grad(true));
+  Tensor w = randn({6}, TensorOptions(kFloat64).requires_grad(true));
+  Tensor y = utils::checkpoint([&](const Tensor& t) { return sigmoid(t * w); }, x);  // sigmoid saves its result
+  y.add_(1.0);
+  y.sum().backward();
+  const Tensor s = sigmoid(x * w);
+  expect_close(x.grad(), values(s * (1.0 - s) * w), {6}, 1e-12, 1e-12);
+}
+
+// A backward inside fn (a gradient penalty inside a block), in the forward and when run again.
+TEST(Checkpoint, GradientsTakenInsideTheRegion) {
+  auto region = [](const Tensor& t) {
+    Tensor h = tanh(t * t);
+    const Tensor dh = autograd::grad({h.sum()}, {t}, {}, false, false, /*create_graph=*/true)[0];
+    return dh * h;
+  };
+  Tensor x = randn({5}, TensorOptions(kFloat64).requires_grad(true));
+  const Tensor want = autograd::grad({region(x).sum()}, {x})[0];
+  const Tensor got = autograd::grad({utils::checkpoint(region, x).sum()}, {x})[0];
+  expect_close(got, values(want), {5}, 1e-12, 1e-12);
+}
+
+// Two threads recomputing regions with dropout at once: each draws its own forward's masks (the
+// recomputation replays the generator on its own thread).
+TEST(Checkpoint, ConcurrentRecomputationsDrawTheirOwnMasks) {
+  auto region = [](const Tensor& t) { return dropout(sin(t), 0.5) * t; };
+  for (int round = 0; round < 5; ++round) {
+    manual_seed(30 + round);
+    Tensor a = randn({4096}, TensorOptions(kFloat64).requires_grad(true));
+    Tensor b = randn({4096}, TensorOptions(kFloat64).requires_grad(true));
+    const GeneratorState start = get_rng_state();
+    const Tensor want_a = autograd::grad({region(a).sum()}, {a})[0];
+    const Tensor want_b = autograd::grad({region(b).sum()}, {b})[0];
+    set_rng_state(start);
+    Tensor ya = utils::checkpoint(region, a).sum(), yb = utils::checkpoint(region, b).sum();
+    Tensor ga, gb;
+    std::thread ta([&] { ga = autograd::grad({ya}, {a})[0]; });
+    std::thread tb([&] { gb = autograd::grad({yb}, {b})[0]; });
+    ta.join();
+    tb.join();
+    expect_same(ga, want_a, "a, round " + std::to_string(round));
+    expect_same(gb, want_b, "b, round " + std::to_string(round));
+  }
 }
 
 TEST(Checkpoint, AnInputChangedInPlaceIsAnError) {

@@ -284,5 +284,28 @@ TEST(HigherOrder, AttentionWithDropoutDrawsItsMaskAgain) {
   }, {leaf({1, 2, 3, 4}, 6), leaf({1, 2, 3, 4}, 7), leaf({1, 2, 3, 4}, 8)}));
 }
 
+// The ops whose recorded backward differentiates the op itself (attention, batch norm) take each
+// argument's own partial derivative: one tensor as query, key and value, and batch norms sharing
+// weights (the second's input made with them), give the same first derivatives recorded or not.
+TEST(HigherOrder, RecordedGradientsOfOneTensorInSeveralArguments) {
+  Tensor x = leaf({1, 2, 5, 4}, 9);
+  const auto self_attention = [&] { return (scaled_dot_product_attention(x, x, x) * x).sum(); };
+  const Tensor fused = autograd::grad({self_attention()}, {x})[0];
+  const Tensor recorded = autograd::grad({self_attention()}, {x}, {}, false, false, /*create_graph=*/true)[0];
+  expect_close(recorded, values(fused), fused.shape(), 1e-12, 1e-12, "q = k = v");
+
+  Tensor w = leaf({3}, 10), b = leaf({3}, 11), img = leaf({2, 3, 4, 4}, 12);
+  const Tensor none;
+  const auto twice = [&] {
+    Tensor h = batch_norm(img, none, none, w, b, /*training=*/true);
+    return (batch_norm(h * h, none, none, w, b, true) * img).sum();
+  };
+  const auto plain = autograd::grad({twice()}, {w, b, img});
+  const auto rec = autograd::grad({twice()}, {w, b, img}, {}, false, false, /*create_graph=*/true);
+  for (size_t i = 0; i < plain.size(); ++i)
+    expect_close(rec[i], values(plain[i]), plain[i].shape(), 1e-10, 1e-12, "batch norms sharing weights, " +
+                 std::to_string(i));
+}
+
 }  // namespace
 }  // namespace kiln::test

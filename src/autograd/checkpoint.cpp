@@ -1,6 +1,7 @@
 // Activation checkpointing (kiln/utils/checkpoint.h) on saved-tensor hooks: in the forward, each
 // tensor fn's ops save is packed as its index in the region; the first unpack in backward runs fn
 // again under hooks that keep what that run saves, in the same order, and hands each out once.
+// While the forward runs, what it saved is at hand too (a backward inside fn unpacks it then).
 #include <algorithm>
 #include <any>
 #include <array>
@@ -10,6 +11,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/replay_generator.h"
 #include "core/tensor_util.h"
 #include "kiln/autocast.h"
 #include "kiln/autograd.h"
@@ -47,10 +49,16 @@ struct Frame {
   std::array<AutocastGuard::Mode, kAutocastTypes.size()> autocast{};
   std::vector<Meta> saved;  // what the forward's ops saved, in order
   std::mutex mutex;
+  bool in_forward = true;
+  std::vector<Tensor> live;        // while in_forward: what the forward saved
   std::vector<Tensor> recomputed;  // from the last recomputation; each handed out once
 
   Tensor take(size_t index) {
     std::lock_guard<std::mutex> lock(mutex);
+    if (in_forward) {  // a backward inside fn, during the forward
+      KILN_CHECK(index < live.size(), "checkpoint", "saved tensor ", index, " of ", live.size(), " asked for");
+      return live[index];
+    }
     KILN_CHECK(index < saved.size(), "checkpoint", "saved tensor ", index, " of ", saved.size(), " asked for");
     // Handed out already (a second backward through a retained graph): run fn again.
     if (index >= recomputed.size() || !recomputed[index].defined()) recompute();
@@ -69,24 +77,20 @@ struct Frame {
       if (x.requires_grad()) a.requires_grad_(true);
       args.push_back(std::move(a));
     }
-    // The random numbers of the first run, and the generator left as it was after.
-    struct RngRestore {
-      std::optional<GeneratorState> after;
-      ~RngRestore() {
-        if (after) set_rng_state(*after);
-      }
-    } restore;
-    if (preserve_rng) {
-      restore.after = get_rng_state();
-      set_rng_state(rng);
-    }
+    // The random numbers of the first run, from this thread's own copy of the generator then: the
+    // global one, which other threads may be drawing from, is not touched.
+    std::optional<detail::ReplayGenerator> replay;
+    if (preserve_rng) replay.emplace(rng);
     AutoGradMode grad(true);  // backward runs with recording off (and with autocast off)
     std::array<std::optional<AutocastGuard>, kAutocastTypes.size()> amp;
     for (size_t d = 0; d < kAutocastTypes.size(); ++d)
       amp[d].emplace(kAutocastTypes[d], autocast[d].dtype, autocast[d].enabled);
     std::vector<Tensor> got;
+    std::vector<uint64_t> got_versions;
     got.reserve(saved.size());
     {
+      // Kept as they are (pack gets them without history), and given back as they are to a
+      // backward inside fn.
       autograd::graph::SavedTensorsHooks keep(
           [&](const Tensor& t) -> std::any {
             const size_t k = got.size();
@@ -95,16 +99,21 @@ struct Frame {
             const Meta m = meta_of(t);
             KILN_CHECK(m == saved[k], "checkpoint", "saved tensor ", k, " of the recomputation is ", describe(m),
                        " where the forward saved ", describe(saved[k]), ": fn must run the same ops each time");
-            got.push_back(t);  // pack gets it without history
-            return {};
+            got.push_back(t);
+            got_versions.push_back(t.version());
+            return t;
           },
-          [](const std::any&) -> Tensor {
-            KILN_FAIL("checkpoint", "a tensor saved by the recomputation was asked for by backward");
-          });
+          [](const std::any& t) -> Tensor { return std::any_cast<Tensor>(t); });
       fn(args);
     }
     KILN_CHECK(got.size() == saved.size(), "checkpoint", "the recomputation saved ", got.size(), " tensors for "
                "backward where the forward saved ", saved.size(), ": fn must run the same ops each time");
+    // What an op saved and a later op of fn changed in place would be the wrong value for the first
+    // op's backward: an error, as without checkpointing.
+    for (size_t k = 0; k < got.size(); ++k)
+      KILN_CHECK(got[k].version() == got_versions[k], "checkpoint", "saved tensor ", k, " (", describe(saved[k]),
+                 ") was modified in place later in the checkpointed function; use an out-of-place op or clone() "
+                 "it first");
     recomputed = std::move(got);
   }
 };
@@ -125,7 +134,7 @@ std::vector<Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<T
     frame->versions.push_back(x.version());
   }
   frame->preserve_rng = preserve_rng_state;
-  if (preserve_rng_state) frame->rng = get_rng_state();
+  if (preserve_rng_state) frame->rng = detail::thread_generator_state();
   for (size_t d = 0; d < kAutocastTypes.size(); ++d)
     frame->autocast[d] = {autocast_enabled(kAutocastTypes[d]), autocast_dtype(kAutocastTypes[d])};
   std::vector<Tensor> outputs;
@@ -133,10 +142,21 @@ std::vector<Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<T
     Frame* f = frame.get();  // the unpack hook keeps the frame; the pack hook runs only in here
     autograd::graph::SavedTensorsHooks hooks(
         [f](const Tensor& t) -> std::any {
+          std::lock_guard<std::mutex> lock(f->mutex);
           f->saved.push_back(meta_of(t));
+          f->live.push_back(t);
           return f->saved.size() - 1;
         },
         [frame](const std::any& index) -> Tensor { return frame->take(std::any_cast<size_t>(index)); });
+    // The forward's saved tensors go when it ends, whether fn returns or throws.
+    struct EndForward {
+      Frame& f;
+      ~EndForward() {
+        std::lock_guard<std::mutex> lock(f.mutex);
+        f.in_forward = false;
+        f.live.clear();
+      }
+    } end{*frame};
     outputs = fn(inputs);
   }
   return outputs;

@@ -67,12 +67,11 @@ struct SavedState {
   // its region of that tensor, the op's output.
   std::optional<ViewGeometry> region;
   // Saved-tensor hooks (kiln/autograd/graph.h): those in effect when it was saved, and once the
-  // op is recorded what pack returned; then the tensor's storage is watched only while it lives
-  // (its version), and a tensor with history that is no output of the op keeps that history as
-  // an edge, not the tensor.
+  // op is recorded what pack returned; an input that requires grad then keeps its history as an
+  // edge (a leaf's: its accumulator), not the tensor. What pack keeps is not checked for in-place
+  // changes (as in torch): a copy, or a recomputation, has none.
   std::shared_ptr<const detail::SavedHooks> hooks;
   std::any packed;
-  std::weak_ptr<Storage> storage;
   Edge history;
 };
 
@@ -83,13 +82,11 @@ namespace {
 thread_local std::vector<std::weak_ptr<SavedState>> g_saved;
 
 // A saved tensor whose op is recorded, given to the saved-tensor hooks it was saved under: the
-// graph keeps what pack returns instead of the tensor (and for an input with history, that
-// history as an edge). A leaf input keeps its tensor for create_graph (a parameter outlives its
-// graph anyway).
+// graph keeps what pack returns instead of the tensor, and for an input that requires grad its
+// history as an edge (under create_graph the tensor unpacked takes it).
 void seal(SavedState& s) {
   if (!s.hooks || !s.value.defined()) return;
-  s.storage = s.value.storage();
-  if (s.original && !Tensor(s.original).is_leaf()) {
+  if (s.original) {
     s.history = gradient_edge(Tensor(s.original));
     s.original.reset();
   }
@@ -119,13 +116,19 @@ void claim(SavedState& s, const std::shared_ptr<Node>& node, std::span<const Ten
 bool take_saved(const std::shared_ptr<Node>& node = nullptr, std::span<const Tensor* const> outputs = {},
                 bool inplace = false) {
   if (g_saved.empty()) return false;
-  // Cleared first: a pack hook may run ops that save tensors of their own.
-  const std::vector<std::weak_ptr<SavedState>> saved = std::exchange(g_saved, {});
-  for (const std::weak_ptr<SavedState>& w : saved)
+  bool hooked = false;
+  for (const std::weak_ptr<SavedState>& w : g_saved)
     if (const std::shared_ptr<SavedState> s = w.lock()) {
       claim(*s, node, outputs, inplace);
-      if (node) seal(*s);
+      hooked = hooked || s->hooks != nullptr;
     }
+  if (!hooked || !node) {
+    g_saved.clear();  // keeps its capacity
+    return true;
+  }
+  // Taken first: a pack hook may run ops that save tensors of their own.
+  for (const std::weak_ptr<SavedState>& w : std::exchange(g_saved, {}))
+    if (const std::shared_ptr<SavedState> s = w.lock()) seal(*s);
   return true;
 }
 
@@ -145,13 +148,10 @@ Tensor unpack(const std::shared_ptr<SavedState>& state, const char* node) {
   if (!state) return {};
   const SavedState& s = *state;
   const bool packed = s.hooks && !s.value.defined();
-  // Packed: its storage is checked while it lives (once gone, nothing can change it any more).
-  const std::shared_ptr<Storage> watched = packed ? s.storage.lock() : nullptr;
-  const Storage* storage = packed ? watched.get() : s.value.storage().get();
-  if (storage && storage->version.load(std::memory_order_relaxed) != s.version)
+  if (!packed && s.value.version() != s.version)
     KILN_FAIL("backward", "a tensor that ", node, " saved for the backward pass was modified in place "
-              "afterwards (its version is ", storage->version.load(std::memory_order_relaxed), ", expected ",
-              s.version, "); use an out-of-place op or clone() it first");
+              "afterwards (its version is ", s.value.version(), ", expected ", s.version,
+              "); use an out-of-place op or clone() it first");
   Tensor value = s.value;
   if (packed) {
     {
@@ -164,7 +164,7 @@ Tensor unpack(const std::shared_ptr<SavedState>& state, const char* node) {
   if (!is_grad_enabled()) return value;
   // create_graph: the formula is differentiated through the tensor.
   if (s.original) return Tensor(s.original);
-  if (s.history.valid()) {  // packed: an input's history, given to the tensor unpacked
+  if (s.history.valid()) {  // packed: an input's history (a leaf's accumulator), given to the tensor unpacked
     Tensor out = alias_detached(value);
     AutogradMeta& meta = out.impl()->autograd_meta();
     meta.requires_grad = true;
@@ -188,7 +188,7 @@ Tensor unpack(const std::shared_ptr<SavedState>& state, const char* node) {
   }
   KILN_CHECK(!s.region, "backward", "create_graph: ", node, " saved a view of the tensor it changed in place, "
              "whose node is gone");
-  return s.value;
+  return value;
 }
 
 }  // namespace

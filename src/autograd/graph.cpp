@@ -1,8 +1,10 @@
 // Saved-tensor hooks (kiln/autograd/graph.h): a per-thread stack of guards, and save_on_cpu.
+#include <iterator>
 #include <utility>
 #include <vector>
 
 #include "autograd/saved_hooks.h"
+#include "core/device_runtime.h"
 #include "core/tensor_util.h"
 #include "kiln/autograd.h"
 #include "kiln/error.h"
@@ -20,10 +22,20 @@ namespace graph {
 
 SavedTensorsHooks::SavedTensorsHooks(PackHook pack, UnpackHook unpack) {
   KILN_CHECK(pack && unpack, "saved_tensors_hooks", "both a pack and an unpack hook are needed");
-  t_hooks.push_back(std::make_shared<const detail::SavedHooks>(detail::SavedHooks{std::move(pack), std::move(unpack)}));
+  auto hooks = std::make_shared<const detail::SavedHooks>(detail::SavedHooks{std::move(pack), std::move(unpack)});
+  pushed_ = hooks.get();
+  t_hooks.push_back(std::move(hooks));
 }
 
-SavedTensorsHooks::~SavedTensorsHooks() { t_hooks.pop_back(); }
+// Its own hooks leave the stack, wherever they are in it (guards held in smart pointers may end
+// out of order); on another thread, whose stack does not hold them, nothing is removed.
+SavedTensorsHooks::~SavedTensorsHooks() {
+  for (auto it = t_hooks.rbegin(); it != t_hooks.rend(); ++it)
+    if (it->get() == pushed_) {
+      t_hooks.erase(std::next(it).base());
+      return;
+    }
+}
 
 namespace {
 struct OnCpu {
@@ -39,8 +51,10 @@ SaveOnCpu::SaveOnCpu(bool pin_memory)
           [pin_memory](const Tensor& t) -> std::any {
             if (t.device().is_cpu()) return OnCpu{t, t.device()};
             if (!pin_memory) return OnCpu{t.to(Device::cpu()), t.device()};
+            // Straight into page-locked memory, row-major (a strided view made so on its device).
+            const Tensor dense = t.contiguous();
             Tensor host = make_empty_pinned(t.shape(), t.dtype());
-            host.copy_(t);
+            copy_bytes(host.data_ptr(), Device::cpu(), dense.data_ptr(), dense.device(), host.nbytes(), false);
             return OnCpu{host, t.device()};
           },
           [](const std::any& packed) -> Tensor {

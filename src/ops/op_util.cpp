@@ -141,17 +141,22 @@ Tensor helper_derivative(Op op, const Tensor& s) {
 
 std::vector<Tensor> recomputed_gradients(const std::function<Tensor(const std::vector<Tensor>&)>& forward,
                                          const std::vector<Tensor>& inputs, const Tensor& g) {
-  std::vector<Tensor> wrt, out(inputs.size());
+  std::vector<Tensor> wrt, out(inputs.size()), args = inputs;
   std::vector<size_t> at;
+  AutoGradMode on(true);
+  // Each input through an alias of its own (a view, recorded): the gradients are the op's partial
+  // derivatives in each argument, also where one input is another (attention of x, x, x) or
+  // depends on it (a batch norm's input made with its own weight), which the inputs' own total
+  // derivatives would count twice.
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].defined() && inputs[i].requires_grad()) {
-      wrt.push_back(inputs[i]);
+      args[i] = inputs[i].view(inputs[i].shape());
+      wrt.push_back(args[i]);
       at.push_back(i);
     }
   if (wrt.empty()) return out;
-  AutoGradMode on(true);
   const std::vector<Tensor> grads =
-      autograd::grad({forward(inputs)}, wrt, {g}, false, /*allow_unused=*/true, /*create_graph=*/true);
+      autograd::grad({forward(args)}, wrt, {g}, false, /*allow_unused=*/true, /*create_graph=*/true);
   for (size_t k = 0; k < at.size(); ++k) out[at[k]] = grads[k];
   return out;
 }

@@ -16,10 +16,11 @@ namespace kiln::autograd::graph {
 // and device (torch.autograd.graph.saved_tensors_hooks). Guards nest: the innermost applies. A
 // tensor is packed by the hooks in effect when it was saved, whatever is in effect when it is
 // unpacked. In a backward pass with create_graph the tensor unpacked takes the saved tensor's
-// history, as without hooks. An in-place change to a saved tensor made after it was saved is
-// still an error in backward while that tensor's memory is alive (pack may free it: a change made
-// before that is not seen). An exception from a hook propagates from the op or from backward.
-// Tensors saved by a custom function's ctx->save_for_backward are packed too.
+// history, as without hooks. pack gets the tensor's values without its history, when its op is
+// recorded. An in-place change to a saved tensor after it was packed is not checked (as in torch):
+// what pack keeps should be a copy (SaveOnCpu's off the CPU) or made again (checkpoint's). An
+// exception from a hook propagates from the op or from backward. Tensors saved by a custom
+// function's ctx->save_for_backward are packed too.
 class SavedTensorsHooks {
  public:
   using PackHook = std::function<std::any(const Tensor&)>;
@@ -28,6 +29,9 @@ class SavedTensorsHooks {
   ~SavedTensorsHooks();
   SavedTensorsHooks(const SavedTensorsHooks&) = delete;
   SavedTensorsHooks& operator=(const SavedTensorsHooks&) = delete;
+
+ private:
+  const void* pushed_ = nullptr;  // its hooks on this thread's stack
 };
 
 // torch.autograd.graph.save_on_cpu: while alive, tensors saved for backward are kept in host
