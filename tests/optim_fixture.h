@@ -68,11 +68,14 @@ inline std::vector<double> nums(const std::vector<std::string>& words, size_t fr
   return v;
 }
 
-// "key value" pairs from words[from] on; the boolean options (amsgrad, nesterov) as bools.
+// "key value" pairs from words[from] on; the boolean options (amsgrad, nesterov, centered,
+// maximize) as bools.
 inline std::map<std::string, Scalar> option_pairs(const std::vector<std::string>& w, size_t from) {
   std::map<std::string, Scalar> m;
-  for (size_t i = from; i + 1 < w.size(); i += 2)
-    m[w[i]] = w[i] == "amsgrad" || w[i] == "nesterov" ? Scalar(num(w[i + 1]) != 0) : Scalar(num(w[i + 1]));
+  for (size_t i = from; i + 1 < w.size(); i += 2) {
+    const bool flag = w[i] == "amsgrad" || w[i] == "nesterov" || w[i] == "centered" || w[i] == "maximize";
+    m[w[i]] = flag ? Scalar(num(w[i + 1]) != 0) : Scalar(num(w[i + 1]));
+  }
   return m;
 }
 

@@ -1,5 +1,5 @@
-// LR schedulers against PyTorch's lr sequences (tests/fixtures/optim/schedulers.txt), their
-// state_dict round trip, and their errors.
+// LR schedulers against PyTorch's lr sequences (tests/fixtures/optim/schedulers.txt and, for
+// ReduceLROnPlateau, plateau.txt), their state_dict round trip, and their errors.
 #include <cmath>
 #include <limits>
 #include <map>
@@ -43,6 +43,11 @@ std::shared_ptr<LRScheduler> build(Optimizer& opt, const std::vector<std::string
   if (name == "CosineAnnealingLR")
     return std::make_shared<CosineAnnealingLR>(opt, std::stoll(a.at("T_max")), d("eta_min", 0.0));
   if (name == "SequentialLR") return std::make_shared<SequentialLR>(opt, children, int_list(a.at("milestones")));
+  if (name == "ExponentialLR") return std::make_shared<ExponentialLR>(opt, num(a.at("gamma")));
+  if (name == "ConstantLR")
+    return std::make_shared<ConstantLR>(opt, d("factor", 1.0 / 3), static_cast<int64_t>(d("total_iters", 5)));
+  if (name == "PolynomialLR")
+    return std::make_shared<PolynomialLR>(opt, static_cast<int64_t>(d("total_iters", 5)), d("power", 1.0));
   if (name == "OneCycleLR") {
     OneCycleLROptions o;
     std::vector<double> max_lr = num_list(a.at("max_lr"));
@@ -108,7 +113,7 @@ void expect_near_all(const std::vector<double>& got, const std::vector<double>& 
 
 TEST(OptimScheduler, MatchesPyTorch) {
   auto cases = read_fixture_cases("optim/schedulers.txt");
-  ASSERT_EQ(cases.size(), 12u);
+  ASSERT_EQ(cases.size(), 16u);
   for (const auto& c : cases) {
     SchedRun run(c);
     auto lr_lines = c.with("lr"), m_lines = c.with("momentum");
@@ -259,6 +264,88 @@ TEST(OptimScheduler, OneCycleCyclesAdamsBeta1) {
   EXPECT_NEAR(std::get<0>(adamw.options(0).betas), 0.9, 1e-12);
 }
 
+// ReduceLROnPlateau over PyTorch's metric sequences: each step's lrs, bad-epoch count and best.
+struct PlateauRun {
+  std::vector<Tensor> params;
+  std::unique_ptr<SGD> opt;
+  std::unique_ptr<ReduceLROnPlateau> sched;
+  explicit PlateauRun(const FixtureCase& c) {
+    std::vector<double> lrs = nums(c.with("groups").at(0), 1);
+    std::vector<OptimizerParamGroup> groups;
+    for (double lr : lrs) {
+      params.push_back(zeros({1}).requires_grad_());
+      groups.push_back(OptimizerParamGroup({params.back()}, {{"lr", lr}}));
+    }
+    opt = std::make_unique<SGD>(groups, SGDOptions{.lr = lrs[0], .momentum = 0.9});
+    const auto sched_lines = c.with("sched");
+    const auto& w = sched_lines.at(0);
+    ReduceLROnPlateauOptions o;
+    for (size_t i = 2; i + 1 < w.size(); i += 2) {
+      const std::string& k = w[i];
+      const std::string& v = w[i + 1];
+      if (k == "mode") o.mode = v;
+      else if (k == "factor") o.factor = num(v);
+      else if (k == "patience") o.patience = std::stoll(v);
+      else if (k == "threshold") o.threshold = num(v);
+      else if (k == "threshold_mode") o.threshold_mode = v;
+      else if (k == "cooldown") o.cooldown = std::stoll(v);
+      else if (k == "eps") o.eps = num(v);
+      else if (k == "min_lr") o.min_lr_per_group = num_list(v);
+      else ADD_FAILURE() << "unknown option " << k;
+    }
+    sched = std::make_unique<ReduceLROnPlateau>(*opt, o);
+  }
+};
+
+TEST(OptimScheduler, ReduceLROnPlateauMatchesPyTorch) {
+  const auto cases = read_fixture_cases("optim/plateau.txt");
+  ASSERT_EQ(cases.size(), 6u);
+  for (const auto& c : cases) {
+    PlateauRun run(c);
+    const auto metrics = c.with("metric"), lrs = c.with("lr"), bad = c.with("bad");
+    ASSERT_EQ(metrics.size(), lrs.size());
+    for (size_t s = 0; s < metrics.size(); ++s) {
+      run.sched->step(num(metrics[s].at(2)));
+      const std::string what = c.name + " step " + std::to_string(s + 1);
+      EXPECT_EQ(run.sched->get_last_lr(), nums(lrs[s], 2)) << what;
+      EXPECT_EQ(run.sched->num_bad_epochs(), std::stoll(bad[s].at(2))) << what;
+      EXPECT_EQ(run.sched->best(), num(bad[s].at(3))) << what;
+    }
+    EXPECT_LT(run.sched->get_last_lr()[0], num(c.with("groups").at(0).at(1))) << c.name << " never reduced";
+  }
+}
+
+TEST(OptimScheduler, ReduceLROnPlateauStateDictRoundTripAndErrors) {
+  const auto cases = read_fixture_cases("optim/plateau.txt");
+  const FixtureCase& c = cases.at(1);  // patience, cooldown, min_lr
+  const auto metrics = c.with("metric");
+  PlateauRun whole(c), first(c);
+  const size_t k = 13;
+  for (size_t s = 0; s < k; ++s) {
+    whole.sched->step(num(metrics[s].at(2)));
+    first.sched->step(num(metrics[s].at(2)));
+  }
+  PlateauRun second(c);
+  second.opt->load_state_dict(first.opt->state_dict());
+  second.sched->load_state_dict(first.sched->state_dict());
+  for (size_t s = k; s < metrics.size(); ++s) {
+    whole.sched->step(num(metrics[s].at(2)));
+    second.sched->step(num(metrics[s].at(2)));
+    EXPECT_EQ(second.sched->get_last_lr(), whole.sched->get_last_lr()) << "step " << s;
+    EXPECT_EQ(second.sched->num_bad_epochs(), whole.sched->num_bad_epochs()) << "step " << s;
+  }
+  auto sd = first.sched->state_dict();
+  sd.erase("best");
+  expect_error([&] { second.sched->load_state_dict(sd); }, "[ReduceLROnPlateau::load_state_dict] missing key 'best'");
+  expect_error([&] { second.sched->step(); }, "[ReduceLROnPlateau::step] takes the metric it watches");
+  SGD& opt = *second.opt;
+  expect_error([&] { ReduceLROnPlateau(opt, {.factor = 1.0}); }, "[ReduceLROnPlateau] the factor must be below 1, got 1");
+  expect_error([&] { ReduceLROnPlateau(opt, {.mode = "lowest"}); }, "mode must be 'min' or 'max', got 'lowest'");
+  expect_error([&] { ReduceLROnPlateau(opt, {.threshold_mode = "x"}); }, "threshold_mode must be 'rel' or 'abs'");
+  expect_error([&] { ReduceLROnPlateau(opt, {.min_lr_per_group = {0.1, 0.2, 0.3}}); },
+               "expected 2 min_lrs (one per param group), got 3");
+}
+
 TEST(OptimScheduler, Errors) {
   Tensor p = zeros({1}).requires_grad_(), q = zeros({1}).requires_grad_();
   SGD opt({p}, {.lr = 0.1});
@@ -268,6 +355,9 @@ TEST(OptimScheduler, Errors) {
   expect_error([&] { LinearLR(opt, 0.5, 1.5); }, "[LinearLR] end_factor must be between 0 and 1, got 1.5");
   expect_error([&] { LinearLR(opt, 0.5, 1.0, -1); }, "[LinearLR] total_iters must not be negative, got -1");
   expect_error([&] { CosineAnnealingLR(opt, 0); }, "[CosineAnnealingLR] T_max must be positive");
+  expect_error([&] { ConstantLR(opt, 1.5); }, "[ConstantLR] the factor must be between 0 and 1, got 1.5");
+  expect_error([&] { ConstantLR(opt, 0.5, -1); }, "[ConstantLR] total_iters must not be negative, got -1");
+  expect_error([&] { PolynomialLR(opt, 0); }, "[PolynomialLR] total_iters must be positive, got 0");
   expect_error([&] { OneCycleLR(opt, {.max_lr = 0.1}); },
                "[OneCycleLR] give either total_steps or both epochs and steps_per_epoch");
   expect_error([&] { OneCycleLR(opt, {.max_lr = 0.1, .total_steps = 0}); }, "expected a positive total_steps, got 0");

@@ -1,6 +1,7 @@
 // Learning-rate schedulers (torch.optim.lr_scheduler): StepLR, MultiStepLR, LinearLR,
-// CosineAnnealingLR, OneCycleLR, SequentialLR and LambdaLR, with PyTorch's formulas step for
-// step; and Hugging Face's warm-up schedules (linear/cosine_schedule_with_warmup).
+// ExponentialLR, ConstantLR, PolynomialLR, CosineAnnealingLR, OneCycleLR, SequentialLR, LambdaLR
+// and ReduceLROnPlateau, with PyTorch's formulas step for step; and Hugging Face's warm-up
+// schedules (linear/cosine_schedule_with_warmup).
 #pragma once
 
 #include <cstdint>
@@ -117,6 +118,47 @@ class LinearLR : public LRScheduler {
   int64_t total_iters_;
 };
 
+// lr = base_lr * gamma ^ epoch
+class ExponentialLR : public LRScheduler {
+ public:
+  ExponentialLR(Optimizer& optimizer, double gamma);
+
+ protected:
+  std::vector<double> get_lr() override;
+  std::optional<std::vector<double>> closed_form_lr() const override;
+
+ private:
+  double gamma_;
+};
+
+// lr = base_lr * factor for the first total_iters steps, then base_lr.
+class ConstantLR : public LRScheduler {
+ public:
+  ConstantLR(Optimizer& optimizer, double factor = 1.0 / 3, int64_t total_iters = 5);
+
+ protected:
+  std::vector<double> get_lr() override;
+  std::optional<std::vector<double>> closed_form_lr() const override;
+
+ private:
+  double factor_;
+  int64_t total_iters_;
+};
+
+// lr = base_lr * (1 - min(epoch, total_iters) / total_iters) ^ power (0 from total_iters on).
+class PolynomialLR : public LRScheduler {
+ public:
+  PolynomialLR(Optimizer& optimizer, int64_t total_iters = 5, double power = 1.0);
+
+ protected:
+  std::vector<double> get_lr() override;
+  std::optional<std::vector<double>> closed_form_lr() const override;
+
+ private:
+  int64_t total_iters_;
+  double power_;
+};
+
 // lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2, in PyTorch's
 // recursive form (so it keeps going past T_max, back up, as PyTorch's does).
 class CosineAnnealingLR : public LRScheduler {
@@ -220,6 +262,51 @@ class LambdaLR : public LRScheduler {
 
  private:
   std::vector<LrLambda> lr_lambdas_;
+};
+
+// Fields in torch.optim.lr_scheduler.ReduceLROnPlateau's argument order. min_lr: one for every
+// group, or min_lr_per_group with one per param group.
+struct ReduceLROnPlateauOptions {
+  std::string mode = "min";  // "min": lower metrics are better; "max": higher
+  double factor = 0.1;       // the lr is multiplied by it on a plateau (< 1)
+  int64_t patience = 10;     // epochs without improvement tolerated
+  double threshold = 1e-4;
+  std::string threshold_mode = "rel";  // "rel": best * (1 -/+ threshold); "abs": best -/+ threshold
+  int64_t cooldown = 0;                // epochs after a reduction before counting again
+  double min_lr = 0;
+  std::vector<double> min_lr_per_group = {};
+  double eps = 1e-8;  // a reduction smaller than this is not made
+};
+
+// Lowers the lr when a metric stops improving: step(metric) after each evaluation (a loss in
+// "min" mode, an accuracy in "max"); after more than `patience` epochs without a better value
+// than the best by more than the threshold, every group's lr becomes max(lr * factor, min_lr),
+// then `cooldown` epochs pass before bad epochs count again. As torch's, it has no initial step
+// and reads and sets the groups' current lrs (it works after another scheduler). step() without
+// a metric is an error. state_dict() adds "best" (float64), "num_bad_epochs" and
+// "cooldown_counter" (int64).
+class ReduceLROnPlateau : public LRScheduler {
+ public:
+  ReduceLROnPlateau(Optimizer& optimizer, ReduceLROnPlateauOptions options = {});
+
+  void step() override;
+  void step(double metric);
+  double best() const { return best_; }
+  int64_t num_bad_epochs() const { return num_bad_epochs_; }
+  std::map<std::string, Tensor> state_dict() const override;
+
+ protected:
+  std::vector<double> get_lr() override { return group_lrs(); }
+  void check_loadable(const std::map<std::string, Tensor>& sd, const std::string& where,
+                      const std::string& prefix) const override;
+  void apply_loaded(const std::map<std::string, Tensor>& sd) override;
+
+ private:
+  bool is_better(double value) const;
+  ReduceLROnPlateauOptions options_;
+  std::vector<double> min_lrs_;
+  double best_;
+  int64_t num_bad_epochs_ = 0, cooldown_counter_ = 0;
 };
 
 // Hugging Face transformers' get_linear_schedule_with_warmup: the factor rises linearly from 0

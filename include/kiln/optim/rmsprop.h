@@ -1,0 +1,70 @@
+// kiln::optim::RMSprop and Adagrad: per-element step sizes from running averages (RMSprop) or
+// sums (Adagrad) of squared gradients, as torch.optim's (and libtorch's torch::optim) versions.
+#pragma once
+
+#include "kiln/optim/optimizer.h"
+
+namespace kiln::optim {
+
+// Fields in torch.optim.RMSprop's argument order: RMSprop opt(ps, {.lr = 1e-3, .momentum = 0.9}).
+struct RMSpropOptions {
+  double lr = 1e-2;
+  double alpha = 0.99;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  double momentum = 0;
+  bool centered = false;
+  bool maximize = false;
+};
+
+// torch.optim.RMSprop's (non-foreach) update, for each parameter p with a gradient g:
+//   g = -g (maximize);  g = g + weight_decay * p
+//   v = alpha * v + (1 - alpha) * g^2
+//   centered: m = lerp(m, g, 1 - alpha);  avg = sqrt(v - m^2) + eps     else avg = sqrt(v) + eps
+//   momentum: buf = momentum * buf + g / avg;  p = p - lr * buf          else p = p - lr * g / avg
+// State per parameter: "step" (0-d float32 on the CPU), "square_avg", "momentum_buffer" (momentum
+// > 0), "grad_avg" (centered), zeros at the first step. Parameters without a gradient are skipped.
+// The update is a few elementwise ops per parameter in its own dtype and on its device (torch's
+// for-loop form), on every device that has those ops.
+class RMSprop : public Optimizer {
+ public:
+  RMSprop(std::vector<Tensor> params, RMSpropOptions defaults = {});
+  RMSprop(std::vector<OptimizerParamGroup> param_groups, RMSpropOptions defaults = {});
+  Tensor step(LossClosure closure = nullptr) override;
+  RMSpropOptions options(size_t group) const;
+
+ protected:
+  void check_options(const std::map<std::string, Scalar>& options, const std::string& where) const override;
+  std::vector<std::string> required_state(const std::map<std::string, Scalar>& options) const override;
+};
+
+struct AdagradOptions {
+  double lr = 1e-2;
+  double lr_decay = 0;
+  double weight_decay = 0;
+  double initial_accumulator_value = 0;
+  double eps = 1e-10;
+  bool maximize = false;
+};
+
+// torch.optim.Adagrad's (non-foreach, dense) update, for each parameter p with a gradient g at its
+// step t (counting from 1):
+//   g = -g (maximize);  g = g + weight_decay * p;  clr = lr / (1 + (t - 1) * lr_decay)
+//   sum = sum + g^2;  p = p - clr * g / (sqrt(sum) + eps)
+// State per parameter: "step" (0-d float32 on the CPU) and "sum", made by the constructor as
+// torch's, from the constructor's initial_accumulator_value (torch's ignores a group's); a group
+// added later gets its own value's at its first step. Parameters without a gradient are skipped.
+// Elementwise ops, as RMSprop's.
+class Adagrad : public Optimizer {
+ public:
+  Adagrad(std::vector<Tensor> params, AdagradOptions defaults = {});
+  Adagrad(std::vector<OptimizerParamGroup> param_groups, AdagradOptions defaults = {});
+  Tensor step(LossClosure closure = nullptr) override;
+  AdagradOptions options(size_t group) const;
+
+ protected:
+  void check_options(const std::map<std::string, Scalar>& options, const std::string& where) const override;
+  std::vector<std::string> required_state(const std::map<std::string, Scalar>& options) const override;
+};
+
+}  // namespace kiln::optim

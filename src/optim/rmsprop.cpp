@@ -1,0 +1,217 @@
+// RMSprop and Adagrad (kiln/optim/rmsprop.h): options, state, and torch's for-loop update in
+// elementwise ops, in torch's order of operations (so float32 runs round as PyTorch's do).
+#include "kiln/optim/rmsprop.h"
+
+#include "kiln/autograd.h"
+#include "kiln/ops.h"
+#include "optim/fused_step.h"
+
+namespace kiln::optim {
+namespace {
+
+std::map<std::string, Scalar> to_map(const RMSpropOptions& o) {
+  return {{"lr", o.lr},         {"alpha", o.alpha},       {"eps", o.eps},          {"weight_decay", o.weight_decay},
+          {"momentum", o.momentum}, {"centered", o.centered}, {"maximize", o.maximize}};
+}
+
+RMSpropOptions rmsprop_options(const std::map<std::string, Scalar>& m) {
+  return {.lr = m.at("lr").to_double(), .alpha = m.at("alpha").to_double(), .eps = m.at("eps").to_double(),
+          .weight_decay = m.at("weight_decay").to_double(), .momentum = m.at("momentum").to_double(),
+          .centered = m.at("centered").to<bool>(), .maximize = m.at("maximize").to<bool>()};
+}
+
+std::map<std::string, Scalar> to_map(const AdagradOptions& o) {
+  return {{"lr", o.lr}, {"lr_decay", o.lr_decay}, {"weight_decay", o.weight_decay},
+          {"initial_accumulator_value", o.initial_accumulator_value}, {"eps", o.eps}, {"maximize", o.maximize}};
+}
+
+AdagradOptions adagrad_options(const std::map<std::string, Scalar>& m) {
+  return {.lr = m.at("lr").to_double(), .lr_decay = m.at("lr_decay").to_double(),
+          .weight_decay = m.at("weight_decay").to_double(),
+          .initial_accumulator_value = m.at("initial_accumulator_value").to_double(), .eps = m.at("eps").to_double(),
+          .maximize = m.at("maximize").to<bool>()};
+}
+
+// The step count after this step (a 0-d float32 CPU tensor, as PyTorch's).
+double count_step(std::map<std::string, Tensor>& st) {
+  Tensor& t = st["step"];
+  if (!t.defined()) t = scalar_tensor(0.0, kFloat32);
+  t.add_(1);
+  return static_cast<double>(t.item<float>());
+}
+
+// The state tensor `name`, made by `make` at the first step.
+template <class Make>
+Tensor& state_of(std::map<std::string, Tensor>& st, const char* name, Make&& make) {
+  Tensor& t = st[name];
+  if (!t.defined()) t = make();
+  return t;
+}
+
+// The gradient as the update sees it: negated (maximize), plus weight_decay * p.
+Tensor effective_grad(const Tensor& p, bool maximize, double weight_decay) {
+  Tensor g = maximize ? -p.grad() : p.grad();
+  return weight_decay != 0 ? g + p * weight_decay : g;
+}
+
+// start + weight * (end - start), as torch's lerp (from the far end for weights from 0.5).
+void lerp_(Tensor& start, const Tensor& end, double weight) {
+  if (weight < 0.5) start.add_((end - start) * weight);
+  else start.copy_(end - (end - start) * (1 - weight));
+}
+
+// Every group's parameters that have gradients, checked before any state changes: a step that
+// throws changes nothing.
+std::vector<std::vector<Tensor>> params_to_step(const Optimizer& opt, const char* where) {
+  const auto buckets = detail::checked_buckets(opt.param_groups(), where);
+  std::vector<std::vector<Tensor>> out(buckets.size());
+  for (size_t g = 0; g < buckets.size(); ++g)
+    for (const auto& bucket : buckets[g]) out[g].insert(out[g].end(), bucket.tensors.begin(), bucket.tensors.end());
+  return out;
+}
+
+template <class Options>
+Options typed(const Optimizer& opt, size_t group, const char* where, Options (*from)(const std::map<std::string, Scalar>&)) {
+  KILN_CHECK(group < opt.param_groups().size(), where, "param group ", group, " out of range (",
+             opt.param_groups().size(), " groups)");
+  return from(opt.param_groups()[group].options());
+}
+
+}  // namespace
+
+// ---- RMSprop
+
+RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions defaults)
+    : RMSprop(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(params))}, defaults) {}
+
+RMSprop::RMSprop(std::vector<OptimizerParamGroup> param_groups, RMSpropOptions defaults)
+    : Optimizer("RMSprop", to_map(defaults), {"square_avg", "momentum_buffer", "grad_avg"}, {"step"}) {
+  check_options(this->defaults(), "RMSprop");
+  KILN_CHECK(!param_groups.empty(), "RMSprop", "got an empty list of param groups");
+  for (auto& g : param_groups) {
+    KILN_CHECK(!g.params().empty(), "RMSprop", "got an empty parameter list");
+    add_param_group(std::move(g));
+  }
+}
+
+void RMSprop::check_options(const std::map<std::string, Scalar>& m, const std::string& where) const {
+  const RMSpropOptions o = rmsprop_options(m);
+  const char* w = where.c_str();
+  KILN_CHECK(o.lr >= 0, w, "invalid learning rate: ", o.lr);
+  KILN_CHECK(o.eps >= 0, w, "invalid epsilon value: ", o.eps);
+  KILN_CHECK(o.momentum >= 0, w, "invalid momentum value: ", o.momentum);
+  KILN_CHECK(o.weight_decay >= 0, w, "invalid weight_decay value: ", o.weight_decay);
+  KILN_CHECK(o.alpha >= 0, w, "invalid alpha value: ", o.alpha);
+}
+
+std::vector<std::string> RMSprop::required_state(const std::map<std::string, Scalar>& options) const {
+  const RMSpropOptions o = rmsprop_options(options);
+  std::vector<std::string> names = {"step", "square_avg"};
+  if (o.momentum > 0) names.push_back("momentum_buffer");
+  if (o.centered) names.push_back("grad_avg");
+  return names;
+}
+
+RMSpropOptions RMSprop::options(size_t group) const { return typed(*this, group, "RMSprop::options", rmsprop_options); }
+
+Tensor RMSprop::step(LossClosure closure) {
+  Tensor loss = run_closure(closure);
+  NoGradGuard no_grad;
+  const std::string where = name() + "::step";
+  const auto params = params_to_step(*this, where.c_str());
+  check_state_matches_params(where.c_str());
+  for (size_t g = 0; g < params.size(); ++g) {
+    const RMSpropOptions o = rmsprop_options(param_groups()[g].options());
+    for (Tensor p : params[g]) {
+      auto& st = mutable_state(p);
+      count_step(st);
+      const Tensor grad = effective_grad(p, o.maximize, o.weight_decay);
+      Tensor& square_avg = state_of(st, "square_avg", [&] { return zeros_like(p); });
+      square_avg.mul_(o.alpha);
+      square_avg.add_(grad * (1 - o.alpha) * grad);
+      Tensor avg;
+      if (o.centered) {
+        Tensor& grad_avg = state_of(st, "grad_avg", [&] { return zeros_like(p); });
+        lerp_(grad_avg, grad, 1 - o.alpha);
+        avg = (square_avg - grad_avg * grad_avg).sqrt();
+      } else {
+        avg = square_avg.sqrt();
+      }
+      avg.add_(o.eps);
+      if (o.momentum > 0) {
+        Tensor& buf = state_of(st, "momentum_buffer", [&] { return zeros_like(p); });
+        buf.mul_(o.momentum);
+        buf.add_(grad / avg);
+        p.add_(buf * -o.lr);
+      } else {
+        p.add_(grad * -o.lr / avg);
+      }
+    }
+  }
+  return loss;
+}
+
+// ---- Adagrad
+
+Adagrad::Adagrad(std::vector<Tensor> params, AdagradOptions defaults)
+    : Adagrad(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(params))}, defaults) {}
+
+Adagrad::Adagrad(std::vector<OptimizerParamGroup> param_groups, AdagradOptions defaults)
+    : Optimizer("Adagrad", to_map(defaults), {"sum"}, {"step"}) {
+  check_options(this->defaults(), "Adagrad");
+  KILN_CHECK(!param_groups.empty(), "Adagrad", "got an empty list of param groups");
+  for (auto& g : param_groups) {
+    KILN_CHECK(!g.params().empty(), "Adagrad", "got an empty parameter list");
+    add_param_group(std::move(g));
+  }
+  // As torch's, the state exists from the start: a step count of 0, and sums of the
+  // constructor's initial_accumulator_value (torch's takes that one, whatever a group says); a
+  // group added later gets its own at its first step.
+  NoGradGuard no_grad;
+  for (const auto& g : this->param_groups())
+    for (const Tensor& p : g.params()) {
+      auto& st = mutable_state(p);
+      st["step"] = scalar_tensor(0.0, kFloat32);
+      st["sum"] = full_like(p, defaults.initial_accumulator_value);
+    }
+}
+
+void Adagrad::check_options(const std::map<std::string, Scalar>& m, const std::string& where) const {
+  const AdagradOptions o = adagrad_options(m);
+  const char* w = where.c_str();
+  KILN_CHECK(o.lr >= 0, w, "invalid learning rate: ", o.lr);
+  KILN_CHECK(o.lr_decay >= 0, w, "invalid lr_decay value: ", o.lr_decay);
+  KILN_CHECK(o.weight_decay >= 0, w, "invalid weight_decay value: ", o.weight_decay);
+  KILN_CHECK(o.initial_accumulator_value >= 0, w, "invalid initial_accumulator_value value: ",
+             o.initial_accumulator_value);
+  KILN_CHECK(o.eps >= 0, w, "invalid epsilon value: ", o.eps);
+}
+
+std::vector<std::string> Adagrad::required_state(const std::map<std::string, Scalar>&) const { return {"step", "sum"}; }
+
+AdagradOptions Adagrad::options(size_t group) const { return typed(*this, group, "Adagrad::options", adagrad_options); }
+
+Tensor Adagrad::step(LossClosure closure) {
+  Tensor loss = run_closure(closure);
+  NoGradGuard no_grad;
+  const std::string where = name() + "::step";
+  const auto params = params_to_step(*this, where.c_str());
+  check_state_matches_params(where.c_str());
+  for (size_t g = 0; g < params.size(); ++g) {
+    const AdagradOptions o = adagrad_options(param_groups()[g].options());
+    for (Tensor p : params[g]) {
+      auto& st = mutable_state(p);
+      const double step = count_step(st);
+      const Tensor grad = effective_grad(p, o.maximize, o.weight_decay);
+      const double clr = o.lr / (1 + (step - 1) * o.lr_decay);
+      Tensor& sum = state_of(st, "sum", [&] { return full_like(p, o.initial_accumulator_value); });
+      sum.add_(grad * grad);
+      Tensor std = sum.sqrt();
+      std.add_(o.eps);
+      p.add_(grad * -clr / std);
+    }
+  }
+  return loss;
+}
+
+}  // namespace kiln::optim
