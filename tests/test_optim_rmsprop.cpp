@@ -46,83 +46,26 @@ AdagradOptions adagrad_options(const std::map<std::string, Scalar>& m) {
   return o;
 }
 
-// A fixture case's parameters (fresh leaves, in the case's dtype) and its optimizer.
-struct OptimRun {
-  std::vector<Tensor> params;
-  std::unique_ptr<optim::Optimizer> opt;
-  const FixtureCase* c;
-  ScalarType dtype;
-
-  explicit OptimRun(const FixtureCase& fc) : c(&fc) {
-    dtype = fc.with("dtype").at(0).at(1) == "float32" ? kFloat32 : kFloat64;
-    params = fixture_params(fc, dtype);
-    std::vector<OptimizerParamGroup> groups = fixture_groups(fc, params);
-    const auto defaults = option_pairs(fc.with("defaults").at(0), 1);
-    if (fc.with("kind").at(0).at(1) == "RMSprop")
-      opt = std::make_unique<RMSprop>(groups, rmsprop_options(defaults));
-    else
-      opt = std::make_unique<Adagrad>(groups, adagrad_options(defaults));
-  }
-  void step(int64_t s) {
-    for (auto& p : params) p.set_grad(Tensor());
-    for (const auto& w : c->with("grad"))
-      if (std::stoll(w[1]) == s) {
-        Tensor& p = params[std::stoll(w[2])];
-        p.set_grad(tensor(nums(w, 3), p.shape(), kFloat64).to(dtype));
-      }
-    opt->step();
-  }
-  int64_t steps() const { return std::stoll(c->with("expect").back().at(1)) + 1; }
-};
+// RMSprop or Adagrad, as a fixture case's "kind" says.
+std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& kind, std::vector<OptimizerParamGroup> groups,
+                                                 const std::map<std::string, Scalar>& defaults) {
+  if (kind == "RMSprop") return std::make_unique<RMSprop>(groups, rmsprop_options(defaults));
+  return std::make_unique<Adagrad>(groups, adagrad_options(defaults));
+}
 
 TEST(OptimRMSpropAdagrad, MatchPyTorch) {
   const auto cases = read_fixture_cases("optim/rmsprop_adagrad.txt");
   ASSERT_EQ(cases.size(), 14u);
-  for (const auto& fc : cases) {
-    OptimRun run(fc);
-    const bool f32 = run.dtype == kFloat32;
-    const double rtol = f32 ? 1e-6 : 1e-12, atol = f32 ? 1e-7 : 1e-15;
-    for (int64_t s = 0; s < run.steps(); ++s) {
-      run.step(s);
-      for (const auto& w : fc.with("expect"))
-        if (std::stoll(w[1]) == s) {
-          const Tensor& p = run.params[std::stoll(w[2])];
-          expect_close(p, nums(w, 3), p.shape(), rtol, atol, fc.name + " step " + w[1] + " param " + w[2]);
-        }
-      for (const auto& w : fc.with("step"))
-        if (std::stoll(w[1]) == s) {
-          const auto& st = run.opt->state(run.params[std::stoll(w[2])]);
-          ASSERT_TRUE(st.count("step")) << fc.name;
-          EXPECT_EQ(st.at("step").item<float>(), num(w[3])) << fc.name << " step " << s << " param " << w[2];
-        }
-    }
-  }
+  expect_trajectories_match(cases, make_optimizer);
 }
 
-// Stopping after k steps, saving, loading into a fresh optimizer and continuing gives exactly the
-// uninterrupted trajectory.
+// Stopping after 3 steps, saving, loading into a fresh optimizer and continuing gives exactly the
+// uninterrupted trajectory (the options from the state dict, not the fresh optimizer's).
 TEST(OptimRMSpropAdagrad, StateDictRoundTrip) {
-  for (const auto& c : read_fixture_cases("optim/rmsprop_adagrad.txt")) {
-    OptimRun whole(c), first(c);
-    const int64_t k = 3;
-    for (int64_t s = 0; s < k; ++s) {
-      whole.step(s);
-      first.step(s);
-    }
-    const auto sd = first.opt->state_dict();
-    OptimRun second(c);
-    for (size_t i = 0; i < second.params.size(); ++i) {
-      NoGradGuard g;
-      second.params[i].copy_(first.params[i]);
-    }
-    second.opt->load_state_dict(sd);
-    for (int64_t s = k; s < whole.steps(); ++s) {
-      whole.step(s);
-      second.step(s);
-    }
-    for (size_t i = 0; i < whole.params.size(); ++i)
-      EXPECT_EQ(values(second.params[i]), values(whole.params[i])) << c.name << " param " << i;
-  }
+  expect_state_dict_round_trip(read_fixture_cases("optim/rmsprop_adagrad.txt"), make_optimizer,
+                               [](optim::Optimizer& o) {
+                                 for (auto& g : o.param_groups()) g.set_lr(123.0);
+                               });
 }
 
 TEST(OptimRMSpropAdagrad, StateNamesAsPyTorch) {

@@ -70,20 +70,25 @@ std::shared_ptr<LRScheduler> build(Optimizer& opt, const std::vector<std::string
   return nullptr;
 }
 
-// SGD(momentum 0.9) with one parameter per group, and the case's scheduler on it.
+// SGD(momentum 0.9) with one parameter (added to params) per group, with the case's "groups" lrs.
+std::unique_ptr<SGD> sgd_for(const FixtureCase& c, std::vector<Tensor>& params) {
+  std::vector<double> lrs = nums(c.with("groups").at(0), 1);
+  std::vector<OptimizerParamGroup> groups;
+  for (double lr : lrs) {
+    params.push_back(zeros({1}).requires_grad_());
+    groups.push_back(OptimizerParamGroup({params.back()}, {{"lr", lr}}));
+  }
+  return std::make_unique<SGD>(groups, SGDOptions{.lr = lrs[0], .momentum = 0.9});
+}
+
+// That SGD, and the case's scheduler on it.
 struct SchedRun {
   std::vector<Tensor> params;
   std::unique_ptr<SGD> opt;
   std::shared_ptr<LRScheduler> sched;
 
   explicit SchedRun(const FixtureCase& c) {
-    std::vector<double> lrs = nums(c.with("groups").at(0), 1);
-    std::vector<OptimizerParamGroup> groups;
-    for (double lr : lrs) {
-      params.push_back(zeros({1}).requires_grad_());
-      groups.push_back(OptimizerParamGroup({params.back()}, {{"lr", lr}}));
-    }
-    opt = std::make_unique<SGD>(groups, SGDOptions{.lr = lrs[0], .momentum = 0.9});
+    opt = sgd_for(c, params);
     std::vector<std::shared_ptr<LRScheduler>> children;
     for (const auto& w : c.with("child")) children.push_back(build(*opt, w));
     sched = build(*opt, c.with("sched").at(0), children);
@@ -270,13 +275,7 @@ struct PlateauRun {
   std::unique_ptr<SGD> opt;
   std::unique_ptr<ReduceLROnPlateau> sched;
   explicit PlateauRun(const FixtureCase& c) {
-    std::vector<double> lrs = nums(c.with("groups").at(0), 1);
-    std::vector<OptimizerParamGroup> groups;
-    for (double lr : lrs) {
-      params.push_back(zeros({1}).requires_grad_());
-      groups.push_back(OptimizerParamGroup({params.back()}, {{"lr", lr}}));
-    }
-    opt = std::make_unique<SGD>(groups, SGDOptions{.lr = lrs[0], .momentum = 0.9});
+    opt = sgd_for(c, params);
     const auto sched_lines = c.with("sched");
     const auto& w = sched_lines.at(0);
     ReduceLROnPlateauOptions o;

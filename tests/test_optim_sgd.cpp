@@ -21,81 +21,28 @@ SGDOptions sgd_options(const std::map<std::string, Scalar>& m) {
   return o;
 }
 
-// A fixture case's parameters (fresh leaves) and an SGD over them with the case's groups.
-struct SgdRun {
-  std::vector<Tensor> params;
-  std::unique_ptr<SGD> opt;
-  const FixtureCase* c;
-  ScalarType dtype;
-
-  SgdRun(const FixtureCase& fc, ScalarType dt) : c(&fc), dtype(dt) {
-    params = fixture_params(fc, dtype);
-    std::vector<OptimizerParamGroup> groups = fixture_groups(fc, params);
-    opt = std::make_unique<SGD>(groups, sgd_options(option_pairs(fc.with("defaults").at(0), 1)));
-  }
-
-  // Sets the grads of step s (None where the fixture has none) and steps.
-  void step(int64_t s) {
-    for (auto& p : params) p.set_grad(Tensor());
-    for (const auto& w : c->with("grad"))
-      if (std::stoll(w[1]) == s) {
-        Tensor& p = params[std::stoll(w[2])];
-        p.set_grad(tensor(nums(w, 3), p.shape(), kFloat64).to(dtype));
-      }
-    opt->step();
-  }
-  int64_t steps() const { return std::stoll(c->with("expect").back().at(1)) + 1; }
-};
-
-void expect_trajectory(const FixtureCase& fc, ScalarType dtype, double rtol, double atol) {
-  SgdRun run(fc, dtype);
-  for (int64_t s = 0; s < run.steps(); ++s) {
-    run.step(s);
-    for (const auto& w : fc.with("expect"))
-      if (std::stoll(w[1]) == s) {
-        const Tensor& p = run.params[std::stoll(w[2])];
-        expect_close(p, nums(w, 3), p.shape(), rtol, atol, fc.name + " step " + w[1] + " param " + w[2]);
-      }
-  }
+std::unique_ptr<optim::Optimizer> make_sgd(const std::string&, std::vector<OptimizerParamGroup> groups,
+                                           const std::map<std::string, Scalar>& defaults) {
+  return std::make_unique<SGD>(groups, sgd_options(defaults));
 }
 
 TEST(OptimSGD, MatchesPyTorchFloat64) {
   auto cases = read_fixture_cases("optim/sgd.txt");
   ASSERT_EQ(cases.size(), 10u);
-  for (const auto& c : cases) expect_trajectory(c, kFloat64, 1e-10, 1e-12);
+  expect_trajectories_match(cases, make_sgd, kFloat64, {{1e-10, 1e-12}});
 }
 
 TEST(OptimSGD, MatchesPyTorchFloat32) {
-  for (const auto& c : read_fixture_cases("optim/sgd.txt")) expect_trajectory(c, kFloat32, 1e-5, 1e-6);
+  // The float64 fixture run in float32: float32's rounding from the first step on.
+  expect_trajectories_match(read_fixture_cases("optim/sgd.txt"), make_sgd, kFloat32, {{1e-5, 1e-6}});
 }
 
 // Stopping after k steps, saving, loading into a new optimizer and continuing gives exactly
 // the uninterrupted trajectory.
 TEST(OptimSGD, StateDictRoundTrip) {
-  for (const auto& c : read_fixture_cases("optim/sgd.txt")) {
-    SgdRun whole(c, kFloat64), first(c, kFloat64);
-    const int64_t k = 3;
-    for (int64_t s = 0; s < k; ++s) {
-      whole.step(s);
-      first.step(s);
-    }
-    auto sd = first.opt->state_dict();
-    SgdRun second(c, kFloat64);
-    for (size_t i = 0; i < second.params.size(); ++i) {
-      NoGradGuard g;
-      second.params[i].copy_(first.params[i]);
-    }
-    // Different options beforehand: load must restore them.
-    for (auto& g : second.opt->param_groups()) g.set_lr(123.0);
-    second.opt->load_state_dict(sd);
-    first.opt.reset();  // the loaded state must not depend on the first optimizer
-    for (int64_t s = k; s < whole.steps(); ++s) {
-      whole.step(s);
-      second.step(s);
-      for (size_t i = 0; i < whole.params.size(); ++i)
-        EXPECT_EQ(values(whole.params[i]), values(second.params[i])) << c.name << " step " << s << " param " << i;
-    }
-  }
+  expect_state_dict_round_trip(read_fixture_cases("optim/sgd.txt"), make_sgd, [](optim::Optimizer& o) {
+    for (auto& g : o.param_groups()) g.set_lr(123.0);  // load must restore the options
+  });
 }
 
 TEST(OptimSGD, StateDictKeysAndTypes) {

@@ -60,16 +60,6 @@ void lerp_(Tensor& start, const Tensor& end, double weight) {
   else start.copy_(end - (end - start) * (1 - weight));
 }
 
-// Every group's parameters that have gradients, checked before any state changes: a step that
-// throws changes nothing.
-std::vector<std::vector<Tensor>> params_to_step(const Optimizer& opt, const char* where) {
-  const auto buckets = detail::checked_buckets(opt.param_groups(), where);
-  std::vector<std::vector<Tensor>> out(buckets.size());
-  for (size_t g = 0; g < buckets.size(); ++g)
-    for (const auto& bucket : buckets[g]) out[g].insert(out[g].end(), bucket.tensors.begin(), bucket.tensors.end());
-  return out;
-}
-
 template <class Options>
 Options typed(const Optimizer& opt, size_t group, const char* where, Options (*from)(const std::map<std::string, Scalar>&)) {
   KILN_CHECK(group < opt.param_groups().size(), where, "param group ", group, " out of range (",
@@ -79,19 +69,37 @@ Options typed(const Optimizer& opt, size_t group, const char* where, Options (*f
 
 }  // namespace
 
+// ---- the shared step
+
+void PerParameterOptimizer::init_groups(std::vector<OptimizerParamGroup> groups) {
+  check_options(defaults(), name());
+  KILN_CHECK(!groups.empty(), name().c_str(), "got an empty list of param groups");
+  for (auto& g : groups) {
+    KILN_CHECK(!g.params().empty(), name().c_str(), "got an empty parameter list");
+    add_param_group(std::move(g));
+  }
+}
+
+Tensor PerParameterOptimizer::step(LossClosure closure) {
+  Tensor loss = run_closure(closure);
+  NoGradGuard no_grad;
+  const std::string where = name() + "::step";
+  const auto buckets = detail::checked_buckets(param_groups(), where.c_str());
+  check_state_matches_params(where.c_str());
+  for (size_t g = 0; g < buckets.size(); ++g)
+    for (const auto& bucket : buckets[g])
+      for (Tensor p : bucket.tensors) update(param_groups()[g].options(), p, mutable_state(p));
+  return loss;
+}
+
 // ---- RMSprop
 
 RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions defaults)
     : RMSprop(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(params))}, defaults) {}
 
 RMSprop::RMSprop(std::vector<OptimizerParamGroup> param_groups, RMSpropOptions defaults)
-    : Optimizer("RMSprop", to_map(defaults), {"square_avg", "momentum_buffer", "grad_avg"}, {"step"}) {
-  check_options(this->defaults(), "RMSprop");
-  KILN_CHECK(!param_groups.empty(), "RMSprop", "got an empty list of param groups");
-  for (auto& g : param_groups) {
-    KILN_CHECK(!g.params().empty(), "RMSprop", "got an empty parameter list");
-    add_param_group(std::move(g));
-  }
+    : PerParameterOptimizer("RMSprop", to_map(defaults), {"square_avg", "momentum_buffer", "grad_avg"}, {"step"}) {
+  init_groups(std::move(param_groups));
 }
 
 void RMSprop::check_options(const std::map<std::string, Scalar>& m, const std::string& where) const {
@@ -114,41 +122,30 @@ std::vector<std::string> RMSprop::required_state(const std::map<std::string, Sca
 
 RMSpropOptions RMSprop::options(size_t group) const { return typed(*this, group, "RMSprop::options", rmsprop_options); }
 
-Tensor RMSprop::step(LossClosure closure) {
-  Tensor loss = run_closure(closure);
-  NoGradGuard no_grad;
-  const std::string where = name() + "::step";
-  const auto params = params_to_step(*this, where.c_str());
-  check_state_matches_params(where.c_str());
-  for (size_t g = 0; g < params.size(); ++g) {
-    const RMSpropOptions o = rmsprop_options(param_groups()[g].options());
-    for (Tensor p : params[g]) {
-      auto& st = mutable_state(p);
-      count_step(st);
-      const Tensor grad = effective_grad(p, o.maximize, o.weight_decay);
-      Tensor& square_avg = state_of(st, "square_avg", [&] { return zeros_like(p); });
-      square_avg.mul_(o.alpha);
-      square_avg.add_(grad * (1 - o.alpha) * grad);
-      Tensor avg;
-      if (o.centered) {
-        Tensor& grad_avg = state_of(st, "grad_avg", [&] { return zeros_like(p); });
-        lerp_(grad_avg, grad, 1 - o.alpha);
-        avg = (square_avg - grad_avg * grad_avg).sqrt();
-      } else {
-        avg = square_avg.sqrt();
-      }
-      avg.add_(o.eps);
-      if (o.momentum > 0) {
-        Tensor& buf = state_of(st, "momentum_buffer", [&] { return zeros_like(p); });
-        buf.mul_(o.momentum);
-        buf.add_(grad / avg);
-        p.add_(buf * -o.lr);
-      } else {
-        p.add_(grad * -o.lr / avg);
-      }
-    }
+void RMSprop::update(const std::map<std::string, Scalar>& options, Tensor& p, std::map<std::string, Tensor>& st) {
+  const RMSpropOptions o = rmsprop_options(options);
+  count_step(st);
+  const Tensor grad = effective_grad(p, o.maximize, o.weight_decay);
+  Tensor& square_avg = state_of(st, "square_avg", [&] { return zeros_like(p); });
+  square_avg.mul_(o.alpha);
+  square_avg.add_(grad * (1 - o.alpha) * grad);
+  Tensor avg;
+  if (o.centered) {
+    Tensor& grad_avg = state_of(st, "grad_avg", [&] { return zeros_like(p); });
+    lerp_(grad_avg, grad, 1 - o.alpha);
+    avg = (square_avg - grad_avg * grad_avg).sqrt();
+  } else {
+    avg = square_avg.sqrt();
   }
-  return loss;
+  avg.add_(o.eps);
+  if (o.momentum > 0) {
+    Tensor& buf = state_of(st, "momentum_buffer", [&] { return zeros_like(p); });
+    buf.mul_(o.momentum);
+    buf.add_(grad / avg);
+    p.add_(buf * -o.lr);
+  } else {
+    p.add_(grad * -o.lr / avg);
+  }
 }
 
 // ---- Adagrad
@@ -157,13 +154,8 @@ Adagrad::Adagrad(std::vector<Tensor> params, AdagradOptions defaults)
     : Adagrad(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(params))}, defaults) {}
 
 Adagrad::Adagrad(std::vector<OptimizerParamGroup> param_groups, AdagradOptions defaults)
-    : Optimizer("Adagrad", to_map(defaults), {"sum"}, {"step"}) {
-  check_options(this->defaults(), "Adagrad");
-  KILN_CHECK(!param_groups.empty(), "Adagrad", "got an empty list of param groups");
-  for (auto& g : param_groups) {
-    KILN_CHECK(!g.params().empty(), "Adagrad", "got an empty parameter list");
-    add_param_group(std::move(g));
-  }
+    : PerParameterOptimizer("Adagrad", to_map(defaults), {"sum"}, {"step"}) {
+  init_groups(std::move(param_groups));
   // As torch's, the state exists from the start: a step count of 0, and sums of the
   // constructor's initial_accumulator_value (torch's takes that one, whatever a group says); a
   // group added later gets its own at its first step.
@@ -191,27 +183,16 @@ std::vector<std::string> Adagrad::required_state(const std::map<std::string, Sca
 
 AdagradOptions Adagrad::options(size_t group) const { return typed(*this, group, "Adagrad::options", adagrad_options); }
 
-Tensor Adagrad::step(LossClosure closure) {
-  Tensor loss = run_closure(closure);
-  NoGradGuard no_grad;
-  const std::string where = name() + "::step";
-  const auto params = params_to_step(*this, where.c_str());
-  check_state_matches_params(where.c_str());
-  for (size_t g = 0; g < params.size(); ++g) {
-    const AdagradOptions o = adagrad_options(param_groups()[g].options());
-    for (Tensor p : params[g]) {
-      auto& st = mutable_state(p);
-      const double step = count_step(st);
-      const Tensor grad = effective_grad(p, o.maximize, o.weight_decay);
-      const double clr = o.lr / (1 + (step - 1) * o.lr_decay);
-      Tensor& sum = state_of(st, "sum", [&] { return full_like(p, o.initial_accumulator_value); });
-      sum.add_(grad * grad);
-      Tensor std = sum.sqrt();
-      std.add_(o.eps);
-      p.add_(grad * -clr / std);
-    }
-  }
-  return loss;
+void Adagrad::update(const std::map<std::string, Scalar>& options, Tensor& p, std::map<std::string, Tensor>& st) {
+  const AdagradOptions o = adagrad_options(options);
+  const double step = count_step(st);
+  const Tensor grad = effective_grad(p, o.maximize, o.weight_decay);
+  const double clr = o.lr / (1 + (step - 1) * o.lr_decay);
+  Tensor& sum = state_of(st, "sum", [&] { return full_like(p, o.initial_accumulator_value); });
+  sum.add_(grad * grad);
+  Tensor std = sum.sqrt();
+  std.add_(o.eps);
+  p.add_(grad * -clr / std);
 }
 
 }  // namespace kiln::optim

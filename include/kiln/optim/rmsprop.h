@@ -6,6 +6,22 @@
 
 namespace kiln::optim {
 
+// What RMSprop and Adagrad share: torch's for-loop step, each parameter with a gradient updated by
+// elementwise ops in its own dtype and on its device, after every group was checked (a step that
+// throws changes nothing).
+class PerParameterOptimizer : public Optimizer {
+ public:
+  Tensor step(LossClosure closure = nullptr) override;
+
+ protected:
+  using Optimizer::Optimizer;
+  // Checks the defaults, refuses an empty list, and adds the groups.
+  void init_groups(std::vector<OptimizerParamGroup> groups);
+  // One parameter's update with its group's options and its state.
+  virtual void update(const std::map<std::string, Scalar>& options, Tensor& param,
+                      std::map<std::string, Tensor>& state) = 0;
+};
+
 // Fields in torch.optim.RMSprop's argument order: RMSprop opt(ps, {.lr = 1e-3, .momentum = 0.9}).
 struct RMSpropOptions {
   double lr = 1e-2;
@@ -26,16 +42,17 @@ struct RMSpropOptions {
 // > 0), "grad_avg" (centered), zeros at the first step. Parameters without a gradient are skipped.
 // The update is a few elementwise ops per parameter in its own dtype and on its device (torch's
 // for-loop form), on every device that has those ops.
-class RMSprop : public Optimizer {
+class RMSprop : public PerParameterOptimizer {
  public:
   RMSprop(std::vector<Tensor> params, RMSpropOptions defaults = {});
   RMSprop(std::vector<OptimizerParamGroup> param_groups, RMSpropOptions defaults = {});
-  Tensor step(LossClosure closure = nullptr) override;
   RMSpropOptions options(size_t group) const;
 
  protected:
   void check_options(const std::map<std::string, Scalar>& options, const std::string& where) const override;
   std::vector<std::string> required_state(const std::map<std::string, Scalar>& options) const override;
+  void update(const std::map<std::string, Scalar>& options, Tensor& param,
+              std::map<std::string, Tensor>& state) override;
 };
 
 struct AdagradOptions {
@@ -55,16 +72,17 @@ struct AdagradOptions {
 // torch's, from the constructor's initial_accumulator_value (torch's ignores a group's); a group
 // added later gets its own value's at its first step. Parameters without a gradient are skipped.
 // Elementwise ops, as RMSprop's.
-class Adagrad : public Optimizer {
+class Adagrad : public PerParameterOptimizer {
  public:
   Adagrad(std::vector<Tensor> params, AdagradOptions defaults = {});
   Adagrad(std::vector<OptimizerParamGroup> param_groups, AdagradOptions defaults = {});
-  Tensor step(LossClosure closure = nullptr) override;
   AdagradOptions options(size_t group) const;
 
  protected:
   void check_options(const std::map<std::string, Scalar>& options, const std::string& where) const override;
   std::vector<std::string> required_state(const std::map<std::string, Scalar>& options) const override;
+  void update(const std::map<std::string, Scalar>& options, Tensor& param,
+              std::map<std::string, Tensor>& state) override;
 };
 
 }  // namespace kiln::optim
