@@ -88,6 +88,12 @@ TEST(OptimRMSpropAdagrad, StateNamesAsPyTorch) {
   EXPECT_EQ(keys(ada, q), (std::vector<std::string>{"step", "sum"}));
   expect_close(ada.state(q).at("sum"), {4.25, 4.25}, {2});
   EXPECT_EQ(ada.options(0).initial_accumulator_value, 0.25);
+  // A group added later starts from the optimizer's initial value, whatever it says (as torch's).
+  Tensor r = randn({2}).requires_grad_();
+  ada.add_param_group(OptimizerParamGroup({r}, {{"initial_accumulator_value", 0.9}}));
+  r.set_grad(full({2}, 1.0));
+  ada.step();
+  expect_close(ada.state(r).at("sum"), {1.25, 1.25}, {2});
   EXPECT_TRUE(all.options(0).centered);
 }
 

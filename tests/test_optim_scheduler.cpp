@@ -343,6 +343,13 @@ TEST(OptimScheduler, ReduceLROnPlateauStateDictRoundTripAndErrors) {
   expect_error([&] { ReduceLROnPlateau(opt, {.threshold_mode = "x"}); }, "threshold_mode must be 'rel' or 'abs'");
   expect_error([&] { ReduceLROnPlateau(opt, {.min_lr_per_group = {0.1, 0.2, 0.3}}); },
                "expected 2 min_lrs (one per param group), got 3");
+  // One min_lr for all also floors a group added afterwards (as torch's).
+  ReduceLROnPlateau one(opt, {.factor = 0.5, .patience = 0, .min_lr = 0.04});
+  opt.add_param_group(OptimizerParamGroup({zeros({1}).requires_grad_()}, {{"lr", 0.05}}));
+  one.step(1.0);
+  for (int i = 0; i < 3; ++i) one.step(2.0);
+  EXPECT_EQ(one.get_last_lr().size(), 3u);
+  EXPECT_EQ(one.get_last_lr().back(), 0.04);
 }
 
 TEST(OptimScheduler, Errors) {
@@ -354,7 +361,8 @@ TEST(OptimScheduler, Errors) {
   expect_error([&] { LinearLR(opt, 0.5, 1.5); }, "[LinearLR] end_factor must be between 0 and 1, got 1.5");
   expect_error([&] { LinearLR(opt, 0.5, 1.0, -1); }, "[LinearLR] total_iters must not be negative, got -1");
   expect_error([&] { CosineAnnealingLR(opt, 0); }, "[CosineAnnealingLR] T_max must be positive");
-  expect_error([&] { ConstantLR(opt, 1.5); }, "[ConstantLR] the factor must be between 0 and 1, got 1.5");
+  expect_error([&] { ConstantLR(opt, 1.5); }, "[ConstantLR] the factor must be above 0 and at most 1, got 1.5");
+  expect_error([&] { ConstantLR(opt, 0.0); }, "[ConstantLR] the factor must be above 0 and at most 1, got 0");
   expect_error([&] { ConstantLR(opt, 0.5, -1); }, "[ConstantLR] total_iters must not be negative, got -1");
   expect_error([&] { PolynomialLR(opt, 0); }, "[PolynomialLR] total_iters must be positive, got 0");
   expect_error([&] { OneCycleLR(opt, {.max_lr = 0.1}); },

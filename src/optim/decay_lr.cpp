@@ -34,7 +34,8 @@ std::optional<std::vector<double>> ExponentialLR::closed_form_lr() const {
 // ---- ConstantLR
 
 static Optimizer& check_constant_lr(Optimizer& o, double factor, int64_t total_iters) {
-  KILN_CHECK(factor >= 0 && factor <= 1, "ConstantLR", "the factor must be between 0 and 1, got ", factor);
+  // 0 is refused too: at total_iters the lr is divided by it (torch raises ZeroDivisionError then).
+  KILN_CHECK(factor > 0 && factor <= 1, "ConstantLR", "the factor must be above 0 and at most 1, got ", factor);
   KILN_CHECK(total_iters >= 0, "ConstantLR", "total_iters must not be negative, got ", total_iters);
   return o;
 }

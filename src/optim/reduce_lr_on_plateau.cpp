@@ -62,8 +62,10 @@ void ReduceLROnPlateau::step(double metric) {
   }
   if (num_bad_epochs_ > options_.patience) {
     auto& groups = optimizer_.param_groups();
+    // One min_lr for all: groups added since take it too (as torch's); one per group cannot be guessed.
+    if (options_.min_lr_per_group.empty()) min_lrs_.resize(groups.size(), options_.min_lr);
     KILN_CHECK(groups.size() == min_lrs_.size(), "ReduceLROnPlateau::step", "the optimizer has ", groups.size(),
-               " param groups, and ", min_lrs_.size(), " when the scheduler was made");
+               " param groups, and ", min_lrs_.size(), " when the scheduler was made with a min_lr for each");
     for (size_t i = 0; i < groups.size(); ++i) {
       const double old_lr = groups[i].lr();
       const double new_lr = std::max(old_lr * options_.factor, min_lrs_[i]);

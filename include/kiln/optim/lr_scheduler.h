@@ -131,7 +131,7 @@ class ExponentialLR : public LRScheduler {
   double gamma_;
 };
 
-// lr = base_lr * factor for the first total_iters steps, then base_lr.
+// lr = base_lr * factor for the first total_iters steps, then base_lr; 0 < factor <= 1.
 class ConstantLR : public LRScheduler {
  public:
   ConstantLR(Optimizer& optimizer, double factor = 1.0 / 3, int64_t total_iters = 5);
