@@ -31,6 +31,13 @@ struct Meta {
 };
 Meta meta_of(const Tensor& t) { return {t.shape(), t.dtype(), t.device()}; }
 
+// t's values as a leaf without history, requiring grad where t does: fn's input in a run.
+Tensor leaf_like(const Tensor& t) {
+  Tensor a = alias_detached(t);
+  if (t.requires_grad()) a.requires_grad_(true);
+  return a;
+}
+
 std::string describe(const Meta& m) {
   std::ostringstream os;
   os << m.dtype << " " << m.shape << " on " << m.device.str();
@@ -72,11 +79,7 @@ struct Frame {
                  "); backward cannot run it again on the same values: clone() it first");
     std::vector<Tensor> args;
     args.reserve(inputs.size());
-    for (const Tensor& x : inputs) {
-      Tensor a = alias_detached(x);
-      if (x.requires_grad()) a.requires_grad_(true);
-      args.push_back(std::move(a));
-    }
+    for (const Tensor& x : inputs) args.push_back(leaf_like(x));
     // The random numbers of the first run, from this thread's own copy of the generator then: the
     // global one, which other threads may be drawing from, is not touched.
     std::optional<detail::ReplayGenerator> replay;
@@ -128,9 +131,7 @@ std::vector<Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<T
   frame->fn = fn;
   for (const Tensor& x : inputs) {
     KILN_CHECK(x.defined(), "checkpoint", "input ", frame->inputs.size(), " is an undefined tensor");
-    Tensor a = alias_detached(x);
-    if (x.requires_grad()) a.requires_grad_(true);
-    frame->inputs.push_back(std::move(a));
+    frame->inputs.push_back(leaf_like(x));
     frame->versions.push_back(x.version());
   }
   frame->preserve_rng = preserve_rng_state;

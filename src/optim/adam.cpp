@@ -85,11 +85,7 @@ Tensor AdamBase::step(LossClosure closure) {
       for (size_t k = 0; k < n; ++k) {
         const Tensor& p = params[k];
         auto& st = mutable_state(p);
-        Tensor& step_t = st["step"];
-        if (!step_t.defined()) step_t = scalar_tensor(0.0, kFloat32);
-        // PyTorch counts in a float32 tensor and reads it back as a Python float.
-        step_t.add_(1);
-        const double step = static_cast<double>(step_t.item<float>());
+        const double step = detail::advance_step(st);
         const double bc1 = 1 - std::pow(beta1, step);
         const double bc2 = 1 - std::pow(beta2, step);
         step_size[k] = o.lr / bc1;
@@ -127,11 +123,7 @@ Adam::Adam(std::vector<OptimizerParamGroup> param_groups, AdamOptions defaults)
   init_groups(std::move(param_groups), "list of param groups");
 }
 
-AdamOptions Adam::options(size_t group) const {
-  KILN_CHECK(group < param_groups().size(), "Adam::options", "param group ", group, " out of range (",
-             param_groups().size(), " groups)");
-  return from_map<AdamOptions>(param_groups()[group].options());
-}
+AdamOptions Adam::options(size_t group) const { return from_map<AdamOptions>(group_options(group)); }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions defaults) : AdamBase("AdamW", to_map(defaults), true) {
   std::vector<OptimizerParamGroup> groups;
@@ -144,10 +136,6 @@ AdamW::AdamW(std::vector<OptimizerParamGroup> param_groups, AdamWOptions default
   init_groups(std::move(param_groups), "list of param groups");
 }
 
-AdamWOptions AdamW::options(size_t group) const {
-  KILN_CHECK(group < param_groups().size(), "AdamW::options", "param group ", group, " out of range (",
-             param_groups().size(), " groups)");
-  return from_map<AdamWOptions>(param_groups()[group].options());
-}
+AdamWOptions AdamW::options(size_t group) const { return from_map<AdamWOptions>(group_options(group)); }
 
 }  // namespace kiln::optim

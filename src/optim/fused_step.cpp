@@ -75,6 +75,13 @@ std::vector<std::vector<StepBucket>> checked_buckets(const std::vector<Optimizer
   return out;
 }
 
+double advance_step(std::map<std::string, Tensor>& state) {
+  Tensor& t = state["step"];
+  if (!t.defined()) t = scalar_tensor(0.0, kFloat32);
+  t.add_(1);
+  return static_cast<double>(t.item<float>());
+}
+
 bool same_layout(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape()) return false;
   for (int64_t d = 0; d < a.dim(); ++d)  // a size-1 dim's stride does not move any element

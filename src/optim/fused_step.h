@@ -1,7 +1,9 @@
 // The fused optimizer steps as ops: checks, layout fix-ups, and one kernel dispatch per list.
 #pragma once
 
+#include <map>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backend/dispatch.h"
@@ -9,6 +11,10 @@
 #include "kiln/tensor.h"
 
 namespace kiln::optim::detail {
+
+// A parameter's state "step" advanced by one and read back: PyTorch counts in a 0-d float32 CPU
+// tensor (made at the first step) and reads it as a Python float.
+double advance_step(std::map<std::string, Tensor>& state);
 
 // Whether a and b have one shape and put every element at the same offset.
 bool same_layout(const Tensor& a, const Tensor& b);

@@ -255,6 +255,12 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& sd) {
   for (size_t g = 0; g < groups_.size(); ++g) groups_[g].options() = std::move(options[g]);
 }
 
+const std::map<std::string, Scalar>& Optimizer::group_options(size_t group) const {
+  KILN_CHECK(group < groups_.size(), (name_ + "::options").c_str(), "param group ", group, " out of range (",
+             groups_.size(), " groups)");
+  return groups_[group].options();
+}
+
 Tensor Optimizer::run_closure(const LossClosure& closure) {
   if (!closure) return {};
   AutoGradMode enable(true);

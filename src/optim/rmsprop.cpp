@@ -34,14 +34,6 @@ AdagradOptions adagrad_options(const std::map<std::string, Scalar>& m) {
           .maximize = m.at("maximize").to<bool>()};
 }
 
-// The step count after this step (a 0-d float32 CPU tensor, as PyTorch's).
-double count_step(std::map<std::string, Tensor>& st) {
-  Tensor& t = st["step"];
-  if (!t.defined()) t = scalar_tensor(0.0, kFloat32);
-  t.add_(1);
-  return static_cast<double>(t.item<float>());
-}
-
 // The state tensor `name`, made by `make` at the first step.
 template <class Make>
 Tensor& state_of(std::map<std::string, Tensor>& st, const char* name, Make&& make) {
@@ -60,13 +52,6 @@ Tensor effective_grad(const Tensor& p, bool maximize, double weight_decay) {
 void lerp_(Tensor& start, const Tensor& end, double weight) {
   if (weight < 0.5) start.add_((end - start) * weight);
   else start.copy_(end - (end - start) * (1 - weight));
-}
-
-template <class Options>
-Options typed(const Optimizer& opt, size_t group, const char* where, Options (*from)(const std::map<std::string, Scalar>&)) {
-  KILN_CHECK(group < opt.param_groups().size(), where, "param group ", group, " out of range (",
-             opt.param_groups().size(), " groups)");
-  return from(opt.param_groups()[group].options());
 }
 
 }  // namespace
@@ -122,11 +107,11 @@ std::vector<std::string> RMSprop::required_state(const std::map<std::string, Sca
   return names;
 }
 
-RMSpropOptions RMSprop::options(size_t group) const { return typed(*this, group, "RMSprop::options", rmsprop_options); }
+RMSpropOptions RMSprop::options(size_t group) const { return rmsprop_options(group_options(group)); }
 
 void RMSprop::update(const std::map<std::string, Scalar>& options, Tensor& p, std::map<std::string, Tensor>& st) {
   const RMSpropOptions o = rmsprop_options(options);
-  count_step(st);
+  detail::advance_step(st);
   const Tensor grad = effective_grad(p, o.maximize, o.weight_decay);
   Tensor& square_avg = state_of(st, "square_avg", [&] { return zeros_like(p); });
   square_avg.mul_(o.alpha);
@@ -183,11 +168,11 @@ void Adagrad::check_options(const std::map<std::string, Scalar>& m, const std::s
 
 std::vector<std::string> Adagrad::required_state(const std::map<std::string, Scalar>&) const { return {"step", "sum"}; }
 
-AdagradOptions Adagrad::options(size_t group) const { return typed(*this, group, "Adagrad::options", adagrad_options); }
+AdagradOptions Adagrad::options(size_t group) const { return adagrad_options(group_options(group)); }
 
 void Adagrad::update(const std::map<std::string, Scalar>& options, Tensor& p, std::map<std::string, Tensor>& st) {
   const AdagradOptions o = adagrad_options(options);
-  const double step = count_step(st);
+  const double step = detail::advance_step(st);
   const Tensor grad = effective_grad(p, o.maximize, o.weight_decay);
   const double clr = o.lr / (1 + (step - 1) * o.lr_decay);
   // A group added later starts from the optimizer's initial value too, as torch's.

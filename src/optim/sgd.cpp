@@ -45,11 +45,7 @@ void SGD::check_options(const std::map<std::string, Scalar>& m, const std::strin
              ", dampening ", o.dampening, ")");
 }
 
-SGDOptions SGD::options(size_t group) const {
-  KILN_CHECK(group < param_groups().size(), "SGD::options", "param group ", group, " out of range (",
-             param_groups().size(), " groups)");
-  return from_map(param_groups()[group].options());
-}
+SGDOptions SGD::options(size_t group) const { return from_map(group_options(group)); }
 
 Tensor SGD::step(LossClosure closure) {
   Tensor loss = run_closure(closure);

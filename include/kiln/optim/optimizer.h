@@ -80,6 +80,9 @@ class Optimizer {
  protected:
   // The closure's loss, computed with grad mode on (undefined without a closure), as step() begins.
   static Tensor run_closure(const LossClosure& closure);
+  // Group `group`'s options, for the typed options(g) of each optimizer: a group out of range is
+  // an error naming "<name>::options".
+  const std::map<std::string, Scalar>& group_options(size_t group) const;
   // name: "SGD"; defaults: every option with its kind (float, int or bool); state_names: the
   // per-parameter state tensors, each shaped like its parameter; counter_names: per-parameter
   // 0-d float32 CPU counters (Adam's "step", a float tensor as in PyTorch).

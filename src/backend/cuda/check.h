@@ -9,6 +9,13 @@
 
 namespace kiln::backend::cuda {
 
+// A CUDA, cuBLAS or cuDNN failure, `msg` already worded: an OutOfMemoryError where the library ran
+// out of memory (caught as one, as the allocator's), a kiln::Error otherwise.
+[[noreturn]] inline void throw_failure(const std::string& msg, bool out_of_memory) {
+  if (out_of_memory) throw OutOfMemoryError(msg);
+  throw Error(msg);
+}
+
 // Throws "[cuda] <what> failed: cudaErrorX (its text)": a kiln::OutOfMemoryError where the driver
 // ran out of memory (a kernel's local memory at its launch, a library's own allocation), so that
 // it is caught as one, as the allocator's; a kiln::Error otherwise. `launch`: the call was a
@@ -22,8 +29,7 @@ namespace kiln::backend::cuda {
                                   status == cudaErrorHardwareStackError || status == cudaErrorAssert);
   std::string msg = "[cuda] " + what + " failed: " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")";
   if (earlier) msg += ": a fault of an earlier kernel, reported at this launch";
-  if (status == cudaErrorMemoryAllocation) throw OutOfMemoryError(msg);
-  throw Error(msg);
+  throw_failure(msg, status == cudaErrorMemoryAllocation);
 }
 
 }  // namespace kiln::backend::cuda

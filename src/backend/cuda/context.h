@@ -14,13 +14,11 @@
 
 namespace kiln::backend::cuda {
 
-// "[cublas] <call> failed: CUBLAS_STATUS_X (its text)": an OutOfMemoryError where cuBLAS could not
-// allocate (caught as one, as the allocator's), a kiln::Error otherwise.
+// "[cublas] <call> failed: CUBLAS_STATUS_X (its text)", through throw_failure.
 [[noreturn]] inline void cublas_fail(const char* call, cublasStatus_t status) {
-  const std::string msg = std::string("[cublas] ") + call + " failed: " + cublasLtGetStatusName(status) + " (" +
-                          cublasLtGetStatusString(status) + ")";
-  if (status == CUBLAS_STATUS_ALLOC_FAILED) throw OutOfMemoryError(msg);
-  throw Error(msg);
+  throw_failure(std::string("[cublas] ") + call + " failed: " + cublasLtGetStatusName(status) + " (" +
+                    cublasLtGetStatusString(status) + ")",
+                status == CUBLAS_STATUS_ALLOC_FAILED);
 }
 
 }  // namespace kiln::backend::cuda

@@ -31,11 +31,9 @@ std::string cudnn_message(const char* call, cudnnStatus_t status) {
 }
 
 void cudnn_fail(const char* call, cudnnStatus_t status) {
-  // cuDNN could not allocate: an OutOfMemoryError, caught as one (as the allocator's).
-  if (status == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
-      status == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED)
-    throw OutOfMemoryError("[cudnn] " + cudnn_message(call, status));
-  KILN_FAIL("cudnn", cudnn_message(call, status));
+  throw_failure("[cudnn] " + cudnn_message(call, status),
+                status == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+                    status == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED);
 }
 
 bool cudnn_accepts(cudnnStatus_t status, const char* call) {
