@@ -138,6 +138,13 @@ inline std::vector<Case> op_families() {
          Tensor y = (gelu(a.t().t() * b) + silu(a) - tanh(a / (b.abs() + 1)) + where(a > 0, a, b.expand({31, 17}))).clamp(-2, 2);
          return value_and_grads(y, {a, b});
        }},
+      {"addcmul, addcdiv, lerp and add with alpha, broadcast",
+       [](Device d) {
+         Tensor s = input({31, 17}, 29, d), a = input({17}, 30, d), b = input({31, 1}, 31, d), w = input({31, 17}, 32, d);
+         Tensor y = addcmul(s.t().t(), a, b, 0.5) + addcdiv(s, a, b.abs() + 1, -2) + lerp(s, a.expand({31, 17}), 0.3) +
+                    lerp(s, b.expand({31, 17}), w.sigmoid()) + add(s, a, -1.5);
+         return value_and_grads(y, {s, a, b, w});
+       }},
       {"indexing and joining",
        [](Device d) {
          Tensor x = input({20, 8}, 26, d);

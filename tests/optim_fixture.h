@@ -123,7 +123,8 @@ struct FixtureRun {
 
   FixtureRun(const FixtureCase& fc, const MakeOptimizer& make, std::optional<ScalarType> as = std::nullopt) : c(&fc) {
     const auto dtypes = fc.with("dtype"), kinds = fc.with("kind");
-    dtype = as ? *as : !dtypes.empty() && dtypes[0].at(1) == "float32" ? kFloat32 : kFloat64;
+    const std::string named = dtypes.empty() ? "float64" : dtypes[0].at(1);
+    dtype = as ? *as : named == "float32" ? kFloat32 : named == "bfloat16" ? kBFloat16 : kFloat64;
     params = fixture_params(fc, dtype);
     opt = make(kinds.empty() ? "" : kinds[0].at(1), fixture_groups(fc, params),
                option_pairs(fc.with("defaults").at(0), 1));

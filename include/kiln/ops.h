@@ -33,6 +33,10 @@ KILN_DECLARE_BINARY(ge)
 KILN_DECLARE_BINARY(logical_and)
 KILN_DECLARE_BINARY(logical_or)
 #undef KILN_DECLARE_BINARY
+// a + alpha * b and a - alpha * b (torch.add and torch.sub with alpha), each element one fused
+// multiply-add as torch's (an integer alpha for integer tensors).
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha);
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha);
 // out = a op b without a new tensor (PyTorch's out= forms, torch::mul_out): out must have the
 // broadcast shape and a dtype that holds the result; no autograd (an error when an argument
 // requires grad).
@@ -76,6 +80,18 @@ Tensor where(const Tensor& condition, Scalar a, const Tensor& b);
 // as a 0-d tensor gets a gradient (the sum over the filled elements), as torch's.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value);
+
+// ---- elementwise, three operands (broadcast together), as torch's
+// self + value * tensor1 * tensor2, and self + value * tensor1 / tensor2 (addcdiv: floating
+// point only; an integer value with integer tensors), with torch's roundings: addcmul's product
+// goes into the sum in one fused multiply-add, and 16-bit tensors compute in float32, rounded
+// once (the optimizers' updates).
+Tensor addcmul(const Tensor& self, const Tensor& tensor1, const Tensor& tensor2, Scalar value = 1);
+Tensor addcdiv(const Tensor& self, const Tensor& tensor1, const Tensor& tensor2, Scalar value = 1);
+// start + weight * (end - start), floating point, all of one dtype; computed from end for
+// |weight| >= 0.5, so that weight 1 gives end exactly.
+Tensor lerp(const Tensor& start, const Tensor& end, Scalar weight);
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight);
 
 // ---- reductions: dims empty means all dims
 Tensor sum(const Tensor& x, const Shape& dims = {}, bool keepdim = false,

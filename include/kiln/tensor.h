@@ -203,8 +203,10 @@ class Tensor {
   // ---- ops as methods (each calls the free function of the same name in ops.h)
   Tensor add(const Tensor& o) const;
   Tensor add(Scalar o) const;
+  Tensor add(const Tensor& o, Scalar alpha) const;  // this + alpha * o
   Tensor sub(const Tensor& o) const;
   Tensor sub(Scalar o) const;
+  Tensor sub(const Tensor& o, Scalar alpha) const;
   Tensor mul(const Tensor& o) const;
   Tensor mul(Scalar o) const;
   Tensor div(const Tensor& o) const;
@@ -247,6 +249,10 @@ class Tensor {
   Tensor logical_not() const;
   Tensor masked_fill(const Tensor& mask, Scalar value) const;
   Tensor masked_fill(const Tensor& mask, const Tensor& value) const;
+  Tensor addcmul(const Tensor& tensor1, const Tensor& tensor2, Scalar value = 1) const;
+  Tensor addcdiv(const Tensor& tensor1, const Tensor& tensor2, Scalar value = 1) const;
+  Tensor lerp(const Tensor& end, Scalar weight) const;
+  Tensor lerp(const Tensor& end, const Tensor& weight) const;
 
   Tensor sum() const;
   Tensor sum(const Shape& dims, bool keepdim = false) const;
@@ -282,13 +288,19 @@ class Tensor {
   // ---- in place (bump the version counter; autograd checks it)
   Tensor& add_(const Tensor& o);
   Tensor& add_(Scalar o);
+  Tensor& add_(const Tensor& o, Scalar alpha);  // this += alpha * o, one rounding (torch's)
   Tensor& sub_(const Tensor& o);
   Tensor& sub_(Scalar o);
+  Tensor& sub_(const Tensor& o, Scalar alpha);
   Tensor& mul_(const Tensor& o);
   Tensor& mul_(Scalar o);
   Tensor& div_(const Tensor& o);
   Tensor& div_(Scalar o);
   Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+  Tensor& addcmul_(const Tensor& tensor1, const Tensor& tensor2, Scalar value = 1);
+  Tensor& addcdiv_(const Tensor& tensor1, const Tensor& tensor2, Scalar value = 1);
+  Tensor& lerp_(const Tensor& end, Scalar weight);
+  Tensor& lerp_(const Tensor& end, const Tensor& weight);
   Tensor& relu_();
   Tensor& neg_();
   Tensor& exp_();

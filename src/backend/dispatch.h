@@ -20,7 +20,7 @@ namespace kiln::backend {
   X(Neg) X(Abs) X(Sign) X(Exp) X(Log) X(Log1p) X(Expm1) X(Sqrt) X(Rsqrt) X(Square)         \
   X(Reciprocal) X(Tanh) X(Sigmoid) X(Relu) X(GeluErf) X(GeluTanh) X(Silu) X(Sin) X(Cos)    \
   X(LogicalNot)                                                                             \
-  X(Clamp) X(Where) X(Copy) X(Fill)                                                         \
+  X(Clamp) X(Where) X(Copy) X(Fill) X(Addcmul) X(Addcdiv) X(Lerp)                           \
   X(Sum) X(Prod) X(Amax) X(Amin) X(All) X(Any) X(Var) X(LogSumExp) X(Norm)                  \
   X(MaxWithIndex) X(MinWithIndex)                                                           \
   X(Softmax) X(LogSoftmax) X(SoftmaxBackward) X(LogSoftmaxBackward)                         \

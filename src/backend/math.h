@@ -192,6 +192,71 @@ KILN_HOST_DEVICE T clamp(T x, bool has_lo, T lo, bool has_hi, T hi) {
   return x;
 }
 
+// a * b + c, rounded once for floating point (a fused multiply-add): torch's CPU kernels compute
+// addcmul and lerp so (GCC contracts them in its AVX-512 build; the CUDA compiler contracts them
+// too), and Kiln's match theirs bit for bit. (A functor, as the rest: an always-inline member
+// stays in the caller's instruction set, where a call would reach the baseline's libm fma.)
+struct FusedMulAdd {
+  template <class T>
+  KILN_HOST_DEVICE KILN_MATH_INLINE T operator()(T a, T b, T c) const {
+    if constexpr (std::is_integral_v<T>) {
+      return static_cast<T>(a * b + c);
+    } else if constexpr (std::is_same_v<T, float>) {
+#if defined(__CUDA_ARCH__)
+      return __fmaf_rn(a, b, c);
+#else
+      return std::fmaf(a, b, c);
+#endif
+    } else {
+#if defined(__CUDA_ARCH__)
+      return __fma_rn(a, b, c);
+#else
+      return std::fma(a, b, c);
+#endif
+    }
+  }
+};
+
+// torch.addcmul and torch.addcdiv: self + value * t1 * t2 and self + value * t1 / t2, in torch's
+// order of operations (value * t1 first) and roundings, in the compute type C.
+template <class C>
+struct Addcmul {
+  C value;
+  KILN_HOST_DEVICE KILN_MATH_INLINE C operator()(C self, C t1, C t2) const {
+    return FusedMulAdd{}(static_cast<C>(value * t1), t2, self);
+  }
+};
+// torch.add(self, other, alpha): self + alpha * other in one fused multiply-add (the Addcmul
+// kernel's two-operand form).
+template <class C>
+struct AddScaled {
+  C alpha;
+  KILN_HOST_DEVICE KILN_MATH_INLINE C operator()(C self, C other) const { return FusedMulAdd{}(alpha, other, self); }
+};
+template <class C>
+struct Addcdiv {
+  C value;
+  KILN_HOST_DEVICE KILN_MATH_INLINE C operator()(C self, C t1, C t2) const {
+    return self + static_cast<C>(value * t1) / t2;
+  }
+};
+
+// torch.lerp: start + weight * (end - start), from the far end for |weight| >= 0.5 (then it is
+// exact at weight 1), each form one fused multiply-add, as torch's.
+struct Lerp {
+  template <class C>
+  KILN_HOST_DEVICE KILN_MATH_INLINE C operator()(C start, C end, C weight) const {
+    const C d = end - start;
+    return weight < C(0.5) && weight > C(-0.5) ? FusedMulAdd{}(weight, d, start)
+                                               : FusedMulAdd{}(static_cast<C>(-d), static_cast<C>(C(1) - weight), end);
+  }
+};
+template <class C>
+struct LerpBy {  // one weight for all elements
+  C weight;
+  KILN_HOST_DEVICE KILN_MATH_INLINE C operator()(C start, C end) const { return Lerp{}(start, end, weight); }
+};
+
 #undef KILN_FN
 #undef KILN_PRED
 #undef KILN_UN

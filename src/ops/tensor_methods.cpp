@@ -49,6 +49,10 @@ Tensor Tensor::logical_or(const Tensor& o) const { return kiln::logical_or(*this
 Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const { return kiln::clamp(*this, lo, hi); }
 Tensor Tensor::masked_fill(const Tensor& mask, Scalar v) const { return kiln::masked_fill(*this, mask, v); }
 Tensor Tensor::masked_fill(const Tensor& mask, const Tensor& v) const { return kiln::masked_fill(*this, mask, v); }
+Tensor Tensor::addcmul(const Tensor& a, const Tensor& b, Scalar v) const { return kiln::addcmul(*this, a, b, v); }
+Tensor Tensor::addcdiv(const Tensor& a, const Tensor& b, Scalar v) const { return kiln::addcdiv(*this, a, b, v); }
+Tensor Tensor::lerp(const Tensor& end, Scalar w) const { return kiln::lerp(*this, end, w); }
+Tensor Tensor::lerp(const Tensor& end, const Tensor& w) const { return kiln::lerp(*this, end, w); }
 Tensor Tensor::sum() const { return kiln::sum(*this); }
 Tensor Tensor::sum(const Shape& dims, bool keepdim) const { return kiln::sum(*this, dims, keepdim); }
 Tensor Tensor::mean() const { return kiln::mean(*this); }

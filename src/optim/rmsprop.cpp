@@ -1,7 +1,6 @@
-// RMSprop and Adagrad (kiln/optim/rmsprop.h): options, state, and torch's for-loop update in
-// elementwise ops, in torch's order of operations. Each op rounds its result, where torch's fused
-// ones (addcmul_, addcdiv_) round once: float32 runs agree with PyTorch's to about 1e-6, 16-bit
-// parameters drift from torch's by an ulp now and then.
+// RMSprop and Adagrad (kiln/optim/rmsprop.h): options, state, and torch's for-loop update, op for
+// op (addcmul_, addcdiv_, lerp_ and add with alpha round as torch's do), so that a run equals
+// PyTorch's on the CPU bit for bit in every dtype.
 #include "kiln/optim/rmsprop.h"
 
 #include "kiln/autograd.h"
@@ -45,13 +44,7 @@ Tensor& state_of(std::map<std::string, Tensor>& st, const char* name, Make&& mak
 // The gradient as the update sees it: negated (maximize), plus weight_decay * p.
 Tensor effective_grad(const Tensor& p, bool maximize, double weight_decay) {
   Tensor g = maximize ? -p.grad() : p.grad();
-  return weight_decay != 0 ? g + p * weight_decay : g;
-}
-
-// start + weight * (end - start), as torch's lerp (from the far end for weights from 0.5).
-void lerp_(Tensor& start, const Tensor& end, double weight) {
-  if (weight < 0.5) start.add_((end - start) * weight);
-  else start.copy_(end - (end - start) * (1 - weight));
+  return weight_decay != 0 ? g.add(p, weight_decay) : g;
 }
 
 }  // namespace
@@ -114,24 +107,22 @@ void RMSprop::update(const std::map<std::string, Scalar>& options, Tensor& p, st
   detail::advance_step(st);
   const Tensor grad = effective_grad(p, o.maximize, o.weight_decay);
   Tensor& square_avg = state_of(st, "square_avg", [&] { return zeros_like(p); });
-  square_avg.mul_(o.alpha);
-  square_avg.add_(grad * (1 - o.alpha) * grad);
+  square_avg.mul_(o.alpha).addcmul_(grad, grad, 1 - o.alpha);
   Tensor avg;
   if (o.centered) {
     Tensor& grad_avg = state_of(st, "grad_avg", [&] { return zeros_like(p); });
-    lerp_(grad_avg, grad, 1 - o.alpha);
-    avg = (square_avg - grad_avg * grad_avg).sqrt();
+    grad_avg.lerp_(grad, 1 - o.alpha);
+    avg = square_avg.addcmul(grad_avg, grad_avg, -1).sqrt_();
   } else {
     avg = square_avg.sqrt();
   }
   avg.add_(o.eps);
   if (o.momentum > 0) {
     Tensor& buf = state_of(st, "momentum_buffer", [&] { return zeros_like(p); });
-    buf.mul_(o.momentum);
-    buf.add_(grad / avg);
-    p.add_(buf * -o.lr);
+    buf.mul_(o.momentum).addcdiv_(grad, avg);
+    p.add_(buf, -o.lr);
   } else {
-    p.add_(grad * -o.lr / avg);
+    p.addcdiv_(grad, avg, -o.lr);
   }
 }
 
@@ -177,10 +168,9 @@ void Adagrad::update(const std::map<std::string, Scalar>& options, Tensor& p, st
   const double clr = o.lr / (1 + (step - 1) * o.lr_decay);
   // A group added later starts from the optimizer's initial value too, as torch's.
   Tensor& sum = state_of(st, "sum", [&] { return full_like(p, adagrad_options(defaults()).initial_accumulator_value); });
-  sum.add_(grad * grad);
-  Tensor std = sum.sqrt();
-  std.add_(o.eps);
-  p.add_(grad * -clr / std);
+  sum.addcmul_(grad, grad, 1);
+  Tensor std = sum.sqrt().add_(o.eps);
+  p.addcdiv_(grad, std, -clr);
 }
 
 }  // namespace kiln::optim

@@ -41,9 +41,8 @@ struct RMSpropOptions {
 // State per parameter: "step" (0-d float32 on the CPU), "square_avg", "momentum_buffer" (momentum
 // > 0), "grad_avg" (centered), zeros at the first step. Parameters without a gradient are skipped.
 // The update is a few elementwise ops per parameter in its own dtype and on its device (torch's
-// for-loop form), on every device that has those ops. Each op rounds its result, where torch's
-// addcmul_/addcdiv_ round once: float32 runs agree with torch's to about 1e-6, and 16-bit
-// parameters may differ from torch's by an ulp.
+// for-loop form: mul_, addcmul_, lerp_, sqrt, addcdiv_, add_ with alpha), on every device that
+// has those ops; on the CPU a run equals torch's bit for bit in every dtype.
 class RMSprop : public PerParameterOptimizer {
  public:
   RMSprop(std::vector<Tensor> params, RMSpropOptions defaults = {});

@@ -69,7 +69,37 @@ void logical_not(KernelArgs& a) {
   });
 }
 
+// addcmul and addcdiv: out = self + value * t1 (* or /) t2, all in out's dtype (the op layer casts).
+// Addcmul with two inputs is torch's add(self, t1, alpha = value), the value rounded to the
+// tensors' dtype first (as torch's 16-bit add does).
+template <template <class> class F>
+void addc(KernelArgs& a) {
+  const Scalar v = static_cast<const ScalarAttrs*>(a.attrs)->value;
+  constexpr const char* name = std::is_same_v<F<float>, math::Addcmul<float>> ? "addcmul" : "addcdiv";
+  visit_dtype(a.outputs[0].dtype(), name, [&]<class T>() {
+    using C = compute_t<T>;
+    if (a.inputs.size() == 2)
+      return binary_loop<T, T, T>(a.outputs[0], a.inputs[0], a.inputs[1],
+                                  math::AddScaled<C>{static_cast<C>(v.to<T>())});
+    ternary_loop<T>(a.outputs[0], a.inputs[0], a.inputs[1], a.inputs[2], F<C>{v.to<C>()});
+  });
+}
+
+// lerp(start, end, weight): the weight a tensor (a third input) or one number (the attrs).
+void lerp(KernelArgs& a) {
+  visit_float_dtype(a.outputs[0].dtype(), "lerp", [&]<class T>() {
+    using C = compute_t<T>;
+    if (a.inputs.size() == 3)
+      return ternary_loop<T>(a.outputs[0], a.inputs[0], a.inputs[1], a.inputs[2], math::Lerp{});
+    const C w = static_cast<const ScalarAttrs*>(a.attrs)->value.to<C>();
+    binary_loop<T, T, T>(a.outputs[0], a.inputs[0], a.inputs[1], math::LerpBy<C>{w});
+  });
+}
+
 constexpr DeviceType kCpu = DeviceType::CPU;
+KILN_REGISTER_KERNEL(Op::Addcmul, kCpu, addc<math::Addcmul>);
+KILN_REGISTER_KERNEL(Op::Addcdiv, kCpu, addc<math::Addcdiv>);
+KILN_REGISTER_KERNEL(Op::Lerp, kCpu, lerp);
 KILN_REGISTER_KERNEL(Op::Add, kCpu, arith<math::Add>);
 KILN_REGISTER_KERNEL(Op::Sub, kCpu, arith<math::Sub>);
 KILN_REGISTER_KERNEL(Op::Mul, kCpu, arith_number<math::Mul>);

@@ -204,4 +204,28 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   });
 }
 
+template <class T, class F>
+KILN_VECTORIZE void ternary_contig(T* __restrict o, const T* a, const T* b, const T* c, int64_t n, F f) {
+  using C = compute_t<T>;
+  for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(f(static_cast<C>(a[i]), static_cast<C>(b[i]), static_cast<C>(c[i])));
+}
+
+// out = f(a, b, c) elementwise, all of out's dtype T, a, b and c broadcast to out's shape (out may
+// be a: the in-place forms).
+template <class T, class F>
+void ternary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c, F f) {
+  using C = compute_t<T>;
+  auto plan = make_plan<4>({&out, &a, &b, &c});
+  run_plan(plan, [&](char** p, const int64_t* s, int64_t n) {
+    constexpr int64_t e = sizeof(T);
+    if (s[0] == e && s[1] == e && s[2] == e && s[3] == e) {
+      ternary_contig(reinterpret_cast<T*>(p[0]), reinterpret_cast<const T*>(p[1]), reinterpret_cast<const T*>(p[2]),
+                     reinterpret_cast<const T*>(p[3]), n, f);
+      return;
+    }
+    auto at = [&](int k, int64_t i) { return static_cast<C>(*reinterpret_cast<const T*>(p[k] + i * s[k])); };
+    for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = static_cast<T>(f(at(1, i), at(2, i), at(3, i)));
+  });
+}
+
 }  // namespace kiln::backend::cpu

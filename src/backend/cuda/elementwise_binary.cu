@@ -1,6 +1,7 @@
-// CUDA kernels for the binary arithmetic ops and the activations' backward helpers; the math is
-// backend/math.h's, shared with the CPU loops. (The elementwise kernels are three translation
-// units, _binary, _compare and _unary, so that none of them is a long pole of a parallel build.)
+// CUDA kernels for the binary arithmetic ops, addcmul, addcdiv and lerp, and the activations'
+// backward helpers; the math is backend/math.h's, shared with the CPU loops. (The elementwise
+// kernels are three translation units, _binary, _compare and _unary, so that none of them is a
+// long pole of a parallel build.)
 #include "backend/cuda/device/elementwise.cuh"
 #include "backend/math.h"
 
@@ -18,7 +19,41 @@ void pow_op(KernelArgs& a) {
   });
 }
 
+// addcmul and addcdiv: out = self + value * t1 (* or /) t2, all in out's dtype (the op layer casts).
+// Addcmul with two inputs is torch's add(self, t1, alpha = value) (the CPU kernel's contract).
+template <template <class> class F>
+void addc(KernelArgs& a) {
+  constexpr const char* name = std::is_same_v<F<float>, math::Addcmul<float>> ? "addcmul" : "addcdiv";
+  const Tensor& out = a.outputs[0];
+  const Scalar v = static_cast<const ScalarAttrs*>(a.attrs)->value;
+  visit_dtype(out.dtype(), name, [&]<class T>() {
+    using C = compute_t<T>;
+    if (a.inputs.size() == 2)
+      return launch_plan(make_plan<3>({&out, &a.inputs[0], &a.inputs[1]}),
+                         BinaryFn<T, T, T, math::AddScaled<C>>{{static_cast<C>(v.to<T>())}}, stream_of(a), name);
+    launch_plan(make_plan<4>({&out, &a.inputs[0], &a.inputs[1], &a.inputs[2]}), TernaryFn<T, F<C>>{{v.to<C>()}},
+                stream_of(a), name);
+  });
+}
+
+// lerp(start, end, weight): the weight a tensor (a third input) or one number (the attrs).
+void lerp(KernelArgs& a) {
+  const Tensor& out = a.outputs[0];
+  visit_float_dtype(out.dtype(), "lerp", [&]<class T>() {
+    using C = compute_t<T>;
+    if (a.inputs.size() == 3)
+      return launch_plan(make_plan<4>({&out, &a.inputs[0], &a.inputs[1], &a.inputs[2]}), TernaryFn<T, math::Lerp>{},
+                         stream_of(a), "lerp");
+    const C w = static_cast<const ScalarAttrs*>(a.attrs)->value.to<C>();
+    launch_plan(make_plan<3>({&out, &a.inputs[0], &a.inputs[1]}), BinaryFn<T, T, T, math::LerpBy<C>>{{w}},
+                stream_of(a), "lerp");
+  });
+}
+
 constexpr DeviceType kCuda = DeviceType::CUDA;
+KILN_REGISTER_KERNEL(Op::Addcmul, kCuda, addc<math::Addcmul>);
+KILN_REGISTER_KERNEL(Op::Addcdiv, kCuda, addc<math::Addcdiv>);
+KILN_REGISTER_KERNEL(Op::Lerp, kCuda, lerp);
 KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Add, kCuda, arith_op<math::Add>);
 KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Sub, kCuda, arith_op<math::Sub>);
 KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Mul, kCuda, arith_op<math::Mul>);

@@ -144,6 +144,28 @@ struct BinaryFn {
   }
 };
 
+// out = f(a, b, c), all of one dtype T (addcmul, addcdiv, lerp).
+template <class T, class F>
+struct TernaryFn {
+  F f;
+  using C = compute_t<T>;
+  static constexpr std::array<int, 4> kSizes{sizeof(T), sizeof(T), sizeof(T), sizeof(T)};
+  __device__ __forceinline__ void operator()(char** p) const {
+    *reinterpret_cast<T*>(p[0]) = static_cast<T>(f(static_cast<C>(*reinterpret_cast<const T*>(p[1])),
+                                                   static_cast<C>(*reinterpret_cast<const T*>(p[2])),
+                                                   static_cast<C>(*reinterpret_cast<const T*>(p[3]))));
+  }
+  template <int V>
+  __device__ __forceinline__ void vec(char* const* base, int64_t i) const {
+    const Vec<T, V> a = load_vec<T, V>(base[1], i), b = load_vec<T, V>(base[2], i), c = load_vec<T, V>(base[3], i);
+    Vec<T, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      o.v[j] = static_cast<T>(f(static_cast<C>(a.v[j]), static_cast<C>(b.v[j]), static_cast<C>(c.v[j])));
+    store_vec<T, V>(base[0], i, o);
+  }
+};
+
 template <class To, class Ta, class F>
 void unary_kernel(const KernelArgs& a, F f, const char* name) {
   launch_plan(make_plan<2>({&a.outputs[0], &a.inputs[0]}), UnaryFn<To, Ta, F>{f}, stream_of(a), name);
