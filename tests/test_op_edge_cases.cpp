@@ -118,6 +118,37 @@ TEST(OpEdgeCases, StdOfAConstantRowHasAZeroGradient) {
 
 // max() and min() give a NaN result's gradient to the NaN element; maximum and minimum give
 // the NaN operand the whole gradient; a NaN clamp bound gives NaN.
+// isnan/isinf/isfinite on the special values of every float dtype, integers finite; round is half
+// to even; floor, ceil, round and trunc keep -0, inf and NaN, and integer tensors as they are;
+// bool tensors are refused.
+TEST(OpEdgeCases, ClassifyingAndRoundingSpecialValues) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (ScalarType dt : {kFloat32, kFloat64, kBFloat16, kFloat16}) {
+    const Tensor x = tensor({0.0, -0.0, 1.5, -inf, inf, kNaN, 2.5, -2.5, 0.5}, dt);
+    EXPECT_EQ(values(isnan(x)), (std::vector<double>{0, 0, 0, 0, 0, 1, 0, 0, 0})) << dtype_name(dt);
+    EXPECT_EQ(values(isinf(x)), (std::vector<double>{0, 0, 0, 1, 1, 0, 0, 0, 0})) << dtype_name(dt);
+    EXPECT_EQ(values(x.isfinite()), (std::vector<double>{1, 1, 1, 0, 0, 0, 1, 1, 1})) << dtype_name(dt);
+    const std::vector<double> r = values(round(x));
+    EXPECT_EQ(r[2], 2.0);
+    EXPECT_EQ(r[6], 2.0);
+    EXPECT_EQ(r[7], -2.0);
+    EXPECT_EQ(r[8], 0.0);
+    EXPECT_TRUE(std::signbit(values(floor(x))[1]) && std::signbit(values(trunc(x))[1]));
+    EXPECT_EQ(values(ceil(x))[3], -inf);
+    EXPECT_TRUE(std::isnan(values(trunc(x))[5]));
+    EXPECT_EQ(floor(x).dtype(), dt);
+  }
+  const Tensor i = tensor({-3, 7});
+  EXPECT_EQ(values(isfinite(i)), (std::vector<double>{1, 1}));
+  EXPECT_EQ(values(isinf(i)), (std::vector<double>{0, 0}));
+  EXPECT_EQ(floor(i).dtype(), kInt64);
+  EXPECT_EQ(values(round(i)), (std::vector<double>{-3, 7}));
+  Tensor y = tensor({-1.5f, 1.7f});
+  y.floor_();
+  EXPECT_EQ(values(y), (std::vector<double>{-2, 1}));
+  test::expect_error([] { floor(tensor({true})); }, "[floor] is not defined for bool tensors");
+}
+
 TEST(OpEdgeCases, NaNInExtremesAndClamp) {
   Tensor x = tensor({1.0, kNaN, 3.0}, kFloat64).requires_grad_();
   max(x).backward();

@@ -42,6 +42,7 @@ TEST_P(PointwiseTorch, EqualsTorchBitForBitOnEveryDevice) {
     expect_same_bits(addcdiv(s, a, b, -0.61).cpu(), want("addcdiv"), where + "addcdiv");
     expect_same_bits(lerp(s, a, 0.1).cpu(), want("lerp_small"), where + "lerp(0.1)");
     expect_same_bits(lerp(s, a, 0.75).cpu(), want("lerp_large"), where + "lerp(0.75)");
+    expect_same_bits(lerp(s, a, 1.0).cpu(), want("lerp_one"), where + "lerp(1)");
     expect_same_bits(lerp(s, a, w).cpu(), want("lerp"), where + "lerp(tensor)");
     expect_same_bits(add(s, a, -0.0123).cpu(), want("add_alpha"), where + "add(alpha)");
     expect_same_bits(s.sub(a, 0.37).cpu(), want("sub_alpha"), where + "sub(alpha)");
@@ -151,7 +152,18 @@ TEST(Pointwise, InPlaceFormsChangeSelfAndItsVersion) {
 TEST(Pointwise, BadInputIsAnErrorNamingTheOp) {
   Tensor f = tensor({1.0f, 2.0f}), i = tensor(std::vector<int64_t>{1, 2}, {2}, kInt64);
   Tensor bools = tensor(std::vector<bool>{true, false}, {2}, kBool);
-  expect_error([&] { addcdiv(i, i, i); }, "[addcdiv] integer division is not supported (got int64 tensors)");
+  expect_error([&] { addcdiv(i, i, i); }, "[addcdiv] integer division is not supported (got int64 and int64 tensors)");
+  expect_error([&] { addcdiv(f, i, i); }, "[addcdiv] integer division");  // a float self too, as torch
+  // value and alpha must fit the type they are converted to (torch: "cannot be converted ... without overflow").
+  Tensor u8 = tensor(std::vector<int64_t>{1, 2}, {2}, kInt64).to(kUInt8);
+  expect_error([&] { addcmul(u8, u8, u8, 300); }, "[addcmul] value 300 cannot be converted to uint8 without overflow");
+  expect_error([&] { add(f.to(kFloat16), f.to(kFloat16), 1e5); }, "[add] value 100000 cannot be converted to float16");
+  expect_error([&] { addcmul(f, f, f, 1e300); }, "cannot be converted to float32");
+  EXPECT_EQ(addcmul(f.to(kFloat16), f.to(kFloat16), f.to(kFloat16), 1e5).dtype(), kFloat16);  // float32 opmath: fits
+  // A bool alpha is for bool tensors; a float alpha of 1 is still a float alpha for integers.
+  expect_error([&] { add(f, f, true); }, "[add] a bool alpha is only for bool tensors");
+  expect_error([&] { add(i, i, 1.0); }, "[add] for int64 tensors the alpha must be an integer, got 1");
+  EXPECT_EQ(values(addcmul(i, i, i, true)), (std::vector<double>{2, 6}));  // a bool value is an integer one
   expect_error([&] { addcmul(i, i, i, 0.5); }, "[addcmul] for int64 tensors the value must be an integer, got 0.5");
   expect_error([&] { addcmul(bools, bools, bools); }, "[addcmul] is not implemented for bool tensors");
   expect_error([&] { lerp(i, i, 0.5); }, "[lerp] needs floating-point tensors, got int64");
@@ -159,6 +171,14 @@ TEST(Pointwise, BadInputIsAnErrorNamingTheOp) {
   expect_error([&] { Tensor j = i.clone(); j.sub_(i, 1.5); }, "[sub_] for int64 tensors the alpha must be an integer");
   expect_error([&] { lerp(f, f.to(kFloat64), 0.5); }, "[lerp] expected dtype float32 for `end` but got dtype float64");
   expect_error([&] { lerp(f, f, f.to(kFloat16)); }, "[lerp] expected dtype float32 for `weight` but got dtype float16");
+  // A 0-d weight of another dtype is taken (torch 2.15), its gradient in its own dtype.
+  Tensor w64 = scalar_tensor(0.25, TensorOptions(kFloat64)).requires_grad_();
+  Tensor l = lerp(tensor({1.0f, 3.0f}), tensor({5.0f, 7.0f}), w64);
+  EXPECT_EQ(l.dtype(), kFloat32);
+  EXPECT_EQ(values(l), (std::vector<double>{2, 4}));
+  l.sum().backward();
+  EXPECT_EQ(w64.grad().dtype(), kFloat64);
+  EXPECT_EQ(values(w64.grad()), (std::vector<double>{8}));
   expect_error([&] { addcmul(f, tensor({1.0f, 2.0f, 3.0f}), f); }, "addcmul");
   expect_error([&] { addcmul(Tensor(), f, f); }, "addcmul");
   expect_error([&] { lerp(f, Tensor(), 0.5); }, "lerp");
@@ -168,6 +188,8 @@ TEST(Pointwise, BadInputIsAnErrorNamingTheOp) {
                "[addcmul_] the result of shape [2, 2] does not fit the tensor of shape [2]");
   Tensor ints = i.clone();
   expect_error([&] { ints.addcmul_(f, f); }, "[addcmul_] result type float32 cannot be written into a tensor of type int64");
+  Tensor flags = tensor({true, false});
+  expect_error([&] { flags.add_(i, 2); }, "[add_] result type int64 cannot be written into a tensor of type bool");
   // A leaf that requires grad is not changed in place.
   Tensor leaf = tensor({1.0f, 2.0f}).requires_grad_();
   expect_error([&] { leaf.lerp_(f, 0.5); }, "lerp_");

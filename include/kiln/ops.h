@@ -70,6 +70,20 @@ Tensor silu(const Tensor& x);
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
 Tensor logical_not(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor log2(const Tensor& x);
+Tensor log10(const Tensor& x);
+Tensor exp2(const Tensor& x);
+// To an integer value (integer tensors are returned as they are); round is half to even, as
+// torch.round. Their gradient is zero.
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor round(const Tensor& x);
+Tensor trunc(const Tensor& x);
+// Bool tensors: NaN; +-inf; neither (integers are finite).
+Tensor isnan(const Tensor& x);
+Tensor isinf(const Tensor& x);
+Tensor isfinite(const Tensor& x);
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
 Tensor clamp_min(const Tensor& x, Scalar min);
 Tensor clamp_max(const Tensor& x, Scalar max);

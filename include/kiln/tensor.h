@@ -231,6 +231,17 @@ class Tensor {
   Tensor relu() const;
   Tensor sin() const;
   Tensor cos() const;
+  Tensor erf() const;
+  Tensor log2() const;
+  Tensor log10() const;
+  Tensor exp2() const;
+  Tensor floor() const;
+  Tensor ceil() const;
+  Tensor round() const;
+  Tensor trunc() const;
+  Tensor isnan() const;
+  Tensor isinf() const;
+  Tensor isfinite() const;
   Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;
   Tensor eq(const Tensor& o) const;
   Tensor eq(Scalar o) const;
@@ -317,6 +328,10 @@ class Tensor {
   Tensor& sigmoid_();
   Tensor& sin_();
   Tensor& cos_();
+  Tensor& floor_();
+  Tensor& ceil_();
+  Tensor& round_();
+  Tensor& trunc_();
   Tensor& zero_();
   Tensor& fill_(Scalar value);
   Tensor& copy_(const Tensor& src);

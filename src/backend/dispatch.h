@@ -19,7 +19,8 @@ namespace kiln::backend {
   X(SiluBackward)                                                                           \
   X(Neg) X(Abs) X(Sign) X(Exp) X(Log) X(Log1p) X(Expm1) X(Sqrt) X(Rsqrt) X(Square)         \
   X(Reciprocal) X(Tanh) X(Sigmoid) X(Relu) X(GeluErf) X(GeluTanh) X(Silu) X(Sin) X(Cos)    \
-  X(LogicalNot)                                                                             \
+  X(LogicalNot) X(Floor) X(Ceil) X(Round) X(Trunc) X(IsNan) X(IsInf) X(IsFinite) X(Erf) X(Log2) \
+  X(Log10) X(Exp2)                                                                          \
   X(Clamp) X(Where) X(Copy) X(Fill) X(Addcmul) X(Addcdiv) X(Lerp)                           \
   X(Sum) X(Prod) X(Amax) X(Amin) X(All) X(Any) X(Var) X(LogSumExp) X(Norm)                  \
   X(MaxWithIndex) X(MinWithIndex)                                                           \

@@ -153,6 +153,22 @@ struct GeluTanh {
 struct Silu { static constexpr bool kVector = true; KILN_UN { return a / (K<T>(1) + math::exp(-a)); } };
 struct Sin { KILN_UN { return std::sin(a); } };
 struct Cos { KILN_UN { return std::cos(a); } };
+struct Erf { static constexpr bool kVector = true; KILN_UN { return math::erf(a); } };
+struct Log2 { KILN_UN { return std::log2(a); } };
+struct Log10 { KILN_UN { return std::log10(a); } };
+struct Exp2 { KILN_UN { return std::exp2(a); } };
+// Rounding to an integer value: integers are their own (torch's floor of an int64 tensor).
+// round is half to even (torch.round: nearbyint in the default rounding mode).
+struct Floor { KILN_UN { if constexpr (std::is_integral_v<T>) return a; else return std::floor(a); } };
+struct Ceil { KILN_UN { if constexpr (std::is_integral_v<T>) return a; else return std::ceil(a); } };
+struct Round { KILN_UN { if constexpr (std::is_integral_v<T>) return a; else return std::nearbyint(a); } };
+struct Trunc { KILN_UN { if constexpr (std::is_integral_v<T>) return a; else return std::trunc(a); } };
+#define KILN_CLASS template <class T> KILN_HOST_DEVICE KILN_MATH_INLINE bool operator()(T a) const
+struct IsNan { KILN_CLASS { return a != a; } };
+// a - a is 0 for finite a, NaN for inf and NaN; integers are finite.
+struct IsFinite { KILN_CLASS { if constexpr (std::is_integral_v<T>) return true; else return a - a == T(0); } };
+struct IsInf { KILN_CLASS { if constexpr (std::is_integral_v<T>) return false; else return a == a && a - a != T(0); } };
+#undef KILN_CLASS
 
 // pow(x, e) with one exponent for every element (x.pow(2), a number): the exponents PyTorch also
 // special-cases run as products, sqrt or a division, which vectorize on the CPU (libm's pow took
@@ -242,13 +258,14 @@ struct Addcdiv {
 };
 
 // torch.lerp: start + weight * (end - start), from the far end for |weight| >= 0.5 (then it is
-// exact at weight 1), each form one fused multiply-add, as torch's.
+// exact at weight 1), each form one fused multiply-add, as torch's vector path.
 struct Lerp {
   template <class C>
   KILN_HOST_DEVICE KILN_MATH_INLINE C operator()(C start, C end, C weight) const {
     const C d = end - start;
+    // (w - 1) * d, not -d * (1 - w): the same but at w = 1, where torch's gives the zero d's sign.
     return weight < C(0.5) && weight > C(-0.5) ? FusedMulAdd{}(weight, d, start)
-                                               : FusedMulAdd{}(static_cast<C>(-d), static_cast<C>(C(1) - weight), end);
+                                               : FusedMulAdd{}(d, static_cast<C>(weight - C(1)), end);
   }
 };
 template <class C>

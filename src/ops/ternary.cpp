@@ -26,8 +26,11 @@ const char* node_name(const Call& c) {
 }
 
 // The dtype the kernel computes in, with torch's checks: addcmul and addcdiv promote their
-// operands (addcdiv refuses integers, whose division torch no longer defines); lerp takes
-// floating-point operands of one dtype.
+// operands (addcdiv refuses integer tensor1 and tensor2, whose division torch no longer defines);
+// lerp takes floating-point operands of one dtype (a 0-d weight is cast first: lerp_weight). The
+// number must fit the type it is converted to (torch's "cannot be converted without overflow"):
+// float32 for addcmul/addcdiv on 16-bit tensors (their opmath), the tensors' dtype otherwise; a
+// bool alpha is for bool results only, as torch's.
 ScalarType compute_type(const Call& c) {
   const std::vector<Tensor>& t = c.operands;
   for (const Tensor& x : t) ops::check_defined(x, c.name);
@@ -38,15 +41,17 @@ ScalarType compute_type(const Call& c) {
                  i == 1 ? "end" : "weight", "` but got dtype ", t[i].dtype());
     return t[0].dtype();
   }
-  const ScalarType ct =
-      t.size() == 3 ? ops::result_type_of({&t[0], &t[1], &t[2]}) : ops::result_type_of({&t[0], &t[1]});
+  const bool three = t.size() == 3;
+  const ScalarType ct = three ? ops::result_type_of({&t[0], &t[1], &t[2]}) : ops::result_type_of({&t[0], &t[1]});
   KILN_CHECK(ct != kBool, c.name, "is not implemented for bool tensors");
-  if (!is_floating_point(ct)) {
-    KILN_CHECK(c.op == Op::Addcmul, c.name, "integer division is not supported (got ", ct,
-               " tensors): cast tensor1 or tensor2 to a floating-point type");
-    KILN_CHECK(!c.number.is_floating_point() && !c.number.is_bool(), c.name, "for ", ct, " tensors the ",
-               c.number_name, " must be an integer, got ", c.number.to_double());
-  }
+  KILN_CHECK(!(c.op == Op::Addcdiv && !is_floating_point(t[1].dtype()) && !is_floating_point(t[2].dtype())), c.name,
+             "integer division is not supported (got ", t[1].dtype(), " and ", t[2].dtype(),
+             " tensors): cast tensor1 or tensor2 to a floating-point type");
+  KILN_CHECK(three || !c.number.is_bool(), c.name, "a bool ", c.number_name, " is only for bool tensors");
+  KILN_CHECK(is_floating_point(ct) || !c.number.is_floating_point(), c.name, "for ", ct, " tensors the ",
+             c.number_name, " must be an integer, got ", c.number.to_double());
+  const bool opmath = three && (ct == kFloat16 || ct == kBFloat16);
+  ops::check_fill_value(c.number, opmath ? kFloat32 : ct, c.name);
   return ct;
 }
 
@@ -141,8 +146,8 @@ Tensor& pointwise_(Call c, Tensor& self) {
   const Device dev = device_of(c);
   KILN_CHECK(self.device() == dev, c.name, "cannot write a ", dev.str(), " result into a ", self.device().str(),
              " tensor");
-  KILN_CHECK(!is_floating_point(ct) || self.is_floating_point(), c.name, "result type ", ct,
-             " cannot be written into a tensor of type ", self.dtype());
+  KILN_CHECK((!is_floating_point(ct) || self.is_floating_point()) && (ct == kBool || self.dtype() != kBool), c.name,
+             "result type ", ct, " cannot be written into a tensor of type ", self.dtype());
   const Shape shape = shape_of(c);
   KILN_CHECK(shape == self.shape(), c.name, "the result of shape ", shape, " does not fit the tensor of shape ",
              self.shape());
@@ -171,31 +176,51 @@ Tensor& pointwise_(Call c, Tensor& self) {
   return self;
 }
 
-// -alpha, an integer kept an integer.
+// -alpha, an integer kept an integer (-INT64_MIN wraps to itself, as torch's); a bool is refused
+// later by compute_type.
 Scalar negated(Scalar alpha) {
-  return alpha.is_floating_point() ? Scalar(-alpha.to_double()) : Scalar(-alpha.to<int64_t>());
+  if (alpha.is_floating_point()) return Scalar(-alpha.to_double());
+  if (alpha.is_bool()) return alpha;
+  return Scalar(static_cast<int64_t>(uint64_t{0} - static_cast<uint64_t>(alpha.to_int())));
 }
 
-bool is_one(Scalar alpha) { return !alpha.is_bool() && alpha.to_double() == 1.0; }
+// alpha 1 is the plain op (which also takes bool tensors), once alpha passed torch's checks.
+bool is_one(const Tensor& a, const Tensor& b, Scalar alpha, const char* name) {
+  if (alpha.is_bool() || alpha.to_double() != 1.0) return false;
+  ops::check_defined(a, name);
+  ops::check_defined(b, name);
+  KILN_CHECK(is_floating_point(ops::result_type_of({&a, &b})) || !alpha.is_floating_point(), name, "for ",
+             ops::result_type_of({&a, &b}), " tensors the alpha must be an integer, got ", alpha.to_double());
+  return true;
+}
+
+// lerp's weight: a 0-d tensor of another dtype is cast to start's (torch takes it).
+Tensor lerp_weight(const Tensor& start, const Tensor& weight, const char* name) {
+  ops::check_defined(start, name);
+  ops::check_defined(weight, name);
+  return weight.dim() == 0 && weight.dtype() != start.dtype() && is_floating_point(start.dtype())
+             ? weight.to(start.dtype())
+             : weight;
+}
 
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
-  if (is_one(alpha)) return add(a, b);
+  if (is_one(a, b, alpha, "add")) return add(a, b);
   return pointwise({Op::Addcmul, "add", {a, b}, alpha, "alpha"});
 }
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
-  if (is_one(alpha)) return sub(a, b);
+  if (is_one(a, b, alpha, "sub")) return sub(a, b);
   return pointwise({Op::Addcmul, "sub", {a, b}, negated(alpha), "alpha"});
 }
 Tensor Tensor::add(const Tensor& o, Scalar alpha) const { return kiln::add(*this, o, alpha); }
 Tensor Tensor::sub(const Tensor& o, Scalar alpha) const { return kiln::sub(*this, o, alpha); }
 Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
-  if (is_one(alpha)) return add_(o);
+  if (is_one(*this, o, alpha, "add_")) return add_(o);
   return pointwise_({Op::Addcmul, "add_", {*this, o}, alpha, "alpha"}, *this);
 }
 Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
-  if (is_one(alpha)) return sub_(o);
+  if (is_one(*this, o, alpha, "sub_")) return sub_(o);
   return pointwise_({Op::Addcmul, "sub_", {*this, o}, negated(alpha), "alpha"}, *this);
 }
 
@@ -209,7 +234,7 @@ Tensor lerp(const Tensor& start, const Tensor& end, Scalar weight) {
   return pointwise({Op::Lerp, "lerp", {start, end}, weight});
 }
 Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
-  return pointwise({Op::Lerp, "lerp", {start, end, weight}, Scalar(0)});
+  return pointwise({Op::Lerp, "lerp", {start, end, lerp_weight(start, weight, "lerp")}, Scalar(0)});
 }
 
 Tensor& Tensor::addcmul_(const Tensor& t1, const Tensor& t2, Scalar value) {
@@ -222,7 +247,7 @@ Tensor& Tensor::lerp_(const Tensor& end, Scalar weight) {
   return pointwise_({Op::Lerp, "lerp_", {*this, end}, weight}, *this);
 }
 Tensor& Tensor::lerp_(const Tensor& end, const Tensor& weight) {
-  return pointwise_({Op::Lerp, "lerp_", {*this, end, weight}, Scalar(0)}, *this);
+  return pointwise_({Op::Lerp, "lerp_", {*this, end, lerp_weight(*this, weight, "lerp_")}, Scalar(0)}, *this);
 }
 
 }  // namespace kiln

@@ -1,4 +1,6 @@
 // One-operand elementwise ops, clamp, where and masked_fill, with their gradients and in-place forms.
+#include <numbers>
+
 #include "ops/autocast_policy.h"
 #include "ops/op_util.h"
 
@@ -23,8 +25,9 @@ struct UnaryDef {
 };
 
 void check_not_bool(const UnaryDef& d, const Tensor& x, const char* name) {
-  KILN_CHECK(!(x.dtype() == kBool && (d.op == Op::Neg || d.op == Op::Abs || d.op == Op::Sign)), name,
-             "is not defined for bool tensors");
+  const bool numeric = d.op == Op::Neg || d.op == Op::Abs || d.op == Op::Sign || d.op == Op::Floor ||
+                       d.op == Op::Ceil || d.op == Op::Round || d.op == Op::Trunc;
+  KILN_CHECK(!(x.dtype() == kBool && numeric), name, "is not defined for bool tensors");
 }
 
 Tensor unary(const UnaryDef& d, const Tensor& x) {
@@ -84,6 +87,20 @@ const UnaryDef kSilu{Op::Silu, "silu", "SiluBackward", Domain::Float, [](T g, T 
 const UnaryDef kSin{Op::Sin, "sin", "SinBackward", Domain::Float, [](T g, T x, T) { return g * cos(x); }, true, false};
 const UnaryDef kCos{Op::Cos, "cos", "CosBackward", Domain::Float, [](T g, T x, T) { return neg(g) * sin(x); }, true, false};
 const UnaryDef kLogicalNot{Op::LogicalNot, "logical_not", "LogicalNotBackward", Domain::Bool, nullptr, false, false};
+// d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2); log2, log10, exp2 through ln 2 and ln 10.
+const UnaryDef kErf{Op::Erf, "erf", "ErfBackward", Domain::Float, [](T g, T x, T) { return g * exp(neg(square(x))) * (2 * std::numbers::inv_sqrtpi); }, true, false};
+const UnaryDef kLog2{Op::Log2, "log2", "Log2Backward", Domain::Float, [](T g, T x, T) { return g / (x * std::numbers::ln2); }, true, false};
+const UnaryDef kLog10{Op::Log10, "log10", "Log10Backward", Domain::Float, [](T g, T x, T) { return g / (x * std::numbers::ln10); }, true, false};
+const UnaryDef kExp2{Op::Exp2, "exp2", "Exp2Backward", Domain::Float, [](T g, T, T y) { return g * y * std::numbers::ln2; }, false, true};
+// Piecewise constant: a zero gradient, as torch's.
+Tensor zero_grad(T g, T, T) { return zeros_like(g); }
+const UnaryDef kFloor{Op::Floor, "floor", "FloorBackward", Domain::Same, zero_grad, false, false};
+const UnaryDef kCeil{Op::Ceil, "ceil", "CeilBackward", Domain::Same, zero_grad, false, false};
+const UnaryDef kRound{Op::Round, "round", "RoundBackward", Domain::Same, zero_grad, false, false};
+const UnaryDef kTrunc{Op::Trunc, "trunc", "TruncBackward", Domain::Same, zero_grad, false, false};
+const UnaryDef kIsNan{Op::IsNan, "isnan", "IsNanBackward", Domain::Bool, nullptr, false, false};
+const UnaryDef kIsInf{Op::IsInf, "isinf", "IsInfBackward", Domain::Bool, nullptr, false, false};
+const UnaryDef kIsFinite{Op::IsFinite, "isfinite", "IsFiniteBackward", Domain::Bool, nullptr, false, false};
 
 // `result` is the type the kernel clamps in: integer bounds for an integer result must fit it
 // (PyTorch: "value cannot be converted to type uint8_t without overflow").
@@ -140,6 +157,18 @@ Tensor silu(const Tensor& x) { return unary(kSilu, x); }
 Tensor sin(const Tensor& x) { return unary(kSin, x); }
 Tensor cos(const Tensor& x) { return unary(kCos, x); }
 Tensor logical_not(const Tensor& x) { return unary(kLogicalNot, x); }
+Tensor erf(const Tensor& x) { return unary(kErf, x); }
+// log2 and log10 are on torch.autocast's float32 list, as log.
+Tensor log2(const Tensor& x) { return unary(kLog2, ops::autocast_float32(x)); }
+Tensor log10(const Tensor& x) { return unary(kLog10, ops::autocast_float32(x)); }
+Tensor exp2(const Tensor& x) { return unary(kExp2, x); }
+Tensor floor(const Tensor& x) { return unary(kFloor, x); }
+Tensor ceil(const Tensor& x) { return unary(kCeil, x); }
+Tensor round(const Tensor& x) { return unary(kRound, x); }
+Tensor trunc(const Tensor& x) { return unary(kTrunc, x); }
+Tensor isnan(const Tensor& x) { return unary(kIsNan, x); }
+Tensor isinf(const Tensor& x) { return unary(kIsInf, x); }
+Tensor isfinite(const Tensor& x) { return unary(kIsFinite, x); }
 Tensor operator-(const Tensor& a) { return neg(a); }
 Tensor operator!(const Tensor& a) { return logical_not(a); }
 
@@ -165,6 +194,10 @@ Tensor& Tensor::tanh_() { return unary_(kTanh, *this, "tanh_"); }
 Tensor& Tensor::sigmoid_() { return unary_(kSigmoid, *this, "sigmoid_"); }
 Tensor& Tensor::sin_() { return unary_(kSin, *this, "sin_"); }
 Tensor& Tensor::cos_() { return unary_(kCos, *this, "cos_"); }
+Tensor& Tensor::floor_() { return unary_(kFloor, *this, "floor_"); }
+Tensor& Tensor::ceil_() { return unary_(kCeil, *this, "ceil_"); }
+Tensor& Tensor::round_() { return unary_(kRound, *this, "round_"); }
+Tensor& Tensor::trunc_() { return unary_(kTrunc, *this, "trunc_"); }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   ops::check_defined(x, "clamp");

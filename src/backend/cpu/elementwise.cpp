@@ -63,6 +63,12 @@ void pow_kernel(KernelArgs& a) {
   });
 }
 
+// isnan, isinf, isfinite: bool output.
+template <class F>
+void classify(KernelArgs& a) {
+  visit_dtype(a.inputs[0].dtype(), "elementwise", [&]<class T>() { unary_loop<bool, T>(a.outputs[0], a.inputs[0], F{}); });
+}
+
 void logical_not(KernelArgs& a) {
   visit_dtype(a.inputs[0].dtype(), "logical_not", [&]<class T>() {
     unary_loop<bool, T>(a.outputs[0], a.inputs[0], [](auto x) { return x == decltype(x)(0); });
@@ -142,6 +148,17 @@ KILN_REGISTER_KERNEL(Op::Silu, kCpu, unary_float<math::Silu>);
 KILN_REGISTER_KERNEL(Op::Sin, kCpu, unary_float<math::Sin>);
 KILN_REGISTER_KERNEL(Op::Cos, kCpu, unary_float<math::Cos>);
 KILN_REGISTER_KERNEL(Op::LogicalNot, kCpu, logical_not);
+KILN_REGISTER_KERNEL(Op::Floor, kCpu, unary<math::Floor>);
+KILN_REGISTER_KERNEL(Op::Ceil, kCpu, unary<math::Ceil>);
+KILN_REGISTER_KERNEL(Op::Round, kCpu, unary<math::Round>);
+KILN_REGISTER_KERNEL(Op::Trunc, kCpu, unary<math::Trunc>);
+KILN_REGISTER_KERNEL(Op::IsNan, kCpu, classify<math::IsNan>);
+KILN_REGISTER_KERNEL(Op::IsInf, kCpu, classify<math::IsInf>);
+KILN_REGISTER_KERNEL(Op::IsFinite, kCpu, classify<math::IsFinite>);
+KILN_REGISTER_KERNEL(Op::Erf, kCpu, unary_float<math::Erf>);
+KILN_REGISTER_KERNEL(Op::Log2, kCpu, unary_float<math::Log2>);
+KILN_REGISTER_KERNEL(Op::Log10, kCpu, unary_float<math::Log10>);
+KILN_REGISTER_KERNEL(Op::Exp2, kCpu, unary_float<math::Exp2>);
 
 }  // namespace
 }  // namespace kiln::backend::cpu

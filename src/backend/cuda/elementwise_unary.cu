@@ -25,6 +25,14 @@ KILN_REGISTER_KERNEL(Op::GeluTanh, kCuda, unary_float_op<math::GeluTanh>);
 KILN_REGISTER_KERNEL(Op::Silu, kCuda, unary_float_op<math::Silu>);
 KILN_REGISTER_KERNEL(Op::Sin, kCuda, unary_float_op<math::Sin>);
 KILN_REGISTER_KERNEL(Op::Cos, kCuda, unary_float_op<math::Cos>);
+KILN_REGISTER_KERNEL(Op::Erf, kCuda, unary_float_op<math::Erf>);
+KILN_REGISTER_KERNEL(Op::Log2, kCuda, unary_float_op<math::Log2>);
+KILN_REGISTER_KERNEL(Op::Log10, kCuda, unary_float_op<math::Log10>);
+KILN_REGISTER_KERNEL(Op::Exp2, kCuda, unary_float_op<math::Exp2>);
+KILN_REGISTER_KERNEL(Op::Floor, kCuda, unary_op<math::Floor>);
+KILN_REGISTER_KERNEL(Op::Ceil, kCuda, unary_op<math::Ceil>);
+KILN_REGISTER_KERNEL(Op::Round, kCuda, unary_op<math::Round>);
+KILN_REGISTER_KERNEL(Op::Trunc, kCuda, unary_op<math::Trunc>);
 
 }  // namespace
 }  // namespace kiln::backend::cuda
