@@ -2,7 +2,8 @@
 // STREAM-style fused loop doing the same update, and a plain copy for the machine's bandwidth;
 // one Adam/AdamW step over BERT-base's parameters (109.5M float32 in 199 tensors), fused and as
 // the per-tensor op sequence of torch.optim.AdamW's single-tensor path (the unfused baseline);
-// gradient clipping over BERT-base's gradients, multi-tensor and per tensor.
+// gradient clipping over BERT-base's gradients, multi-tensor and per tensor; RMSprop over BERT-base in
+// torch's fused elementwise ops and in separate ones.
 // Bytes per second count the traffic a fused kernel must move: SGD reads p, g (and buf) and
 // writes p (and buf); Adam reads p, g, m, v and writes p, m, v (plus vmax with amsgrad).
 #include <benchmark/benchmark.h>
@@ -154,6 +155,41 @@ void BM_SGDMomentumWeightDecayPerTensorOps(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * ideal_bytes(true));
 }
 
+// RMSprop with momentum over BERT-base's parameters: torch's update in addcmul_/addcdiv_/add_
+// with alpha (what RMSprop::step runs), and the same update in separate ops, each rounding (what
+// it ran before those ops existed). Reads p, g, v, buf and writes p, v, buf.
+void BM_RMSpropMomentum(benchmark::State& state) {
+  BertParams b;
+  kiln::optim::RMSprop opt(b.params, {.lr = 1e-3, .momentum = 0.9});
+  opt.step();  // creates the state
+  for (auto _ : state) opt.step();
+  state.SetBytesProcessed(state.iterations() * b.numel * 4 * 7);
+}
+
+void BM_RMSpropMomentumSeparateOps(benchmark::State& state) {
+  BertParams b;
+  std::vector<kiln::Tensor> v, buf;
+  for (const auto& p : b.params) {
+    v.push_back(kiln::zeros_like(p));
+    buf.push_back(kiln::zeros_like(p));
+  }
+  const double alpha = 0.99, lr = 1e-3, eps = 1e-8, momentum = 0.9;
+  kiln::NoGradGuard no_grad;
+  for (auto _ : state)
+    for (size_t i = 0; i < b.params.size(); ++i) {
+      kiln::Tensor& p = b.params[i];
+      const kiln::Tensor g = p.grad();
+      v[i].mul_(alpha);
+      v[i].add_(g * (1 - alpha) * g);
+      kiln::Tensor avg = v[i].sqrt();
+      avg.add_(eps);
+      buf[i].mul_(momentum);
+      buf[i].add_(g / avg);
+      p.add_(buf[i] * -lr);
+    }
+  state.SetBytesProcessed(state.iterations() * b.numel * 4 * 7);
+}
+
 // clip_grad_norm_ over BERT-base's gradients (the multi-tensor ForeachNorm and ForeachMul), and
 // the per-tensor sequence it replaced: a norm per gradient, their stack and norm, a multiply per
 // gradient. max_norm above the total: the gradients keep their values from one call to the next.
@@ -195,6 +231,8 @@ BENCHMARK(BM_AdamL2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ClipGradNorm)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ClipGradNormPerTensorOps)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AdamWPerTensorOps)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_RMSpropMomentum)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_RMSpropMomentumSeparateOps)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_KilnCopy)->Unit(benchmark::kMillisecond)->UseRealTime();
 }  // namespace
 

@@ -165,7 +165,7 @@ Tensor& pointwise_(Call c, Tensor& self) {
   compute_into(c, values, self, ct);
   ops::bump_version(self);
   if (rec) {
-    values[0] = ops::cast(before, ct);
+    if (keep_self) values[0] = ops::cast(before, ct);
     autograd::BackwardFn backward = make_backward(c, values, metas);
     const std::vector<Tensor>& t = c.operands;
     if (t.size() == 3)
