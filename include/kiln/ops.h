@@ -34,7 +34,8 @@ KILN_DECLARE_BINARY(logical_and)
 KILN_DECLARE_BINARY(logical_or)
 #undef KILN_DECLARE_BINARY
 // a + alpha * b and a - alpha * b (torch.add and torch.sub with alpha), each element one fused
-// multiply-add as torch's (an integer alpha for integer tensors).
+// multiply-add as torch's; alpha must be an integer for integer tensors and fit the dtype (as
+// torch, a 16-bit tensor's alpha is rounded to its dtype first).
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha);
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha);
 // out = a op b without a new tensor (PyTorch's out= forms, torch::mul_out): out must have the
@@ -96,14 +97,15 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value);
 
 // ---- elementwise, three operands (broadcast together), as torch's
-// self + value * tensor1 * tensor2, and self + value * tensor1 / tensor2 (addcdiv: floating
-// point only; an integer value with integer tensors), with torch's roundings: addcmul's product
-// goes into the sum in one fused multiply-add, and 16-bit tensors compute in float32, rounded
-// once (the optimizers' updates).
+// self + value * tensor1 * tensor2, and self + value * tensor1 / tensor2 (addcdiv refuses
+// integer tensor1 and tensor2; an integer value with integer tensors), with torch's roundings:
+// addcmul's product goes into the sum in one fused multiply-add, and 16-bit tensors compute in
+// float32, rounded once (the optimizers' updates).
 Tensor addcmul(const Tensor& self, const Tensor& tensor1, const Tensor& tensor2, Scalar value = 1);
 Tensor addcdiv(const Tensor& self, const Tensor& tensor1, const Tensor& tensor2, Scalar value = 1);
-// start + weight * (end - start), floating point, all of one dtype; computed from end for
-// |weight| >= 0.5, so that weight 1 gives end exactly.
+// start + weight * (end - start), floating point, all of one dtype (a 0-d weight tensor of
+// another dtype is cast to start's, as torch 2.15); computed from end for |weight| >= 0.5, so
+// that weight 1 gives end exactly.
 Tensor lerp(const Tensor& start, const Tensor& end, Scalar weight);
 Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight);
 

@@ -41,8 +41,10 @@ struct RMSpropOptions {
 // State per parameter: "step" (0-d float32 on the CPU), "square_avg", "momentum_buffer" (momentum
 // > 0), "grad_avg" (centered), zeros at the first step. Parameters without a gradient are skipped.
 // The update is a few elementwise ops per parameter in its own dtype and on its device (torch's
-// for-loop form: mul_, addcmul_, lerp_, sqrt, addcdiv_, add_ with alpha), on every device that
-// has those ops; on the CPU a run equals torch's bit for bit in every dtype.
+// for-loop form: mul_, addcmul_, lerp_, sqrt, addcdiv_, add_ with alpha, rounding as torch's), on
+// every device that has those ops. float32 and float64 runs equal torch's but for an ulp where
+// torch's sqrt (MKL's) rounds otherwise; 16-bit runs may differ by an ulp where torch's short
+// tensors round per operation (docs/numerics.md).
 class RMSprop : public PerParameterOptimizer {
  public:
   RMSprop(std::vector<Tensor> params, RMSpropOptions defaults = {});
