@@ -164,6 +164,7 @@ struct Ceil { KILN_UN { if constexpr (std::is_integral_v<T>) return a; else retu
 struct Round { KILN_UN { if constexpr (std::is_integral_v<T>) return a; else return std::nearbyint(a); } };
 struct Trunc { KILN_UN { if constexpr (std::is_integral_v<T>) return a; else return std::trunc(a); } };
 #define KILN_CLASS template <class T> KILN_HOST_DEVICE KILN_MATH_INLINE bool operator()(T a) const
+struct LogicalNot { KILN_CLASS { return a == T(0); } };
 struct IsNan { KILN_CLASS { return a != a; } };
 // a - a is 0 for finite a, NaN for inf and NaN; integers are finite.
 struct IsFinite { KILN_CLASS { if constexpr (std::is_integral_v<T>) return true; else return a - a == T(0); } };

@@ -132,17 +132,10 @@ std::pair<Tensor, Tensor> kernel_operands(Op op, ScalarType ct, const Tensor& a,
   return {ops::cast(a, ct), ops::cast(b, ct)};
 }
 
-// out = ac op bc, the kernel computing in ct (bool for a predicate); through a temporary when out's
-// dtype differs from that (an out= tensor of another dtype).
+// out = ac op bc, the kernel computing in ct (bool for a predicate; ops::run_as).
 void compute_into(Op op, Tensor& out, const Tensor& ac, const Tensor& bc, ScalarType ct) {
-  const ScalarType kt = is_predicate(op) ? kBool : ct;
-  if (kt == out.dtype()) {
-    ops::run1(op, out.device(), {ac, bc}, out);
-  } else {
-    Tensor tmp = make_empty(out.shape(), kt, out.device());
-    ops::run1(op, out.device(), {ac, bc}, tmp);
-    ops::run1(Op::Copy, out.device(), {tmp}, out);
-  }
+  const Tensor in[] = {ac, bc};
+  ops::run_as(op, in, out, is_predicate(op) ? kBool : ct);
 }
 
 Tensor binary(Op op, const char* name, const Tensor& a, const Tensor& b) {
@@ -157,20 +150,14 @@ Tensor binary(Op op, const char* name, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-// The checks of a result written into an existing tensor (in place, or out=): its device, a
-// dtype that can hold the result, the broadcast shape. Returns the computation's dtype.
+// The checks of a result written into an existing tensor (in place, or out=; ops::check_result_fits).
+// Returns the computation's dtype.
 ScalarType check_into(Op op, const char* name, const Tensor& out, const Tensor& a, const Tensor& b) {
   ops::check_defined(out, name);
-  Device dev = ops::common_device({&a, &b}, name);
-  KILN_CHECK(out.device() == dev, name, "cannot write a ", dev.str(), " result into a ", out.device().str(), " tensor");
-  ScalarType ct = compute_type(op, a, b, name);
-  const ScalarType rt = is_predicate(op) ? kBool : ct;
-  KILN_CHECK(!is_floating_point(rt) || out.is_floating_point(), name, "result type ", rt,
-             " cannot be written into a tensor of type ", out.dtype());
-  KILN_CHECK(rt == kBool || out.dtype() != kBool, name, "result type ", rt, " cannot be written into a bool tensor");
-  Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  KILN_CHECK(shape == out.shape(), name, "the result of shape ", shape, " does not fit the output tensor of shape ",
-             out.shape());
+  const Device dev = ops::common_device({&a, &b}, name);
+  const ScalarType ct = compute_type(op, a, b, name);
+  ops::check_result_fits(name, out, dev, is_predicate(op) ? kBool : ct, broadcast_shapes(a.shape(), b.shape(), name),
+                         "output tensor");
   return ct;
 }
 

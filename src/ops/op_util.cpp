@@ -202,6 +202,21 @@ ReduceDims reduce_dims(const Tensor& x, const Shape& dims, bool keepdim, const c
   return r;
 }
 
+void run_as(Op op, std::span<const Tensor> in, Tensor& out, ScalarType kt, const void* attrs) {
+  Tensor target = out.dtype() == kt ? out : make_empty(out.shape(), kt, out.device());
+  backend::run(op, out.device(), in, std::span<Tensor>(&target, 1), attrs);
+  if (!target.is_same(out)) run1(Op::Copy, out.device(), {target}, out);
+}
+
+void check_result_fits(const char* op, const Tensor& out, Device dev, ScalarType rt, const Shape& shape,
+                       const char* what) {
+  KILN_CHECK(out.device() == dev, op, "cannot write a ", dev.str(), " result into a ", out.device().str(), " tensor");
+  KILN_CHECK((!is_floating_point(rt) || out.is_floating_point()) && (rt == kBool || out.dtype() != kBool), op,
+             "result type ", rt, " cannot be written into a tensor of type ", out.dtype());
+  KILN_CHECK(shape == out.shape(), op, "the result of shape ", shape, " does not fit the ", what, " of shape ",
+             out.shape());
+}
+
 }  // namespace kiln::ops
 
 namespace kiln {

@@ -48,6 +48,17 @@ inline void run1(Op op, Device device, std::initializer_list<Tensor> in, Tensor&
   backend::run(op, device, std::span<const Tensor>(in.begin(), in.size()), std::span<Tensor>(&out, 1), attrs);
 }
 
+// Runs one kernel into `out` with its output in dtype `kt` (what it computes in): through a
+// temporary and a copy where out has another dtype (an out= tensor, a 16-bit tensor updated in
+// place from float32 operands).
+void run_as(Op op, std::span<const Tensor> in, Tensor& out, ScalarType kt, const void* attrs = nullptr);
+
+// The checks of a result (device dev, dtype rt, shape) written into an existing tensor, in place or
+// out=: the same device, a dtype that holds it (no float into an integer tensor, nothing but bool
+// into a bool one), the same shape. `what` names out in the message ("tensor", "output tensor").
+void check_result_fits(const char* op, const Tensor& out, Device dev, ScalarType rt, const Shape& shape,
+                       const char* what);
+
 // A backward helper kernel (ReluBackward, ...): f(g, saved) elementwise in saved's dtype, where g
 // broadcasts to saved's shape. Differentiable itself (create_graph), in g and in saved.
 Tensor backward_helper(Op op, const Tensor& g, const Tensor& saved);

@@ -73,12 +73,10 @@ std::vector<Tensor> cast_all(const std::vector<Tensor>& ts, ScalarType ct) {
   return out;
 }
 
-// out = the op of `values` (all of dtype ct), through a temporary when out has another dtype.
+// out = the op of `values` (all of dtype ct; ops::run_as).
 void compute_into(const Call& c, const std::vector<Tensor>& values, Tensor& out, ScalarType ct) {
   const backend::ScalarAttrs attrs{c.number};
-  Tensor target = out.dtype() == ct ? out : make_empty(out.shape(), ct, out.device());
-  backend::run(c.op, out.device(), values, std::span<Tensor>(&target, 1), &attrs);
-  if (!target.is_same(out)) ops::run1(Op::Copy, out.device(), {target}, out);
+  ops::run_as(c.op, values, out, ct, &attrs);
 }
 
 // The gradients, torch's formulas; `v` are the operands' values in the compute dtype, m what
@@ -143,14 +141,7 @@ Tensor pointwise(const Call& c) {
 // The in-place form: c.operands[0] is self, which keeps its shape and dtype.
 Tensor& pointwise_(Call c, Tensor& self) {
   const ScalarType ct = compute_type(c);
-  const Device dev = device_of(c);
-  KILN_CHECK(self.device() == dev, c.name, "cannot write a ", dev.str(), " result into a ", self.device().str(),
-             " tensor");
-  KILN_CHECK((!is_floating_point(ct) || self.is_floating_point()) && (ct == kBool || self.dtype() != kBool), c.name,
-             "result type ", ct, " cannot be written into a tensor of type ", self.dtype());
-  const Shape shape = shape_of(c);
-  KILN_CHECK(shape == self.shape(), c.name, "the result of shape ", shape, " does not fit the tensor of shape ",
-             self.shape());
+  ops::check_result_fits(c.name, self, device_of(c), ct, shape_of(c), "tensor");
   const bool rec = autograd::needs_grad(c.operands);
   autograd::check_inplace(self, c.name);
   const std::vector<InputMeta> metas = metas_of(c.operands);

@@ -63,16 +63,10 @@ void pow_kernel(KernelArgs& a) {
   });
 }
 
-// isnan, isinf, isfinite: bool output.
+// logical_not, isnan, isinf, isfinite: bool output.
 template <class F>
 void classify(KernelArgs& a) {
   visit_dtype(a.inputs[0].dtype(), "elementwise", [&]<class T>() { unary_loop<bool, T>(a.outputs[0], a.inputs[0], F{}); });
-}
-
-void logical_not(KernelArgs& a) {
-  visit_dtype(a.inputs[0].dtype(), "logical_not", [&]<class T>() {
-    unary_loop<bool, T>(a.outputs[0], a.inputs[0], [](auto x) { return x == decltype(x)(0); });
-  });
 }
 
 // addcmul and addcdiv: out = self + value * t1 (* or /) t2, all in out's dtype (the op layer casts).
@@ -147,7 +141,7 @@ KILN_REGISTER_KERNEL(Op::GeluTanh, kCpu, unary_float<math::GeluTanh>);
 KILN_REGISTER_KERNEL(Op::Silu, kCpu, unary_float<math::Silu>);
 KILN_REGISTER_KERNEL(Op::Sin, kCpu, unary_float<math::Sin>);
 KILN_REGISTER_KERNEL(Op::Cos, kCpu, unary_float<math::Cos>);
-KILN_REGISTER_KERNEL(Op::LogicalNot, kCpu, logical_not);
+KILN_REGISTER_KERNEL(Op::LogicalNot, kCpu, classify<math::LogicalNot>);
 KILN_REGISTER_KERNEL(Op::Floor, kCpu, unary<math::Floor>);
 KILN_REGISTER_KERNEL(Op::Ceil, kCpu, unary<math::Ceil>);
 KILN_REGISTER_KERNEL(Op::Round, kCpu, unary<math::Round>);

@@ -6,14 +6,7 @@
 namespace kiln::backend::cuda {
 namespace {
 
-struct IsZero {
-  template <class T>
-  __device__ bool operator()(T x) const { return x == T(0); }
-};
-void logical_not(KernelArgs& a) {
-  visit_dtype(a.inputs[0].dtype(), "logical_not", [&]<class T>() { unary_kernel<bool, T>(a, IsZero{}, "logical_not"); });
-}
-// isnan, isinf, isfinite.
+// logical_not, isnan, isinf, isfinite.
 template <class F>
 void classify(KernelArgs& a) {
   visit_dtype(a.inputs[0].dtype(), "elementwise", [&]<class T>() { unary_kernel<bool, T>(a, F{}, "classify"); });
@@ -28,7 +21,7 @@ KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Gt, kCuda, predicate_op<math::Gt>);
 KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::Ge, kCuda, predicate_op<math::Ge>);
 KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::LogicalAnd, kCuda, predicate_op<math::LogicalAnd>);
 KILN_REGISTER_KERNEL_TAKING_NUMBERS(Op::LogicalOr, kCuda, predicate_op<math::LogicalOr>);
-KILN_REGISTER_KERNEL(Op::LogicalNot, kCuda, logical_not);
+KILN_REGISTER_KERNEL(Op::LogicalNot, kCuda, classify<math::LogicalNot>);
 KILN_REGISTER_KERNEL(Op::IsNan, kCuda, classify<math::IsNan>);
 KILN_REGISTER_KERNEL(Op::IsInf, kCuda, classify<math::IsInf>);
 KILN_REGISTER_KERNEL(Op::IsFinite, kCuda, classify<math::IsFinite>);
