@@ -1,5 +1,5 @@
 // Memory bandwidth of a large elementwise add, against a STREAM-style add loop on the same machine;
-// batch norm with and without its fused ReLU; max pooling at ResNet's stem.
+// batch norm with and without its fused ReLU; max pooling at ResNet's stem; sort, topk and cumsum.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -239,5 +239,33 @@ void BM_UnaryMath(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_UnaryMath)->DenseRange(0, 6)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Sorting and running sums, at sizes a model meets: top-5 of [128, 1000] ImageNet logits
+// (range(0) = 0), top-5 of [8192, 30522] masked-LM logits (BERT-base at batch 64; 1), sort of
+// [1024, 1024] float32 along the last dim (2) and along dim 0 (3), one row of 2^22 (4), and cumsum
+// of [64, 128, 768] along dim 1 (5) and along the last dim (6).
+void BM_SortAndScan(benchmark::State& state) {
+  kiln::manual_seed(0);
+  const int64_t which = state.range(0);
+  const kiln::Tensor x = which == 0   ? kiln::randn({128, 1000})
+                         : which == 1 ? kiln::randn({8192, 30522})
+                         : which == 4 ? kiln::randn({int64_t{1} << 22})
+                         : which >= 5 ? kiln::randn({64, 128, 768})
+                                      : kiln::randn({1024, 1024});
+  for (auto _ : state) {
+    kiln::Tensor out;
+    switch (which) {
+      case 0:
+      case 1: out = std::get<1>(kiln::topk(x, 5)); break;
+      case 2:
+      case 4: out = std::get<0>(kiln::sort(x)); break;
+      case 3: out = std::get<0>(kiln::sort(x, 0)); break;
+      case 5: out = kiln::cumsum(x, 1); break;
+      default: out = kiln::cumsum(x, -1); break;
+    }
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+}
+BENCHMARK(BM_SortAndScan)->DenseRange(0, 6)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

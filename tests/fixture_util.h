@@ -52,4 +52,17 @@ inline void expect_rel(const Tensor& got, const Tensor& ref, double rtol, const 
   EXPECT_LE(err, rtol * scale) << what << ": max error " << err << ", max |ref| " << scale;
 }
 
+// Equal to a fixture's tensor bit for bit (any NaN equals any NaN; 0 and -0 differ).
+inline void expect_same_bits(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+  int bad = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const bool same = std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i] && std::signbit(g[i]) == std::signbit(w[i]);
+    if (!same && ++bad <= 5) ADD_FAILURE() << what << " element " << i << ": got " << g[i] << ", want " << w[i];
+  }
+  EXPECT_EQ(bad, 0) << what << ": elements that differ";
+}
+
 }  // namespace kiln::test

@@ -145,6 +145,14 @@ inline std::vector<Case> op_families() {
                     lerp(s, b.expand({31, 17}), w.sigmoid()) + add(s, a, -1.5);
          return value_and_grads(y, {s, a, b, w});
        }},
+      {"sort, topk, flip, roll, repeat and cumsum",
+       [](Device d) {
+         Tensor x = input({33, 70}, 33, d);
+         auto [v, i] = sort(x, 0, true);
+         Tensor y = v + std::get<0>(topk(x, 70, 1, false)) + i.to(kFloat32) + flip(x, {0, 1}) + roll(x, {5, -9}, {0, 1}) +
+                    repeat(x, {1, 3}).narrow(1, 20, 70) + argsort(x, 1).to(kFloat32) + cumsum(x, 0) + cumsum(x, 1);
+         return value_and_grads(y, {x});
+       }},
       {"indexing and joining",
        [](Device d) {
          Tensor x = input({20, 8}, 26, d);

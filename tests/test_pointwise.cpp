@@ -15,19 +15,6 @@ namespace {
 
 const char* const kFixture = "numerics/pointwise.safetensors";
 
-// Equal bit for bit (any NaN equals any NaN; 0 and -0 differ).
-void expect_same_bits(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const std::vector<double> g = values(got), w = values(want);
-  int bad = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    const bool same = std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i] && std::signbit(g[i]) == std::signbit(w[i]);
-    if (!same && ++bad <= 5) ADD_FAILURE() << what << " element " << i << ": got " << g[i] << ", torch " << w[i];
-  }
-  EXPECT_EQ(bad, 0) << what << ": elements that differ from torch's";
-}
-
 class PointwiseTorch : public ::testing::TestWithParam<ScalarType> {};
 
 TEST_P(PointwiseTorch, EqualsTorchBitForBitOnEveryDevice) {

@@ -124,7 +124,19 @@ std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = fals
 std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+// Sorting along dim (src/ops/sort.cpp), in torch's order: NaN above every number (last ascending,
+// first descending), -0 equal to 0. Always stable (equal elements keep their order, as torch's
+// stable=true), so the CPU and a GPU give the same indices. Values carry the gradient.
+std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
+// The k largest (or smallest) along dim, sorted whatever `sorted` says; ties go to the first position.
+std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true,
+                                bool sorted = true);
 Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
+// The running sum along dim (src/ops/cumsum.cpp), in dtype if given, else in x's (int64 for
+// integers and bool, as torch's); accumulated in double for float32/float64 and in float for
+// 16-bit floats, as torch's CPU kernel, each output rounded from the running sum.
+Tensor cumsum(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype = std::nullopt);
 Tensor all(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 Tensor any(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 // The p-norm over dims (p = 2 by default; inf gives the max of |x|).
@@ -144,6 +156,13 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+// Copies that move elements (src/ops/rearrange.cpp), as torch's: flip reverses the order along
+// each of dims; roll moves element j along dims[i] to (j + shifts[i]) mod size (no dims: over the
+// flattened tensor, one shift); repeat tiles x repeats[i] times along dim i (repeats may have
+// more dims than x: x gets leading dims of size 1).
+Tensor flip(const Tensor& x, const Shape& dims);
+Tensor roll(const Tensor& x, const Shape& shifts, const Shape& dims = {});
+Tensor repeat(const Tensor& x, const Shape& repeats);
 
 // ---- indexing
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);

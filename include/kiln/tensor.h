@@ -138,6 +138,9 @@ class Tensor {
   // A copy in `format` unless already laid out so (then this tensor itself).
   Tensor contiguous(MemoryFormat format) const;
   Tensor clone() const;
+  Tensor flip(const Shape& dims) const;
+  Tensor roll(const Shape& shifts, const Shape& dims = {}) const;
+  Tensor repeat(const Shape& repeats) const;
   Tensor detach() const;
   Tensor to(ScalarType dtype) const;
   // non_blocking (torch's to(device, non_blocking=True)): from pinned memory, the copy to a GPU
@@ -281,6 +284,10 @@ class Tensor {
   Tensor amin(const Shape& dims, bool keepdim = false) const;
   Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
   Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  std::tuple<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false) const;
+  Tensor cumsum(int64_t dim, std::optional<ScalarType> dtype = std::nullopt) const;
+  std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
   Tensor logsumexp(const Shape& dims, bool keepdim = false) const;
   Tensor all() const;
   Tensor any() const;

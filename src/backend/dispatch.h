@@ -23,7 +23,7 @@ namespace kiln::backend {
   X(Log10) X(Exp2)                                                                          \
   X(Clamp) X(Where) X(Copy) X(Fill) X(Addcmul) X(Addcdiv) X(Lerp)                           \
   X(Sum) X(Prod) X(Amax) X(Amin) X(All) X(Any) X(Var) X(LogSumExp) X(Norm)                  \
-  X(MaxWithIndex) X(MinWithIndex)                                                           \
+  X(MaxWithIndex) X(MinWithIndex) X(Sort) X(Cumsum)                                         \
   X(Softmax) X(LogSoftmax) X(SoftmaxBackward) X(LogSoftmaxBackward)                         \
   X(Matmul)                                                                                 \
   X(IndexSelect) X(Gather) X(ScatterAdd) X(Tril) X(Triu)                                    \
@@ -109,6 +109,16 @@ struct ReduceAttrs {
   double p = 2.0;
 };
 struct DimAttrs { int64_t dim = 0; };
+// cumsum: {x [outer, n, inner] contiguous} -> {out, the same}: out[o, j, i] = the sum of x[o, 0..j, i]
+// (x[o, j..n-1, i] when reverse) in cumsum_acc_t (visit_dtype.h), added in order, each output rounded
+// from the running sum.
+struct CumsumAttrs { bool reverse = false; };
+// sort and topk along rows: {x [rows, n] contiguous} -> {values [rows, k], indices [rows, k] (int64)},
+// contiguous: each row's k first elements in sort_math.h's order (stable: ties by position).
+struct SortAttrs {
+  bool descending = false;
+  int64_t k = 0;  // 0 <= k <= n
+};
 struct TriAttrs { int64_t diagonal = 0; };
 // out[i] = start + i * step, in double; or, when `integral`, istart + i * istep in int64 (a
 // double holds 53 bits: arange(2^60, 2^60 + 3)).

@@ -12,6 +12,12 @@ namespace kiln::backend {
 template <class T>
 using compute_t = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
 
+// The type cumsum's running sum is kept in, as torch's CPU kernel (acc_type<T, false>): double for
+// float32 and float64, float for 16-bit floats, int64 for integers and bool.
+template <class T>
+using cumsum_acc_t = std::conditional_t<std::is_floating_point_v<T>, double,
+                                        std::conditional_t<std::is_integral_v<T>, int64_t, float>>;
+
 // Calls f.template operator()<T>() with T the C++ type of dtype.
 template <class F>
 decltype(auto) visit_dtype(ScalarType dtype, const char* where, F&& f) {

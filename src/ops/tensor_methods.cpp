@@ -77,6 +77,15 @@ std::tuple<Tensor, Tensor> Tensor::min(int64_t dim, bool keepdim) const { return
 Tensor Tensor::amax(const Shape& dims, bool keepdim) const { return kiln::amax(*this, dims, keepdim); }
 Tensor Tensor::amin(const Shape& dims, bool keepdim) const { return kiln::amin(*this, dims, keepdim); }
 Tensor Tensor::argmax(std::optional<int64_t> dim, bool keepdim) const { return kiln::argmax(*this, dim, keepdim); }
+Tensor Tensor::flip(const Shape& dims) const { return kiln::flip(*this, dims); }
+Tensor Tensor::roll(const Shape& shifts, const Shape& dims) const { return kiln::roll(*this, shifts, dims); }
+Tensor Tensor::repeat(const Shape& repeats) const { return kiln::repeat(*this, repeats); }
+std::tuple<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending) const { return kiln::sort(*this, dim, descending); }
+Tensor Tensor::cumsum(int64_t dim, std::optional<ScalarType> dtype) const { return kiln::cumsum(*this, dim, dtype); }
+Tensor Tensor::argsort(int64_t dim, bool descending) const { return kiln::argsort(*this, dim, descending); }
+std::tuple<Tensor, Tensor> Tensor::topk(int64_t k, int64_t dim, bool largest, bool sorted) const {
+  return kiln::topk(*this, k, dim, largest, sorted);
+}
 Tensor Tensor::argmin(std::optional<int64_t> dim, bool keepdim) const { return kiln::argmin(*this, dim, keepdim); }
 Tensor Tensor::logsumexp(const Shape& dims, bool keepdim) const { return kiln::logsumexp(*this, dims, keepdim); }
 Tensor Tensor::all() const { return kiln::all(*this); }

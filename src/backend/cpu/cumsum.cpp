@@ -1,0 +1,48 @@
+// The CPU kernel of cumsum (the contract in dispatch.h): each column's running sum in order, in
+// cumsum_acc_t, as torch's CPU kernel adds it. Along the innermost dim a thread walks whole rows;
+// along another, each step adds a row of inner elements into a row of sums (contiguous, so the
+// compiler vectorizes it).
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/parallel.h"
+#include "backend/dispatch.h"
+
+namespace kiln::backend::cpu {
+namespace {
+
+template <class T>
+void cumsum_rows(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool reverse) {
+  using A = cumsum_acc_t<T>;
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(n * inner, 1));
+  parallel_for(outer, grain, [&](int64_t begin, int64_t end) {
+    std::vector<A> acc(static_cast<size_t>(inner));
+    for (int64_t o = begin; o < end; ++o) {
+      std::fill(acc.begin(), acc.end(), A{0});
+      for (int64_t s = 0; s < n; ++s) {
+        const int64_t j = reverse ? n - 1 - s : s;
+        const T* xr = x + (o * n + j) * inner;
+        T* yr = out + (o * n + j) * inner;
+        for (int64_t i = 0; i < inner; ++i) {
+          acc[i] += static_cast<A>(xr[i]);
+          yr[i] = static_cast<T>(acc[i]);
+        }
+      }
+    }
+  });
+}
+
+void cumsum_kernel(KernelArgs& a) {
+  const Tensor& x = a.inputs[0];
+  const bool reverse = static_cast<const CumsumAttrs*>(a.attrs)->reverse;
+  visit_dtype(x.dtype(), "cumsum", [&]<class T>() {
+    cumsum_rows(static_cast<const T*>(x.data_ptr()), static_cast<T*>(a.outputs[0].data_ptr()), x.size(0), x.size(1),
+                x.size(2), reverse);
+  });
+}
+
+KILN_REGISTER_KERNEL(Op::Cumsum, DeviceType::CPU, cumsum_kernel);
+
+}  // namespace
+}  // namespace kiln::backend::cpu

@@ -1,0 +1,72 @@
+// The CPU kernel of sort and topk: each row's elements as (key, position) items (sort_math.h's
+// keys, the ones CUDA sorts), ordered by key and then position, so a tie keeps its order as in a
+// stable sort. topk's k < n selects first (nth_element) and orders only the k it keeps.
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "backend/cpu/parallel.h"
+#include "backend/dispatch.h"
+#include "backend/sort_math.h"
+
+namespace kiln::backend::cpu {
+namespace {
+
+// Orders items[0, k) as the first k of all n, ascending.
+template <class I>
+void order_first(std::vector<I>& items, int64_t k) {
+  const int64_t n = static_cast<int64_t>(items.size());
+  if (k < n) {
+    if (k == 0) return;
+    std::nth_element(items.begin(), items.begin() + (k - 1), items.end());
+  }
+  std::sort(items.begin(), items.begin() + k);
+}
+
+// 32-bit keys and positions fit one 64-bit item (key high, position low): sorting those is
+// sorting by key, then position, at the speed of sorting integers.
+template <class T>
+void sort_rows(const T* x, T* values, int64_t* indices, int64_t rows, int64_t n, int64_t k, bool descending) {
+  using K = sort::key_t<T>;
+  constexpr bool kPacked = sizeof(K) == 4;
+  const bool packed = kPacked && n <= int64_t{1} << 32;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1));
+  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    std::vector<uint64_t> words;
+    std::vector<std::pair<K, int64_t>> pairs;
+    for (int64_t r = begin; r < end; ++r) {
+      const T* row = x + r * n;
+      T* vo = values + r * k;
+      int64_t* io = indices + r * k;
+      if (packed) {
+        words.resize(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j)
+          words[j] = (static_cast<uint64_t>(sort::key_of(row[j], descending)) << 32) | static_cast<uint64_t>(j);
+        order_first(words, k);
+        for (int64_t j = 0; j < k; ++j) io[j] = static_cast<int64_t>(words[j] & 0xffffffffu);
+      } else {
+        pairs.resize(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j) pairs[j] = {sort::key_of(row[j], descending), j};
+        order_first(pairs, k);
+        for (int64_t j = 0; j < k; ++j) io[j] = pairs[j].second;
+      }
+      for (int64_t j = 0; j < k; ++j) vo[j] = row[io[j]];
+    }
+  });
+}
+
+void sort_kernel(KernelArgs& a) {
+  const Tensor& x = a.inputs[0];
+  const auto& attrs = *static_cast<const SortAttrs*>(a.attrs);
+  const int64_t rows = x.size(0), n = x.size(1);
+  visit_dtype(x.dtype(), "sort", [&]<class T>() {
+    sort_rows(static_cast<const T*>(x.data_ptr()), static_cast<T*>(a.outputs[0].data_ptr()),
+              static_cast<int64_t*>(a.outputs[1].data_ptr()), rows, n, attrs.k, attrs.descending);
+  });
+}
+
+KILN_REGISTER_KERNEL(Op::Sort, DeviceType::CPU, sort_kernel);
+
+}  // namespace
+}  // namespace kiln::backend::cpu

@@ -1,0 +1,85 @@
+// The CUDA kernel of sort and topk (the contract of backend/cpu/sort.cpp): every element becomes
+// sort_math.h's key with its position in its row, cub's stable segmented sort orders each row's
+// pairs (ties keep their positions' order, as on the CPU), and the first k positions of each row
+// give the indices and, read back from the input, the values (a NaN keeps its payload, -0 its sign).
+#include <cub/device/device_segmented_sort.cuh>
+
+#include "backend/cuda/device/common.cuh"
+#include "backend/sort_math.h"
+#include "core/tensor_util.h"
+
+namespace kiln::backend::cuda {
+namespace {
+
+template <class T>
+__global__ void keys_kernel(const T* __restrict__ x, sort::key_t<T>* __restrict__ keys, int64_t* __restrict__ pos,
+                            int64_t total, int64_t n, bool descending) {
+  KILN_GRID_STRIDE(e, total) {
+    keys[e] = sort::key_of(x[e], descending);
+    pos[e] = e % n;
+  }
+}
+
+// Row r's pairs are [r n, (r + 1) n).
+__global__ void row_starts_kernel(int64_t* __restrict__ starts, int64_t rows, int64_t n) {
+  KILN_GRID_STRIDE(r, rows + 1) starts[r] = r * n;
+}
+
+// indices[r, j] = sorted position j of row r; values[r, j] = x[r, that position]. sorted_pos may be
+// indices itself (k == n): each element is read and then written by one thread.
+template <class T>
+__global__ void take_first_kernel(const T* __restrict__ x, const int64_t* sorted_pos, T* __restrict__ values,
+                                  int64_t* indices, int64_t rows, int64_t n, int64_t k) {
+  KILN_GRID_STRIDE(e, rows * k) {
+    const int64_t r = e / k, j = e - r * k;
+    const int64_t p = sorted_pos[r * n + j];
+    indices[e] = p;
+    values[e] = x[r * n + p];
+  }
+}
+
+template <class T>
+void sort_rows(KernelArgs& a, const Tensor& x, Tensor& values, Tensor& indices, int64_t k, bool descending) {
+  using K = sort::key_t<T>;
+  const int64_t rows = x.size(0), n = x.size(1), total = rows * n;
+  const Device dev = x.device();
+  cudaStream_t stream = stream_of(a);
+  constexpr ScalarType kKeyType = sizeof(K) == 8 ? kInt64 : kInt32;
+  Tensor keys = make_empty({2, total}, kKeyType, dev);
+  Tensor pos = make_empty({k == n ? total + rows + 1 : 2 * total + rows + 1}, kInt64, dev);
+  auto* keys_in = static_cast<K*>(keys.data_ptr());
+  K* keys_out = keys_in + total;
+  auto* pos_in = static_cast<int64_t*>(pos.data_ptr());
+  int64_t* starts = pos_in + total;
+  auto* out_idx = static_cast<int64_t*>(indices.data_ptr());
+  // With every position kept the sorted positions are the indices; else they go to scratch first.
+  int64_t* pos_out = k == n ? out_idx : starts + rows + 1;
+  keys_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x.data_ptr()), keys_in, pos_in, total,
+                                                          n, descending);
+  KILN_CUDA_LAUNCHED("sort (keys)");
+  row_starts_kernel<<<blocks_for(rows + 1), kThreads, 0, stream>>>(starts, rows, n);
+  KILN_CUDA_LAUNCHED("sort (row starts)");
+  size_t temp_bytes = 0;
+  KILN_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(nullptr, temp_bytes, keys_in, keys_out, pos_in, pos_out,
+                                                            total, rows, starts, starts + 1, stream));
+  Tensor temp = make_empty({static_cast<int64_t>(std::max<size_t>(temp_bytes, 1))}, kUInt8, dev);
+  KILN_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(temp.data_ptr(), temp_bytes, keys_in, keys_out, pos_in,
+                                                            pos_out, total, rows, starts, starts + 1, stream));
+  // With k == n the indices are already in place and this only writes them again, unchanged.
+  take_first_kernel<<<blocks_for(rows * k), kThreads, 0, stream>>>(
+      static_cast<const T*>(x.data_ptr()), pos_out, static_cast<T*>(values.data_ptr()), out_idx, rows, n, k);
+  KILN_CUDA_LAUNCHED("sort (take)");
+}
+
+void sort_kernel(KernelArgs& a) {
+  const Tensor& x = a.inputs[0];
+  const auto& attrs = *static_cast<const SortAttrs*>(a.attrs);
+  if (x.size(0) == 0 || attrs.k == 0) return;
+  visit_dtype(x.dtype(), "sort",
+              [&]<class T>() { sort_rows<T>(a, x, a.outputs[0], a.outputs[1], attrs.k, attrs.descending); });
+}
+
+KILN_REGISTER_KERNEL(Op::Sort, DeviceType::CUDA, sort_kernel);
+
+}  // namespace
+}  // namespace kiln::backend::cuda

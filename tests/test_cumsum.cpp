@@ -1,0 +1,82 @@
+// cumsum: torch's result dtypes and accumulation (cases whose results torch 2.15's CPU kernel gave),
+// exact running sums along every dim on every device present, 0-d and empty tensors, bad input.
+// (Gradients, first and second order, are rows of tests/test_gradcheck.cpp; the stand-in GPU's
+// kernel is checked in tests/test_sort.cpp.)
+#include <string>
+#include <vector>
+
+#include "fixture_util.h"
+#include "test_util.h"
+
+namespace kiln::test {
+namespace {
+
+TEST(Cumsum, DtypesAndAccumulationAsTorch) {
+  for (Device d : devices()) {
+    const TensorOptions on = TensorOptions().device(d);
+    const std::string where = " on " + d.str();
+    // float32 adds up in double: 1e8 + 1 rounds to 1e8 only on output, and the 1 survives.
+    expect_same_bits(cumsum(tensor({1e8f, 1.0f, -1e8f, 1.0f}, on), 0).cpu(), tensor({1e8f, 1e8f, 1.0f, 2.0f}),
+                     "float32" + where);
+    // bfloat16 adds up in float: 257 rounds to 256 on output, 259 to 260.
+    expect_same_bits(cumsum(tensor({256.0, 1.0, 1.0, 1.0, 1.0}, on.dtype(kBFloat16)), 0).cpu(),
+                     tensor({256.0, 256.0, 258.0, 260.0, 260.0}, kBFloat16), "bfloat16" + where);
+    // Integers and bool give int64; a dtype given is the result's (uint8 wraps, as torch's).
+    Tensor b = cumsum(tensor({true, false, true}, on), 0);
+    EXPECT_EQ(b.dtype(), kInt64);
+    EXPECT_EQ(b.cpu().to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 2}));
+    EXPECT_EQ(cumsum(tensor({7, -9}, on.dtype(kInt32)), 0).dtype(), kInt64);
+    Tensor u = tensor({200, 100}, on.dtype(kUInt8)).cumsum(0, kUInt8);
+    EXPECT_EQ(u.cpu().to_vector<int64_t>(), (std::vector<int64_t>{200, 44}));
+    EXPECT_EQ(cumsum(tensor({1, 2}, on), 0, kFloat64).dtype(), kFloat64);
+  }
+}
+
+// Every dim of a [5, 7, 9] tensor (and of strided views of it): the running sums in double, each
+// rounded to float32, as a loop here computes them.
+TEST(Cumsum, RunningSumsAlongEveryDimOnEveryDevice) {
+  const Tensor x = randn({5, 7, 9}) * 100;
+  for (Device d : devices()) {
+    for (const Tensor& v : {x, x.permute({2, 0, 1}), x.slice(2, 1, std::nullopt, 2)}) {
+      for (int64_t dim = -3; dim < 3; ++dim) {
+        const int64_t k = dim < 0 ? dim + 3 : dim;
+        Tensor want = empty(v.shape());
+        const Tensor vc = v.contiguous();
+        const float* p = vc.data_ptr<float>();
+        float* w = want.data_ptr<float>();
+        const Shape s = v.shape();
+        const int64_t n = s[k], inner = k == 2 ? 1 : (k == 1 ? s[2] : s[1] * s[2]), outer = v.numel() / (n * inner);
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t i = 0; i < inner; ++i) {
+            double acc = 0;
+            for (int64_t j = 0; j < n; ++j) {
+              const int64_t e = (o * n + j) * inner + i;
+              acc += p[e];
+              w[e] = static_cast<float>(acc);
+            }
+          }
+        expect_same_bits(cumsum(v.to(d), dim).cpu(), want, "cumsum along " + std::to_string(dim) + " on " + d.str());
+      }
+    }
+  }
+}
+
+TEST(Cumsum, ZeroDimAndZeroSize) {
+  for (Device d : devices()) {
+    Tensor s = scalar_tensor(3.5, TensorOptions(kFloat32).device(d));
+    Tensor c = cumsum(s, -1);
+    EXPECT_EQ(c.dim(), 0);
+    EXPECT_EQ(c.item<double>(), 3.5);
+    EXPECT_FALSE(c.storage() == s.storage());
+    EXPECT_EQ(cumsum(zeros({3, 0}, TensorOptions(kFloat32).device(d)), 0).shape(), (Shape{3, 0}));
+    EXPECT_EQ(cumsum(zeros({0, 4}, TensorOptions(kInt32).device(d)), 1).dtype(), kInt64);
+  }
+}
+
+TEST(Cumsum, BadInputIsAnErrorNamingTheOp) {
+  expect_error([] { cumsum(zeros({2, 3}), 2); }, "[cumsum]");
+  expect_error([] { cumsum(Tensor(), 0); }, "[cumsum]");
+}
+
+}  // namespace
+}  // namespace kiln::test

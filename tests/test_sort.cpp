@@ -1,0 +1,185 @@
+// sort, argsort and topk: torch's stable sort and its topk values, bit for bit and index for index
+// (tests/fixtures/numerics/sort.safetensors, made by tests/fixtures/make_sort_fixtures.py), in every
+// dtype on every device present; zero-size and 0-d tensors, strided inputs, bad input. flip, roll
+// and repeat: their results and bad input. On the stand-in GPU, all of them and cumsum without a
+// fallback.
+// (Gradients, first and second order, are rows of tests/test_gradcheck.cpp.)
+#include <string>
+#include <vector>
+
+#include "fixture_util.h"
+#include "stand_in_device.h"
+#include "test_util.h"
+
+namespace kiln::test {
+namespace {
+
+const char* const kFixture = "numerics/sort.safetensors";
+
+Tensor want(const std::string& key) { return fixture_tensor(kFixture, key); }
+
+void expect_same_indices(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.dtype(), kInt64) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  EXPECT_EQ(got.to_vector<int64_t>(), want.to_vector<int64_t>()) << what;
+}
+
+class SortTorch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SortTorch, EqualsTorchsStableSortOnEveryDevice) {
+  const std::string name = GetParam();
+  for (Device d : devices()) {
+    const Tensor x = want(name + ".x").to(d);
+    const std::string where = name + " on " + d.str() + ": ";
+    for (auto [key, dim, descending] : {std::tuple{"sort_last", -1, false}, std::tuple{"sort_last_desc", -1, true},
+                                        std::tuple{"sort_first", 0, false}, std::tuple{"sort_first_desc", 0, true}}) {
+      const std::string k = name + "." + key;
+      auto [values, indices] = sort(x, dim, descending);
+      expect_same_bits(values.cpu(), want(k + ".values"), where + key);
+      expect_same_indices(indices.cpu(), want(k + ".indices"), where + key);
+      expect_same_indices(x.argsort(dim, descending).cpu(), want(k + ".indices"), where + key + " (argsort)");
+    }
+    // topk: torch's values; the indices are the stable sort's first 7 (ties to the first position).
+    for (bool largest : {true, false}) {
+      auto [values, indices] = topk(x, 7, -1, largest);
+      const std::string sorted = name + (largest ? ".sort_last_desc" : ".sort_last");
+      if (name != "bool")
+        expect_same_bits(values.cpu(), want(name + (largest ? ".topk.values" : ".topk_smallest.values")),
+                         where + "topk values");
+      else
+        expect_same_bits(values.cpu(), want(sorted + ".values").narrow(1, 0, 7), where + "topk values");
+      expect_same_indices(indices.cpu(), want(sorted + ".indices").narrow(1, 0, 7).contiguous(),
+                          where + "topk indices");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, SortTorch,
+                         ::testing::Values("float64", "float32", "bfloat16", "float16", "int64", "int32", "uint8",
+                                           "bool"));
+
+// Rows long enough, and many rows short enough, for each of a GPU sort's ways of sorting a row.
+TEST(Sort, LongRowsAndManyShortRowsEqualTorch) {
+  for (Device d : devices()) {
+    for (const std::string name : {"long", "many"}) {
+      const Tensor x = want(name + ".x").to(d);
+      for (bool descending : {false, true}) {
+        const std::string k = name + (descending ? ".sort_desc" : ".sort");
+        auto [values, indices] = x.sort(-1, descending);
+        expect_same_bits(values.cpu(), want(k + ".values"), k + " on " + d.str());
+        expect_same_indices(indices.cpu(), want(k + ".indices"), k + " on " + d.str());
+      }
+    }
+  }
+}
+
+TEST(Sort, StridedInputsEqualDenseCopies) {
+  for (Device d : devices()) {
+    const Tensor base = want("float32.x").to(d);
+    for (const Tensor& x : {base.t(), base.slice(1, 1, std::nullopt, 3), base.unsqueeze(1).expand({6, 3, 40})}) {
+      for (int64_t dim = 0; dim < x.dim(); ++dim) {
+        auto [v, i] = sort(x, dim, true);
+        auto [vd, id] = sort(x.contiguous(), dim, true);
+        expect_same_bits(v.cpu(), vd.cpu(), "sort of a view on " + d.str());
+        expect_same_indices(i.cpu(), id.cpu(), "sort of a view on " + d.str());
+      }
+    }
+  }
+}
+
+TEST(Sort, ZeroDimAndZeroSizeTensors) {
+  for (Device d : devices()) {
+    const Tensor s = scalar_tensor(2.5).to(d);
+    auto [v, i] = sort(s);
+    EXPECT_EQ(v.dim(), 0);
+    EXPECT_EQ(v.item<double>(), 2.5);
+    EXPECT_EQ(i.item<int64_t>(), 0);
+    auto [tv, ti] = topk(s, 1, 0);
+    EXPECT_EQ(tv.item<double>(), 2.5);
+    EXPECT_EQ(std::get<0>(topk(s, 0)).shape(), (Shape{0}));  // torch 2.15 gives s itself, a 0-d tensor
+    const Tensor e = zeros({3, 0}, TensorOptions(kFloat32).device(d));
+    EXPECT_EQ(std::get<0>(sort(e, 1)).shape(), (Shape{3, 0}));
+    EXPECT_EQ(std::get<1>(sort(e, 0)).shape(), (Shape{3, 0}));
+    EXPECT_EQ(std::get<0>(topk(e, 0, 1)).shape(), (Shape{3, 0}));
+    const Tensor x = arange(12, TensorOptions(kFloat32).device(d)).reshape({3, 4});
+    EXPECT_EQ(std::get<0>(topk(x, 0, 1)).shape(), (Shape{3, 0}));
+    expect_same_bits(std::get<0>(topk(x, 2, 0)).cpu(), tensor(std::vector<double>{8, 9, 10, 11, 4, 5, 6, 7}, Shape{2, 4}, kFloat32),
+                     "topk along dim 0");
+  }
+}
+
+TEST(Sort, OnlyValuesCarryAGradient) {
+  Tensor x = tensor({3.0, -1.0, 2.0, 5.0}, kFloat64).requires_grad_();
+  auto [v, i] = topk(x, 2);
+  EXPECT_TRUE(v.requires_grad());
+  EXPECT_FALSE(i.requires_grad());
+  (v * tensor({10.0, 1.0}, kFloat64)).sum().backward();
+  expect_close(x.grad(), {1, 0, 0, 10}, {4});
+  EXPECT_FALSE(argsort(x).requires_grad());
+}
+
+TEST(Sort, BadInputIsAnErrorNamingTheOp) {
+  const Tensor x = zeros({2, 5});
+  expect_error([&] { topk(x, 6); }, "[topk] k (6) is out of range for dim 1 of size 5");
+  expect_error([&] { topk(x, -1, 0); }, "[topk] k (-1) is out of range for dim 0 of size 2");
+  expect_error([&] { sort(x, 2); }, "[sort]");
+  expect_error([&] { argsort(x, -3); }, "[argsort]");
+  expect_error([&] { sort(Tensor()); }, "[sort]");
+  expect_error([&] { topk(scalar_tensor(1.0), 2); }, "[topk] k (2) is out of range");
+}
+
+TEST(Rearrange, FlipRollRepeatAsTorch) {
+  for (Device d : devices()) {
+    const Tensor x = arange(6, TensorOptions(kInt64).device(d)).reshape({2, 3});
+    auto is = [&](const Tensor& got, std::vector<double> v, Shape shape, const char* what) {
+      expect_same_bits(got.cpu(), tensor(v, shape, kInt64), std::string(what) + " on " + d.str());
+    };
+    is(flip(x, {0}), {3, 4, 5, 0, 1, 2}, {2, 3}, "flip 0");
+    is(x.flip({-1, 0}), {5, 4, 3, 2, 1, 0}, {2, 3}, "flip both");
+    is(x.t().flip({0}), {2, 5, 1, 4, 0, 3}, {3, 2}, "flip of a transpose");
+    is(roll(x, {1}, {1}), {2, 0, 1, 5, 3, 4}, {2, 3}, "roll 1 along dim 1");
+    is(roll(x, {-1}), {1, 2, 3, 4, 5, 0}, {2, 3}, "roll -1 flattened");
+    is(roll(x, {3, -4}, {0, 1}), {4, 5, 3, 1, 2, 0}, {2, 3}, "roll along both dims");
+    is(repeat(x, {1, 2}), {0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5}, {2, 6}, "repeat 1, 2");
+    is(x.repeat({2, 1, 1}), {0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5}, {2, 2, 3}, "repeat with a new dim");
+    is(repeat(x.select(0, 1), {2, 2}), {3, 4, 5, 3, 4, 5, 3, 4, 5, 3, 4, 5}, {2, 6}, "repeat of a 1-D row");
+    EXPECT_EQ(repeat(x, {0, 3}).shape(), (Shape{0, 9}));
+    EXPECT_EQ(roll(zeros({0, 3}), {2}, {0}).shape(), (Shape{0, 3}));
+    // Nothing moves, and still a new tensor, as torch's.
+    for (const Tensor& same : {flip(x, {}), roll(x, {6}, {1}), repeat(x, {1, 1}), flip(x.narrow(0, 0, 1), {0})}) {
+      EXPECT_NE(same.storage(), x.storage());
+      EXPECT_EQ(same.cpu().to_vector<int64_t>(), same.cpu().clone().to_vector<int64_t>());
+    }
+  }
+}
+
+TEST(Rearrange, BadInputIsAnErrorNamingTheOp) {
+  const Tensor x = zeros({2, 3});
+  expect_error([&] { flip(x, {0, -2}); }, "[flip] dim 0 appears more than once");
+  expect_error([&] { flip(x, {2}); }, "[flip]");
+  expect_error([&] { roll(x, {1, 2}); }, "[roll] without dims, expects one shift");
+  expect_error([&] { roll(x, {1, 2}, {0}); }, "[roll] expects a shift per dim");
+  expect_error([&] { roll(x, {}, {}); }, "[roll] expects at least one shift");
+  expect_error([&] { repeat(x, {2}); }, "[repeat] expects at least one repeat per dim");
+  expect_error([&] { repeat(x, {1, -1}); }, "[repeat] repeats must not be negative");
+  expect_error([&] { repeat(x, {INT64_MAX, 1}); }, "[repeat]");
+}
+
+// On the stand-in GPU each op runs its CUDA kernel's case (no fallback), forward and backward.
+TEST(Sort, HaveCudaKernels) {
+  if (cuda::is_available()) GTEST_SKIP() << "a real GPU is present: SortTorch runs these there";
+  StandInCuda stand_in(StandInCuda::Kernels::CpuWhereCudaHasOne);
+  if (stand_in.native_ops() == 0) GTEST_SKIP() << "built without CUDA kernels";
+  const auto before = fallback_counts();
+  const Device d = Device::cuda(0);
+  Tensor x = randn({4, 6}).to(d).requires_grad_();
+  Tensor y = std::get<0>(sort(x, 0)) + std::get<0>(topk(x, 6, 1, false)) + flip(x, {1}) + roll(x, {2}, {1}) +
+             repeat(x, {1, 2}).narrow(1, 3, 6) + cumsum(x, 0) + cumsum(x, 1);
+  y.sum().backward();
+  EXPECT_EQ(argsort(x, 1).device(), d);
+  EXPECT_EQ(x.grad().device(), d);
+  EXPECT_EQ(fallback_counts(), before) << "an op fell back to the CPU";
+}
+
+}  // namespace
+}  // namespace kiln::test
