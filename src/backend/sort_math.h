@@ -10,6 +10,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "kiln/dtype.h"
@@ -21,13 +22,16 @@ namespace kiln::sort {
 template <class T>
 using key_t = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;
 
+// In integer operations only (no branches, so that a CPU loop of them vectorizes).
 template <class U, class F>
 KILN_HOST_DEVICE inline U float_key(F f) {
-  if (f != f) return ~U{0};  // NaN: above +inf's key, whatever its sign and payload
-  if (f == F{0}) f = F{0};   // -0 sorts as 0
-  const U bits = std::bit_cast<U>(f);
   constexpr U sign = U{1} << (8 * sizeof(U) - 1);
-  return (bits & sign) ? ~bits : (bits | sign);
+  constexpr U inf = std::bit_cast<U>(std::numeric_limits<F>::infinity());
+  U bits = std::bit_cast<U>(f);
+  const U magnitude = bits & ~sign;
+  bits = magnitude == 0 ? U{0} : bits;                        // -0 sorts as 0
+  const U flip = (bits & sign) ? ~U{0} : sign;                // negative: all bits; positive: the sign
+  return magnitude > inf ? ~U{0} : bits ^ flip;               // NaN: above +inf's key
 }
 
 template <class T>

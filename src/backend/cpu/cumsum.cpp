@@ -1,7 +1,7 @@
 // The CPU kernel of cumsum (the contract in dispatch.h): each column's running sum in order, in
-// cumsum_acc_t, as torch's CPU kernel adds it. Along the innermost dim a thread walks whole rows;
-// along another, each step adds a row of inner elements into a row of sums (contiguous, so the
-// compiler vectorizes it).
+// cumsum_acc_t, as torch's CPU kernel adds it. Along the innermost dim a thread walks 8 rows at a
+// time; along another, each step adds a row of inner elements into a row of sums (contiguous, so
+// the compiler vectorizes it).
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -12,11 +12,31 @@
 namespace kiln::backend::cpu {
 namespace {
 
+// Along the innermost dim: kLanes rows at a time, each sum in its own register, so the adds of
+// one row do not wait on each other's latency one by one.
+template <class T>
+void cumsum_innermost(const T* x, T* out, int64_t o, int64_t rows, int64_t n, bool reverse) {
+  using A = cumsum_acc_t<T>;
+  constexpr int64_t kLanes = 8;
+  for (; rows > 0; o += kLanes, rows -= kLanes) {
+    const int64_t m = std::min(rows, kLanes);
+    A acc[kLanes] = {};
+    for (int64_t s = 0; s < n; ++s) {
+      const int64_t j = reverse ? n - 1 - s : s;
+      for (int64_t r = 0; r < m; ++r) {
+        acc[r] += static_cast<A>(x[(o + r) * n + j]);
+        out[(o + r) * n + j] = static_cast<T>(acc[r]);
+      }
+    }
+  }
+}
+
 template <class T>
 void cumsum_rows(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool reverse) {
   using A = cumsum_acc_t<T>;
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(n * inner, 1));
   parallel_for(outer, grain, [&](int64_t begin, int64_t end) {
+    if (inner == 1) return cumsum_innermost(x, out, begin, end - begin, n, reverse);
     std::vector<A> acc(static_cast<size_t>(inner));
     for (int64_t o = begin; o < end; ++o) {
       std::fill(acc.begin(), acc.end(), A{0});
