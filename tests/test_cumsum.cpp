@@ -61,6 +61,19 @@ TEST(Cumsum, RunningSumsAlongEveryDimOnEveryDevice) {
   }
 }
 
+// The gradient is cast to the input's dtype and then summed (torch's order): summed in float32, 1e8
+// + 1 + 1 would lose both ones.
+TEST(Cumsum, GradientIsSummedInTheInputsDtype) {
+  for (Device d : devices()) {
+    Tensor x = zeros({3}, TensorOptions(kFloat64).device(d)).requires_grad_();
+    Tensor y = cumsum(x, 0, kFloat32);
+    EXPECT_EQ(y.dtype(), kFloat32);
+    y.backward(tensor({1e8f, 1.0f, 1.0f}, TensorOptions().device(d)));
+    EXPECT_EQ(x.grad().dtype(), kFloat64);
+    EXPECT_EQ(values(x.grad()), (std::vector<double>{100000002, 2, 1})) << d.str();
+  }
+}
+
 TEST(Cumsum, ZeroDimAndZeroSize) {
   for (Device d : devices()) {
     Tensor s = scalar_tensor(3.5, TensorOptions(kFloat32).device(d));

@@ -2,11 +2,16 @@
 // (tests/fixtures/numerics/sort.safetensors, made by tests/fixtures/make_sort_fixtures.py), in every
 // dtype on every device present; zero-size and 0-d tensors, strided inputs, bad input. flip, roll
 // and repeat: their results and bad input. On the stand-in GPU, all of them and cumsum without a
-// fallback.
+// fallback; the logic of CUDA's topk of a few, run on the CPU.
 // (Gradients, first and second order, are rows of tests/test_gradcheck.cpp.)
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "backend/sort_math.h"
 #include "fixture_util.h"
 #include "stand_in_device.h"
 #include "test_util.h"
@@ -68,6 +73,11 @@ TEST(Sort, LongRowsAndManyShortRowsEqualTorch) {
         auto [values, indices] = x.sort(-1, descending);
         expect_same_bits(values.cpu(), want(k + ".values"), k + " on " + d.str());
         expect_same_indices(indices.cpu(), want(k + ".indices"), k + " on " + d.str());
+        // topk of more than a few (no one-pass selection): the sort's first ones.
+        auto [tv, ti] = x.topk(std::min<int64_t>(25, x.size(1) - 1), -1, descending);
+        const Tensor first = want(k + ".indices").narrow(1, 0, ti.size(1)).contiguous();
+        expect_same_indices(ti.cpu(), first, k + " topk on " + d.str());
+        expect_same_bits(tv.cpu(), want(k + ".values").narrow(1, 0, ti.size(1)).contiguous(), k + " topk on " + d.str());
       }
     }
   }
@@ -163,6 +173,72 @@ TEST(Rearrange, BadInputIsAnErrorNamingTheOp) {
   expect_error([&] { repeat(x, {2}); }, "[repeat] expects at least one repeat per dim");
   expect_error([&] { repeat(x, {1, -1}); }, "[repeat] repeats must not be negative");
   expect_error([&] { repeat(x, {INT64_MAX, 1}); }, "[repeat]");
+  expect_error([&] { repeat(x, {int64_t{1} << 40, int64_t{1} << 40}); }, "[repeat] shape");
+}
+
+// A 16-bit NaN keeps its sign and payload through the copies these ops make (a same-dtype copy
+// moves bits, not values through float), as torch's do.
+TEST(Rearrange, SixteenBitNaNsKeepTheirBits) {
+  for (Device d : devices()) {
+    for (ScalarType dt : {kBFloat16, kFloat16}) {
+      Tensor x = empty({2, 3}, dt);
+      const std::vector<uint16_t> bits = {0xffc1, 0x7fc3, 0x3f80, 0xff81, 0x8000, 0x7e01};
+      auto* p = static_cast<uint16_t*>(x.data_ptr());
+      std::copy(bits.begin(), bits.end(), p);
+      auto bits_of = [](const Tensor& t) {
+        const Tensor c = t.cpu().contiguous();
+        const auto* q = static_cast<const uint16_t*>(c.data_ptr());
+        return std::vector<uint16_t>(q, q + c.numel());
+      };
+      const Tensor xd = x.to(d);
+      const std::string where = std::string(dtype_name(dt)) + " on " + d.str();
+      EXPECT_EQ(bits_of(xd.t().contiguous().t().contiguous()), bits) << where;
+      EXPECT_EQ(bits_of(flip(flip(xd, {0, 1}), {1, 0})), bits) << where;
+      EXPECT_EQ(bits_of(repeat(xd, {1, 1})), bits) << where;
+      std::vector<uint16_t> sorted = bits_of(std::get<0>(sort(xd, 0))), want = bits;  // along a strided dim
+      std::sort(sorted.begin(), sorted.end());
+      std::sort(want.begin(), want.end());
+      EXPECT_EQ(sorted, want) << where;
+    }
+  }
+}
+
+// CUDA's topk of a few (select_first_kernel in backend/cuda/sort.cu), its logic run here: each of
+// `threads` threads selects the first k of every threads-th element in a backend::sort::BestK, then k rounds
+// take the least head; the positions must be the stable sort's first k, ties and NaN included.
+TEST(Sort, BlockSelectionOfAFewEqualsTheStableSortsFirstK) {
+  using K = backend::sort::key_t<float>;
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 3000);
+    const int k = 1 + static_cast<int>(rng() % backend::sort::kMaxSelect), threads = trial % 2 ? 256 : 1 + static_cast<int>(rng() % 40);
+    const bool descending = trial % 3 == 0;
+    std::vector<float> row(static_cast<size_t>(n));
+    for (float& v : row) v = static_cast<float>(static_cast<int>(rng() % 9) - 4) / 2;  // many ties
+    for (int j = 0; j < 3 && n > 10; ++j) row[rng() % n] = j == 0 ? std::nanf("") : (j == 1 ? -0.0f : INFINITY);
+    if (k >= n) continue;
+    std::vector<backend::sort::BestK<K>> lists(static_cast<size_t>(threads), backend::sort::BestK<K>(k));
+    for (int64_t j = 0; j < n; ++j) lists[j % threads].offer({backend::sort::key_of(row[j], descending), j});
+    std::vector<int> taken(static_cast<size_t>(threads), 0);
+    std::vector<int64_t> got;
+    for (int round = 0; round < k; ++round) {
+      int winner = -1;
+      for (int t = 0; t < threads; ++t)
+        if (taken[t] < lists[t].count &&
+            (winner < 0 || backend::sort::before(lists[t].items[taken[t]], lists[winner].items[taken[winner]])))
+          winner = t;
+      got.push_back(lists[winner].items[taken[winner]++].pos);
+    }
+    std::vector<int64_t> want(static_cast<size_t>(n));
+    std::iota(want.begin(), want.end(), 0);
+    std::stable_sort(want.begin(), want.end(), [&](int64_t a, int64_t b) {
+      const float x = row[a], y = row[b];
+      if (std::isnan(x) || std::isnan(y)) return descending ? std::isnan(x) && !std::isnan(y) : !std::isnan(x) && std::isnan(y);
+      return descending ? x > y : x < y;
+    });
+    want.resize(static_cast<size_t>(k));
+    ASSERT_EQ(got, want) << "n " << n << ", k " << k << ", " << threads << " threads, descending " << descending;
+  }
 }
 
 // On the stand-in GPU each op runs its CUDA kernel's case (no fallback), forward and backward.

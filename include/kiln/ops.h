@@ -129,7 +129,8 @@ Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool k
 // stable=true), so the CPU and a GPU give the same indices. Values carry the gradient.
 std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
 Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
-// The k largest (or smallest) along dim, sorted whatever `sorted` says; ties go to the first position.
+// The k largest (or smallest) along dim, sorted whatever `sorted` says: the stable sort's first k, so
+// ties (0 and -0 among them) go to the first position, where torch.topk may pick another.
 std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true,
                                 bool sorted = true);
 Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);

@@ -15,7 +15,7 @@
 
 #include "kiln/dtype.h"
 
-namespace kiln::sort {
+namespace kiln::backend::sort {
 
 // 64-bit types sort 64-bit keys; the rest widen to 32 bits (the radix sort's cost is in its passes,
 // and one key width less is one instantiation of cub's sort less to compile).
@@ -48,4 +48,42 @@ KILN_HOST_DEVICE inline key_t<T> key_of(T x, bool descending) {
   return descending ? static_cast<K>(~k) : k;
 }
 
-}  // namespace kiln::sort
+// An element as the sorts see it: its key, then its position (which breaks ties).
+template <class K>
+struct Item {
+  K key;
+  int64_t pos;
+};
+template <class K>
+KILN_HOST_DEVICE inline bool before(const Item<K>& a, const Item<K>& b) {
+  return a.key < b.key || (a.key == b.key && a.pos < b.pos);
+}
+
+// topk's k up to which a selection in one pass (BestK) is used: beyond it the rows are sorted.
+inline constexpr int kMaxSelect = 16;
+
+// The k (<= kMaxSelect) first items of those offered, in order: an item is inserted only when it
+// comes before the k-th so far (in random data about k ln(n / k) of n times). The CPU selects a
+// row's k with one; on CUDA each thread selects its share's k and a block merges them.
+template <class K>
+struct BestK {
+  Item<K> items[kMaxSelect];
+  int count = 0, k = 0;
+
+  KILN_HOST_DEVICE explicit BestK(int k_) : k(k_) {}
+  KILN_HOST_DEVICE bool full() const { return count == k; }
+  // The k-th so far (only when full).
+  KILN_HOST_DEVICE const Item<K>& last() const { return items[k - 1]; }
+  KILN_HOST_DEVICE void offer(const Item<K>& it) {
+    if (full()) {
+      if (k == 0 || !before(it, last())) return;
+      --count;
+    }
+    int i = count;
+    for (; i > 0 && before(it, items[i - 1]); --i) items[i] = items[i - 1];
+    items[i] = it;
+    ++count;
+  }
+};
+
+}  // namespace kiln::backend::sort

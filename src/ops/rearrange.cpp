@@ -72,6 +72,7 @@ Tensor repeat(const Tensor& x, const Shape& repeats) {
     expanded.insert(expanded.end(), {repeats[i], s});
     out_shape.push_back(repeats[i] * s);
   }
+  shape_numel(out_shape, "repeat");  // too many elements: an error naming repeat
   Tensor out = x.reshape(split).expand(expanded).reshape(out_shape);
   return out.storage() == x.storage() ? out.clone() : out;  // every repeat 1: reshape gave a view
 }

@@ -100,6 +100,10 @@ void copy(KernelArgs& a) {
           int64_t i = d != d ? 0 : d >= kLimit ? INT64_MAX : d <= -kLimit ? INT64_MIN : static_cast<int64_t>(d);
           return static_cast<To>(i);
         });
+      } else if constexpr (std::is_same_v<To, Ti> && sizeof(To) == 2 && !std::is_integral_v<To>) {
+        // A 16-bit float to its own dtype as bits: through float a NaN loses its sign and payload.
+        auto same = [](auto x) { return x; };
+        if (!copy_transposed<uint16_t, uint16_t>(out, in, same)) unary_loop<uint16_t, uint16_t>(out, in, same);
       } else {
         auto same = [](auto x) { return x; };
         if (!copy_transposed<To, Ti>(out, in, same)) unary_loop<To, Ti>(out, in, same);

@@ -14,9 +14,6 @@
 namespace kiln::backend::cpu {
 namespace {
 
-// At most this k is selected in one pass (best_k); a larger k sorts a row's items.
-constexpr int64_t kFewest = 16;
-
 // Orders items[0, k) as the first k of all n, ascending.
 template <class I>
 void order_first(std::vector<I>& items, int64_t k) {
@@ -28,20 +25,15 @@ void order_first(std::vector<I>& items, int64_t k) {
   std::sort(items.begin(), items.begin() + k);
 }
 
-// The key part of an item.
-inline uint64_t key_part(uint64_t word) { return word >> 32; }
-template <class K> K key_part(const std::pair<K, int64_t>& p) { return p.first; }
-
-// The k smallest items of the row, in order, in one pass: an item is inserted only when it beats
-// the k-th so far (in random data k ln(n / k) times; at most n times, k steps each). The keys go
-// in blocks whose least key is taken first (a loop the compiler vectorizes): a block none of whose
-// keys is below the k-th's (a later position loses a tie) is passed over whole.
-template <class T, class I, class MakeItem>
-void best_k(const T* row, int64_t n, int64_t k, bool descending, const MakeItem& make, std::vector<I>& best) {
+// A row's first k <= kMaxSelect positions in one pass (sort::BestK). The keys go in blocks whose
+// least key is taken first (a loop the compiler vectorizes): a block none of whose keys is below
+// the k-th's (a later position loses a tie) is passed over whole.
+template <class T>
+void select_first(const T* row, int64_t n, int64_t k, bool descending, int64_t* positions) {
   using K = sort::key_t<T>;
   constexpr int64_t kBlock = 64;
   K keys[kBlock];
-  best.clear();
+  sort::BestK<K> best(static_cast<int>(k));
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t m = std::min(kBlock, n - b);
     K least = ~K{0};
@@ -49,29 +41,15 @@ void best_k(const T* row, int64_t n, int64_t k, bool descending, const MakeItem&
       keys[i] = sort::key_of(row[b + i], descending);
       least = std::min(least, keys[i]);
     }
-    if (static_cast<int64_t>(best.size()) == k && !(least < key_part(best.back()))) continue;
-    for (int64_t i = 0; i < m; ++i) {
-      const I it = make(keys[i], b + i);
-      if (static_cast<int64_t>(best.size()) == k) {
-        if (!(it < best.back())) continue;
-        best.pop_back();
-      }
-      best.insert(std::upper_bound(best.begin(), best.end(), it), it);
-    }
+    if (best.full() && !(least < best.last().key)) continue;
+    for (int64_t i = 0; i < m; ++i) best.offer({keys[i], b + i});
   }
+  for (int64_t j = 0; j < k; ++j) positions[j] = best.items[j].pos;
 }
 
-// The row's first k items, ordered (in `items`); make(key, position) is an item.
-template <class T, class I, class MakeItem>
-void first_k(const T* row, int64_t n, int64_t k, bool descending, const MakeItem& make, std::vector<I>& items) {
-  if (k <= kFewest && k < n) return best_k(row, n, k, descending, make, items);
-  items.resize(static_cast<size_t>(n));
-  for (int64_t j = 0; j < n; ++j) items[j] = make(sort::key_of(row[j], descending), j);
-  order_first(items, k);
-}
-
-// 32-bit keys and positions fit one 64-bit item (key high, position low): sorting those is
-// sorting by key, then position, at the speed of sorting integers.
+// Each row's first k: selected in one pass for a small k; else its items ordered, where 32-bit keys
+// and positions fit one 64-bit item (key high, position low): sorting those is sorting by key,
+// then position, at the speed of sorting integers.
 template <class T>
 void sort_rows(const T* x, T* values, int64_t* indices, int64_t rows, int64_t n, int64_t k, bool descending) {
   using K = sort::key_t<T>;
@@ -85,12 +63,18 @@ void sort_rows(const T* x, T* values, int64_t* indices, int64_t rows, int64_t n,
       const T* row = x + r * n;
       T* vo = values + r * k;
       int64_t* io = indices + r * k;
-      if (packed) {
-        const auto word = [](K key, int64_t j) { return (static_cast<uint64_t>(key) << 32) | static_cast<uint64_t>(j); };
-        first_k(row, n, k, descending, word, words);
+      if (0 < k && k <= sort::kMaxSelect && k < n) {
+        select_first(row, n, k, descending, io);
+      } else if (packed) {
+        words.resize(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j)
+          words[j] = (static_cast<uint64_t>(sort::key_of(row[j], descending)) << 32) | static_cast<uint64_t>(j);
+        order_first(words, k);
         for (int64_t j = 0; j < k; ++j) io[j] = static_cast<int64_t>(words[j] & 0xffffffffu);
       } else {
-        first_k(row, n, k, descending, [](K key, int64_t j) { return std::pair<K, int64_t>{key, j}; }, pairs);
+        pairs.resize(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j) pairs[j] = {sort::key_of(row[j], descending), j};
+        order_first(pairs, k);
         for (int64_t j = 0; j < k; ++j) io[j] = pairs[j].second;
       }
       for (int64_t j = 0; j < k; ++j) vo[j] = row[io[j]];

@@ -35,6 +35,9 @@ void copy(KernelArgs& a) {
     KILN_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), in.data_ptr(), out.nbytes(), cudaMemcpyDeviceToDevice, stream_of(a)));
     return;
   }
+  // A 16-bit float to its own dtype as bits: through float a NaN loses its sign and payload.
+  if (in.dtype() == out.dtype() && (in.dtype() == kFloat16 || in.dtype() == kBFloat16))
+    return unary_kernel<uint16_t, uint16_t>(a, Convert<uint16_t>{}, "copy");
   visit_dtype(out.dtype(), "copy", [&]<class To>() {
     visit_dtype(in.dtype(), "copy", [&]<class Ti>() { unary_kernel<To, Ti>(a, Convert<To>{}, "copy"); });
   });

@@ -2,8 +2,10 @@
 // sort_math.h's key with its position in its row, cub's stable segmented sort orders each row's
 // pairs (ties keep their positions' order, as on the CPU), and the first k positions of each row
 // give the indices and, read back from the input, the values (a NaN keeps its payload, -0 its sign).
+// topk of a few (k <= 16) selects instead, in one pass (select_first_kernel).
 #include <cub/device/device_segmented_sort.cuh>
 
+#include "backend/cuda/device/block_reduce.cuh"
 #include "backend/cuda/device/common.cuh"
 #include "backend/sort_math.h"
 #include "core/tensor_util.h"
@@ -71,12 +73,50 @@ void sort_rows(KernelArgs& a, const Tensor& x, Tensor& values, Tensor& indices, 
   KILN_CUDA_LAUNCHED("sort (take)");
 }
 
+// topk with k <= kMaxSelect: a block per row; each thread selects the first k of its share of the
+// row (every blockDim.x-th element) in a sort::BestK, then k rounds each take the block's least
+// head of those lists (every one of the row's first k is among its thread's first k). One pass
+// over the row, where sorting it would write and read it several times.
+template <class T>
+__global__ void select_first_kernel(const T* __restrict__ x, T* __restrict__ values, int64_t* __restrict__ indices,
+                                    int64_t rows, int64_t n, int k, bool descending) {
+  using K = sort::key_t<T>;
+  using Item = sort::Item<K>;
+  __shared__ Item shared[kThreads / kWarp];
+  const Item none{~K{0}, INT64_MAX};  // after every element
+  const auto first = [](const Item& a, const Item& b) { return sort::before(a, b) ? a : b; };
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* row = x + r * n;
+    sort::BestK<K> best(k);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) best.offer({sort::key_of(row[j], descending), j});
+    int taken = 0;
+    for (int round = 0; round < k; ++round) {
+      const Item head = taken < best.count ? best.items[taken] : none;
+      const Item win = block_reduce(head, first, none, shared);
+      if (win.pos == head.pos) ++taken;  // positions are distinct: one thread's head won
+      if (threadIdx.x == 0) {
+        indices[r * k + round] = win.pos;
+        values[r * k + round] = row[win.pos];
+      }
+    }
+  }
+}
+
 void sort_kernel(KernelArgs& a) {
   const Tensor& x = a.inputs[0];
   const auto& attrs = *static_cast<const SortAttrs*>(a.attrs);
   if (x.size(0) == 0 || attrs.k == 0) return;
-  visit_dtype(x.dtype(), "sort",
-              [&]<class T>() { sort_rows<T>(a, x, a.outputs[0], a.outputs[1], attrs.k, attrs.descending); });
+  const int64_t rows = x.size(0), n = x.size(1);
+  visit_dtype(x.dtype(), "sort", [&]<class T>() {
+    if (attrs.k <= sort::kMaxSelect && attrs.k < n) {
+      select_first_kernel<<<blocks_for(rows * kThreads), kThreads, 0, stream_of(a)>>>(
+          static_cast<const T*>(x.data_ptr()), static_cast<T*>(a.outputs[0].data_ptr()),
+          static_cast<int64_t*>(a.outputs[1].data_ptr()), rows, n, static_cast<int>(attrs.k), attrs.descending);
+      KILN_CUDA_LAUNCHED("topk (select)");
+    } else {
+      sort_rows<T>(a, x, a.outputs[0], a.outputs[1], attrs.k, attrs.descending);
+    }
+  });
 }
 
 KILN_REGISTER_KERNEL(Op::Sort, DeviceType::CUDA, sort_kernel);
