@@ -1,6 +1,7 @@
 // sort, argsort and topk: torch's stable sort and its topk values, bit for bit and index for index
 // (tests/fixtures/numerics/sort.safetensors, made by tests/fixtures/make_sort_fixtures.py), in every
-// dtype on every device present; zero-size and 0-d tensors, strided inputs, bad input. flip, roll
+// dtype on every device present; zero-size and 0-d tensors, strided inputs, bad input; kthvalue,
+// median and nanmedian. flip, roll
 // and repeat: their results and bad input. On the stand-in GPU, all of them and cumsum without a
 // fallback; the logic of CUDA's topk of a few, run on the CPU.
 // (Gradients, first and second order, are rows of tests/test_gradcheck.cpp.)
@@ -116,6 +117,39 @@ TEST(Sort, ZeroDimAndZeroSizeTensors) {
     expect_same_bits(std::get<0>(topk(x, 2, 0)).cpu(), tensor(std::vector<double>{8, 9, 10, 11, 4, 5, 6, 7}, Shape{2, 4}, kFloat32),
                      "topk along dim 0");
   }
+}
+
+// torch 2.15's results for these inputs.
+TEST(Sort, KthvalueMedianAndNanmedianAsTorch) {
+  const double nan = std::nan("");
+  for (Device d : devices()) {
+    const Tensor t = tensor({{3.0, nan, 1.0, nan}, {4.0, 2.0, 2.0, 1.0}}, TensorOptions(kFloat32).device(d));
+    auto check = [&](std::tuple<Tensor, Tensor> r, std::vector<double> v, std::vector<int64_t> i, const char* what) {
+      expect_same_bits(std::get<0>(r).cpu(), tensor(v, Shape{static_cast<int64_t>(v.size())}, kFloat32),
+                       std::string(what) + " on " + d.str());
+      EXPECT_EQ(std::get<1>(r).cpu().to_vector<int64_t>(), i) << what << " on " << d.str();
+    };
+    check(median(t, 1), {nan, 2}, {1, 1}, "median");
+    check(t.nanmedian(1), {1, 2}, {2, 1}, "nanmedian");
+    check(kthvalue(t, 2, 1), {3, 2}, {0, 1}, "kthvalue");
+    check(t.kthvalue(1, 0), {3, 2, 1, 1}, {0, 1, 0, 1}, "kthvalue along dim 0");
+    EXPECT_TRUE(std::isnan(median(t).item<double>()));
+    EXPECT_EQ(nanmedian(t).item<double>(), 2.0);
+    EXPECT_EQ(std::get<0>(median(t, 0, true)).shape(), (Shape{1, 4}));
+    EXPECT_TRUE(std::isnan(nanmedian(full({2}, nan, TensorOptions(kFloat32).device(d))).item<double>()));
+    EXPECT_TRUE(std::isnan(median(zeros({0}, TensorOptions(kFloat32).device(d))).item<double>()));
+    EXPECT_EQ(median(tensor({3, 1, 2}, TensorOptions().device(d))).item<int64_t>(), 2);
+    auto [sv, si] = median(scalar_tensor(5.0, TensorOptions(kFloat32).device(d)), 0);
+    EXPECT_EQ(sv.dim(), 0);
+    EXPECT_EQ(sv.item<double>(), 5.0);
+    EXPECT_EQ(si.item<int64_t>(), 0);
+  }
+  const Tensor x = zeros({2, 4});
+  expect_error([&] { kthvalue(x, 5); }, "[kthvalue] k (5) is out of range for dim 1 of size 4");
+  expect_error([&] { kthvalue(x, 0, 0); }, "[kthvalue] k (0) is out of range");
+  expect_error([&] { median(zeros({2, 0}), 1); }, "[median] dim 1 of shape [2, 0] is empty");
+  expect_error([&] { median(tensor({true, false})); }, "[median] does not take bool tensors");
+  expect_error([&] { nanmedian(x, 2); }, "[nanmedian]");
 }
 
 TEST(Sort, OnlyValuesCarryAGradient) {

@@ -129,6 +129,15 @@ Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool k
 // stable=true), so the CPU and a GPU give the same indices. Values carry the gradient.
 std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
 Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
+// The k-th smallest along dim (k from 1; NaN above every number) and its index.
+std::tuple<Tensor, Tensor> kthvalue(const Tensor& x, int64_t k, int64_t dim = -1, bool keepdim = false);
+// The lower median (of an even count, the smaller middle element): of all elements, or along dim
+// with its index. A NaN makes it NaN (the first NaN's index); nanmedian leaves NaN out (NaN where
+// all are). Empty floating-point tensors have median NaN.
+Tensor median(const Tensor& x);
+std::tuple<Tensor, Tensor> median(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor nanmedian(const Tensor& x);
+std::tuple<Tensor, Tensor> nanmedian(const Tensor& x, int64_t dim, bool keepdim = false);
 // The k largest (or smallest) along dim, sorted whatever `sorted` says: the stable sort's first k, so
 // ties (0 and -0 among them) go to the first position, where torch.topk may pick another.
 std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true,

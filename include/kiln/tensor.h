@@ -286,6 +286,11 @@ class Tensor {
   Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
   std::tuple<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;
   Tensor argsort(int64_t dim = -1, bool descending = false) const;
+  std::tuple<Tensor, Tensor> kthvalue(int64_t k, int64_t dim = -1, bool keepdim = false) const;
+  Tensor median() const;
+  std::tuple<Tensor, Tensor> median(int64_t dim, bool keepdim = false) const;
+  Tensor nanmedian() const;
+  std::tuple<Tensor, Tensor> nanmedian(int64_t dim, bool keepdim = false) const;
   Tensor cumsum(int64_t dim, std::optional<ScalarType> dtype = std::nullopt) const;
   std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
   Tensor logsumexp(const Shape& dims, bool keepdim = false) const;

@@ -1,7 +1,9 @@
 // sort, argsort and topk along one dim, in torch's order (NaN above every number, -0 equal to 0)
 // and stable: equal elements keep their order, on every device (backend/sort_math.h). The
-// values' gradient goes back to the positions the indices name.
+// values' gradient goes back to the positions the indices name. kthvalue, median and nanmedian
+// pick from the sorted rows.
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "ops/op_util.h"
@@ -65,6 +67,82 @@ Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
 // torch lets topk return unsorted results in any order; these are always sorted.
 std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool /*sorted*/) {
   return sorted_along(x, dim, k, largest, "topk");
+}
+
+namespace {
+
+// The element at sorted (ascending) position pos of each row along d: values and their indices in
+// x, pos and the results shaped like x with size 1 at d (squeezed unless keepdim). Differentiable
+// through the sort's values.
+std::tuple<Tensor, Tensor> at_sorted(const Tensor& x, int64_t d, const Tensor& pos, bool keepdim) {
+  auto [v, i] = sort(x, d);
+  Tensor values = gather(v, d, pos), indices = gather(i, d, pos);
+  if (!keepdim) return {values.squeeze(d), indices.squeeze(d)};
+  return {values, indices};
+}
+
+// x with its dim d wrapped, checked to be non-empty, and x's shape with 1 at d. A 0-d x is taken as
+// [1] (and its results are 0-d again).
+struct Along {
+  Tensor x;
+  int64_t d, n;
+  bool scalar;
+};
+Along along(const Tensor& x, int64_t dim, const char* name) {
+  ops::check_defined(x, name);
+  KILN_CHECK(x.dtype() != kBool, name, "does not take bool tensors");
+  const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), name);
+  const Tensor x1 = x.dim() == 0 ? x.reshape({1}) : x;
+  KILN_CHECK(x1.size(d) > 0, name, "dim ", d, " of shape ", x.shape(), " is empty");
+  return {x1, d, x1.size(d), x.dim() == 0};
+}
+
+std::tuple<Tensor, Tensor> scalar_result(std::tuple<Tensor, Tensor> r, bool scalar) {
+  if (!scalar) return r;
+  return {std::get<0>(r).reshape({}), std::get<1>(r).reshape({})};
+}
+
+// The lower median of each row (NaN rows: the first NaN, or, ignoring NaN, the lower median of the
+// rest and NaN where all are NaN).
+std::tuple<Tensor, Tensor> median_along(const Tensor& x, int64_t dim, bool keepdim, bool ignore_nan,
+                                        const char* name) {
+  const Along a = along(x, dim, name);
+  Tensor nans = isnan(a.x).sum({a.d}, true);  // int64, shaped like x with 1 at d
+  Tensor pos;
+  if (ignore_nan) {
+    const Tensor valid = nans.neg().add(a.n);  // n - NaNs
+    pos = clamp_min((valid - 1).to(kFloat64).mul(0.5).floor(), 0.0).to(kInt64);
+  } else {
+    pos = where(nans > 0, nans.neg().add(a.n), full(nans.shape(), (a.n - 1) / 2, nans.options()));
+  }
+  return scalar_result(at_sorted(a.x, a.d, pos, keepdim || a.scalar), a.scalar);
+}
+
+// The median of all elements (an empty floating-point tensor: NaN, as torch's).
+Tensor median_all(const Tensor& x, bool ignore_nan, const char* name) {
+  ops::check_defined(x, name);
+  if (x.numel() == 0 && x.is_floating_point()) return full({}, std::nan(""), x.options());
+  return std::get<0>(median_along(x.reshape({-1}), 0, false, ignore_nan, name));
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor> kthvalue(const Tensor& x, int64_t k, int64_t dim, bool keepdim) {
+  const Along a = along(x, dim, "kthvalue");
+  KILN_CHECK(k >= 1 && k <= a.n, "kthvalue", "k (", k, ") is out of range for dim ", a.d, " of size ", a.n);
+  Shape keep = a.x.shape();
+  keep[a.d] = 1;
+  const Tensor pos = full(keep, k - 1, TensorOptions(kInt64).device(x.device()));
+  return scalar_result(at_sorted(a.x, a.d, pos, keepdim || a.scalar), a.scalar);
+}
+
+Tensor median(const Tensor& x) { return median_all(x, false, "median"); }
+std::tuple<Tensor, Tensor> median(const Tensor& x, int64_t dim, bool keepdim) {
+  return median_along(x, dim, keepdim, false, "median");
+}
+Tensor nanmedian(const Tensor& x) { return median_all(x, true, "nanmedian"); }
+std::tuple<Tensor, Tensor> nanmedian(const Tensor& x, int64_t dim, bool keepdim) {
+  return median_along(x, dim, keepdim, true, "nanmedian");
 }
 
 }  // namespace kiln

@@ -82,6 +82,15 @@ Tensor Tensor::roll(const Shape& shifts, const Shape& dims) const { return kiln:
 Tensor Tensor::repeat(const Shape& repeats) const { return kiln::repeat(*this, repeats); }
 std::tuple<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending) const { return kiln::sort(*this, dim, descending); }
 Tensor Tensor::cumsum(int64_t dim, std::optional<ScalarType> dtype) const { return kiln::cumsum(*this, dim, dtype); }
+std::tuple<Tensor, Tensor> Tensor::kthvalue(int64_t k, int64_t dim, bool keepdim) const {
+  return kiln::kthvalue(*this, k, dim, keepdim);
+}
+Tensor Tensor::median() const { return kiln::median(*this); }
+std::tuple<Tensor, Tensor> Tensor::median(int64_t dim, bool keepdim) const { return kiln::median(*this, dim, keepdim); }
+Tensor Tensor::nanmedian() const { return kiln::nanmedian(*this); }
+std::tuple<Tensor, Tensor> Tensor::nanmedian(int64_t dim, bool keepdim) const {
+  return kiln::nanmedian(*this, dim, keepdim);
+}
 Tensor Tensor::argsort(int64_t dim, bool descending) const { return kiln::argsort(*this, dim, descending); }
 std::tuple<Tensor, Tensor> Tensor::topk(int64_t k, int64_t dim, bool largest, bool sorted) const {
   return kiln::topk(*this, k, dim, largest, sorted);
