@@ -153,6 +153,12 @@ inline std::vector<Case> op_families() {
                     repeat(x, {1, 3}).narrow(1, 20, 70) + argsort(x, 1).to(kFloat32) + cumsum(x, 0) + cumsum(x, 1);
          return value_and_grads(y, {x});
        }},
+      {"leaky_relu, elu, softplus, hardtanh",
+       [](Device d) {
+         Tensor x = input({37, 21}, 34, d);
+         Tensor y = leaky_relu(x, 0.1) + elu(x) + softplus(x, 2, 1) + hardtanh(x, -0.5, 1.5) + relu6(x * 4);
+         return value_and_grads(y, {x});
+       }},
       {"indexing and joining",
        [](Device d) {
          Tensor x = input({20, 8}, 26, d);

@@ -68,6 +68,15 @@ Tensor relu(const Tensor& x);
 // approximate: "none" (the erf form) or "tanh".
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
 Tensor silu(const Tensor& x);
+// Activations with parameters (src/ops/activation.cpp), torch.nn.functional's formulas and defaults:
+// leaky_relu x > 0 ? x : slope x; elu x > 0 ? x : alpha (e^x - 1); softplus log(1 + e^(beta x)) /
+// beta, x where beta x > threshold; hardtanh x clamped to [min_val, max_val] (gradient 0 at the
+// ends); relu6 hardtanh(x, 0, 6). Floating-point tensors.
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+Tensor elu(const Tensor& x, double alpha = 1.0);
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);
+Tensor relu6(const Tensor& x);
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
 Tensor logical_not(const Tensor& x);

@@ -16,7 +16,7 @@ namespace kiln::backend {
   X(Add) X(Sub) X(Mul) X(Div) X(Pow) X(Maximum) X(Minimum) X(AddRelu)                       \
   X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge) X(LogicalAnd) X(LogicalOr)                            \
   X(ReluBackward) X(SigmoidBackward) X(TanhBackward) X(GeluErfBackward) X(GeluTanhBackward) \
-  X(SiluBackward)                                                                           \
+  X(SiluBackward) X(Activation) X(ActivationBackward)                                       \
   X(Neg) X(Abs) X(Sign) X(Exp) X(Log) X(Log1p) X(Expm1) X(Sqrt) X(Rsqrt) X(Square)         \
   X(Reciprocal) X(Tanh) X(Sigmoid) X(Relu) X(GeluErf) X(GeluTanh) X(Silu) X(Sin) X(Cos)    \
   X(LogicalNot) X(Floor) X(Ceil) X(Round) X(Trunc) X(IsNan) X(IsInf) X(IsFinite) X(Erf) X(Log2) \

@@ -19,6 +19,34 @@ Tensor GELUImpl::forward(const Tensor& x) { return kiln::gelu(x, options.approxi
 
 void GELUImpl::pretty_print(std::ostream& os) const { os << "GELU(approximate='" << options.approximate << "')"; }
 
+LeakyReLUImpl::LeakyReLUImpl(LeakyReLUOptions options) : options(options) {}
+Tensor LeakyReLUImpl::forward(const Tensor& x) { return kiln::leaky_relu(x, options.negative_slope); }
+void LeakyReLUImpl::pretty_print(std::ostream& os) const {
+  os << "LeakyReLU(negative_slope=" << detail::python_float(options.negative_slope) << ")";
+}
+ELUImpl::ELUImpl(ELUOptions options) : options(options) {}
+Tensor ELUImpl::forward(const Tensor& x) { return kiln::elu(x, options.alpha); }
+void ELUImpl::pretty_print(std::ostream& os) const { os << "ELU(alpha=" << detail::python_float(options.alpha) << ")"; }
+SoftplusImpl::SoftplusImpl(SoftplusOptions options) : options(options) {
+  KILN_CHECK(options.beta != 0, "Softplus", "beta must not be 0");
+}
+Tensor SoftplusImpl::forward(const Tensor& x) { return kiln::softplus(x, options.beta, options.threshold); }
+void SoftplusImpl::pretty_print(std::ostream& os) const {
+  os << "Softplus(beta=" << detail::python_float(options.beta) << ", threshold=" << detail::python_float(options.threshold)
+     << ")";
+}
+HardtanhImpl::HardtanhImpl(HardtanhOptions options) : options(options) {
+  KILN_CHECK(options.min_val <= options.max_val, "Hardtanh", "min_val (", options.min_val,
+             ") must not be above max_val (", options.max_val, ")");
+}
+Tensor HardtanhImpl::forward(const Tensor& x) { return kiln::hardtanh(x, options.min_val, options.max_val); }
+void HardtanhImpl::pretty_print(std::ostream& os) const {
+  os << "Hardtanh(min_val=" << detail::python_float(options.min_val) << ", max_val=" << detail::python_float(options.max_val)
+     << ")";
+}
+Tensor ReLU6Impl::forward(const Tensor& x) { return kiln::relu6(x); }
+void ReLU6Impl::pretty_print(std::ostream& os) const { os << "ReLU6()"; }
+
 Tensor TanhImpl::forward(const Tensor& x) { return kiln::tanh(x); }
 void TanhImpl::pretty_print(std::ostream& os) const { os << "Tanh()"; }
 Tensor SigmoidImpl::forward(const Tensor& x) { return kiln::sigmoid(x); }

@@ -1,4 +1,5 @@
-// Activation modules (torch::nn::ReLU, GELU, Tanh, Sigmoid, SiLU, Softmax, LogSoftmax) and Dropout.
+// Activation modules (torch::nn::ReLU, GELU, LeakyReLU, ELU, Softplus, Hardtanh, ReLU6, Tanh, Sigmoid,
+// SiLU, Softmax, LogSoftmax) and Dropout.
 #pragma once
 
 #include <string>
@@ -37,7 +38,41 @@ class GELU : public ModuleHolder<GELUImpl> {
   GELU(GELUOptions options) : ModuleHolder(std::make_shared<GELUImpl>(std::move(options))) {}
 };
 
-// Elementwise functions without options: Tanh(), Sigmoid(), SiLU() (x * sigmoid(x)).
+// Activations with parameters, as torch::nn's (their formulas are kiln::leaky_relu's etc., ops.h).
+// Options are aggregates: LeakyReLU(LeakyReLUOptions{0.2}), Softplus({.beta = 2}).
+struct LeakyReLUOptions {
+  double negative_slope = 0.01;
+};
+struct ELUOptions {
+  double alpha = 1.0;
+};
+struct SoftplusOptions {
+  double beta = 1.0, threshold = 20.0;
+};
+struct HardtanhOptions {
+  double min_val = -1.0, max_val = 1.0;
+};
+#define KILN_OPTIONS_MODULE(Name, Options)                                                              \
+  class Name##Impl : public Module {                                                                    \
+   public:                                                                                              \
+    explicit Name##Impl(Options options = {});                                                          \
+    Tensor forward(const Tensor& x);                                                                    \
+    void pretty_print(std::ostream& os) const override;                                                 \
+                                                                                                        \
+    Options options;                                                                                    \
+  };                                                                                                    \
+  class Name : public ModuleHolder<Name##Impl> {                                                        \
+   public:                                                                                              \
+    using ModuleHolder<Name##Impl>::ModuleHolder;                                                       \
+    Name(Options options) : ModuleHolder(std::make_shared<Name##Impl>(std::move(options))) {}          \
+  }
+KILN_OPTIONS_MODULE(LeakyReLU, LeakyReLUOptions);
+KILN_OPTIONS_MODULE(ELU, ELUOptions);
+KILN_OPTIONS_MODULE(Softplus, SoftplusOptions);
+KILN_OPTIONS_MODULE(Hardtanh, HardtanhOptions);
+#undef KILN_OPTIONS_MODULE
+
+// Elementwise functions without options: Tanh(), Sigmoid(), SiLU() (x * sigmoid(x)), ReLU6().
 #define KILN_ELEMENTWISE_MODULE(Name)                \
   class Name##Impl : public Module {                  \
    public:                                            \
@@ -48,6 +83,7 @@ class GELU : public ModuleHolder<GELUImpl> {
 KILN_ELEMENTWISE_MODULE(Tanh);
 KILN_ELEMENTWISE_MODULE(Sigmoid);
 KILN_ELEMENTWISE_MODULE(SiLU);
+KILN_ELEMENTWISE_MODULE(ReLU6);
 #undef KILN_ELEMENTWISE_MODULE
 
 // softmax (log_softmax) along `dim`, as torch::nn::Softmax(dim) and LogSoftmax(dim).

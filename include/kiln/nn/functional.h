@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "kiln/nn/activation.h"
 #include "kiln/nn/expanding_array.h"
 #include "kiln/ops.h"
 
@@ -84,6 +85,13 @@ struct GELUFuncOptions {
   std::string approximate = "none";  // or "tanh"
 };
 inline Tensor gelu(const Tensor& x, const GELUFuncOptions& o = {}) { return kiln::gelu(x, o.approximate); }
+
+// torch.nn.functional's activations with parameters; options as the modules' (nn/activation.h).
+inline Tensor leaky_relu(const Tensor& x, const LeakyReLUOptions& o = {}) { return kiln::leaky_relu(x, o.negative_slope); }
+inline Tensor elu(const Tensor& x, const ELUOptions& o = {}) { return kiln::elu(x, o.alpha); }
+inline Tensor softplus(const Tensor& x, const SoftplusOptions& o = {}) { return kiln::softplus(x, o.beta, o.threshold); }
+inline Tensor hardtanh(const Tensor& x, const HardtanhOptions& o = {}) { return kiln::hardtanh(x, o.min_val, o.max_val); }
+inline Tensor relu6(const Tensor& x) { return kiln::relu6(x); }
 
 // libtorch's F::embedding(input, weight, options): a negative padding_idx counts from the end.
 struct EmbeddingFuncOptions {

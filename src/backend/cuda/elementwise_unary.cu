@@ -1,9 +1,27 @@
-// CUDA kernels for the unary math ops; the math is backend/math.h's, shared with the CPU loops.
+// CUDA kernels for the unary math ops and the activations with parameters (leaky_relu, elu,
+// softplus, hardtanh, and their gradients); the math is backend/math.h's and
+// backend/activation_math.h's, shared with the CPU loops.
+#include "backend/activation_math.h"
 #include "backend/cuda/device/elementwise.cuh"
 #include "backend/math.h"
 
 namespace kiln::backend::cuda {
 namespace {
+
+void activation(KernelArgs& a) {
+  const auto& attrs = *static_cast<const ActivationAttrs*>(a.attrs);
+  visit_float_dtype(a.inputs[0].dtype(), "activation", [&]<class T>() {
+    math::with_activation<compute_t<T>>(attrs, [&](auto f) { unary_kernel<T, T>(a, f, "activation"); });
+  });
+}
+
+void activation_backward(KernelArgs& a) {
+  const auto& attrs = *static_cast<const ActivationAttrs*>(a.attrs);
+  visit_float_dtype(a.inputs[0].dtype(), "activation", [&]<class T>() {
+    math::with_activation_backward<compute_t<T>>(attrs,
+                                                 [&](auto f) { binary_kernel<T, T, T>(a, f, "activation_backward"); });
+  });
+}
 
 constexpr DeviceType kCuda = DeviceType::CUDA;
 KILN_REGISTER_KERNEL(Op::Neg, kCuda, unary_op<math::Neg>);
@@ -33,6 +51,8 @@ KILN_REGISTER_KERNEL(Op::Floor, kCuda, unary_op<math::Floor>);
 KILN_REGISTER_KERNEL(Op::Ceil, kCuda, unary_op<math::Ceil>);
 KILN_REGISTER_KERNEL(Op::Round, kCuda, unary_op<math::Round>);
 KILN_REGISTER_KERNEL(Op::Trunc, kCuda, unary_op<math::Trunc>);
+KILN_REGISTER_KERNEL(Op::Activation, kCuda, activation);
+KILN_REGISTER_KERNEL(Op::ActivationBackward, kCuda, activation_backward);
 
 }  // namespace
 }  // namespace kiln::backend::cuda

@@ -1,0 +1,132 @@
+// leaky_relu, elu, softplus, hardtanh and relu6 (functions, nn modules, F::): torch's values and
+// gradients (tests/fixtures/numerics/activations.safetensors, made by
+// tests/fixtures/make_activation_fixtures.py) in float64, float32, bfloat16 and float16 on every
+// device present; bad input; and on the stand-in GPU, no fallback. (Second-order gradients are
+// rows of tests/test_gradcheck.cpp.)
+#include <cmath>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fixture_util.h"
+#include "stand_in_device.h"
+#include "test_util.h"
+
+namespace kiln::test {
+namespace {
+
+namespace F = nn::functional;
+const char* const kFixture = "numerics/activations.safetensors";
+
+// Within `ulps` units in the last place of the dtype (NaN where torch has NaN, infinities equal),
+// except at the elements `skip` marks.
+void expect_within_ulps(const Tensor& got, const Tensor& want, double ulps, const std::string& what,
+                        const std::vector<bool>& skip = {}) {
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const int mantissa = want.dtype() == kFloat64 ? 52 : want.dtype() == kFloat32 ? 23 : want.dtype() == kBFloat16 ? 7 : 10;
+  const std::vector<double> g = values(got), w = values(want);
+  int bad = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (i < skip.size() && skip[i]) continue;
+    bool ok;
+    if (std::isnan(w[i]) || std::isinf(w[i])) ok = std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i];
+    else ok = std::abs(g[i] - w[i]) <= ulps * std::ldexp(std::max(std::abs(w[i]), 1e-30), -mantissa);
+    if (!ok && ++bad <= 5) ADD_FAILURE() << what << " element " << i << ": got " << g[i] << ", torch " << w[i];
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+struct Case {
+  std::string name;
+  std::function<Tensor(const Tensor&)> fn;
+  bool exact;  // no exp/log1p inside: torch's bits
+};
+
+std::vector<Case> cases() {
+  return {
+      {"leaky_relu", [](const Tensor& x) { return leaky_relu(x); }, true},
+      {"leaky_relu_02", [](const Tensor& x) { return F::leaky_relu(x, {0.2}); }, true},
+      {"elu", [](const Tensor& x) { return nn::ELU()(x); }, false},
+      {"elu_05", [](const Tensor& x) { return elu(x, 0.5); }, false},
+      {"softplus", [](const Tensor& x) { return F::softplus(x); }, false},
+      {"softplus_2_5", [](const Tensor& x) { return nn::Softplus(nn::SoftplusOptions{2, 5})(x); }, false},
+      {"hardtanh", [](const Tensor& x) { return nn::Hardtanh()(x); }, true},
+      {"relu6", [](const Tensor& x) { return F::relu6(x); }, true},
+  };
+}
+
+class ActivationTorch : public ::testing::TestWithParam<ScalarType> {};
+
+TEST_P(ActivationTorch, ValuesAndGradientsAsTorchOnEveryDevice) {
+  const ScalarType dt = GetParam();
+  const std::string name = dtype_name(dt);
+  // 16-bit results are rounded once from float32, torch's too: an ulp where the float32 values
+  // straddle a rounding boundary. float32's exp/expm1/log1p are Kiln's vector functions (a few ulp).
+  const double ulps = dt == kFloat64 ? 4 : dt == kFloat32 ? 8 : 1;
+  for (Device d : devices()) {
+    const Tensor x = fixture_tensor(kFixture, "x").to(d, dt), g = fixture_tensor(kFixture, "g").to(d, dt);
+    for (const Case& c : cases()) {
+      const std::string where = name + " " + c.name + " on " + d.str();
+      Tensor xg = x.detach().requires_grad_();
+      Tensor y = c.fn(xg);
+      y.backward(g);
+      const Tensor want = fixture_tensor(kFixture, name + "." + c.name),
+                   want_grad = fixture_tensor(kFixture, name + "." + c.name + ".grad");
+      if (c.exact) {
+        expect_same_bits(y.detach().cpu(), want, where);
+        expect_same_bits(xg.grad().cpu(), want_grad, where + " gradient");
+      } else {
+        expect_within_ulps(y.detach().cpu(), want, ulps, where);
+        // elu's gradient at NaN is torch's kernel's choice: g in float32, NaN in float64 (Kiln: g).
+        std::vector<bool> nan_x;
+        for (double v : values(x)) nan_x.push_back(std::isnan(v));
+        expect_within_ulps(xg.grad().cpu(), want_grad, ulps, where + " gradient", nan_x);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, ActivationTorch, ::testing::Values(kFloat64, kFloat32, kBFloat16, kFloat16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(Activation, StridedInputsAndModulesPrintAsTorch) {
+  const Tensor x = randn({4, 6});
+  expect_same_bits(leaky_relu(x.t(), 0.3), leaky_relu(x.t().contiguous(), 0.3), "leaky_relu of a transpose");
+  expect_same_bits(softplus(x.slice(1, 0, std::nullopt, 2)), softplus(x.slice(1, 0, std::nullopt, 2).contiguous()),
+                   "softplus of a slice");
+  auto printed = [](const nn::Module& m) {
+    std::ostringstream os;
+    m.pretty_print(os);
+    return os.str();
+  };
+  EXPECT_EQ(printed(*nn::LeakyReLU()), "LeakyReLU(negative_slope=0.01)");
+  EXPECT_EQ(printed(*nn::ELU(nn::ELUOptions{0.5})), "ELU(alpha=0.5)");
+  EXPECT_EQ(printed(*nn::Softplus()), "Softplus(beta=1.0, threshold=20.0)");
+  EXPECT_EQ(printed(*nn::Hardtanh()), "Hardtanh(min_val=-1.0, max_val=1.0)");
+  EXPECT_EQ(printed(*nn::ReLU6()), "ReLU6()");
+}
+
+TEST(Activation, BadInputIsAnErrorNamingTheOp) {
+  expect_error([] { leaky_relu(tensor({1, 2})); }, "[leaky_relu] expects a floating-point tensor, got int64");
+  expect_error([] { elu(Tensor()); }, "[elu]");
+  expect_error([] { softplus(zeros({2}), 0.0); }, "[softplus] beta must not be 0");
+  expect_error([] { hardtanh(zeros({2}), 1, -1); }, "[hardtanh] min_val (1) must not be above max_val (-1)");
+  expect_error([] { nn::Hardtanh(nn::HardtanhOptions{2, 1}); }, "[Hardtanh]");
+}
+
+// On the stand-in GPU each runs its CUDA kernel's case (no fallback), forward and backward.
+TEST(Activation, HaveCudaKernels) {
+  if (cuda::is_available()) GTEST_SKIP() << "a real GPU is present: ActivationTorch runs these there";
+  StandInCuda stand_in(StandInCuda::Kernels::CpuWhereCudaHasOne);
+  if (stand_in.native_ops() == 0) GTEST_SKIP() << "built without CUDA kernels";
+  const auto before = fallback_counts();
+  Tensor x = randn({4, 6}).to(Device::cuda(0)).requires_grad_();
+  (leaky_relu(x) + elu(x) + softplus(x) + hardtanh(x) + relu6(x)).sum().backward();
+  EXPECT_EQ(x.grad().device(), Device::cuda(0));
+  EXPECT_EQ(fallback_counts(), before) << "an op fell back to the CPU";
+}
+
+}  // namespace
+}  // namespace kiln::test
