@@ -152,6 +152,20 @@ TEST(Sort, KthvalueMedianAndNanmedianAsTorch) {
   expect_error([&] { nanmedian(x, 2); }, "[nanmedian]");
 }
 
+// The median of all elements passes its gradient evenly to every element equal to it (every NaN
+// when it is NaN), as torch's.
+TEST(Sort, MedianOfAllSpreadsItsGradientOverTies) {
+  Tensor x = tensor({1.0, 2.0, 2.0, 3.0, 2.0}, kFloat64).requires_grad_();
+  median(x).backward();
+  expect_close(x.grad(), {0, 1.0 / 3, 1.0 / 3, 0, 1.0 / 3}, {5});
+  Tensor y = tensor({1.0, std::nan(""), 0.0, std::nan("")}, kFloat64).requires_grad_();
+  median(y).backward();
+  expect_close(y.grad(), {0, 0.5, 0, 0.5}, {4});
+  Tensor z = tensor({1.0, std::nan(""), 4.0}, kFloat64).requires_grad_();
+  nanmedian(z).backward();
+  expect_close(z.grad(), {1, 0, 0}, {3});
+}
+
 TEST(Sort, OnlyValuesCarryAGradient) {
   Tensor x = tensor({3.0, -1.0, 2.0, 5.0}, kFloat64).requires_grad_();
   auto [v, i] = topk(x, 2);

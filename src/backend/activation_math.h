@@ -33,8 +33,8 @@ struct LeakyReluBackward {
   KILN_HOST_DEVICE KILN_MATH_INLINE C operator()(C g, C x) const { return x > C(0) ? g : g * slope; }
 };
 
-// x > 0 ? x : alpha (e^x - 1); the gradient g there, g alpha e^x elsewhere (g at NaN, as torch's
-// float32 kernel; its float64 one gives NaN).
+// x > 0 ? x : alpha (e^x - 1); the gradient g there, g alpha e^x elsewhere (NaN at NaN, as torch's
+// vector kernels give).
 template <class C>
 struct Elu {
   C alpha;
@@ -43,7 +43,7 @@ struct Elu {
 template <class C>
 struct EluBackward {
   C alpha;
-  KILN_HOST_DEVICE KILN_MATH_INLINE C operator()(C g, C x) const { return x <= C(0) ? g * alpha * math::exp(x) : g; }
+  KILN_HOST_DEVICE KILN_MATH_INLINE C operator()(C g, C x) const { return x > C(0) ? g : g * alpha * math::exp(x); }
 };
 
 // log(1 + e^(beta x)) / beta, x itself where beta x > threshold; the gradient g e^(beta x) /

@@ -11,21 +11,32 @@ using autograd::SavedTensor;
 using backend::ActivationAttrs;
 using ops::Op;
 
-// The input's gradient from the output's (g) and the input (x).
+// The gradient under create_graph: the kernels' formulas in differentiable ops, in float32 for
+// 16-bit tensors (as the kernels compute) and rounded once. Their own derivatives are torch's:
+// elu's and softplus's second derivative is 0 at their kinks (x = 0, beta x = threshold), and no
+// branch that `where` leaves out overflows (its zero gradient times an infinity would be NaN).
+Tensor differentiable_backward(const Tensor& g_in, const Tensor& x_in, const ActivationAttrs& at) {
+  const ScalarType ct = x_in.dtype() == kFloat16 || x_in.dtype() == kBFloat16 ? kFloat32 : x_in.dtype();
+  const Tensor g = ops::cast(g_in, ct), x = ops::cast(x_in, ct);
+  Tensor gx;
+  switch (at.kind) {
+    case ActivationAttrs::LeakyRelu: gx = where(x > 0, g, g * at.a); break;
+    case ActivationAttrs::Elu: gx = where(x > 0, g, g * exp(where(x < 0, x, zeros_like(x))) * at.a); break;
+    case ActivationAttrs::Softplus: {
+      const Tensor bx = x * at.a;
+      gx = where(bx > at.b, g, g * sigmoid(where(bx < at.b, bx, bx.detach())));
+      break;
+    }
+    case ActivationAttrs::Hardtanh: gx = where(logical_and(x > at.a, x < at.b), g, zeros_like(g)); break;
+  }
+  return ops::cast(gx, x_in.dtype());
+}
+
+// The input's gradient from the output's (g) and the input (x), laid out like x.
 Tensor activation_backward(const Tensor& g_in, const Tensor& x, const ActivationAttrs& at) {
   const Tensor g = ops::cast(g_in, x.dtype());
-  if (autograd::needs_grad({&g, &x})) {
-    switch (at.kind) {
-      case ActivationAttrs::LeakyRelu: return where(x > 0, g, g * at.a);
-      case ActivationAttrs::Elu: return where(x <= 0, g * exp(x) * at.a, g);
-      case ActivationAttrs::Softplus: {
-        const Tensor bx = x * at.a, z = exp(bx);
-        return where(bx > at.b, g, g * z / (z + 1));
-      }
-      case ActivationAttrs::Hardtanh: return where(logical_and(x > at.a, x < at.b), g, zeros_like(g));
-    }
-  }
-  Tensor gx = make_empty(x.shape(), x.dtype(), x.device());
+  if (autograd::needs_grad({&g, &x})) return differentiable_backward(g, x, at);
+  Tensor gx = make_empty_like(x, x.shape(), x.dtype(), x.device());
   if (gx.numel() > 0) ops::run1(Op::ActivationBackward, x.device(), {g, x}, gx, &at);
   return gx;
 }

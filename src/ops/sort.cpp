@@ -81,8 +81,8 @@ std::tuple<Tensor, Tensor> at_sorted(const Tensor& x, int64_t d, const Tensor& p
   return {values, indices};
 }
 
-// x with its dim d wrapped, checked to be non-empty, and x's shape with 1 at d. A 0-d x is taken as
-// [1] (and its results are 0-d again).
+// x (a 0-d x as [1], its results made 0-d again: `scalar`), its dim d wrapped and checked to be
+// non-empty, and that dim's size n.
 struct Along {
   Tensor x;
   int64_t d, n;
@@ -118,11 +118,24 @@ std::tuple<Tensor, Tensor> median_along(const Tensor& x, int64_t dim, bool keepd
   return scalar_result(at_sorted(a.x, a.d, pos, keepdim || a.scalar), a.scalar);
 }
 
-// The median of all elements (an empty floating-point tensor: NaN, as torch's).
+// The median of all elements (an empty floating-point tensor: NaN, as torch's). Its gradient is
+// torch's: spread evenly over the elements equal to it (over every NaN when it is NaN).
 Tensor median_all(const Tensor& x, bool ignore_nan, const char* name) {
   ops::check_defined(x, name);
   if (x.numel() == 0 && x.is_floating_point()) return full({}, std::nan(""), x.options());
-  return std::get<0>(median_along(x.reshape({-1}), 0, false, ignore_nan, name));
+  Tensor m;
+  {
+    NoGradGuard no_grad;
+    m = std::get<0>(median_along(x.reshape({-1}), 0, false, ignore_nan, name));
+  }
+  if (autograd::needs_grad({&x}))
+    autograd::record("MedianBackward", {&x}, m, [sx = SavedTensor(x), sm = SavedTensor(m)](const Tensor& g) -> TensorList {
+      const Tensor xv = sx.get("MedianBackward"), mv = sm.get("MedianBackward");
+      const Tensor hit = logical_or(xv == mv, logical_and(isnan(xv), isnan(mv)));
+      const Tensor ge = g.expand(xv.shape());
+      return {(where(hit, ge, zeros_like(ge)) / sum(hit, {}, false, kFloat32)).to(xv.dtype())};
+    });
+  return m;
 }
 
 }  // namespace
