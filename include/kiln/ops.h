@@ -138,7 +138,8 @@ Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool k
 // stable=true), so the CPU and a GPU give the same indices. Values carry the gradient.
 std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
 Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
-// The k-th smallest along dim (k from 1; NaN above every number) and its index.
+// The k-th smallest along dim (k from 1; NaN above every number) and its index: the stable sort's,
+// so among equal elements the first (torch's quickselect may name another).
 std::tuple<Tensor, Tensor> kthvalue(const Tensor& x, int64_t k, int64_t dim = -1, bool keepdim = false);
 // The lower median (of an even count, the smaller middle element): of all elements, or along dim
 // with its index. A NaN makes it NaN (the first NaN's index); nanmedian leaves NaN out (NaN where
