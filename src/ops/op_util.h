@@ -112,6 +112,10 @@ struct ReduceDims {
   int64_t count = 1; // elements reduced into each output
 };
 ReduceDims reduce_dims(const Tensor& x, const Shape& dims, bool keepdim, const char* op);
+// g spread evenly over the elements `hit` marks in each group r reduces (the ties of amax, amin,
+// the inf-norm, median), the count taken in float32 (in a 16-bit dtype, 70,000 tied zeros would
+// count as inf).
+Tensor spread_evenly(const Tensor& g, const Tensor& hit, const ReduceDims& r, const Tensor& xv);
 
 }  // namespace kiln::ops
 

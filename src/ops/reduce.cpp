@@ -39,13 +39,6 @@ void check_nonempty(const Tensor& x, const ReduceDims& r, const char* op) {
              x.shape(), ")");
 }
 
-// g spread evenly over the elements `hit` marks in each reduced group (the ties of amax, amin,
-// the inf-norm), the count taken in float32 (in a 16-bit dtype, 70,000 tied zeros would count as inf).
-Tensor spread_evenly(const Tensor& g, const Tensor& hit, const ReduceDims& r, const Tensor& xv) {
-  const Tensor count = sum(hit, mask_dims(r.mask, xv.dim()), true, kFloat32);
-  const Tensor ge = expand_grad(g, r.keep_shape, xv.shape());
-  return (where(hit, ge, zeros_like(ge)) / count).to(xv.dtype());
-}
 
 // var's gradient: 2 (x - mean) / (n - correction) times g.
 Tensor var_grad(const Tensor& xv, const Tensor& g, const ReduceDims& r, int64_t correction) {
@@ -69,7 +62,7 @@ Tensor extreme(const Tensor& x, const Shape& dims, bool keepdim, bool is_max, co
                        Tensor xv = sx.get("AmaxBackward"), ov = so.get("AmaxBackward").reshape(r.keep_shape);
                        Tensor hit = xv == ov;
                        if (nan_picks) hit = logical_or(hit, logical_and(ne(xv, xv), ne(ov, ov)));
-                       return {spread_evenly(g, hit, r, xv)};
+                       return {ops::spread_evenly(g, hit, r, xv)};
                      });
   }
   return out;
@@ -117,6 +110,12 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bo
 }
 
 }  // namespace
+
+Tensor ops::spread_evenly(const Tensor& g, const Tensor& hit, const ReduceDims& r, const Tensor& xv) {
+  const Tensor count = sum(hit, mask_dims(r.mask, xv.dim()), true, kFloat32);
+  const Tensor ge = expand_grad(g, r.keep_shape, xv.shape());
+  return (where(hit, ge, zeros_like(ge)) / count).to(xv.dtype());
+}
 
 // sum, prod and norm are on torch.autocast's float32 list (mean is not): a 16-bit input is
 // reduced in float32 under autocast and the result stays float32.
@@ -322,7 +321,7 @@ Tensor norm(const Tensor& x_in, double p, const Shape& dims, bool keepdim) {
       } else if (p == 1) {
         d = sign(xv);
       } else if (std::isinf(p)) {
-        d = sign(xv) * spread_evenly(ones_like(n), abs(xv) == n, r, xv);
+        d = sign(xv) * ops::spread_evenly(ones_like(n), abs(xv) == n, r, xv);
       } else {
         // x |x|^(p-2) / n^(p-1), and 0 where the norm is 0
         Tensor safe_n = where(n == 0, ones_like(n), n);

@@ -47,8 +47,7 @@ std::tuple<Tensor, Tensor> sorted_along(const Tensor& x, int64_t dim, std::optio
     autograd::record("SortBackward", {&x}, values,
                      [si = SavedTensor(indices), d, shape = x.shape()](const Tensor& g) -> TensorList {
                        if (shape.empty()) return {g.numel() == 1 ? g.reshape(shape) : zeros(shape, g.options())};
-                       // Each position is picked once at most: the sum at it is exact in any dtype.
-                       return {scatter_add(zeros(shape, g.options()), d, si.get("SortBackward"), g)};
+                       return {ops::sum_at(shape, d, si.get("SortBackward"), g)};
                      });
   return {values, indices};
 }
@@ -132,8 +131,7 @@ Tensor median_all(const Tensor& x, bool ignore_nan, const char* name) {
     autograd::record("MedianBackward", {&x}, m, [sx = SavedTensor(x), sm = SavedTensor(m)](const Tensor& g) -> TensorList {
       const Tensor xv = sx.get("MedianBackward"), mv = sm.get("MedianBackward");
       const Tensor hit = logical_or(xv == mv, logical_and(isnan(xv), isnan(mv)));
-      const Tensor ge = g.expand(xv.shape());
-      return {(where(hit, ge, zeros_like(ge)) / sum(hit, {}, false, kFloat32)).to(xv.dtype())};
+      return {ops::spread_evenly(g, hit, ops::reduce_dims(xv, {}, false, "median"), xv)};
     });
   return m;
 }
