@@ -65,4 +65,20 @@ inline void expect_same_bits(const Tensor& got, const Tensor& want, const std::s
   EXPECT_EQ(bad, 0) << what << ": elements that differ";
 }
 
+// Within `ulps` units in the last place of the dtype (NaN where torch has NaN, infinities equal).
+inline void expect_within_ulps(const Tensor& got, const Tensor& want, double ulps, const std::string& what) {
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const int mantissa = want.dtype() == kFloat64 ? 52 : want.dtype() == kFloat32 ? 23 : want.dtype() == kBFloat16 ? 7 : 10;
+  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+  int bad = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    bool ok;
+    if (std::isnan(w[i]) || std::isinf(w[i])) ok = std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i];
+    else ok = std::abs(g[i] - w[i]) <= ulps * std::ldexp(std::max(std::abs(w[i]), 1e-30), -mantissa);
+    if (!ok && ++bad <= 5) ADD_FAILURE() << what << " element " << i << ": got " << g[i] << ", torch " << w[i];
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
 }  // namespace kiln::test

@@ -61,6 +61,32 @@ TEST(Cumsum, RunningSumsAlongEveryDimOnEveryDevice) {
   }
 }
 
+// Rows longer than a GPU's scan tile (2048), integer dtypes: a GPU scans them in parallel, in tiles,
+// and must give the running sums exactly (int32 summed in int64 and cast back, wrapping).
+TEST(Cumsum, LongIntegerRowsOnEveryDevice) {
+  const int64_t rows = 3, n = 2 * 2048 + 777;
+  const Tensor x = randint(-1000000, 1000000, {rows, n}, kInt32) * 1000;
+  std::vector<int64_t> want(static_cast<size_t>(rows * n)), want32(want.size());
+  const std::vector<int64_t> xv = x.to_vector<int64_t>();
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t acc = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      acc += xv[static_cast<size_t>(r * n + j)];
+      want[static_cast<size_t>(r * n + j)] = acc;
+      want32[static_cast<size_t>(r * n + j)] = static_cast<int32_t>(static_cast<uint32_t>(acc));
+    }
+  }
+  const Tensor mask = x.flatten() > 0;
+  const std::vector<int64_t> mv = mask.to_vector<int64_t>();
+  std::vector<int64_t> counts(mv.size());
+  for (size_t i = 0, c = 0; i < mv.size(); ++i) counts[i] = static_cast<int64_t>(c += static_cast<size_t>(mv[i]));
+  for (Device d : devices()) {
+    EXPECT_EQ(cumsum(x.to(d), 1).cpu().to_vector<int64_t>(), want) << d.str();
+    EXPECT_EQ(cumsum(x.to(d), 1, kInt32).cpu().to_vector<int64_t>(), want32) << d.str();
+    EXPECT_EQ(cumsum(mask.to(d), 0).cpu().to_vector<int64_t>(), counts) << d.str();
+  }
+}
+
 // The gradient is cast to the input's dtype and then summed (torch's order): summed in float32, 1e8
 // + 1 + 1 would lose both ones.
 TEST(Cumsum, GradientIsSummedInTheInputsDtype) {

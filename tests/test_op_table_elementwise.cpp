@@ -17,6 +17,16 @@ double gelu_tanh_ref(double x) {
   return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 double sign_ref(double x) { return (x > 0) - (x < 0); }
+// Python's a // b as torch computes it: through fmod, so inf // 3 is NaN and -2 // inf is -1.
+double floor_divide_ref(double a, double b) {
+  if (b == 0) return a / b;
+  const double m = std::fmod(a, b);
+  double q = (a - m) / b;
+  if (m != 0 && (b < 0) != (m < 0)) q -= 1;
+  if (q == 0) return std::copysign(0.0, a / b);
+  const double f = std::floor(q);
+  return q - f > 0.5 ? f + 1 : f;
+}
 
 // ==========================================================================================
 // Elementwise ops of one tensor (including a tensor with a scalar, in either order).
@@ -75,6 +85,14 @@ std::vector<UnaryRow> unary_rows() {
        Out::Bool, FI + std::vector<ScalarType>{kBool}},
       {"logical_not_operator", [](T x) { return !x; }, [](double x) { return b2d(x == 0); }, Dist::SmallInt,
        Out::Bool, {kFloat32, kBool}},
+      {"bitwise_not", [](T x) { return ~x; }, [](double x) { return static_cast<double>(~static_cast<int64_t>(x)); },
+       Dist::SmallInt, Out::Same, {kInt64, kInt32}},
+      {"bitwise_not_bool", [](T x) { return x.bitwise_not(); }, [](double x) { return b2d(x == 0); }, Dist::SmallInt,
+       Out::Same, {kBool}},
+      {"remainder_scalar", [](T x) { return x % 1.5; }, [](double x) { return x - 1.5 * std::floor(x / 1.5); },
+       Dist::Normal, Out::Float, FI},
+      {"floor_divide_int_scalar", [](T x) { return floor_divide(x, -3); }, [](double x) { return floor_divide_ref(x, -3); },
+       Dist::Normal, Out::Same, FI},
       // clamp with both bounds, one bound, integer bounds; and the method form
       {"clamp", [](T x) { return clamp(x, -0.5, 0.5); }, [](double x) { return std::clamp(x, -0.5, 0.5); },
        Dist::Normal, Out::Float, F},
@@ -226,6 +244,25 @@ std::vector<BinaryRow> binary_rows() {
        Dist::Positive, Dist::Normal, Out::Same, F},
       {"pow_int", [](T a, T b) { return a.pow(b); }, [](double a, double b) { return std::pow(a, b); },
        Dist::SmallInt, Dist::Unit, Out::Same, {kInt64, kInt32}},
+      {"floor_divide", [](T a, T b) { return floor_divide(a, b); },
+       floor_divide_ref, Dist::Normal, Dist::NonZero, Out::Same, FI},
+      {"remainder", [](T a, T b) { return a % b; }, [](double a, double b) { return a - b * std::floor(a / b); },
+       Dist::Normal, Dist::NonZero, Out::Same, FI},
+      {"fmod", [](T a, T b) { return fmod(a, b); }, [](double a, double b) { return std::fmod(a, b); },
+       Dist::Normal, Dist::NonZero, Out::Same, FI},
+      {"div_trunc", [](T a, T b) { return div(a, b, "trunc"); }, [](double a, double b) { return std::trunc(a / b); },
+       Dist::Normal, Dist::NonZero, Out::Same, FI},
+      {"atan2", [](T a, T b) { return atan2(a, b); }, [](double a, double b) { return std::atan2(a, b); },
+       Dist::Normal, Dist::Normal, Out::Float, FI},
+      {"bitwise_and", [](T a, T b) { return a & b; },
+       [](double a, double b) { return static_cast<double>(static_cast<int64_t>(a) & static_cast<int64_t>(b)); },
+       Dist::SmallInt, Dist::SmallInt, Out::Same, {kInt64, kInt32, kBool}},
+      {"bitwise_or", [](T a, T b) { return a | b; },
+       [](double a, double b) { return static_cast<double>(static_cast<int64_t>(a) | static_cast<int64_t>(b)); },
+       Dist::SmallInt, Dist::SmallInt, Out::Same, {kInt64, kInt32, kBool}},
+      {"bitwise_xor", [](T a, T b) { return a.bitwise_xor(b); },
+       [](double a, double b) { return static_cast<double>(static_cast<int64_t>(a) ^ static_cast<int64_t>(b)); },
+       Dist::SmallInt, Dist::SmallInt, Out::Same, {kInt64, kInt32, kBool}},
       {"maximum", [](T a, T b) { return maximum(a, b); }, max_ref,
        Dist::SmallInt, Dist::SmallInt, Out::Same, FI},
       {"minimum", [](T a, T b) { return a.minimum(b); }, min_ref,

@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -32,7 +33,27 @@ KILN_DECLARE_BINARY(gt)
 KILN_DECLARE_BINARY(ge)
 KILN_DECLARE_BINARY(logical_and)
 KILN_DECLARE_BINARY(logical_or)
+// Division that rounds (src/ops/binary.cpp), integers staying integers, as torch's: floor_divide
+// rounds the quotient down and remainder takes the divisor's sign (Python's // and %); fmod takes
+// the dividend's sign (C's %). An integer divided by zero gives 0 (NumPy's answer; torch's CPU
+// raises and its GPU gives garbage), a float one inf or NaN. Bool tensors are refused. remainder
+// and fmod have torch's gradients (1, and minus the rounded quotient); the quotients' are zero.
+KILN_DECLARE_BINARY(floor_divide)
+KILN_DECLARE_BINARY(remainder)
+KILN_DECLARE_BINARY(fmod)
+// The angle of the point (b, a) in (-pi, pi], as std::atan2; integers give float32 (as div).
+KILN_DECLARE_BINARY(atan2)
+// Bitwise and, or, xor of integer and bool tensors (bool: logical), as torch's & | ^; floating-point
+// tensors are refused. bitwise_not (~) is the complement (bool: logical not).
+KILN_DECLARE_BINARY(bitwise_and)
+KILN_DECLARE_BINARY(bitwise_or)
+KILN_DECLARE_BINARY(bitwise_xor)
 #undef KILN_DECLARE_BINARY
+Tensor bitwise_not(const Tensor& x);
+// torch.div with a rounding mode: "trunc" (toward zero, C's /) or "floor" (floor_divide); the
+// result keeps the operands' promoted dtype (integers stay integers) and its gradient is zero.
+Tensor div(const Tensor& a, const Tensor& b, std::string_view rounding_mode);
+Tensor div(const Tensor& a, Scalar b, std::string_view rounding_mode);
 // a + alpha * b and a - alpha * b (torch.add and torch.sub with alpha), each element one fused
 // multiply-add as torch's; alpha must be an integer for integer tensors and fit the dtype (as
 // torch, a 16-bit tensor's alpha is rounded to its dtype first).
@@ -169,6 +190,17 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor mm(const Tensor& a, const Tensor& b);
 Tensor bmm(const Tensor& a, const Tensor& b);
+// Products with a sum (src/ops/linalg.cpp), torch's: outer(a, b) of 1-D tensors is [a.size, b.size];
+// addmm beta self + alpha (m1 @ m2) with m1, m2 2-D and self broadcast to the product; baddbmm
+// the same with 3-D batches (bmm). beta 0 ignores self (NaN in it too), as torch's.
+Tensor outer(const Tensor& a, const Tensor& b);
+Tensor addmm(const Tensor& self, const Tensor& m1, const Tensor& m2, Scalar beta = 1, Scalar alpha = 1);
+Tensor baddbmm(const Tensor& self, const Tensor& b1, const Tensor& b2, Scalar beta = 1, Scalar alpha = 1);
+// Einstein summation (torch.einsum): "ij,jk->ik", "bhqd,bhkd->bhqk", "...ij->...ji", "ii->i". Labels
+// are letters; "..." stands for the dims no label names (broadcast between operands); without "->"
+// the output is the labels used once, in alphabetical order, after the "..." dims. Pairs of
+// operands contract through bmm, left to right; a label repeated in one operand takes its diagonal.
+Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands);
 
 // ---- joining and splitting
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
@@ -191,6 +223,15 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 Tensor one_hot(const Tensor& x, int64_t num_classes = -1);
 Tensor tril(const Tensor& x, int64_t diagonal = 0);
 Tensor triu(const Tensor& x, int64_t diagonal = 0);
+// Selection by value (src/ops/select.cpp), as torch's, in row-major order: nonzero (and argwhere)
+// gives the int64 coordinates [n, x.dim()] of x's nonzero elements; masked_select the elements of
+// x where mask (bool, broadcast with x) is true, 1-D, with a gradient to x; count_nonzero the
+// number of nonzero elements over dims (all by default), int64. The size of nonzero's and
+// masked_select's result depends on the data: on a GPU they wait for it, as torch's do.
+Tensor nonzero(const Tensor& x);
+Tensor argwhere(const Tensor& x);
+Tensor masked_select(const Tensor& x, const Tensor& mask);
+Tensor count_nonzero(const Tensor& x, const Shape& dims = {});
 
 // ---- views as free functions
 Tensor reshape(const Tensor& x, const Shape& shape);

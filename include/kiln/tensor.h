@@ -9,6 +9,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -218,6 +219,22 @@ class Tensor {
   Tensor pow(Scalar o) const;
   Tensor maximum(const Tensor& o) const;
   Tensor minimum(const Tensor& o) const;
+  Tensor div(const Tensor& o, std::string_view rounding_mode) const;
+  Tensor div(Scalar o, std::string_view rounding_mode) const;
+  Tensor floor_divide(const Tensor& o) const;
+  Tensor floor_divide(Scalar o) const;
+  Tensor remainder(const Tensor& o) const;
+  Tensor remainder(Scalar o) const;
+  Tensor fmod(const Tensor& o) const;
+  Tensor fmod(Scalar o) const;
+  Tensor atan2(const Tensor& o) const;
+  Tensor bitwise_and(const Tensor& o) const;
+  Tensor bitwise_and(Scalar o) const;
+  Tensor bitwise_or(const Tensor& o) const;
+  Tensor bitwise_or(Scalar o) const;
+  Tensor bitwise_xor(const Tensor& o) const;
+  Tensor bitwise_xor(Scalar o) const;
+  Tensor bitwise_not() const;
   Tensor neg() const;
   Tensor abs() const;
   Tensor sign() const;
@@ -300,11 +317,18 @@ class Tensor {
   Tensor softmax(int64_t dim) const;
   Tensor log_softmax(int64_t dim) const;
   Tensor matmul(const Tensor& o) const;
+  Tensor outer(const Tensor& o) const;
+  Tensor addmm(const Tensor& m1, const Tensor& m2, Scalar beta = 1, Scalar alpha = 1) const;
+  Tensor baddbmm(const Tensor& b1, const Tensor& b2, Scalar beta = 1, Scalar alpha = 1) const;
   Tensor index_select(int64_t dim, const Tensor& index) const;
   Tensor gather(int64_t dim, const Tensor& index) const;
   Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;
   Tensor tril(int64_t diagonal = 0) const;
   Tensor triu(int64_t diagonal = 0) const;
+  Tensor nonzero() const;
+  Tensor argwhere() const;
+  Tensor masked_select(const Tensor& mask) const;
+  Tensor count_nonzero(const Shape& dims = {}) const;
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
 
@@ -319,6 +343,15 @@ class Tensor {
   Tensor& mul_(Scalar o);
   Tensor& div_(const Tensor& o);
   Tensor& div_(Scalar o);
+  Tensor& floor_divide_(const Tensor& o);
+  Tensor& floor_divide_(Scalar o);
+  Tensor& remainder_(const Tensor& o);
+  Tensor& remainder_(Scalar o);
+  Tensor& fmod_(const Tensor& o);
+  Tensor& fmod_(Scalar o);
+  Tensor& bitwise_and_(const Tensor& o);
+  Tensor& bitwise_or_(const Tensor& o);
+  Tensor& bitwise_xor_(const Tensor& o);
   Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
   Tensor& addcmul_(const Tensor& tensor1, const Tensor& tensor2, Scalar value = 1);
   Tensor& addcdiv_(const Tensor& tensor1, const Tensor& tensor2, Scalar value = 1);
@@ -360,6 +393,9 @@ class Tensor {
   Tensor& operator*=(Scalar o) { return mul_(o); }
   Tensor& operator/=(const Tensor& o) { return div_(o); }
   Tensor& operator/=(Scalar o) { return div_(o); }
+  Tensor& operator&=(const Tensor& o) { return bitwise_and_(o); }
+  Tensor& operator|=(const Tensor& o) { return bitwise_or_(o); }
+  Tensor& operator^=(const Tensor& o) { return bitwise_xor_(o); }
 
   // PyTorch-like text: values (summarised when large), shape, dtype, device.
   std::string to_string() const;
@@ -384,6 +420,15 @@ Tensor operator*(Scalar a, const Tensor& b);
 Tensor operator/(const Tensor& a, const Tensor& b);
 Tensor operator/(const Tensor& a, Scalar b);
 Tensor operator/(Scalar a, const Tensor& b);
+Tensor operator%(const Tensor& a, const Tensor& b);  // remainder, as ATen's
+Tensor operator%(const Tensor& a, Scalar b);
+Tensor operator&(const Tensor& a, const Tensor& b);  // bitwise_and (logical for bool masks)
+Tensor operator&(const Tensor& a, Scalar b);
+Tensor operator|(const Tensor& a, const Tensor& b);
+Tensor operator|(const Tensor& a, Scalar b);
+Tensor operator^(const Tensor& a, const Tensor& b);
+Tensor operator^(const Tensor& a, Scalar b);
+Tensor operator~(const Tensor& a);
 Tensor operator-(const Tensor& a);
 Tensor operator==(const Tensor& a, const Tensor& b);
 Tensor operator==(const Tensor& a, Scalar b);

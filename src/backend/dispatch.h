@@ -14,6 +14,8 @@ namespace kiln::backend {
 // Every primitive a backend can implement. One X-macro list gives the enum and the names.
 #define KILN_OP_LIST(X)                                                                     \
   X(Add) X(Sub) X(Mul) X(Div) X(Pow) X(Maximum) X(Minimum) X(AddRelu)                       \
+  X(FloorDivide) X(TruncDivide) X(Remainder) X(Fmod) X(Atan2)                              \
+  X(BitwiseAnd) X(BitwiseOr) X(BitwiseXor) X(BitwiseNot)                                   \
   X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge) X(LogicalAnd) X(LogicalOr)                            \
   X(ReluBackward) X(SigmoidBackward) X(TanhBackward) X(GeluErfBackward) X(GeluTanhBackward) \
   X(SiluBackward) X(Activation) X(ActivationBackward)                                       \

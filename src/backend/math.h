@@ -34,17 +34,69 @@ namespace kiln::math {
 struct Add { KILN_FN { if constexpr (std::is_same_v<T, bool>) return a || b; else return a + b; } };
 struct Sub { KILN_FN { return a - b; } };
 struct Mul { KILN_FN { if constexpr (std::is_same_v<T, bool>) return a && b; else return a * b; } };
+// Integer division rounding toward zero (C's / and %) with every case defined: by 0 the quotient and
+// remainder are 0 (NumPy's answer), and the lowest value by -1 wraps (it traps in hardware).
+template <class T>
+KILN_HOST_DEVICE inline T int_quotient(T a, T b) {
+  if (b == T(0)) return T(0);
+  if constexpr (std::is_signed_v<T>) {
+    if (b == T(-1)) return static_cast<T>(T(0) - static_cast<std::make_unsigned_t<T>>(a));
+  }
+  return static_cast<T>(a / b);
+}
+template <class T>
+KILN_HOST_DEVICE inline T int_remainder(T a, T b) {
+  if constexpr (std::is_signed_v<T>) {
+    if (b == T(-1)) return T(0);
+  }
+  return b == T(0) ? T(0) : static_cast<T>(a % b);
+}
+// Whether a nonzero remainder r and the divisor b have opposite signs (then floor rounding moves).
+template <class T>
+KILN_HOST_DEVICE inline bool signs_differ(T r, T b) {
+  if constexpr (std::is_unsigned_v<T>) return false;
+  else return r != T(0) && ((r < T(0)) != (b < T(0)));
+}
 struct Div {
   KILN_FN {
+    // Integers: only for rounded division asked for explicitly (true division promotes integers to
+    // float in the op layer); toward zero.
+    if constexpr (std::is_integral_v<T>) return int_quotient(a, b);
+    else return a / b;
+  }
+};
+// torch.div(rounding_mode="trunc"), torch.fmod, torch.floor_divide and torch.remainder, each as
+// torch's kernels compute it (floats: the remainder exactly by fmod, the quotient from it).
+struct TruncDivide { KILN_FN { if constexpr (std::is_integral_v<T>) return int_quotient(a, b); else return std::trunc(a / b); } };
+struct Fmod { KILN_FN { if constexpr (std::is_integral_v<T>) return int_remainder(a, b); else return std::fmod(a, b); } };
+struct Remainder {
+  KILN_FN {
+    const T r = Fmod{}(a, b);
+    return signs_differ(r, b) ? static_cast<T>(r + b) : r;
+  }
+};
+struct FloorDivide {
+  KILN_FN {
     if constexpr (std::is_integral_v<T>) {
-      // Only reached for floor-free integer division requested explicitly; true division
-      // promotes integers to float in the op layer. Division by zero is defined as 0 here.
-      return b == 0 ? T(0) : static_cast<T>(a / b);
+      const T q = int_quotient(a, b);
+      return signs_differ(int_remainder(a, b), b) ? static_cast<T>(q - T(1)) : q;
     } else {
-      return a / b;
+      if (b == T(0)) return a / b;
+      const T r = std::fmod(a, b);
+      T q = (a - r) / b;  // near an integer: (a - r) is a multiple of b, up to rounding
+      if (signs_differ(r, b)) q -= T(1);
+      if (q == T(0)) return std::copysign(T(0), a / b);
+      T f = std::floor(q);
+      if (q - f > T(0.5)) f += T(1);
+      return f;
     }
   }
 };
+struct Atan2 { KILN_FN { return std::atan2(a, b); } };
+// Integer and bool tensors only (the op layer refuses floats; their instances are never called).
+struct BitwiseAnd { KILN_FN { if constexpr (std::is_integral_v<T>) return static_cast<T>(a & b); else return a; } };
+struct BitwiseOr { KILN_FN { if constexpr (std::is_integral_v<T>) return static_cast<T>(a | b); else return a; } };
+struct BitwiseXor { KILN_FN { if constexpr (std::is_integral_v<T>) return static_cast<T>(a ^ b); else return a; } };
 struct Pow {
   KILN_FN {
     if constexpr (std::is_integral_v<T>) {
@@ -121,6 +173,13 @@ struct SiluBackward {                                                      // b 
 };
 
 struct Neg { KILN_UN { return static_cast<T>(-a); } };
+struct BitwiseNot {
+  KILN_UN {
+    if constexpr (std::is_same_v<T, bool>) return !a;
+    else if constexpr (std::is_integral_v<T>) return static_cast<T>(~a);
+    else return a;
+  }
+};
 // abs(-0.0) is +0.0, as torch's (a < 0 alone kept the minus sign: 1 / abs(-0.0) was -inf).
 struct Abs {
   KILN_UN {

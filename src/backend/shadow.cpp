@@ -73,7 +73,8 @@ bool uses_tf32(Op op) {
 bool pointwise(Op op) {
   switch (op) {
     case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Maximum: case Op::Minimum:
-    case Op::AddRelu: case Op::ReluBackward: case Op::SigmoidBackward: case Op::TanhBackward:
+    case Op::AddRelu: case Op::FloorDivide: case Op::TruncDivide: case Op::Remainder: case Op::Fmod: case Op::Atan2:
+    case Op::BitwiseAnd: case Op::BitwiseOr: case Op::BitwiseXor: case Op::BitwiseNot: case Op::ReluBackward: case Op::SigmoidBackward: case Op::TanhBackward:
     case Op::GeluErfBackward: case Op::GeluTanhBackward: case Op::SiluBackward: case Op::Neg: case Op::Abs:
     case Op::Sign: case Op::Exp: case Op::Log: case Op::Log1p: case Op::Expm1: case Op::Sqrt: case Op::Rsqrt:
     case Op::Square: case Op::Reciprocal: case Op::Tanh: case Op::Sigmoid: case Op::Relu: case Op::GeluErf:

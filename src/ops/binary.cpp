@@ -13,7 +13,7 @@ using ops::Op;
 bool is_differentiable(Op op) {
   switch (op) {
     case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Maximum: case Op::Minimum:
-    case Op::AddRelu:
+    case Op::AddRelu: case Op::FloorDivide: case Op::TruncDivide: case Op::Remainder: case Op::Fmod: case Op::Atan2:
       return true;
     default:
       return false;
@@ -39,6 +39,10 @@ const char* backward_name(Op op) {
     case Op::Pow: return "PowBackward";
     case Op::Maximum: return "MaximumBackward";
     case Op::AddRelu: return "AddReluBackward";
+    case Op::FloorDivide: case Op::TruncDivide: return "DivBackward";
+    case Op::Remainder: return "RemainderBackward";
+    case Op::Fmod: return "FmodBackward";
+    case Op::Atan2: return "Atan2Backward";
     default: return "MinimumBackward";
   }
 }
@@ -95,6 +99,30 @@ autograd::BackwardFn make_backward(Op op, const Tensor& a, const Tensor& b, cons
         }
         return {ga, gb};
       };
+    case Op::FloorDivide:
+    case Op::TruncDivide:  // torch's div with a rounding mode: grad * 0 (NaN where the gradient is)
+      return [ma, mb](const Tensor& g) -> TensorList {
+        const Tensor z = g * 0;
+        return {ma.needs ? ma(z) : Tensor(), mb.needs ? mb(z) : Tensor()};
+      };
+    case Op::Remainder:
+    case Op::Fmod:  // a - b * q with q the rounded quotient: d/da 1, d/db -q (torch's)
+      return [ma, mb, op, sa = SavedTensor(mb.needs ? a : Tensor()), sb = SavedTensor(mb.needs ? b : Tensor())](
+                 const Tensor& g) -> TensorList {
+        Tensor gb;
+        if (mb.needs) {
+          const char* name = op == Op::Fmod ? "FmodBackward" : "RemainderBackward";
+          gb = mb(neg(g) * div(sa.get(name), sb.get(name), op == Op::Fmod ? "trunc" : "floor"));
+        }
+        return {ma(g), gb};
+      };
+    case Op::Atan2:  // torch's: recip = 1 / (a^2 + b^2) (0 where that is 0), g b recip and g (-a) recip
+      return [ma, mb, sa = SavedTensor(a), sb = SavedTensor(b)](const Tensor& g) -> TensorList {
+        const Tensor av = sa.get("Atan2Backward"), bv = sb.get("Atan2Backward");
+        const Tensor denom = av * av + bv * bv;
+        const Tensor recip = where(denom == 0, zeros_like(denom), reciprocal(denom));
+        return {ma.needs ? ma(g * bv * recip) : Tensor(), mb.needs ? mb(g * neg(av) * recip) : Tensor()};
+      };
     default: {  // Maximum, Minimum: the larger (smaller) input gets the gradient; ties split it;
       // where one is NaN (the result), both get it, as PyTorch's (neither loses a comparison).
       const bool is_max = op == Op::Maximum;
@@ -110,7 +138,11 @@ autograd::BackwardFn make_backward(Op op, const Tensor& a, const Tensor& b, cons
 
 ScalarType compute_type(Op op, const Tensor& a, const Tensor& b, const char* name) {
   ScalarType ct = ops::result_type_of({&a, &b});
-  if (op == Op::Div) ct = ops::float_type(ct);  // true division
+  if (op == Op::Div || op == Op::Atan2) ct = ops::float_type(ct);  // true division
+  const bool rounded = op == Op::FloorDivide || op == Op::TruncDivide || op == Op::Remainder || op == Op::Fmod;
+  KILN_CHECK(!(rounded && ct == kBool), name, "is not defined for bool tensors");
+  const bool bitwise = op == Op::BitwiseAnd || op == Op::BitwiseOr || op == Op::BitwiseXor;
+  KILN_CHECK(!(bitwise && is_floating_point(ct)), name, "expects integer or bool tensors, got ", ct);
   KILN_CHECK(!(op == Op::Sub && ct == kBool), name, "subtracting two bool tensors is not supported; "
              "use logical_xor or logical_not");
   return ct;
@@ -239,6 +271,13 @@ Tensor div(Scalar a, const Tensor& b_in) {
 KILN_DEFINE_BINARY(maximum, Maximum)
 KILN_DEFINE_BINARY(minimum, Minimum)
 KILN_DEFINE_BINARY(add_relu, AddRelu)
+KILN_DEFINE_BINARY(floor_divide, FloorDivide)
+KILN_DEFINE_BINARY(remainder, Remainder)
+KILN_DEFINE_BINARY(fmod, Fmod)
+KILN_DEFINE_BINARY(atan2, Atan2)
+KILN_DEFINE_BINARY(bitwise_and, BitwiseAnd)
+KILN_DEFINE_BINARY(bitwise_or, BitwiseOr)
+KILN_DEFINE_BINARY(bitwise_xor, BitwiseXor)
 KILN_DEFINE_BINARY(eq, Eq)
 KILN_DEFINE_BINARY(ne, Ne)
 KILN_DEFINE_BINARY(lt, Lt)
@@ -249,6 +288,21 @@ KILN_DEFINE_BINARY(logical_and, LogicalAnd)
 KILN_DEFINE_BINARY(logical_or, LogicalOr)
 #undef KILN_DEFINE_BINARY
 #undef KILN_DEFINE_BINARY_TENSOR_FIRST
+
+namespace {
+Op rounding_op(std::string_view mode) {
+  if (mode == "trunc") return Op::TruncDivide;
+  if (mode == "floor") return Op::FloorDivide;
+  KILN_FAIL("div", "rounding_mode must be \"trunc\" or \"floor\", got \"", mode, "\"");
+}
+}  // namespace
+Tensor div(const Tensor& a, const Tensor& b, std::string_view rounding_mode) {
+  return binary(rounding_op(rounding_mode), "div", a, b);
+}
+Tensor div(const Tensor& a, Scalar b, std::string_view rounding_mode) {
+  ops::check_defined(a, "div");
+  return binary(rounding_op(rounding_mode), "div", a, ops::wrap_for(a, b));
+}
 
 // pow is on torch.autocast's float32 list: 16-bit operands run in float32 under autocast.
 Tensor pow(const Tensor& a, const Tensor& b) {
@@ -279,6 +333,17 @@ Tensor& Tensor::mul_(const Tensor& o) { return binary_(Op::Mul, "mul_", *this, o
 Tensor& Tensor::mul_(Scalar o) { return binary_(Op::Mul, "mul_", *this, ops::wrap_for(*this, o)); }
 Tensor& Tensor::div_(const Tensor& o) { return binary_(Op::Div, "div_", *this, o); }
 Tensor& Tensor::div_(Scalar o) { return binary_(Op::Div, "div_", *this, ops::wrap_for(*this, o)); }
+Tensor& Tensor::floor_divide_(const Tensor& o) { return binary_(Op::FloorDivide, "floor_divide_", *this, o); }
+Tensor& Tensor::floor_divide_(Scalar o) {
+  return binary_(Op::FloorDivide, "floor_divide_", *this, ops::wrap_for(*this, o));
+}
+Tensor& Tensor::remainder_(const Tensor& o) { return binary_(Op::Remainder, "remainder_", *this, o); }
+Tensor& Tensor::remainder_(Scalar o) { return binary_(Op::Remainder, "remainder_", *this, ops::wrap_for(*this, o)); }
+Tensor& Tensor::fmod_(const Tensor& o) { return binary_(Op::Fmod, "fmod_", *this, o); }
+Tensor& Tensor::fmod_(Scalar o) { return binary_(Op::Fmod, "fmod_", *this, ops::wrap_for(*this, o)); }
+Tensor& Tensor::bitwise_and_(const Tensor& o) { return binary_(Op::BitwiseAnd, "bitwise_and_", *this, o); }
+Tensor& Tensor::bitwise_or_(const Tensor& o) { return binary_(Op::BitwiseOr, "bitwise_or_", *this, o); }
+Tensor& Tensor::bitwise_xor_(const Tensor& o) { return binary_(Op::BitwiseXor, "bitwise_xor_", *this, o); }
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator+(const Tensor& a, Scalar b) { return add(a, b); }
@@ -292,6 +357,14 @@ Tensor operator*(Scalar a, const Tensor& b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
 Tensor operator/(Scalar a, const Tensor& b) { return div(a, b); }
+Tensor operator%(const Tensor& a, const Tensor& b) { return remainder(a, b); }
+Tensor operator%(const Tensor& a, Scalar b) { return remainder(a, b); }
+Tensor operator&(const Tensor& a, const Tensor& b) { return bitwise_and(a, b); }
+Tensor operator&(const Tensor& a, Scalar b) { return bitwise_and(a, b); }
+Tensor operator|(const Tensor& a, const Tensor& b) { return bitwise_or(a, b); }
+Tensor operator|(const Tensor& a, Scalar b) { return bitwise_or(a, b); }
+Tensor operator^(const Tensor& a, const Tensor& b) { return bitwise_xor(a, b); }
+Tensor operator^(const Tensor& a, Scalar b) { return bitwise_xor(a, b); }
 Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
 Tensor operator==(const Tensor& a, Scalar b) { return eq(a, b); }
 Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }

@@ -55,6 +55,29 @@ KILN_METHOD_UNARY(min)
 
 Tensor Tensor::maximum(const Tensor& o) const { return kiln::maximum(*this, o); }
 Tensor Tensor::minimum(const Tensor& o) const { return kiln::minimum(*this, o); }
+Tensor Tensor::div(const Tensor& o, std::string_view mode) const { return kiln::div(*this, o, mode); }
+Tensor Tensor::div(Scalar o, std::string_view mode) const { return kiln::div(*this, o, mode); }
+Tensor Tensor::floor_divide(const Tensor& o) const { return kiln::floor_divide(*this, o); }
+Tensor Tensor::floor_divide(Scalar o) const { return kiln::floor_divide(*this, o); }
+Tensor Tensor::remainder(const Tensor& o) const { return kiln::remainder(*this, o); }
+Tensor Tensor::remainder(Scalar o) const { return kiln::remainder(*this, o); }
+Tensor Tensor::fmod(const Tensor& o) const { return kiln::fmod(*this, o); }
+Tensor Tensor::fmod(Scalar o) const { return kiln::fmod(*this, o); }
+Tensor Tensor::atan2(const Tensor& o) const { return kiln::atan2(*this, o); }
+Tensor Tensor::bitwise_and(const Tensor& o) const { return kiln::bitwise_and(*this, o); }
+Tensor Tensor::bitwise_and(Scalar o) const { return kiln::bitwise_and(*this, o); }
+Tensor Tensor::bitwise_or(const Tensor& o) const { return kiln::bitwise_or(*this, o); }
+Tensor Tensor::bitwise_or(Scalar o) const { return kiln::bitwise_or(*this, o); }
+Tensor Tensor::bitwise_xor(const Tensor& o) const { return kiln::bitwise_xor(*this, o); }
+Tensor Tensor::bitwise_xor(Scalar o) const { return kiln::bitwise_xor(*this, o); }
+Tensor Tensor::bitwise_not() const { return kiln::bitwise_not(*this); }
+Tensor Tensor::outer(const Tensor& o) const { return kiln::outer(*this, o); }
+Tensor Tensor::addmm(const Tensor& m1, const Tensor& m2, Scalar beta, Scalar alpha) const {
+  return kiln::addmm(*this, m1, m2, beta, alpha);
+}
+Tensor Tensor::baddbmm(const Tensor& b1, const Tensor& b2, Scalar beta, Scalar alpha) const {
+  return kiln::baddbmm(*this, b1, b2, beta, alpha);
+}
 Tensor Tensor::logical_and(const Tensor& o) const { return kiln::logical_and(*this, o); }
 Tensor Tensor::logical_or(const Tensor& o) const { return kiln::logical_or(*this, o); }
 Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const { return kiln::clamp(*this, lo, hi); }
@@ -108,6 +131,10 @@ Tensor Tensor::gather(int64_t dim, const Tensor& i) const { return kiln::gather(
 Tensor Tensor::scatter_add(int64_t dim, const Tensor& i, const Tensor& s) const { return kiln::scatter_add(*this, dim, i, s); }
 Tensor Tensor::tril(int64_t k) const { return kiln::tril(*this, k); }
 Tensor Tensor::triu(int64_t k) const { return kiln::triu(*this, k); }
+Tensor Tensor::nonzero() const { return kiln::nonzero(*this); }
+Tensor Tensor::argwhere() const { return kiln::argwhere(*this); }
+Tensor Tensor::masked_select(const Tensor& mask) const { return kiln::masked_select(*this, mask); }
+Tensor Tensor::count_nonzero(const Shape& dims) const { return kiln::count_nonzero(*this, dims); }
 std::vector<Tensor> Tensor::split(int64_t size, int64_t dim) const { return kiln::split(*this, size, dim); }
 std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t dim) const { return kiln::chunk(*this, chunks, dim); }
 

@@ -24,15 +24,18 @@ struct UnaryDef {
   bool saves_x, saves_out;
 };
 
-void check_not_bool(const UnaryDef& d, const Tensor& x, const char* name) {
+// The dtypes an op is defined for: no bool for arithmetic, no floats for bitwise_not.
+void check_dtype(const UnaryDef& d, const Tensor& x, const char* name) {
   const bool numeric = d.op == Op::Neg || d.op == Op::Abs || d.op == Op::Sign || d.op == Op::Floor ||
                        d.op == Op::Ceil || d.op == Op::Round || d.op == Op::Trunc;
   KILN_CHECK(!(x.dtype() == kBool && numeric), name, "is not defined for bool tensors");
+  KILN_CHECK(!(d.op == Op::BitwiseNot && x.is_floating_point()), name, "expects integer or bool tensors, got ",
+             x.dtype());
 }
 
 Tensor unary(const UnaryDef& d, const Tensor& x) {
   ops::check_defined(x, d.name);
-  check_not_bool(d, x, d.name);
+  check_dtype(d, x, d.name);
   ScalarType t = d.domain == Domain::Float ? ops::float_type(x.dtype()) : x.dtype();
   Tensor in = ops::cast(x, t);
   Tensor out = make_empty_like(x, x.shape(), d.domain == Domain::Bool ? kBool : t, x.device());
@@ -50,7 +53,7 @@ Tensor unary(const UnaryDef& d, const Tensor& x) {
 // `name` is the in-place op's own name ("exp_"), for messages.
 Tensor& unary_(const UnaryDef& d, Tensor& self, const char* name) {
   ops::check_defined(self, name);
-  check_not_bool(d, self, name);
+  check_dtype(d, self, name);
   KILN_CHECK(d.domain != Domain::Float || self.is_floating_point(), name,
              "the result is floating point and cannot be written into a ", self.dtype(), " tensor");
   const bool rec = d.grad && autograd::needs_grad({&self});
@@ -100,6 +103,7 @@ const UnaryDef kRound{Op::Round, "round", "RoundBackward", Domain::Same, zero_gr
 const UnaryDef kTrunc{Op::Trunc, "trunc", "TruncBackward", Domain::Same, zero_grad, false, false};
 const UnaryDef kIsNan{Op::IsNan, "isnan", "IsNanBackward", Domain::Bool, nullptr, false, false};
 const UnaryDef kIsInf{Op::IsInf, "isinf", "IsInfBackward", Domain::Bool, nullptr, false, false};
+const UnaryDef kBitwiseNot{Op::BitwiseNot, "bitwise_not", "BitwiseNotBackward", Domain::Same, nullptr, false, false};
 const UnaryDef kIsFinite{Op::IsFinite, "isfinite", "IsFiniteBackward", Domain::Bool, nullptr, false, false};
 
 // `result` is the type the kernel clamps in: integer bounds for an integer result must fit it
@@ -171,6 +175,8 @@ Tensor isinf(const Tensor& x) { return unary(kIsInf, x); }
 Tensor isfinite(const Tensor& x) { return unary(kIsFinite, x); }
 Tensor operator-(const Tensor& a) { return neg(a); }
 Tensor operator!(const Tensor& a) { return logical_not(a); }
+Tensor bitwise_not(const Tensor& x) { return unary(kBitwiseNot, x); }
+Tensor operator~(const Tensor& a) { return bitwise_not(a); }
 
 Tensor gelu(const Tensor& x, const std::string& approximate) {
   KILN_CHECK(approximate == "none" || approximate == "tanh", "gelu", "approximate must be \"none\" or \"tanh\", got \"",

@@ -1,7 +1,14 @@
 // The CUDA kernel of cumsum (the contract in dispatch.h, the CPU's in backend/cpu/cumsum.cpp): a
 // thread per column adds it up in order, in the CPU's accumulator type, so each output has the
 // CPU's bits. Along a dim that is not innermost, neighbouring threads read neighbouring elements.
-// Along the innermost dim each thread walks its own row: a few long rows are a serial walk each.
+// Along the innermost dim each thread walks its own row: a few long float rows are a serial walk
+// each. Integers add up the same in any order (modulo 2^64, then cast as the CPU casts its int64
+// sum), so long integer rows (nonzero's and masked_select's positions) take a block each, scanned
+// in tiles by cub's block scan.
+#include <cub/block/block_load.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/block/block_store.cuh>
+
 #include "backend/cuda/device/common.cuh"
 
 namespace kiln::backend::cuda {
@@ -22,11 +29,58 @@ __global__ void cumsum_columns(const T* __restrict__ x, T* __restrict__ out, int
   }
 }
 
+constexpr int kScanThreads = 256, kScanItems = 8, kTile = kScanThreads * kScanItems;
+
+// Integer rows (inner == 1, forward: the backward pass's reversed sums are of floats), a block per
+// row, tile by tile: each element's sum is the sum of the tiles before its tile plus its tile's
+// inclusive prefix sum there.
+template <class T>
+__global__ void __launch_bounds__(kScanThreads)
+    cumsum_integer_rows(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t n) {
+  using U = uint64_t;  // the CPU's int64 sum, wrapping as it does
+  using Load = cub::BlockLoad<T, kScanThreads, kScanItems, cub::BLOCK_LOAD_WARP_TRANSPOSE>;
+  using Store = cub::BlockStore<T, kScanThreads, kScanItems, cub::BLOCK_STORE_WARP_TRANSPOSE>;
+  using Scan = cub::BlockScan<U, kScanThreads>;
+  __shared__ union {
+    typename Load::TempStorage load;
+    typename Store::TempStorage store;
+    typename Scan::TempStorage scan;
+  } temp;
+  const int64_t tiles = (n + kTile - 1) / kTile;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    U carry = 0;
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t start = t * kTile;
+      const int valid = static_cast<int>(n - start < kTile ? n - start : kTile);
+      T loaded[kScanItems];
+      Load(temp.load).Load(x + r * n + start, loaded, valid, T{0});
+      __syncthreads();
+      U items[kScanItems], total;
+      for (int k = 0; k < kScanItems; ++k) items[k] = static_cast<U>(static_cast<int64_t>(loaded[k]));
+      Scan(temp.scan).InclusiveSum(items, items, total);
+      __syncthreads();
+      T sums[kScanItems];
+      for (int k = 0; k < kScanItems; ++k) sums[k] = static_cast<T>(static_cast<int64_t>(carry + items[k]));
+      Store(temp.store).Store(out + r * n + start, sums, valid);
+      __syncthreads();
+      carry += total;
+    }
+  }
+}
+
 void cumsum(KernelArgs& a) {
   const Tensor& x = a.inputs[0];
   const bool reverse = static_cast<const CumsumAttrs*>(a.attrs)->reverse;
   const int64_t outer = x.size(0), n = x.size(1), inner = x.size(2);
   visit_dtype(x.dtype(), "cumsum", [&]<class T>() {
+    if constexpr (std::is_integral_v<T>) {
+      if (!reverse && inner == 1 && n >= kTile) {
+        cumsum_integer_rows<<<static_cast<unsigned>(std::min<int64_t>(outer, 65535)), kScanThreads, 0, stream_of(a)>>>(
+            static_cast<const T*>(x.data_ptr()), static_cast<T*>(a.outputs[0].data_ptr()), outer, n);
+        KILN_CUDA_LAUNCHED("cumsum");
+        return;
+      }
+    }
     cumsum_columns<<<blocks_for(outer * inner), kThreads, 0, stream_of(a)>>>(
         static_cast<const T*>(x.data_ptr()), static_cast<T*>(a.outputs[0].data_ptr()), outer, n, inner, reverse);
     KILN_CUDA_LAUNCHED("cumsum");

@@ -25,6 +25,7 @@ void activation_backward(KernelArgs& a) {
 
 constexpr DeviceType kCuda = DeviceType::CUDA;
 KILN_REGISTER_KERNEL(Op::Neg, kCuda, unary_op<math::Neg>);
+KILN_REGISTER_KERNEL(Op::BitwiseNot, kCuda, unary_op<math::BitwiseNot>);
 KILN_REGISTER_KERNEL(Op::Abs, kCuda, unary_op<math::Abs>);
 KILN_REGISTER_KERNEL(Op::Sign, kCuda, unary_op<math::Sign>);
 KILN_REGISTER_KERNEL(Op::Square, kCuda, unary_op<math::Square>);
