@@ -268,4 +268,34 @@ void BM_SortAndScan(benchmark::State& state) {
 }
 BENCHMARK(BM_SortAndScan)->DenseRange(0, 6)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// Selection, contraction and rounded division: nonzero of a [64, 128] mask (BERT's masked-LM
+// positions at batch 64; range(0) = 0) and of a [4096, 1024] one (1), masked_select with the
+// latter (2), BERT-base's attention scores [64, 12, 128, 64] by einsum "bhqd,bhkd->bhqk" (3) and by
+// matmul with a transpose (4), remainder of 2^22 floats by 3.7 (5), floor_divide of 2^22 int64 by
+// 7 (6). The masks are 15% true.
+void BM_SelectAndContract(benchmark::State& state) {
+  kiln::manual_seed(0);
+  const int64_t which = state.range(0);
+  const kiln::Tensor small = kiln::rand({64, 128}) < 0.15, big = kiln::rand({4096, 1024}) < 0.15;
+  const kiln::Tensor values = kiln::randn({4096, 1024});
+  const kiln::Tensor q = which == 3 || which == 4 ? kiln::randn({64, 12, 128, 64}) : kiln::Tensor();
+  const kiln::Tensor k = which == 3 || which == 4 ? kiln::randn({64, 12, 128, 64}) : kiln::Tensor();
+  const kiln::Tensor floats = kiln::randn({int64_t{1} << 22}) * 100;
+  const kiln::Tensor ints = kiln::randint(-100000, 100000, {int64_t{1} << 22});
+  for (auto _ : state) {
+    kiln::Tensor out;
+    switch (which) {
+      case 0: out = kiln::nonzero(small); break;
+      case 1: out = kiln::nonzero(big); break;
+      case 2: out = kiln::masked_select(values, big); break;
+      case 3: out = kiln::einsum("bhqd,bhkd->bhqk", {q, k}); break;
+      case 4: out = kiln::matmul(q, k.transpose(-1, -2)); break;
+      case 5: out = floats % 3.7; break;
+      default: out = kiln::floor_divide(ints, 7); break;
+    }
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+}
+BENCHMARK(BM_SelectAndContract)->DenseRange(0, 6)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 BENCHMARK_MAIN();

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""PyTorch's side of BM_SortAndScan (bench/bench_elementwise.cpp), the same cases in the same order.
+"""PyTorch's side of BM_SortAndScan and BM_SelectAndContract (bench/bench_elementwise.cpp), the
+same cases in the same order.
 
 Prints the median time of each case in milliseconds, on the CPU with torch's default threads
 (run it with the same OMP_NUM_THREADS as the benchmark). Needs torch (not CI).
 
-Run: python3 bench/pytorch_sort_scan.py
+Run: python3 bench/pytorch_sort_scan.py            (BM_SortAndScan)
+     python3 bench/pytorch_sort_scan.py select     (BM_SelectAndContract)
 """
 import statistics
+import sys
 import time
 
 import torch
@@ -27,9 +30,28 @@ def cases():
     ]
 
 
+def select_cases():
+    g = torch.Generator().manual_seed(0)
+    small = torch.rand(64, 128, generator=g) < 0.15
+    big = torch.rand(4096, 1024, generator=g) < 0.15
+    values = torch.randn(4096, 1024, generator=g)
+    q, k = torch.randn(64, 12, 128, 64, generator=g), torch.randn(64, 12, 128, 64, generator=g)
+    floats = torch.randn(1 << 22, generator=g) * 100
+    ints = torch.randint(-100000, 100000, (1 << 22,), generator=g)
+    return [
+        ("nonzero of [64, 128]", lambda: torch.nonzero(small)),
+        ("nonzero of [4096, 1024]", lambda: torch.nonzero(big)),
+        ("masked_select [4096, 1024]", lambda: torch.masked_select(values, big)),
+        ("einsum bhqd,bhkd->bhqk", lambda: torch.einsum("bhqd,bhkd->bhqk", q, k)),
+        ("matmul q k^T", lambda: torch.matmul(q, k.transpose(-1, -2))),
+        ("remainder of 2^22 floats", lambda: floats % 3.7),
+        ("floor_divide of 2^22 int64", lambda: torch.floor_divide(ints, 7)),
+    ]
+
+
 def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    for i, (name, fn) in enumerate(cases()):
+    for i, (name, fn) in enumerate(select_cases() if sys.argv[1:] == ["select"] else cases()):
         fn()
         times = []
         deadline = time.perf_counter() + 2.0

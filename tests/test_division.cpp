@@ -52,9 +52,9 @@ TEST_P(DivisionTorch, ValuesAndGradientsAsTorchOnEveryDevice) {
       if (c.name == "atan2") expect_within_ulps(y.detach().cpu(), want, dt == kFloat64 || dt == kFloat32 ? 2 : 1, where);
       else expect_same_bits(y.detach().cpu(), want, where);
       y.backward(g);
-      if (!c.differentiable) {  // torch's div with a rounding mode: grad * 0
-        expect_same_bits(ag.grad().cpu(), (g * 0).cpu(), where + " gradient of a");
-        expect_same_bits(bg.grad().cpu(), (g * 0).cpu(), where + " gradient of b");
+      if (!c.differentiable) {  // piecewise constant: zero, as torch's div with a rounding mode
+        expect_same_bits(ag.grad().cpu(), zeros_like(g).cpu(), where + " gradient of a");
+        expect_same_bits(bg.grad().cpu(), zeros_like(g).cpu(), where + " gradient of b");
         continue;
       }
       const Tensor want_a = fixture_tensor(kFixture, name + "." + c.name + ".grad_a"),
@@ -133,6 +133,16 @@ TEST(Division, NumbersMethodsAndInPlaceForms) {
   c.sum().backward();
   EXPECT_EQ(values(a.grad()), (std::vector<double>{1, 1}));
   EXPECT_EQ(values(b.grad()), (std::vector<double>{-1, 2}));
+  // The rounded quotients' gradient is zero even where the incoming one is inf or NaN (a / 0).
+  Tensor n = tensor({1.0, 2.0}).requires_grad_(), dz = tensor({3.0, 0.0}).requires_grad_();
+  div(n, dz, "floor").backward(tensor({INFINITY, NAN}));
+  EXPECT_EQ(values(n.grad()), (std::vector<double>{0, 0}));
+  EXPECT_EQ(values(dz.grad()), (std::vector<double>{0, 0}));
+  // A number first, with the operators; %= in place.
+  EXPECT_EQ((7 % tensor({4, -4})).to_vector<int64_t>(), (std::vector<int64_t>{3, -1}));
+  Tensor r = tensor({7.5, -7.5});
+  r %= 2;
+  EXPECT_EQ(values(r), (std::vector<double>{1.5, 0.5}));
   // Strided and broadcast operands.
   const Tensor m = randn({4, 6}) * 5;
   expect_same_bits(remainder(m.t(), 1.5), remainder(m.t().contiguous(), 1.5), "remainder of a transpose");
@@ -161,6 +171,13 @@ TEST(Bitwise, IntegersAndMasksOnEveryDevice) {
     EXPECT_EQ((a ^ b).cpu().to_vector<int64_t>(), (std::vector<int64_t>{6, -8, -1, 6})) << d.str();
     EXPECT_EQ((~a).cpu().to_vector<int64_t>(), (std::vector<int64_t>{-13, 0, -1, -6})) << d.str();
     EXPECT_EQ((a & 4).cpu().to_vector<int64_t>(), (std::vector<int64_t>{4, 4, 0, 4})) << d.str();
+    EXPECT_EQ((6 | a).cpu().to_vector<int64_t>(), (std::vector<int64_t>{14, -1, 6, 7})) << d.str();
+    EXPECT_EQ((1 ^ a).cpu().to_vector<int64_t>(), (std::vector<int64_t>{13, -2, 1, 4})) << d.str();
+    Tensor c = a.clone();
+    c &= 6;
+    c |= 1;
+    c ^= 2;
+    EXPECT_EQ(c.cpu().to_vector<int64_t>(), (std::vector<int64_t>{7, 5, 3, 7})) << d.str();
     const Tensor u = tensor({0xF0, 0x0F}, on.dtype(kUInt8));
     EXPECT_EQ((~u).cpu().to_vector<int64_t>(), (std::vector<int64_t>{0x0F, 0xF0})) << d.str();
     const Tensor m = tensor({true, true, false, false}, on), n = tensor({true, false, true, false}, on);

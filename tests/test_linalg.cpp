@@ -65,6 +65,7 @@ TEST(Einsum, BadInputIsAnErrorNamingTheOp) {
   expect_error([&] { einsum("ij,jk", {a, b.to(kFloat64)}); }, "operands have float32 and float64");
   expect_error([&] { einsum("i..j..", {a}); }, "one \"...\" per operand");
   expect_error([] { einsum("i", {}); }, "[einsum] needs at least one operand");
+  expect_error([] { einsum("i,i->i", {tensor({true}), tensor({false})}); }, "[einsum] is not defined for bool tensors");
 }
 
 TEST(Linalg, OuterAddmmBaddbmm) {
@@ -91,6 +92,19 @@ TEST(Linalg, OuterAddmmBaddbmm) {
   expect_error([&] { addmm(bias, v, m2); }, "[addmm] expects 2-D matrices, got 1-D and 2-D");
   expect_error([&] { baddbmm(bias, m1, m2); }, "[baddbmm] expects 3-D batches");
   expect_error([&] { outer(m1, w); }, "[outer] expects two 1-D tensors, got 2-D and 1-D");
+  expect_error([&] { addmm(bias.to(kFloat64), m1, m2); },
+               "[addmm] self and the matrices must have one dtype, got float64, float32 and float32");
+  // beta 0: self gets a zero gradient (it is in the graph, its values are not).
+  Tensor s = full({4}, std::numeric_limits<double>::infinity()).requires_grad_();
+  Tensor a1 = m1.clone().requires_grad_();
+  addmm(s, a1, m2, 0).sum().backward();
+  EXPECT_EQ(values(s.grad()), (std::vector<double>(4, 0.0)));
+  EXPECT_TRUE(a1.grad().defined());
+  // Under autocast all three go to the autocast dtype, as torch's.
+  {
+    AutocastGuard autocast(kBFloat16);
+    EXPECT_EQ(addmm(bias, m1, m2).dtype(), kBFloat16);
+  }
 }
 
 // On the stand-in GPU einsum's steps (permute, reshape, bmm, sum, index_select) all have CUDA

@@ -96,11 +96,45 @@ TEST(Select, MaskedSelectAsTorchWithItsGradient) {
   }
 }
 
+TEST(Select, UniqueAsTorchOnEveryDevice) {
+  const Tensor x = tensor({{3.0, 1.0, 3.0}, {std::nan(""), -0.0, 0.0}, {1.0, std::nan(""), 2.0}});
+  for (Device d : devices()) {
+    // torch: values [-0 (or 0), 1, 2, 3, nan, nan], counts [2, 2, 1, 2, 1, 1], NaNs distinct.
+    const auto [v, inverse, counts] = unique(x.to(d), true, true, true);
+    const std::vector<double> vv = values(v);
+    ASSERT_EQ(vv.size(), 6u) << d.str();
+    EXPECT_EQ(std::vector<double>(vv.begin(), vv.begin() + 4), (std::vector<double>{0, 1, 2, 3})) << d.str();
+    EXPECT_TRUE(std::isnan(vv[4]) && std::isnan(vv[5])) << d.str();
+    EXPECT_EQ(counts.cpu().to_vector<int64_t>(), (std::vector<int64_t>{2, 2, 1, 2, 1, 1})) << d.str();
+    EXPECT_EQ(inverse.shape(), x.shape());
+    EXPECT_EQ(inverse.cpu().to_vector<int64_t>(), (std::vector<int64_t>{3, 1, 3, 4, 0, 0, 1, 5, 2})) << d.str();
+    // Only what is asked for.
+    const auto [only, no_inverse, no_counts] = unique(tensor({2, 2, 7, -1}, TensorOptions().device(d)));
+    EXPECT_EQ(only.cpu().to_vector<int64_t>(), (std::vector<int64_t>{-1, 2, 7})) << d.str();
+    EXPECT_FALSE(no_inverse.defined());
+    EXPECT_FALSE(no_counts.defined());
+    // unique_consecutive keeps the order and counts runs.
+    const auto [c, ci, cc] = unique_consecutive(tensor({1, 1, 2, 2, 3, 1, 1, 2}, TensorOptions().device(d)), true, true);
+    EXPECT_EQ(c.cpu().to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3, 1, 2})) << d.str();
+    EXPECT_EQ(ci.cpu().to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 1, 1, 2, 3, 3, 4})) << d.str();
+    EXPECT_EQ(cc.cpu().to_vector<int64_t>(), (std::vector<int64_t>{2, 2, 1, 2, 1})) << d.str();
+    // Bool and empty tensors.
+    EXPECT_EQ(values(std::get<0>(unique(tensor({true, false, true}, TensorOptions().device(d))))),
+              (std::vector<double>{0, 1}));
+    const auto [e, ei, ec] = unique(zeros({2, 0}, TensorOptions().device(d)), true, true, true);
+    EXPECT_EQ(e.shape(), Shape{0});
+    EXPECT_EQ(ei.shape(), (Shape{2, 0}));
+    EXPECT_EQ(ec.shape(), Shape{0});
+  }
+  expect_error([] { unique(Tensor()); }, "[unique]");
+}
+
 TEST(Select, BadInputIsAnErrorNamingTheOp) {
   expect_error([] { nonzero(Tensor()); }, "[nonzero]");
   expect_error([] { masked_select(zeros({3}), tensor({1, 0, 1})); }, "[masked_select] expects a bool mask, got int64");
   expect_error([] { masked_select(zeros({3}), zeros({2}, kBool)); }, "[masked_select]");
-  expect_error([] { count_nonzero(zeros({3}), {1}); }, "dim");
+  expect_error([] { count_nonzero(zeros({3}), {1}); }, "[count_nonzero] dim 1");
+  expect_error([] { count_nonzero(zeros({3, 2}), {0, -2}); }, "[count_nonzero] dim 0 appears more than once");
 }
 
 // On the stand-in GPU each runs on CUDA kernels (no fallback), masked_select's gradient too.
@@ -111,6 +145,8 @@ TEST(Select, HaveCudaKernels) {
   const auto before = fallback_counts();
   Tensor x = randn({4, 6}).to(Device::cuda(0)).requires_grad_();
   masked_select(x, x.detach() > 0).sum().backward();
+  const auto [u, ui, uc] = unique(x.detach(), true, true, true);
+  EXPECT_EQ(ui.device(), Device::cuda(0));
   EXPECT_EQ(nonzero(x.detach() > 0).device(), Device::cuda(0));
   EXPECT_EQ(count_nonzero(x.detach()).device(), Device::cuda(0));
   EXPECT_EQ(x.grad().device(), Device::cuda(0));

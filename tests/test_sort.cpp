@@ -211,6 +211,31 @@ TEST(Rearrange, FlipRollRepeatAsTorch) {
   }
 }
 
+// torch.repeat_interleave: a number or a count per element, along a dim or flattened, with the
+// gradient summed back; repeat_interleave(counts) of positions, counts of 0 among them.
+TEST(Rearrange, RepeatInterleaveAsTorch) {
+  const Tensor x = tensor({{1.0, 2.0}, {3.0, 4.0}});
+  for (Device d : devices()) {
+    const Tensor xd = x.to(d);
+    EXPECT_EQ(values(repeat_interleave(xd, 2)), (std::vector<double>{1, 1, 2, 2, 3, 3, 4, 4})) << d.str();
+    EXPECT_EQ(values(xd.repeat_interleave(2, 0)), (std::vector<double>{1, 2, 1, 2, 3, 4, 3, 4})) << d.str();
+    EXPECT_EQ(xd.repeat_interleave(2, 0).shape(), (Shape{4, 2}));
+    EXPECT_EQ(values(repeat_interleave(xd, tensor({1, 0}), -1)), (std::vector<double>{1, 3})) << d.str();
+    EXPECT_EQ(values(repeat_interleave(xd, tensor({3}), 1)),
+              (std::vector<double>{1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4})) << d.str();
+    EXPECT_EQ(repeat_interleave(tensor({0, 2, 0, 3, 0}, TensorOptions().device(d))).cpu().to_vector<int64_t>(),
+              (std::vector<int64_t>{1, 1, 3, 3, 3})) << d.str();
+    EXPECT_EQ(repeat_interleave(xd, 0).shape(), Shape{0});
+    Tensor g = xd.detach().requires_grad_();
+    repeat_interleave(g, tensor({2, 3}), 0).sum().backward();
+    EXPECT_EQ(values(g.grad()), (std::vector<double>{2, 2, 3, 3})) << d.str();
+  }
+  expect_error([] { repeat_interleave(tensor({1.0}), -1); }, "[repeat_interleave] repeats must not be negative");
+  expect_error([] { repeat_interleave(tensor({1, -2})); }, "[repeat_interleave] repeats must not be negative");
+  expect_error([] { repeat_interleave(tensor({1.5})); }, "[repeat_interleave] expects a 1-D integer tensor");
+  expect_error([] { repeat_interleave(zeros({3}), tensor({1, 2})); }, "one per element along the dim (3)");
+}
+
 TEST(Rearrange, BadInputIsAnErrorNamingTheOp) {
   const Tensor x = zeros({2, 3});
   expect_error([&] { flip(x, {0, -2}); }, "[flip] dim 0 appears more than once");
@@ -298,7 +323,8 @@ TEST(Sort, HaveCudaKernels) {
   const Device d = Device::cuda(0);
   Tensor x = randn({4, 6}).to(d).requires_grad_();
   Tensor y = std::get<0>(sort(x, 0)) + std::get<0>(topk(x, 6, 1, false)) + flip(x, {1}) + roll(x, {2}, {1}) +
-             repeat(x, {1, 2}).narrow(1, 3, 6) + cumsum(x, 0) + cumsum(x, 1);
+             repeat(x, {1, 2}).narrow(1, 3, 6) + cumsum(x, 0) + cumsum(x, 1) + x.repeat_interleave(2, 1).narrow(1, 0, 6) +
+             repeat_interleave(x, tensor({2, 1, 1, 1, 1, 0}).to(d), 1);
   y.sum().backward();
   EXPECT_EQ(argsort(x, 1).device(), d);
   EXPECT_EQ(x.grad().device(), d);

@@ -201,6 +201,9 @@ Tensor baddbmm(const Tensor& self, const Tensor& b1, const Tensor& b2, Scalar be
 // the output is the labels used once, in alphabetical order, after the "..." dims. Pairs of
 // operands contract through bmm, left to right; a label repeated in one operand takes its diagonal.
 Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands);
+// The cosine of the angle between x1 and x2 (broadcast together) along dim, torch's: each divided
+// by its 2-norm, the norms raised to eps first (a value only: the gradient is as if unclamped).
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8);
 
 // ---- joining and splitting
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
@@ -215,6 +218,18 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 Tensor flip(const Tensor& x, const Shape& dims);
 Tensor roll(const Tensor& x, const Shape& shifts, const Shape& dims = {});
 Tensor repeat(const Tensor& x, const Shape& repeats);
+// Each element (along dim, or of the flattened tensor) `repeats` times in a row, as
+// torch.repeat_interleave: [1, 2] twice is [1, 1, 2, 2]; repeats a number, or an integer tensor of a
+// count per element along dim (or one count for all). repeat_interleave(counts) repeats each
+// position i counts[i] times. A tensor of counts sizes the result: on a GPU it is read (a wait).
+Tensor repeat_interleave(const Tensor& x, int64_t repeats, std::optional<int64_t> dim = std::nullopt);
+Tensor repeat_interleave(const Tensor& x, const Tensor& repeats, std::optional<int64_t> dim = std::nullopt);
+Tensor repeat_interleave(const Tensor& repeats);
+// torch.nn.functional.pad: `pad` holds (before, after) amounts for the last dim, then the one
+// before it, and so on; mode "constant" (filled with value), "reflect" (mirrored, the edge not
+// repeated: each amount below the dim's size), "replicate" (the edge repeated) or "circular"
+// (wrapped: at most the dim's size). A negative amount crops.
+Tensor pad(const Tensor& x, const Shape& pad, std::string_view mode = "constant", double value = 0);
 
 // ---- indexing
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
@@ -232,6 +247,14 @@ Tensor nonzero(const Tensor& x);
 Tensor argwhere(const Tensor& x);
 Tensor masked_select(const Tensor& x, const Tensor& mask);
 Tensor count_nonzero(const Tensor& x, const Shape& dims = {});
+// The distinct values of x (flattened), sorted (as torch's kernels give them whatever `sorted`
+// says), and when asked each element's index among them (x's shape, int64) and each value's count;
+// unique_consecutive the same for runs of equal neighbours, in order. NaNs are each distinct, 0 and
+// -0 one value, as torch's. Tensors not asked for are undefined.
+std::tuple<Tensor, Tensor, Tensor> unique(const Tensor& x, bool sorted = true, bool return_inverse = false,
+                                          bool return_counts = false);
+std::tuple<Tensor, Tensor, Tensor> unique_consecutive(const Tensor& x, bool return_inverse = false,
+                                                      bool return_counts = false);
 
 // ---- views as free functions
 Tensor reshape(const Tensor& x, const Shape& shape);
@@ -281,6 +304,15 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
 // (input - target)^2, reduced; target broadcasts to input's shape (PyTorch warns there; Kiln
 // requires the broadcast shape to be input's).
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+// torch's regression losses of d = input - target (the target broadcast to the input's shape,
+// floating point, on torch.autocast's float32 list as mse_loss): l1_loss |d|; smooth_l1_loss
+// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (beta >= 0; 0 is l1_loss); huber_loss
+// 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta) (delta > 0).
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                      double beta = 1.0);
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                  double delta = 1.0);
 // torch's binary_cross_entropy_with_logits: -[pw y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))]
 // per element, computed without overflow for any logit, times `weight` (broadcast to the input);
 // `pos_weight` (broadcast too, e.g. one per class over the last dim) weights the positive term.

@@ -326,6 +326,8 @@ class Tensor {
   Tensor tril(int64_t diagonal = 0) const;
   Tensor triu(int64_t diagonal = 0) const;
   Tensor nonzero() const;
+  Tensor repeat_interleave(int64_t repeats, std::optional<int64_t> dim = std::nullopt) const;
+  Tensor repeat_interleave(const Tensor& repeats, std::optional<int64_t> dim = std::nullopt) const;
   Tensor argwhere() const;
   Tensor masked_select(const Tensor& mask) const;
   Tensor count_nonzero(const Shape& dims = {}) const;
@@ -352,6 +354,9 @@ class Tensor {
   Tensor& bitwise_and_(const Tensor& o);
   Tensor& bitwise_or_(const Tensor& o);
   Tensor& bitwise_xor_(const Tensor& o);
+  Tensor& bitwise_and_(Scalar o);
+  Tensor& bitwise_or_(Scalar o);
+  Tensor& bitwise_xor_(Scalar o);
   Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
   Tensor& addcmul_(const Tensor& tensor1, const Tensor& tensor2, Scalar value = 1);
   Tensor& addcdiv_(const Tensor& tensor1, const Tensor& tensor2, Scalar value = 1);
@@ -396,6 +401,11 @@ class Tensor {
   Tensor& operator&=(const Tensor& o) { return bitwise_and_(o); }
   Tensor& operator|=(const Tensor& o) { return bitwise_or_(o); }
   Tensor& operator^=(const Tensor& o) { return bitwise_xor_(o); }
+  Tensor& operator&=(Scalar o) { return bitwise_and_(o); }
+  Tensor& operator|=(Scalar o) { return bitwise_or_(o); }
+  Tensor& operator^=(Scalar o) { return bitwise_xor_(o); }
+  Tensor& operator%=(const Tensor& o) { return remainder_(o); }
+  Tensor& operator%=(Scalar o) { return remainder_(o); }
 
   // PyTorch-like text: values (summarised when large), shape, dtype, device.
   std::string to_string() const;
@@ -422,12 +432,16 @@ Tensor operator/(const Tensor& a, Scalar b);
 Tensor operator/(Scalar a, const Tensor& b);
 Tensor operator%(const Tensor& a, const Tensor& b);  // remainder, as ATen's
 Tensor operator%(const Tensor& a, Scalar b);
+Tensor operator%(Scalar a, const Tensor& b);
 Tensor operator&(const Tensor& a, const Tensor& b);  // bitwise_and (logical for bool masks)
 Tensor operator&(const Tensor& a, Scalar b);
 Tensor operator|(const Tensor& a, const Tensor& b);
 Tensor operator|(const Tensor& a, Scalar b);
 Tensor operator^(const Tensor& a, const Tensor& b);
 Tensor operator^(const Tensor& a, Scalar b);
+Tensor operator&(Scalar a, const Tensor& b);
+Tensor operator|(Scalar a, const Tensor& b);
+Tensor operator^(Scalar a, const Tensor& b);
 Tensor operator~(const Tensor& a);
 Tensor operator-(const Tensor& a);
 Tensor operator==(const Tensor& a, const Tensor& b);

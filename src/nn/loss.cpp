@@ -48,4 +48,26 @@ Tensor BCEWithLogitsLossImpl::forward(const Tensor& input, const Tensor& target)
 
 void BCEWithLogitsLossImpl::pretty_print(std::ostream& os) const { os << "BCEWithLogitsLoss()"; }
 
+L1LossImpl::L1LossImpl(L1LossOptions options) : options(options) {}
+Tensor L1LossImpl::forward(const Tensor& input, const Tensor& target) {
+  return functional::l1_loss(input, target, options);
+}
+void L1LossImpl::pretty_print(std::ostream& os) const { os << "L1Loss()"; }
+
+SmoothL1LossImpl::SmoothL1LossImpl(SmoothL1LossOptions options) : options(options) {
+  KILN_CHECK(options.beta >= 0, "SmoothL1Loss", "beta must not be negative, got ", options.beta);
+}
+Tensor SmoothL1LossImpl::forward(const Tensor& input, const Tensor& target) {
+  return functional::smooth_l1_loss(input, target, options);
+}
+void SmoothL1LossImpl::pretty_print(std::ostream& os) const { os << "SmoothL1Loss()"; }
+
+HuberLossImpl::HuberLossImpl(HuberLossOptions options) : options(options) {
+  KILN_CHECK(options.delta > 0, "HuberLoss", "delta must be positive, got ", options.delta);
+}
+Tensor HuberLossImpl::forward(const Tensor& input, const Tensor& target) {
+  return functional::huber_loss(input, target, options);
+}
+void HuberLossImpl::pretty_print(std::ostream& os) const { os << "HuberLoss()"; }
+
 }  // namespace kiln::nn

@@ -100,9 +100,9 @@ autograd::BackwardFn make_backward(Op op, const Tensor& a, const Tensor& b, cons
         return {ga, gb};
       };
     case Op::FloorDivide:
-    case Op::TruncDivide:  // torch's div with a rounding mode: grad * 0 (NaN where the gradient is)
+    case Op::TruncDivide:  // piecewise constant: zero, as torch's div with a rounding mode
       return [ma, mb](const Tensor& g) -> TensorList {
-        const Tensor z = g * 0;
+        const Tensor z = zeros_like(g);
         return {ma.needs ? ma(z) : Tensor(), mb.needs ? mb(z) : Tensor()};
       };
     case Op::Remainder:
@@ -344,6 +344,13 @@ Tensor& Tensor::fmod_(Scalar o) { return binary_(Op::Fmod, "fmod_", *this, ops::
 Tensor& Tensor::bitwise_and_(const Tensor& o) { return binary_(Op::BitwiseAnd, "bitwise_and_", *this, o); }
 Tensor& Tensor::bitwise_or_(const Tensor& o) { return binary_(Op::BitwiseOr, "bitwise_or_", *this, o); }
 Tensor& Tensor::bitwise_xor_(const Tensor& o) { return binary_(Op::BitwiseXor, "bitwise_xor_", *this, o); }
+Tensor& Tensor::bitwise_and_(Scalar o) {
+  return binary_(Op::BitwiseAnd, "bitwise_and_", *this, ops::wrap_for(*this, o));
+}
+Tensor& Tensor::bitwise_or_(Scalar o) { return binary_(Op::BitwiseOr, "bitwise_or_", *this, ops::wrap_for(*this, o)); }
+Tensor& Tensor::bitwise_xor_(Scalar o) {
+  return binary_(Op::BitwiseXor, "bitwise_xor_", *this, ops::wrap_for(*this, o));
+}
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator+(const Tensor& a, Scalar b) { return add(a, b); }
@@ -359,6 +366,10 @@ Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
 Tensor operator/(Scalar a, const Tensor& b) { return div(a, b); }
 Tensor operator%(const Tensor& a, const Tensor& b) { return remainder(a, b); }
 Tensor operator%(const Tensor& a, Scalar b) { return remainder(a, b); }
+Tensor operator%(Scalar a, const Tensor& b) { return remainder(a, b); }
+Tensor operator&(Scalar a, const Tensor& b) { return bitwise_and(a, b); }
+Tensor operator|(Scalar a, const Tensor& b) { return bitwise_or(a, b); }
+Tensor operator^(Scalar a, const Tensor& b) { return bitwise_xor(a, b); }
 Tensor operator&(const Tensor& a, const Tensor& b) { return bitwise_and(a, b); }
 Tensor operator&(const Tensor& a, Scalar b) { return bitwise_and(a, b); }
 Tensor operator|(const Tensor& a, const Tensor& b) { return bitwise_or(a, b); }

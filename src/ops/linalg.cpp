@@ -4,20 +4,29 @@
 #include <string>
 #include <vector>
 
+#include "ops/autocast_policy.h"
 #include "ops/op_util.h"
 
 namespace kiln {
 namespace {
 
-// beta self + alpha product, torch's addmm/baddbmm rule: self broadcasts to the product's shape;
-// beta 0 leaves self out (its NaN and inf too); an integer product takes integer beta and alpha.
-Tensor add_scaled(const Tensor& self, const Tensor& product, Scalar beta, Scalar alpha, const char* name) {
+// beta self + alpha (a @ b) (mm or bmm), torch's addmm/baddbmm rules: one dtype for the three (all
+// in the autocast dtype under autocast, as torch's); self broadcasts to the product's shape; beta 0
+// leaves self's values out (its NaN and inf too) and gives it a zero gradient; an integer product
+// takes integer beta and alpha.
+Tensor add_scaled(const Tensor& self_in, const Tensor& a_in, const Tensor& b_in, Scalar beta, Scalar alpha,
+                  Tensor (*product_of)(const Tensor&, const Tensor&), const char* name) {
+  const Tensor self = ops::autocast_lower(self_in), a = ops::autocast_lower(a_in), b = ops::autocast_lower(b_in);
+  KILN_CHECK(self.dtype() == a.dtype() && a.dtype() == b.dtype(), name, "self and the matrices must have one dtype, got ",
+             self.dtype(), ", ", a.dtype(), " and ", b.dtype());
+  const Tensor product = product_of(a, b);
   KILN_CHECK(broadcast_shapes(self.shape(), product.shape(), name) == product.shape(), name, "self of shape ",
              self.shape(), " does not broadcast to the product's shape ", product.shape());
   KILN_CHECK(product.is_floating_point() || (!beta.is_floating_point() && !alpha.is_floating_point()), name,
              "beta and alpha must be integers for ", product.dtype(), " tensors");
   const Tensor scaled = alpha.to_double() == 1 ? product : product * alpha;
-  if (beta.to_double() == 0) return scaled;
+  if (beta.to_double() == 0)
+    return self.requires_grad() ? where(ones_like(scaled, kBool), scaled, self) : scaled;
   return (beta.to_double() == 1 ? self : self * beta) + scaled;
 }
 
@@ -37,7 +46,7 @@ Tensor addmm(const Tensor& self, const Tensor& m1, const Tensor& m2, Scalar beta
   ops::check_defined(m2, "addmm");
   KILN_CHECK(m1.dim() == 2 && m2.dim() == 2, "addmm", "expects 2-D matrices, got ", m1.dim(), "-D and ", m2.dim(),
              "-D");
-  return add_scaled(self, mm(m1, m2), beta, alpha, "addmm");
+  return add_scaled(self, m1, m2, beta, alpha, mm, "addmm");
 }
 
 Tensor baddbmm(const Tensor& self, const Tensor& b1, const Tensor& b2, Scalar beta, Scalar alpha) {
@@ -46,7 +55,22 @@ Tensor baddbmm(const Tensor& self, const Tensor& b1, const Tensor& b2, Scalar be
   ops::check_defined(b2, "baddbmm");
   KILN_CHECK(b1.dim() == 3 && b2.dim() == 3, "baddbmm", "expects 3-D batches, got ", b1.dim(), "-D and ", b2.dim(),
              "-D");
-  return add_scaled(self, bmm(b1, b2), beta, alpha, "baddbmm");
+  return add_scaled(self, b1, b2, beta, alpha, bmm, "baddbmm");
+}
+
+Tensor cosine_similarity(const Tensor& x1_in, const Tensor& x2_in, int64_t dim, double eps) {
+  ops::check_defined(x1_in, "cosine_similarity");
+  ops::check_defined(x2_in, "cosine_similarity");
+  const Shape shape = broadcast_shapes(x1_in.shape(), x2_in.shape(), "cosine_similarity");
+  const ScalarType t = ops::float_type(promote_types(x1_in.dtype(), x2_in.dtype()));
+  const Tensor x1 = x1_in.to(t).expand(shape), x2 = x2_in.to(t).expand(shape);
+  const int64_t d = wrap_dim(dim, std::max<int64_t>(static_cast<int64_t>(shape.size()), 1), "cosine_similarity");
+  // The norm raised to eps in value only (torch clamps it under no_grad).
+  auto unit = [&](const Tensor& x) {
+    const Tensor n = norm(x, 2.0, {d}, true);
+    return x / (n + (clamp_min(n.detach(), eps) - n.detach()));
+  };
+  return sum(unit(x1) * unit(x2), {d});
 }
 
 // ---- einsum
@@ -233,6 +257,7 @@ Tensor einsum(std::string_view eq, const std::vector<Tensor>& operands) {
   const ScalarType dtype = operands[0].dtype();
   for (const Tensor& t : operands)
     KILN_CHECK(t.dtype() == dtype, "einsum", "operands have ", dtype, " and ", t.dtype(), ": one dtype is needed");
+  KILN_CHECK(dtype != kBool, "einsum", "is not defined for bool tensors (its products run through bmm)");
   const size_t arrow = eq.find("->");
   const std::string_view lhs = eq.substr(0, arrow);
   std::vector<Term> terms;

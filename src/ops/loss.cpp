@@ -285,20 +285,59 @@ namespace {
 Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
   return reduction == Reduction::Mean ? loss.mean() : reduce(loss, reduction, Tensor());
 }
-}  // namespace
 
-// mse_loss is on torch.autocast's float32 list too.
-Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
-  ops::check_defined(input_in, "mse_loss");
-  ops::check_defined(target_in, "mse_loss");
+// input - target of a regression loss: both floating point, the target broadcasting to the input's
+// shape. The losses are on torch.autocast's float32 list: 16-bit operands are taken in float32
+// there, and the ops after run with autocast off.
+Tensor regression_difference(const Tensor& input_in, const Tensor& target_in, const char* name) {
+  ops::check_defined(input_in, name);
+  ops::check_defined(target_in, name);
   const Tensor input = ops::autocast_float32(input_in), target = ops::autocast_float32(target_in);
   ops::AutocastOff off;
-  KILN_CHECK(input.is_floating_point() && target.is_floating_point(), "mse_loss",
+  KILN_CHECK(input.is_floating_point() && target.is_floating_point(), name,
              "expected floating-point input and target, got ", input.dtype(), " and ", target.dtype());
-  KILN_CHECK(broadcast_shapes(input.shape(), target.shape(), "mse_loss") == input.shape(), "mse_loss", "target shape ",
+  KILN_CHECK(broadcast_shapes(input.shape(), target.shape(), name) == input.shape(), name, "target shape ",
              target.shape(), " does not broadcast to the input's ", input.shape());
-  return reduce_loss((input - target).square(), reduction);
+  return input - target;
 }
+
+// |d| below `limit` as 0.5 d^2 / scale, from it on (|d| - 0.5 limit) limit / scale: smooth_l1
+// (scale = limit = beta) and huber (scale 1, limit delta), rounded as torch's kernels; at
+// |d| = limit the linear branch, whose gradient there is torch's.
+Tensor quadratic_then_linear(const Tensor& d, double limit, double scale) {
+  const Tensor a = abs(d), half_square = d * d * 0.5, linear = a - 0.5 * limit;
+  return where(a < limit, scale == 1 ? half_square : half_square / scale,
+               limit == scale ? linear : linear * (limit / scale));
+}
+
+}  // namespace
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  const Tensor d = regression_difference(input, target, "mse_loss");
+  ops::AutocastOff off;
+  return reduce_loss(d.square(), reduction);
+}
+
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  const Tensor d = regression_difference(input, target, "l1_loss");
+  ops::AutocastOff off;
+  return reduce_loss(abs(d), reduction);
+}
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+  KILN_CHECK(beta >= 0, "smooth_l1_loss", "beta must not be negative, got ", beta);
+  const Tensor d = regression_difference(input, target, "smooth_l1_loss");
+  ops::AutocastOff off;
+  return reduce_loss(beta == 0 ? abs(d) : quadratic_then_linear(d, beta, beta), reduction);
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
+  KILN_CHECK(delta > 0, "huber_loss", "delta must be positive, got ", delta);
+  const Tensor d = regression_difference(input, target, "huber_loss");
+  ops::AutocastOff off;
+  return reduce_loss(quadratic_then_linear(d, delta, 1.0), reduction);
+}
+
 
 // (1 - y) x + (1 + (pw - 1) y) softplus(-x), with softplus(-x) = log1p(exp(-|x|)) + max(-x, 0):
 // no exp of a large number. |x| is spelled where(x >= 0, x, -x) so that its gradient at 0 is 1,

@@ -1,7 +1,10 @@
-// Selection by value (ops.h): nonzero and argwhere, masked_select and count_nonzero, composed of
-// cumsum, where, scatter_add and index_select, so they run on every device that has those kernels
-// (integer cumsum scans long rows in parallel on a GPU) and masked_select's gradient is
-// index_select's.
+// Selection by value (ops.h): nonzero and argwhere, masked_select, count_nonzero, unique and
+// unique_consecutive, composed of sort, cumsum, where, scatter_add and index_select, so they run on
+// every device that has those kernels (integer cumsum scans long rows in parallel on a GPU) and
+// masked_select's gradient is index_select's.
+#include <algorithm>
+#include <vector>
+
 #include "ops/op_util.h"
 
 namespace kiln {
@@ -53,8 +56,53 @@ Tensor masked_select(const Tensor& x, const Tensor& mask) {
   return index_select(x.expand(shape).flatten(), 0, pos);
 }
 
+namespace {
+
+// The runs of equal neighbours in `values` (1-D): the first of each, and on request each element's
+// run (placed back at x's positions through `order`, a permutation, when values is x sorted) and
+// each run's length.
+std::tuple<Tensor, Tensor, Tensor> runs(const Tensor& values, const Tensor& order, const Shape& shape,
+                                        bool return_inverse, bool return_counts) {
+  const int64_t n = values.numel();
+  const TensorOptions index = TensorOptions(kInt64).device(values.device());
+  if (n == 0)
+    return {values.clone(), return_inverse ? empty(shape, index) : Tensor(), return_counts ? empty({0}, index) : Tensor()};
+  const Tensor firsts = cat({ones({1}, TensorOptions(kBool).device(values.device())),
+                             ne(values.slice(0, 1), values.slice(0, 0, n - 1))});
+  Tensor inverse, counts;
+  if (return_inverse) {
+    const Tensor run = cumsum(firsts, 0) - 1;
+    inverse = (order.defined() ? zeros({n}, index).scatter_add(0, order, run) : run).view(shape);
+  }
+  if (return_counts) {
+    const Tensor starts = true_positions(firsts);
+    counts = cat({starts.slice(0, 1), full({1}, n, index)}) - starts;
+  }
+  return {masked_select(values, firsts), inverse, counts};
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> unique(const Tensor& x, bool /*sorted*/, bool return_inverse, bool return_counts) {
+  ops::check_defined(x, "unique");
+  const auto [values, order] = sort(x.detach().flatten());
+  return runs(values, order, x.shape(), return_inverse, return_counts);
+}
+
+std::tuple<Tensor, Tensor, Tensor> unique_consecutive(const Tensor& x, bool return_inverse, bool return_counts) {
+  ops::check_defined(x, "unique_consecutive");
+  return runs(x.detach().flatten(), Tensor(), x.shape(), return_inverse, return_counts);
+}
+
 Tensor count_nonzero(const Tensor& x, const Shape& dims) {
   ops::check_defined(x, "count_nonzero");
+  Shape seen;
+  for (int64_t dim : dims) {
+    const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "count_nonzero");
+    KILN_CHECK(std::find(seen.begin(), seen.end(), d) == seen.end(), "count_nonzero", "dim ", d,
+               " appears more than once in the dims ", dims);
+    seen.push_back(d);
+  }
   return sum(ne(x.detach(), 0), dims);
 }
 

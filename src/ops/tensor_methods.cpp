@@ -132,6 +132,12 @@ Tensor Tensor::scatter_add(int64_t dim, const Tensor& i, const Tensor& s) const 
 Tensor Tensor::tril(int64_t k) const { return kiln::tril(*this, k); }
 Tensor Tensor::triu(int64_t k) const { return kiln::triu(*this, k); }
 Tensor Tensor::nonzero() const { return kiln::nonzero(*this); }
+Tensor Tensor::repeat_interleave(int64_t repeats, std::optional<int64_t> dim) const {
+  return kiln::repeat_interleave(*this, repeats, dim);
+}
+Tensor Tensor::repeat_interleave(const Tensor& repeats, std::optional<int64_t> dim) const {
+  return kiln::repeat_interleave(*this, repeats, dim);
+}
 Tensor Tensor::argwhere() const { return kiln::argwhere(*this); }
 Tensor Tensor::masked_select(const Tensor& mask) const { return kiln::masked_select(*this, mask); }
 Tensor Tensor::count_nonzero(const Shape& dims) const { return kiln::count_nonzero(*this, dims); }

@@ -132,6 +132,31 @@ inline Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& ke
   return kiln::scaled_dot_product_attention(query, key, value, o.attn_mask, o.dropout_p, o.is_causal, o.scale);
 }
 inline Tensor softmax(const Tensor& x, int64_t dim) { return kiln::softmax(x, dim); }
+
+struct PadFuncOptions {
+  Shape pad;  // (before, after) for the last dim, then the one before it, ...
+  std::string mode = "constant";  // "constant", "reflect", "replicate" or "circular"
+  double value = 0;
+};
+inline Tensor pad(const Tensor& x, const PadFuncOptions& o) { return kiln::pad(x, o.pad, o.mode, o.value); }
+
+// x divided by its p-norm along dim, the norm raised to eps first (torch's).
+struct NormalizeFuncOptions {
+  double p = 2.0;
+  int64_t dim = 1;
+  double eps = 1e-12;
+};
+inline Tensor normalize(const Tensor& x, const NormalizeFuncOptions& o = {}) {
+  return x / clamp_min(kiln::norm(x, o.p, {o.dim}, true), o.eps);
+}
+
+struct CosineSimilarityFuncOptions {
+  int64_t dim = 1;
+  double eps = 1e-8;
+};
+inline Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, const CosineSimilarityFuncOptions& o = {}) {
+  return kiln::cosine_similarity(x1, x2, o.dim, o.eps);
+}
 inline Tensor log_softmax(const Tensor& x, int64_t dim) { return kiln::log_softmax(x, dim); }
 
 struct CrossEntropyFuncOptions {
@@ -158,6 +183,29 @@ struct MSELossFuncOptions {
 };
 inline Tensor mse_loss(const Tensor& input, const Tensor& target, const MSELossFuncOptions& o = {}) {
   return kiln::mse_loss(input, target, o.reduction);
+}
+
+struct L1LossFuncOptions {
+  Reduction reduction = Reduction::Mean;
+};
+inline Tensor l1_loss(const Tensor& input, const Tensor& target, const L1LossFuncOptions& o = {}) {
+  return kiln::l1_loss(input, target, o.reduction);
+}
+
+struct SmoothL1LossFuncOptions {
+  Reduction reduction = Reduction::Mean;
+  double beta = 1.0;
+};
+inline Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const SmoothL1LossFuncOptions& o = {}) {
+  return kiln::smooth_l1_loss(input, target, o.reduction, o.beta);
+}
+
+struct HuberLossFuncOptions {
+  Reduction reduction = Reduction::Mean;
+  double delta = 1.0;
+};
+inline Tensor huber_loss(const Tensor& input, const Tensor& target, const HuberLossFuncOptions& o = {}) {
+  return kiln::huber_loss(input, target, o.reduction, o.delta);
 }
 
 struct BinaryCrossEntropyWithLogitsFuncOptions {

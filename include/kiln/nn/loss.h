@@ -1,4 +1,5 @@
-// Loss modules (torch::nn::CrossEntropyLoss, NLLLoss, MSELoss, BCEWithLogitsLoss): the functional
+// Loss modules (torch::nn::CrossEntropyLoss, NLLLoss, MSELoss, BCEWithLogitsLoss, L1Loss,
+// SmoothL1Loss, HuberLoss): the functional
 // losses with their options kept. A weight (and pos_weight) is a buffer, so module.to(device)
 // moves it, as torch's.
 #pragma once
@@ -12,6 +13,9 @@ using CrossEntropyLossOptions = functional::CrossEntropyFuncOptions;
 using NLLLossOptions = functional::NLLLossFuncOptions;
 using MSELossOptions = functional::MSELossFuncOptions;
 using BCEWithLogitsLossOptions = functional::BinaryCrossEntropyWithLogitsFuncOptions;
+using L1LossOptions = functional::L1LossFuncOptions;
+using SmoothL1LossOptions = functional::SmoothL1LossFuncOptions;
+using HuberLossOptions = functional::HuberLossFuncOptions;
 
 #define KILN_LOSS_MODULE(Name)                                  \
   class Name##Impl : public Module {                            \
@@ -27,6 +31,9 @@ KILN_LOSS_MODULE(CrossEntropyLoss);
 KILN_LOSS_MODULE(NLLLoss);
 KILN_LOSS_MODULE(MSELoss);
 KILN_LOSS_MODULE(BCEWithLogitsLoss);
+KILN_LOSS_MODULE(L1Loss);
+KILN_LOSS_MODULE(SmoothL1Loss);
+KILN_LOSS_MODULE(HuberLoss);
 #undef KILN_LOSS_MODULE
 
 }  // namespace kiln::nn

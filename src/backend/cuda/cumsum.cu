@@ -3,13 +3,18 @@
 // CPU's bits. Along a dim that is not innermost, neighbouring threads read neighbouring elements.
 // Along the innermost dim each thread walks its own row: a few long float rows are a serial walk
 // each. Integers add up the same in any order (modulo 2^64, then cast as the CPU casts its int64
-// sum), so long integer rows (nonzero's and masked_select's positions) take a block each, scanned
-// in tiles by cub's block scan.
+// sum, the same as adding in T and wrapping), so long integer rows are scanned in parallel: one row
+// (nonzero's and masked_select's positions) by cub's device-wide scan, several by a block each,
+// in tiles, with cub's block scan.
 #include <cub/block/block_load.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/block/block_store.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include <algorithm>
 
 #include "backend/cuda/device/common.cuh"
+#include "core/tensor_util.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -74,6 +79,16 @@ void cumsum(KernelArgs& a) {
   const int64_t outer = x.size(0), n = x.size(1), inner = x.size(2);
   visit_dtype(x.dtype(), "cumsum", [&]<class T>() {
     if constexpr (std::is_integral_v<T>) {
+      // cub adds in T (int32 and int64 wrap as the CPU's cast of its int64 sum does)
+      if (sizeof(T) >= 4 && !reverse && inner == 1 && outer == 1 && n >= kTile) {
+        const auto* in = static_cast<const T*>(x.data_ptr());
+        auto* out = static_cast<T*>(a.outputs[0].data_ptr());
+        size_t temp_bytes = 0;
+        KILN_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, in, out, n, stream_of(a)));
+        Tensor temp = make_empty({static_cast<int64_t>(std::max<size_t>(temp_bytes, 1))}, kUInt8, x.device());
+        KILN_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp.data_ptr(), temp_bytes, in, out, n, stream_of(a)));
+        return;
+      }
       if (!reverse && inner == 1 && n >= kTile) {
         cumsum_integer_rows<<<static_cast<unsigned>(std::min<int64_t>(outer, 65535)), kScanThreads, 0, stream_of(a)>>>(
             static_cast<const T*>(x.data_ptr()), static_cast<T*>(a.outputs[0].data_ptr()), outer, n);

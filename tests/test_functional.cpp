@@ -1,0 +1,158 @@
+// l1_loss, smooth_l1_loss, huber_loss (functions, nn modules, F::), pad, cosine_similarity and
+// F::normalize: torch's values and gradients (tests/fixtures/numerics/functional.safetensors, made
+// by tests/fixtures/make_functional_fixtures.py) in float64 and float32 on every device present;
+// bad input; and on the stand-in GPU, no fallback.
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fixture_util.h"
+#include "stand_in_device.h"
+#include "test_util.h"
+
+namespace kiln::test {
+namespace {
+
+namespace F = nn::functional;
+const char* const kFixture = "numerics/functional.safetensors";
+
+const Tensor& fx(const std::string& key) { return fixture_tensor(kFixture, key); }
+
+// Reductions and norms add up in another order than torch's: float32 within 1e-5 relative (a
+// gradient's sums of a few terms), float64 within 1e-12.
+void expect_torch(const Tensor& got, const std::string& key, const std::string& what) {
+  const Tensor& want = fx(key);
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  const bool f32 = want.dtype() == kFloat32;
+  expect_close(got.detach().cpu(), values(want), want.shape(), f32 ? 1e-5 : 1e-12, f32 ? 1e-7 : 1e-15, what);
+}
+
+class FunctionalTorch : public ::testing::TestWithParam<ScalarType> {};
+
+TEST_P(FunctionalTorch, RegressionLossesAsTorch) {
+  const std::string dt = dtype_name(GetParam());
+  struct Loss {
+    std::string name;
+    std::function<Tensor(const Tensor&, const Tensor&, Reduction)> fn;
+  };
+  const std::vector<Loss> losses = {
+      {"l1", [](const Tensor& x, const Tensor& y, Reduction r) { return l1_loss(x, y, r); }},
+      {"smooth_l1", [](const Tensor& x, const Tensor& y, Reduction r) { return nn::SmoothL1Loss(nn::SmoothL1LossOptions{r})(x, y); }},
+      {"smooth_l1_05", [](const Tensor& x, const Tensor& y, Reduction r) { return F::smooth_l1_loss(x, y, {r, 0.5}); }},
+      {"smooth_l1_0", [](const Tensor& x, const Tensor& y, Reduction r) { return smooth_l1_loss(x, y, r, 0.0); }},
+      {"huber", [](const Tensor& x, const Tensor& y, Reduction r) { return nn::HuberLoss(nn::HuberLossOptions{r})(x, y); }},
+      {"huber_2", [](const Tensor& x, const Tensor& y, Reduction r) { return F::huber_loss(x, y, {r, 2.0}); }},
+  };
+  for (Device d : devices())
+    for (const Loss& l : losses)
+      for (const auto& [r, rname] : {std::pair{Reduction::None, "none"}, std::pair{Reduction::Mean, "mean"},
+                                     std::pair{Reduction::Sum, "sum"}}) {
+        const std::string key = dt + "." + l.name + "." + rname, where = key + " on " + d.str();
+        Tensor x = fx(dt + ".x").to(d).detach().requires_grad_();
+        const Tensor loss = l.fn(x, fx(dt + ".y").to(d), r);
+        expect_torch(loss, key, where);
+        loss.backward(r == Reduction::None ? fx(dt + ".g_none").to(d) : full({}, 1.5, TensorOptions(GetParam()).device(d)));
+        expect_torch(x.grad(), key + ".grad", where + " gradient");
+      }
+}
+
+TEST_P(FunctionalTorch, CosineSimilarityAndNormalizeAsTorch) {
+  const std::string dt = dtype_name(GetParam());
+  for (Device d : devices()) {
+    Tensor a = fx(dt + ".cos_a").to(d).detach().requires_grad_(), b = fx(dt + ".cos_b").to(d).detach().requires_grad_();
+    const Tensor c = F::cosine_similarity(a, b);  // a's row of zeros: 0, with finite gradients
+    expect_torch(c, dt + ".cos", dt + " cosine_similarity on " + d.str());
+    c.backward(tensor({1.0, 2.0, 3.0, 4.0}, TensorOptions(GetParam()).device(d)));
+    expect_torch(a.grad(), dt + ".cos.grad_a", dt + " cosine_similarity gradient of x1 on " + d.str());
+    expect_torch(b.grad(), dt + ".cos.grad_b", dt + " cosine_similarity gradient of x2 on " + d.str());
+    for (int p : {2, 1}) {
+      Tensor x = fx(dt + ".cos_a").to(d).detach().requires_grad_();
+      const Tensor n = F::normalize(x, {static_cast<double>(p)});
+      const std::string key = dt + ".normalize_" + std::to_string(p);
+      expect_torch(n, key, key + " on " + d.str());
+      n.backward(fx(dt + ".cos_b").to(d).expand({4, 6}));
+      expect_torch(x.grad(), key + ".grad", key + " gradient on " + d.str());
+    }
+  }
+}
+
+// Copies: torch's bits, values and gradients.
+TEST_P(FunctionalTorch, PadAsTorch) {
+  const std::string dt = dtype_name(GetParam());
+  struct Case {
+    std::string name;
+    Shape amounts;
+    std::string mode;
+    double value;
+  };
+  const std::vector<Case> cases = {{"constant_2d", {1, 2, 0, 1}, "constant", 0.5},
+                                   {"constant_crop", {-1, 2, 1, -2}, "constant", 0.0},
+                                   {"reflect", {2, 1, 3, 0}, "reflect", 0},
+                                   {"replicate", {1, 3, 2, 2}, "replicate", 0},
+                                   {"circular", {2, 5, 1, 4}, "circular", 0},
+                                   {"reflect_1d", {3, 3}, "reflect", 0}};
+  for (Device d : devices())
+    for (const Case& c : cases) {
+      const std::string key = dt + ".pad." + c.name, where = key + " on " + d.str();
+      Tensor p = fx(dt + ".p").to(d);
+      if (c.name == "reflect_1d") p = p[0][0];
+      p = p.detach().requires_grad_();
+      const Tensor out = F::pad(p, {c.amounts, c.mode, c.value});
+      expect_same_bits(out.detach().cpu(), fx(key), where);
+      out.backward((arange(out.numel(), TensorOptions(GetParam())).reshape(out.shape()) / 10).to(d));
+      expect_within_ulps(p.grad().cpu(), fx(key + ".grad"), 2, where + " gradient");
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, FunctionalTorch, ::testing::Values(kFloat64, kFloat32),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(Functional, ModulesPrintAndBadInputIsAnErrorNamingTheOp) {
+  auto printed = [](const nn::Module& m) {
+    std::ostringstream os;
+    m.pretty_print(os);
+    return os.str();
+  };
+  EXPECT_EQ(printed(*nn::L1Loss()), "L1Loss()");
+  EXPECT_EQ(printed(*nn::SmoothL1Loss()), "SmoothL1Loss()");
+  EXPECT_EQ(printed(*nn::HuberLoss()), "HuberLoss()");
+  expect_error([] { l1_loss(zeros({2}), tensor({1, 2})); }, "[l1_loss] expected floating-point input and target");
+  expect_error([] { huber_loss(zeros({2}), zeros({3})); }, "[huber_loss]");
+  expect_error([] { smooth_l1_loss(zeros({2}), zeros({2}), Reduction::Mean, -1); },
+               "[smooth_l1_loss] beta must not be negative, got -1");
+  expect_error([] { huber_loss(zeros({2}), zeros({2}), Reduction::Mean, 0); }, "[huber_loss] delta must be positive");
+  expect_error([] { nn::HuberLoss(nn::HuberLossOptions{Reduction::Sum, -2}); }, "[HuberLoss]");
+  expect_error([] { pad(zeros({2, 3}), {1, 1}, "wrap"); }, "[pad] mode must be");
+  expect_error([] { pad(zeros({2, 3}), {1, 1, 1}); }, "[pad] expects (before, after) pairs");
+  expect_error([] { pad(zeros({2, 3}), {1, 1, 1, 1, 1, 1}); }, "[pad] expects (before, after) pairs");
+  expect_error([] { pad(zeros({2, 3}), {3, 0}, "reflect"); }, "[pad] reflect padding of (3, 0) along dim 1 of size 3");
+  expect_error([] { pad(zeros({2, 3}), {0, 4}, "circular"); }, "[pad] circular padding of (0, 4) along dim 1 of size 3");
+  expect_error([] { pad(zeros({2, 0}), {1, 0}, "replicate"); }, "the dim is empty");
+  expect_error([] { pad(zeros({2, 3}), {1, 0}, "reflect", 2.0); }, "[pad] a value is for constant padding");
+  expect_error([] { pad(zeros({2, 3}), {-2, -2}); }, "[pad] cropping (-2, -2) along dim 1 of size 3");
+  expect_error([] { cosine_similarity(zeros({2, 3}), zeros({2, 4})); }, "[cosine_similarity]");
+  // Integer tensors pad with an integer value; nothing to pad still gives a new tensor.
+  EXPECT_EQ(pad(tensor({1, 2}), {1, 1}, "constant", 7).to_vector<int64_t>(), (std::vector<int64_t>{7, 1, 2, 7}));
+  const Tensor x = tensor({1.0, 2.0});
+  EXPECT_FALSE(pad(x, {0, 0}).is_same(x));
+}
+
+// On the stand-in GPU each runs on CUDA kernels (no fallback), forward and backward.
+TEST(Functional, HaveCudaKernels) {
+  if (cuda::is_available()) GTEST_SKIP() << "a real GPU is present: the tests above run there";
+  StandInCuda stand_in(StandInCuda::Kernels::CpuWhereCudaHasOne);
+  if (stand_in.native_ops() == 0) GTEST_SKIP() << "built without CUDA kernels";
+  const auto before = fallback_counts();
+  Tensor x = randn({2, 3, 4}).to(Device::cuda(0)).requires_grad_();
+  const Tensor y = randn({2, 3, 4}).to(Device::cuda(0));
+  (l1_loss(x, y) + smooth_l1_loss(x, y) + huber_loss(x, y) + cosine_similarity(x, y).sum() +
+   F::normalize(x).sum() + pad(x, {1, 2, 1, 0}, "reflect").sum() + pad(x, {1, 1}, "circular").sum() +
+   pad(x, {2, 1}, "replicate").sum() + pad(x, {1, 1, 1, 1}).sum())
+      .backward();
+  EXPECT_EQ(x.grad().device(), Device::cuda(0));
+  EXPECT_EQ(fallback_counts(), before) << "an op fell back to the CPU";
+}
+
+}  // namespace
+}  // namespace kiln::test
