@@ -13,9 +13,12 @@ namespace {
 // beta self + alpha (a @ b) (mm or bmm), torch's addmm/baddbmm rules: one dtype for the three (all
 // in the autocast dtype under autocast, as torch's); self broadcasts to the product's shape; beta 0
 // leaves self's values out (its NaN and inf too) and gives it a zero gradient; an integer product
-// takes integer beta and alpha.
+// takes integer beta and alpha. a and b have `rank` dims (2 for mm's matrices, 3 for bmm's batches).
 Tensor add_scaled(const Tensor& self_in, const Tensor& a_in, const Tensor& b_in, Scalar beta, Scalar alpha,
-                  Tensor (*product_of)(const Tensor&, const Tensor&), const char* name) {
+                  int64_t rank, Tensor (*product_of)(const Tensor&, const Tensor&), const char* name) {
+  for (const Tensor* t : {&self_in, &a_in, &b_in}) ops::check_defined(*t, name);
+  KILN_CHECK(a_in.dim() == rank && b_in.dim() == rank, name, "expects ", rank == 2 ? "2-D matrices" : "3-D batches",
+             ", got ", a_in.dim(), "-D and ", b_in.dim(), "-D");
   const Tensor self = ops::autocast_lower(self_in), a = ops::autocast_lower(a_in), b = ops::autocast_lower(b_in);
   KILN_CHECK(self.dtype() == a.dtype() && a.dtype() == b.dtype(), name, "self and the matrices must have one dtype, got ",
              self.dtype(), ", ", a.dtype(), " and ", b.dtype());
@@ -41,21 +44,11 @@ Tensor outer(const Tensor& a, const Tensor& b) {
 }
 
 Tensor addmm(const Tensor& self, const Tensor& m1, const Tensor& m2, Scalar beta, Scalar alpha) {
-  ops::check_defined(self, "addmm");
-  ops::check_defined(m1, "addmm");
-  ops::check_defined(m2, "addmm");
-  KILN_CHECK(m1.dim() == 2 && m2.dim() == 2, "addmm", "expects 2-D matrices, got ", m1.dim(), "-D and ", m2.dim(),
-             "-D");
-  return add_scaled(self, m1, m2, beta, alpha, mm, "addmm");
+  return add_scaled(self, m1, m2, beta, alpha, 2, mm, "addmm");
 }
 
 Tensor baddbmm(const Tensor& self, const Tensor& b1, const Tensor& b2, Scalar beta, Scalar alpha) {
-  ops::check_defined(self, "baddbmm");
-  ops::check_defined(b1, "baddbmm");
-  ops::check_defined(b2, "baddbmm");
-  KILN_CHECK(b1.dim() == 3 && b2.dim() == 3, "baddbmm", "expects 3-D batches, got ", b1.dim(), "-D and ", b2.dim(),
-             "-D");
-  return add_scaled(self, b1, b2, beta, alpha, bmm, "baddbmm");
+  return add_scaled(self, b1, b2, beta, alpha, 3, bmm, "baddbmm");
 }
 
 Tensor cosine_similarity(const Tensor& x1_in, const Tensor& x2_in, int64_t dim, double eps) {
