@@ -38,6 +38,7 @@ TEST(Select, NonzeroAsTorchOnEveryDevice) {
       r.to(kFloat64).permute({2, 0, 1}) > 1.0,      // strided
       tensor({0.0, -0.0, std::nan(""), 2.0}),       // -0 is zero, NaN is not
       randint(0, 3, {5000}, kInt64),                // longer than a GPU's scan tile
+      randn({300, 1000}) > 1.0,                     // in chunks on the CPU's threads
       zeros({4, 0, 2}),                             // empty
   };
   for (Device d : devices())

@@ -25,7 +25,7 @@ namespace kiln::backend {
   X(Log10) X(Exp2)                                                                          \
   X(Clamp) X(Where) X(Copy) X(Fill) X(Addcmul) X(Addcdiv) X(Lerp)                           \
   X(Sum) X(Prod) X(Amax) X(Amin) X(All) X(Any) X(Var) X(LogSumExp) X(Norm)                  \
-  X(MaxWithIndex) X(MinWithIndex) X(Sort) X(Cumsum)                                         \
+  X(MaxWithIndex) X(MinWithIndex) X(Sort) X(Cumsum) X(MaskPositions)                       \
   X(Softmax) X(LogSoftmax) X(SoftmaxBackward) X(LogSoftmaxBackward)                         \
   X(Matmul)                                                                                 \
   X(IndexSelect) X(Gather) X(ScatterAdd) X(Tril) X(Triu)                                    \
@@ -115,6 +115,8 @@ struct DimAttrs { int64_t dim = 0; };
 // (x[o, j..n-1, i] when reverse) in cumsum_acc_t (visit_dtype.h), added in order, each output rounded
 // from the running sum.
 struct CumsumAttrs { bool reverse = false; };
+// MaskPositions: {mask [N] bool, contiguous} -> {out [n] int64}: the positions of the mask's true
+// elements, in order (n, their count, sized the output: the op layer counted them).
 // sort and topk along rows: {x [rows, n] contiguous} -> {values [rows, k], indices [rows, k] (int64)},
 // contiguous: each row's k first elements in sort_math.h's order (stable: ties by position).
 struct SortAttrs {

@@ -1,7 +1,6 @@
 // Selection by value (ops.h): nonzero and argwhere, masked_select, count_nonzero, unique and
-// unique_consecutive, composed of sort, cumsum, where, scatter_add and index_select, so they run on
-// every device that has those kernels (integer cumsum scans long rows in parallel on a GPU) and
-// masked_select's gradient is index_select's.
+// unique_consecutive: a count and the MaskPositions kernel (the positions of a mask's true elements),
+// with sort, cumsum, scatter_add and index_select, so masked_select's gradient is index_select's.
 #include <algorithm>
 #include <vector>
 
@@ -10,18 +9,16 @@
 namespace kiln {
 namespace {
 
-// The positions of m's true elements (m bool, 1-D), in order: int64 [n]. Every element gets a slot,
-// the k-th true one k and the k-th false one n + k, a permutation of the positions: one scatter
-// with no two elements in a slot puts the true ones' positions first. Reading n waits for the device.
+using ops::Op;
+
+// The positions of m's true elements (m bool, 1-D), in order: int64 [n], n counted first (reading
+// it waits for the device), then the kernel (MaskPositions).
 Tensor true_positions(const Tensor& m) {
-  const int64_t total = m.numel();
-  const TensorOptions opts = TensorOptions(kInt64).device(m.device());
-  if (total == 0) return empty({0}, opts);
-  const Tensor trues = cumsum(m, 0);  // the true elements up to each, itself included
-  const int64_t n = trues[total - 1].item<int64_t>();
-  const Tensor pos = arange(total, opts);
-  const Tensor slot = where(m, trues - 1, pos - trues + n);  // a false one: n + the false ones before it
-  return zeros({total}, opts).scatter_add(0, slot, pos).slice(0, 0, n);
+  const Tensor mc = m.contiguous();
+  const int64_t n = m.numel() == 0 ? 0 : sum(mc).item<int64_t>();
+  Tensor out = make_empty({n}, kInt64, m.device());
+  if (n > 0) ops::run1(Op::MaskPositions, m.device(), {mc}, out);
+  return out;
 }
 
 }  // namespace

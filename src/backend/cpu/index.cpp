@@ -1,4 +1,5 @@
-// CPU kernels for index_select, gather and scatter_add; indices are checked here, where they are read.
+// CPU kernels for index_select, gather and scatter_add (indices are checked here, where they are
+// read), and the positions of a mask's true elements (nonzero's).
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -153,6 +154,30 @@ constexpr DeviceType kCpu = DeviceType::CPU;
 KILN_REGISTER_KERNEL(Op::IndexSelect, kCpu, index_select);
 KILN_REGISTER_KERNEL(Op::Gather, kCpu, gather);
 KILN_REGISTER_KERNEL(Op::ScatterAdd, kCpu, scatter_add);
+
+// Two passes over the same chunks: each chunk's count, then each chunk writes its positions after
+// the chunks before it.
+void mask_positions(KernelArgs& a) {
+  const auto* m = static_cast<const bool*>(a.inputs[0].data_ptr());
+  auto* out = static_cast<int64_t*>(a.outputs[0].data_ptr());
+  const int64_t total = a.inputs[0].numel(), chunks = parallel_chunks(total, int64_t{1} << 16);
+  std::vector<int64_t> starts(static_cast<size_t>(chunks) + 1, 0);
+  for_chunks(total, chunks, [&](int64_t b, int64_t e, int64_t c) {
+    int64_t k = 0;
+    for (int64_t i = b; i < e; ++i) k += m[i];
+    starts[static_cast<size_t>(c) + 1] = k;
+  });
+  for (size_t c = 1; c < starts.size(); ++c) starts[c] += starts[c - 1];
+  KILN_CHECK(starts.back() == a.outputs[0].numel(), "nonzero", "the mask holds ", starts.back(),
+             " true elements for an output of ", a.outputs[0].numel());
+  for_chunks(total, chunks, [&](int64_t b, int64_t e, int64_t c) {
+    int64_t* o = out + starts[static_cast<size_t>(c)];
+    for (int64_t i = b; i < e; ++i)
+      if (m[i]) *o++ = i;
+  });
+}
+
+KILN_REGISTER_KERNEL(Op::MaskPositions, kCpu, mask_positions);
 
 }  // namespace
 }  // namespace kiln::backend::cpu

@@ -1,4 +1,4 @@
-// The CUDA kernel of cumsum (the contract in dispatch.h, the CPU's in backend/cpu/cumsum.cpp): a
+// Scans: the CUDA kernels of cumsum and of a mask's true positions (below). cumsum (the contract in dispatch.h, the CPU's in backend/cpu/cumsum.cpp): a
 // thread per column adds it up in order, in the CPU's accumulator type, so each output has the
 // CPU's bits. Along a dim that is not innermost, neighbouring threads read neighbouring elements.
 // Along the innermost dim each thread walks its own row: a few long float rows are a serial walk
@@ -10,6 +10,8 @@
 #include <cub/block/block_scan.cuh>
 #include <cub/block/block_store.cuh>
 #include <cub/device/device_scan.cuh>
+#include <cub/device/device_select.cuh>
+#include <thrust/iterator/counting_iterator.h>
 
 #include <algorithm>
 
@@ -102,7 +104,25 @@ void cumsum(KernelArgs& a) {
   });
 }
 
+// The positions of a mask's true elements (nonzero's; the contract in dispatch.h): cub's stream
+// compaction of the positions 0, 1, ... flagged by the mask, in order.
+void mask_positions(KernelArgs& a) {
+  const Tensor& mask = a.inputs[0];
+  Tensor selected = make_empty({1}, kInt64, mask.device());  // cub's count, which the op layer knows
+  const thrust::counting_iterator<int64_t> positions(0);
+  const auto* flags = static_cast<const bool*>(mask.data_ptr());
+  auto* out = static_cast<int64_t*>(a.outputs[0].data_ptr());
+  auto* count = static_cast<int64_t*>(selected.data_ptr());
+  const int64_t total = mask.numel();
+  size_t temp_bytes = 0;
+  KILN_CUDA_CHECK(cub::DeviceSelect::Flagged(nullptr, temp_bytes, positions, flags, out, count, total, stream_of(a)));
+  Tensor temp = make_empty({static_cast<int64_t>(std::max<size_t>(temp_bytes, 1))}, kUInt8, mask.device());
+  KILN_CUDA_CHECK(
+      cub::DeviceSelect::Flagged(temp.data_ptr(), temp_bytes, positions, flags, out, count, total, stream_of(a)));
+}
+
 KILN_REGISTER_KERNEL(Op::Cumsum, DeviceType::CUDA, cumsum);
+KILN_REGISTER_KERNEL(Op::MaskPositions, DeviceType::CUDA, mask_positions);
 
 }  // namespace
 }  // namespace kiln::backend::cuda
