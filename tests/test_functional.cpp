@@ -108,6 +108,34 @@ TEST_P(FunctionalTorch, PadAsTorch) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, FunctionalTorch, ::testing::Values(kFloat64, kFloat32),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// Review findings (/tmp/review_s21b/REPORT.md): 16-bit losses in float32, rounded once; finite
+// gradients where 1 / beta overflows; pad's padding before its cropping, as torch's.
+TEST(Functional, LossesOfTinyBetaAnd16BitAndPadThenCrop) {
+  Tensor h = tensor({0.0, 1e-6, 0.5, -0.3}, kFloat16).requires_grad_();
+  smooth_l1_loss(h, zeros({4}, kFloat16), Reduction::Sum, 1e-5).backward();
+  const std::vector<double> g = values(h.grad());
+  EXPECT_EQ(g[0], 0);
+  EXPECT_NEAR(g[1], 0.1, 0.01);  // d / beta, where 1 / beta is inf in float16
+  EXPECT_EQ(g[2], 1);
+  EXPECT_EQ(g[3], -1);
+  Tensor f = tensor({0.0, 1.0}).requires_grad_();
+  smooth_l1_loss(f, zeros({2}), Reduction::Sum, 1e-45).backward();
+  EXPECT_EQ(values(f.grad()), (std::vector<double>{0, 1}));
+  const Tensor x = randn({3000}, kBFloat16) * 3, y = randn({3000}, kBFloat16) * 3;
+  for (double beta : {1.0, 0.5}) {
+    expect_same_bits(smooth_l1_loss(x, y, Reduction::None, beta),
+                     smooth_l1_loss(x.to(kFloat32), y.to(kFloat32), Reduction::None, beta).to(kBFloat16),
+                     "bfloat16 smooth_l1 rounded once");
+    expect_same_bits(huber_loss(x, y, Reduction::None, beta * 2),
+                     huber_loss(x.to(kFloat32), y.to(kFloat32), Reduction::None, beta * 2).to(kBFloat16),
+                     "bfloat16 huber rounded once");
+  }
+  const Tensor p = tensor({0.0, 1.0, 2.0, 3.0});
+  EXPECT_EQ(values(pad(p, {-2, 3}, "reflect")), (std::vector<double>{2, 3, 2, 1, 0}));
+  EXPECT_EQ(values(pad(p, {-4, 2}, "replicate")), (std::vector<double>{3, 3}));
+  EXPECT_EQ(values(pad(p, {2, -5})), (std::vector<double>{0}));
+}
+
 TEST(Functional, ModulesPrintAndBadInputIsAnErrorNamingTheOp) {
   auto printed = [](const nn::Module& m) {
     std::ostringstream os;

@@ -288,8 +288,14 @@ Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
 
 // input - target of a regression loss: both floating point, the target broadcasting to the input's
 // shape. The losses are on torch.autocast's float32 list: 16-bit operands are taken in float32
-// there, and the ops after run with autocast off.
-Tensor regression_difference(const Tensor& input_in, const Tensor& target_in, const char* name) {
+// there, and the ops after run with autocast off. `widen`: 16-bit operands subtracted in float32
+// (smooth_l1's and huber's kernels compute in float32 and round the loss once).
+struct Difference {
+  Tensor d;
+  ScalarType dtype;  // the loss's
+};
+Difference regression_difference(const Tensor& input_in, const Tensor& target_in, const char* name,
+                                 bool widen = false) {
   ops::check_defined(input_in, name);
   ops::check_defined(target_in, name);
   const Tensor input = ops::autocast_float32(input_in), target = ops::autocast_float32(target_in);
@@ -298,44 +304,50 @@ Tensor regression_difference(const Tensor& input_in, const Tensor& target_in, co
              "expected floating-point input and target, got ", input.dtype(), " and ", target.dtype());
   KILN_CHECK(broadcast_shapes(input.shape(), target.shape(), name) == input.shape(), name, "target shape ",
              target.shape(), " does not broadcast to the input's ", input.shape());
-  return input - target;
+  const ScalarType t = promote_types(input.dtype(), target.dtype());
+  const bool half = t == kFloat16 || t == kBFloat16;
+  return {widen && half ? input.to(kFloat32) - target.to(kFloat32) : input - target, t};
 }
 
 // |d| below `limit` as 0.5 d^2 / scale, from it on (|d| - 0.5 limit) limit / scale: smooth_l1
-// (scale = limit = beta) and huber (scale 1, limit delta), rounded as torch's kernels; at
-// |d| = limit the linear branch, whose gradient there is torch's.
-Tensor quadratic_then_linear(const Tensor& d, double limit, double scale) {
-  const Tensor a = abs(d), half_square = d * d * 0.5, linear = a - 0.5 * limit;
-  return where(a < limit, scale == 1 ? half_square : half_square / scale,
-               limit == scale ? linear : linear * (limit / scale));
+// (scale = limit = beta) and huber (scale 1, limit delta); at |d| = limit the linear branch, whose
+// gradient there is torch's. 16-bit differences in float32, rounded once (torch's opmath). The
+// quadratic branch takes d clamped to the limit and divides d by the scale before squaring, so its
+// gradient stays finite where 1 / beta overflows or the linear branch is taken (where() passes
+// zero there, and zero times inf would be NaN). The loss is rounded to `dtype`.
+Tensor quadratic_then_linear(const Tensor& d, double limit, double scale, ScalarType dtype) {
+  const Tensor a = abs(d), dq = clamp(d, -limit, limit), linear = a - 0.5 * limit;
+  const Tensor out = where(a < limit, scale == 1 ? dq * dq * 0.5 : dq * (dq / scale) * 0.5,
+                           limit == scale ? linear : linear * (limit / scale));
+  return out.to(dtype);
 }
 
 }  // namespace
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  const Tensor d = regression_difference(input, target, "mse_loss");
+  const Tensor d = regression_difference(input, target, "mse_loss").d;
   ops::AutocastOff off;
   return reduce_loss(d.square(), reduction);
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  const Tensor d = regression_difference(input, target, "l1_loss");
+  const Tensor d = regression_difference(input, target, "l1_loss").d;
   ops::AutocastOff off;
   return reduce_loss(abs(d), reduction);
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
   KILN_CHECK(beta >= 0, "smooth_l1_loss", "beta must not be negative, got ", beta);
-  const Tensor d = regression_difference(input, target, "smooth_l1_loss");
+  const auto [d, t] = regression_difference(input, target, "smooth_l1_loss", beta != 0);
   ops::AutocastOff off;
-  return reduce_loss(beta == 0 ? abs(d) : quadratic_then_linear(d, beta, beta), reduction);
+  return reduce_loss(beta == 0 ? abs(d) : quadratic_then_linear(d, beta, beta, t), reduction);
 }
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
   KILN_CHECK(delta > 0, "huber_loss", "delta must be positive, got ", delta);
-  const Tensor d = regression_difference(input, target, "huber_loss");
+  const auto [d, t] = regression_difference(input, target, "huber_loss", true);
   ops::AutocastOff off;
-  return reduce_loss(quadratic_then_linear(d, delta, 1.0), reduction);
+  return reduce_loss(quadratic_then_linear(d, delta, 1.0, t), reduction);
 }
 
 

@@ -152,26 +152,27 @@ Tensor pad(const Tensor& x, const Shape& pad, std::string_view mode, double valu
   Tensor out = x;
   for (size_t i = 0; i < pad.size() / 2; ++i) {
     const int64_t d = x.dim() - 1 - static_cast<int64_t>(i);
-    int64_t l = pad[2 * i], r = pad[2 * i + 1];
-    const int64_t n = out.size(d);
-    KILN_CHECK(n + std::min<int64_t>(l, 0) + std::min<int64_t>(r, 0) >= 0, "pad", "cropping (", l, ", ", r,
+    const int64_t l = pad[2 * i], r = pad[2 * i + 1], n = out.size(d);
+    KILN_CHECK(n + l + r >= 0, "pad", "cropping (", l, ", ", r,
                ") along dim ", d, " of size ", n, " leaves less than nothing");
-    if (l < 0 || r < 0) {  // crops first
-      const int64_t from = std::max<int64_t>(-l, 0);
-      out = out.narrow(d, from, n - from - std::max<int64_t>(-r, 0));
-      l = std::max<int64_t>(l, 0);
-      r = std::max<int64_t>(r, 0);
+    // The padding first, from the dim as it is (torch's order: reflect (-2, 3) of 4 elements pads
+    // by 3 from all 4), then the cropping.
+    const int64_t pl = std::max<int64_t>(l, 0), pr = std::max<int64_t>(r, 0);
+    if (pl > 0 || pr > 0) {
+      if (mode == "constant") {
+        Shape before = out.shape(), after = out.shape();
+        before[static_cast<size_t>(d)] = pl;
+        after[static_cast<size_t>(d)] = pr;
+        const TensorOptions like = TensorOptions(out.dtype()).device(out.device());
+        out = cat({full(before, value, like), out, full(after, value, like)}, d);
+      } else {
+        const std::vector<int64_t> pos = padded_positions(n, pl, pr, mode, d);
+        out = index_select(out, d, tensor(pos, TensorOptions(kInt64)).to(out.device()));
+      }
     }
-    if (l == 0 && r == 0) continue;
-    if (mode == "constant") {
-      Shape before = out.shape(), after = out.shape();
-      before[static_cast<size_t>(d)] = l;
-      after[static_cast<size_t>(d)] = r;
-      const TensorOptions like = TensorOptions(out.dtype()).device(out.device());
-      out = cat({full(before, value, like), out, full(after, value, like)}, d);
-    } else {
-      const std::vector<int64_t> pos = padded_positions(out.size(d), l, r, mode, d);
-      out = index_select(out, d, tensor(pos, TensorOptions(kInt64)).to(out.device()));
+    if (l < 0 || r < 0) {
+      const int64_t from = std::max<int64_t>(-l, 0);
+      out = out.narrow(d, from, out.size(d) - from - std::max<int64_t>(-r, 0));
     }
   }
   return out.is_same(x) ? x.clone() : out;
