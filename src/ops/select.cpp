@@ -1,7 +1,6 @@
 // Selection by value (ops.h): nonzero and argwhere, masked_select, count_nonzero, unique and
 // unique_consecutive: a count and the MaskPositions kernel (the positions of a mask's true elements),
 // with sort, cumsum, scatter_add and index_select, so masked_select's gradient is index_select's.
-#include <algorithm>
 #include <vector>
 
 #include "ops/op_util.h"
@@ -93,13 +92,7 @@ std::tuple<Tensor, Tensor, Tensor> unique_consecutive(const Tensor& x, bool retu
 
 Tensor count_nonzero(const Tensor& x, const Shape& dims) {
   ops::check_defined(x, "count_nonzero");
-  Shape seen;
-  for (int64_t dim : dims) {
-    const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "count_nonzero");
-    KILN_CHECK(std::find(seen.begin(), seen.end(), d) == seen.end(), "count_nonzero", "dim ", d,
-               " appears more than once in the dims ", dims);
-    seen.push_back(d);
-  }
+  ops::reduce_dims(x, dims, false, "count_nonzero");  // the dims' errors name count_nonzero, not sum
   return sum(ne(x.detach(), 0), dims);
 }
 
