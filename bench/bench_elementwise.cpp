@@ -1,8 +1,10 @@
 // Memory bandwidth of a large elementwise add, against a STREAM-style add loop on the same machine;
-// batch norm with and without its fused ReLU; max pooling at ResNet's stem; sort, topk and cumsum.
+// batch norm with and without its fused ReLU; max pooling at ResNet's stem; sort, topk and
+// cumsum; a U-Net decoder's transposed convolution, group norm and upsampling.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <optional>
 #include <vector>
 
 #include "kiln/kiln.h"
@@ -297,5 +299,32 @@ void BM_SelectAndContract(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_SelectAndContract)->DenseRange(0, 6)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// A U-Net decoder's ops at batch 16 on [16, 64, 32, 32] activations, forward and backward (the
+// gradient of the output's sum) unless said: ConvTranspose2d(64, 32, 2, stride 2) (0), group_norm
+// of 32 groups with weight and bias (1), 2x nearest upsampling (2), 2x bilinear (3), 2x bilinear
+// forward only (4). bench/pytorch_sort_scan.py cnn runs torch's.
+void BM_CnnDecoderOps(benchmark::State& state) {
+  kiln::manual_seed(0);
+  const int64_t which = state.range(0);
+  kiln::Tensor x = kiln::randn({16, 64, 32, 32}).requires_grad_();
+  const kiln::Tensor w = (kiln::randn({64, 32, 2, 2}) * 0.1).requires_grad_();
+  const kiln::Tensor gw = kiln::ones({64}).requires_grad_(), gb = kiln::zeros({64}).requires_grad_();
+  for (auto _ : state) {
+    kiln::Tensor out;
+    std::optional<kiln::NoGradGuard> inference;
+    if (which == 4) inference.emplace();
+    switch (which) {
+      case 0: out = kiln::conv_transpose2d(x, w, {}, {2, 2}); break;
+      case 1: out = kiln::group_norm(x, 32, gw, gb); break;
+      case 2: out = kiln::interpolate(x, {}, {2.0}); break;
+      default: out = kiln::interpolate(x, {}, {2.0}, "bilinear"); break;
+    }
+    if (which < 4) out.sum().backward();
+    benchmark::DoNotOptimize(out.data_ptr());
+    x.set_grad({});
+  }
+}
+BENCHMARK(BM_CnnDecoderOps)->DenseRange(0, 4)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch's side of BM_SortAndScan and BM_SelectAndContract (bench/bench_elementwise.cpp), the
+"""PyTorch's side of BM_SortAndScan, BM_SelectAndContract and BM_CnnDecoderOps
+(bench/bench_elementwise.cpp), the
 same cases in the same order.
 
 Prints the median time of each case in milliseconds, on the CPU with torch's default threads
@@ -7,6 +8,7 @@ Prints the median time of each case in milliseconds, on the CPU with torch's def
 
 Run: python3 bench/pytorch_sort_scan.py            (BM_SortAndScan)
      python3 bench/pytorch_sort_scan.py select     (BM_SelectAndContract)
+     python3 bench/pytorch_sort_scan.py cnn        (BM_CnnDecoderOps)
 """
 import statistics
 import sys
@@ -49,9 +51,39 @@ def select_cases():
     ]
 
 
+def cnn_cases():
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 64, 32, 32, generator=g).requires_grad_()
+    w = (torch.randn(64, 32, 2, 2, generator=g) * 0.1).requires_grad_()
+    gw, gb = torch.ones(64, requires_grad=True), torch.zeros(64, requires_grad=True)
+
+    def trained(fn):
+        def run():
+            out = fn()
+            out.sum().backward()
+            x.grad = None
+            return out
+        return run
+
+    def inference():
+        with torch.no_grad():
+            return F.interpolate(x, scale_factor=2.0, mode="bilinear")
+
+    return [
+        ("conv_transpose2d 64->32 k2 s2", trained(lambda: F.conv_transpose2d(x, w, stride=2))),
+        ("group_norm 32 groups", trained(lambda: F.group_norm(x, 32, gw, gb))),
+        ("nearest 2x", trained(lambda: F.interpolate(x, scale_factor=2.0))),
+        ("bilinear 2x", trained(lambda: F.interpolate(x, scale_factor=2.0, mode="bilinear"))),
+        ("bilinear 2x forward", inference),
+    ]
+
+
 def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    for i, (name, fn) in enumerate(select_cases() if sys.argv[1:] == ["select"] else cases()):
+    which = {"select": select_cases, "cnn": cnn_cases}.get(sys.argv[1] if sys.argv[1:] else "", cases)
+    for i, (name, fn) in enumerate(which()):
         fn()
         times = []
         deadline = time.perf_counter() + 2.0

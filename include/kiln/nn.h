@@ -18,4 +18,5 @@
 #include "kiln/nn/pimpl.h"
 #include "kiln/nn/pooling.h"
 #include "kiln/nn/transformer.h"
+#include "kiln/nn/upsampling.h"
 #include "kiln/nn/utils.h"

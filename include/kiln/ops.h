@@ -272,12 +272,26 @@ Tensor unsqueeze(const Tensor& x, int64_t dim);
 // x [N, C_in, H, W], weight [C_out, C_in / groups, kH, kW], bias [C_out] or undefined.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const Shape& stride = {1, 1},
               const Shape& padding = {0, 0}, const Shape& dilation = {1, 1}, int64_t groups = 1);
+// The gradient of conv2d's input as an op (torch.nn.functional.conv_transpose2d, "deconvolution"):
+// x [N, C_in, H, W], weight [C_in, C_out / groups, kH, kW], bias [C_out]; the output is
+// [N, C_out, (H - 1) * stride - 2 * padding + dilation * (kH - 1) + output_padding + 1, ...].
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const Shape& stride = {1, 1},
+                        const Shape& padding = {0, 0}, const Shape& output_padding = {0, 0}, int64_t groups = 1,
+                        const Shape& dilation = {1, 1});
 // stride empty means stride = kernel_size, as in PyTorch.
 Tensor max_pool2d(const Tensor& x, const Shape& kernel_size, const Shape& stride = {},
                   const Shape& padding = {0, 0}, const Shape& dilation = {1, 1}, bool ceil_mode = false);
 Tensor avg_pool2d(const Tensor& x, const Shape& kernel_size, const Shape& stride = {},
                   const Shape& padding = {0, 0}, bool ceil_mode = false, bool count_include_pad = true);
 Tensor adaptive_avg_pool2d(const Tensor& x, const Shape& output_size);
+// x [N, C, *spatial] (1 to 3 spatial dims) resampled to `size`, or to floor(in * scale_factor)
+// (one value, or one per spatial dim), as torch.nn.functional.interpolate: modes nearest,
+// nearest-exact, linear (3-D), bilinear and bicubic (4-D), trilinear (5-D) and area (3-D, 4-D);
+// align_corners for the interpolating modes (default false). With a scale factor the source
+// positions use 1 / scale_factor unless recompute_scale_factor, as torch's.
+Tensor interpolate(const Tensor& x, const Shape& size, const std::vector<double>& scale_factor = {},
+                   std::string_view mode = "nearest", std::optional<bool> align_corners = std::nullopt,
+                   std::optional<bool> recompute_scale_factor = std::nullopt);
 // Over dim 1 of a [N, C, ...] input. In training, updates running_mean/running_var in place
 // (unbiased variance, running = (1 - momentum) * running + momentum * batch) when defined.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
@@ -331,6 +345,11 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_id
 // and shifts by bias (each normalized_shape, or undefined).
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                   const Tensor& bias = {}, double eps = 1e-5);
+// Over groups of channels of x [N, C, *] (torch.nn.functional.group_norm): each of num_groups groups
+// of C / num_groups channels is normalised as one (biased variance), then scaled by weight [C] and
+// shifted by bias [C] where defined.
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
 // softmax over dim of x + mask (float mask) or of x where mask is true (bool mask, true = keep);
 // the mask broadcasts to x and gets no gradient. A row with every element masked gives zeros.
 Tensor masked_softmax(const Tensor& x, const Tensor& mask, int64_t dim);

@@ -27,13 +27,15 @@ void for_batch_chunks(const Tensor& x, int64_t out_numel, F&& f) {
   for (int64_t s = 0; s < n; s += chunk) f(s, std::min(chunk, n - s));
 }
 
-// The input's gradient, laid out like the input when that is dense (channels-last stays so).
-Tensor conv_backward_input(const Tensor& g, const Tensor& w, const Tensor& x, const backend::ConvAttrs& a) {
-  Tensor gx = make_empty_like(x, x.shape(), g.dtype(), g.device());
+// An input's gradient for g: laid out like x where x is dense (channels-last stays so).
+Tensor empty_input_grad(const Tensor& x, const Tensor& g) { return make_empty_like(x, x.shape(), g.dtype(), g.device()); }
+
+// The input's gradient for g into gx, whose shape is the convolution's input's.
+Tensor conv_backward_input(const Tensor& g, const Tensor& w, const Tensor& gx, const backend::ConvAttrs& a) {
   if (gx.numel() == 0) return gx;
-  for_batch_chunks(x, g.numel(), [&](int64_t s, int64_t c) {
-    Tensor part = c == x.size(0) ? gx : gx.narrow(0, s, c);
-    backend::run(Op::Conv2dBackwardInput, g.device(), std::initializer_list<Tensor>{c == x.size(0) ? g : g.narrow(0, s, c), w},
+  for_batch_chunks(gx, g.numel(), [&](int64_t s, int64_t c) {
+    Tensor part = c == gx.size(0) ? gx : gx.narrow(0, s, c);
+    backend::run(Op::Conv2dBackwardInput, g.device(), std::initializer_list<Tensor>{c == gx.size(0) ? g : g.narrow(0, s, c), w},
                  std::span<Tensor>(&part, 1), &a);
   });
   return gx;
@@ -68,17 +70,30 @@ Tensor conv_like(const Tensor& x, const Tensor& w, const backend::ConvAttrs& a) 
 // (<gg, input_grad(gy, w)> = <gy, conv(gg, w)> = <weight_grad(gy, gg), w>, and likewise for gw).
 Tensor conv_weight_grad(const Tensor& gy, const Tensor& x, const Tensor& w_like, const backend::ConvAttrs& a);
 
-Tensor conv_input_grad(const Tensor& gy, const Tensor& w, const Tensor& x_like, const backend::ConvAttrs& a) {
-  Tensor gx = conv_backward_input(gy.detach(), w.detach(), x_like, a);
-  if (autograd::needs_grad({&gy, &w}))
-    autograd::record("ConvolutionBackwardInputBackward", {&gy, &w}, gx,
-                     [sg = SavedTensor(gy), sw = SavedTensor(w), a,
-                      mg = autograd::InputMeta(gy), mw = autograd::InputMeta(w)](const Tensor& gg) -> TensorList {
-                       const char* node = "ConvolutionBackwardInputBackward";
+// A bias's gradient: g [N, C, H, W] summed over N, H and W, in float32 (float64 for float64).
+Tensor bias_grad(const Tensor& g) {
+  return sum(g, {0, 2, 3}, false, g.dtype() == kFloat64 ? kFloat64 : kFloat32).to(g.dtype());
+}
+
+// gx: where the result goes (empty, the convolution's input's shape). conv_transpose2d is this
+// op plus a bias [C] (node: its name in the graph).
+Tensor conv_input_grad(const Tensor& gy, const Tensor& w, const Tensor& gx_out, const backend::ConvAttrs& a,
+                       const char* node_name = "ConvolutionBackwardInputBackward", const Tensor& bias = {}) {
+  Tensor gx = conv_backward_input(gy.detach(), w.detach(), gx_out, a);
+  if (bias.defined()) {
+    NoGradGuard ng;
+    gx.add_(bias.detach().view({1, bias.size(0), 1, 1}));
+  }
+  if (autograd::needs_grad({&gy, &w, &bias}))
+    autograd::record(node_name, {&gy, &w, &bias}, gx,
+                     [sg = SavedTensor(gy), sw = SavedTensor(w), a, node = node_name,
+                      mg = autograd::InputMeta(gy), mw = autograd::InputMeta(w),
+                      need_b = bias.defined() && bias.requires_grad()](const Tensor& gg) -> TensorList {
                        const Tensor g = sg.get(node), wv = sw.get(node);
                        const Tensor ggc = gg.contiguous(MemoryFormat::ChannelsLast);
                        return {mg.needs ? mg(conv_like(ggc, wv, a)) : Tensor(),
-                               mw.needs ? mw(conv_weight_grad(g, ggc, wv, a)) : Tensor()};
+                               mw.needs ? mw(conv_weight_grad(g, ggc, wv, a)) : Tensor(),
+                               need_b ? bias_grad(ggc) : Tensor()};
                      });
   return gx;
 }
@@ -94,7 +109,7 @@ Tensor conv_weight_grad(const Tensor& gy, const Tensor& x, const Tensor& w_like,
                        const char* node = "ConvolutionBackwardWeightBackward";
                        const Tensor g = sg.get(node), xv = sx.get(node);
                        return {mg.needs ? mg(conv_like(xv, gg, a)) : Tensor(),
-                               mx.needs ? mx(conv_input_grad(g, gg, xv, a)) : Tensor()};
+                               mx.needs ? mx(conv_input_grad(g, gg, empty_input_grad(xv, g), a)) : Tensor()};
                      });
   return outs[0];
 }
@@ -181,11 +196,11 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
                        // them laid out like the output (channels-last).
                        Tensor g = g_in.contiguous(MemoryFormat::ChannelsLast);
                        if (autograd::needs_grad({&g, &x, &w}))  // create_graph
-                         return {need_x ? conv_input_grad(g, w, x, a) : Tensor(),
+                         return {need_x ? conv_input_grad(g, w, empty_input_grad(x, g), a) : Tensor(),
                                  need_w ? conv_weight_grad(g, x, w, a) : Tensor(),
-                                 need_b ? sum(g, {0, 2, 3}) : Tensor()};
+                                 need_b ? bias_grad(g) : Tensor()};
                        Tensor gx, gw, gb;
-                       if (need_x) gx = conv_backward_input(g, w, x, a);
+                       if (need_x) gx = conv_backward_input(g, w, empty_input_grad(x, g), a);
                        if (need_w) gw = make_empty_like(w, w.shape(), w.dtype(), w.device());  // w's layout
                        if (need_w && x.numel() > 0) {
                          std::vector<Tensor> outs{gw};
@@ -194,13 +209,81 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
                          if (has_bias) gb = outs[1];
                        } else {  // a frozen weight, or no input to weigh: the bias's gradient alone
                          if (need_w) gw.zero_();
-                         if (need_b)
-                           gb = sum(g, {0, 2, 3}, false, g.dtype() == kFloat64 ? kFloat64 : kFloat32).to(w.dtype());
+                         if (need_b) gb = bias_grad(g);
                        }
                        return {gx, need_w ? gw : Tensor(), need_b ? gb : Tensor()};
                      });
   }
   return out;
+}
+
+// The gradient of a convolution's input, as an op: the convolution whose input's gradient this is
+// takes an input of the output's size and gives one of x's (x is its output's gradient).
+Tensor conv_transpose2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in, const Shape& stride,
+                        const Shape& padding, const Shape& output_padding, int64_t groups, const Shape& dilation) {
+  const char* op = "conv_transpose2d";
+  const Tensor input = ops::autocast_lower(input_in), weight = ops::autocast_lower(weight_in),
+               bias = ops::autocast_lower(bias_in);
+  ops::check_defined(input, op);
+  ops::check_defined(weight, op);
+  KILN_CHECK(input.dim() == 4 || input.dim() == 3, op, "expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape ",
+             input.shape());
+  if (input.dim() == 3)
+    return conv_transpose2d(input.unsqueeze(0), weight, bias, stride, padding, output_padding, groups, dilation)
+        .squeeze(0);
+  KILN_CHECK(weight.dim() == 4, op, "expected a 4-D weight [C_in, C_out / groups, kH, kW], got shape ",
+             weight.shape());
+  KILN_CHECK(groups >= 1, op, "groups must be positive, got ", groups);
+  const int64_t n = input.size(0), c_in = input.size(1), c_out = weight.size(1) * groups;
+  KILN_CHECK(c_in == weight.size(0), op, "input has ", c_in, " channels but weight ", weight.shape(), " expects ",
+             weight.size(0));
+  KILN_CHECK(c_in % groups == 0, op, "input has ", c_in, " channels, not divisible by groups=", groups);
+  KILN_CHECK(weight.size(1) > 0 && weight.size(2) > 0 && weight.size(3) > 0, op, "weight shape ", weight.shape(),
+             " has an empty dim");
+  KILN_CHECK(weight.size(2) <= INT32_MAX && weight.size(3) <= INT32_MAX, op, "kernel ", weight.shape(),
+             " is too large");
+  KILN_CHECK(input.is_floating_point(), op, "expected a floating-point input, got ", input.dtype());
+  KILN_CHECK(weight.dtype() == input.dtype(), op, "input is ", input.dtype(), " but weight is ", weight.dtype());
+  KILN_CHECK(n == 0 || c_in == 0 || (input.size(2) > 0 && input.size(3) > 0), op,
+             "only inputs with zero batch or zero channels may be empty (as PyTorch), got shape ", input.shape());
+  if (bias.defined()) {
+    KILN_CHECK(bias.dim() == 1 && bias.size(0) == c_out, op, "expected bias of shape [", c_out, "], got ",
+               bias.shape());
+    KILN_CHECK(bias.dtype() == input.dtype(), op, "input is ", input.dtype(), " but bias is ", bias.dtype());
+  }
+  Device dev = ops::common_device({&input, &weight, bias.defined() ? &bias : &input}, op);
+  backend::ConvAttrs a;
+  int64_t out_pad[2];
+  ops::pair_param(op, stride, "stride", a.stride, 1);
+  ops::pair_param(op, padding, "padding", a.padding, 0);
+  ops::pair_param(op, output_padding, "output_padding", out_pad, 0);
+  ops::pair_param(op, dilation, "dilation", a.dilation, 1);
+  a.groups = groups;
+  int64_t out_hw[2], extra[2];
+  for (int i = 0; i < 2; ++i) {
+    KILN_CHECK(out_pad[i] < a.stride[i] || out_pad[i] < a.dilation[i], op, "output_padding ", output_padding,
+               " must be smaller than either stride ", stride, " or dilation ", dilation);
+    const int64_t span = a.dilation[i] * (weight.size(2 + i) - 1) + 1;
+    out_hw[i] = (input.size(2 + i) - 1) * a.stride[i] - 2 * a.padding[i] + span + out_pad[i];
+    KILN_CHECK(out_hw[i] > 0, op, "input ", input.shape(), " with kernel ", weight.shape(), ", stride ", stride,
+               ", padding ", padding, " and dilation ", dilation, " gives an output of size ", out_hw[i]);
+    // Where output_padding is at least the stride (allowed where it is less than the dilation),
+    // the convolution has more outputs than x has rows: x is padded with zeros to its size.
+    extra[i] = (out_hw[i] + 2 * a.padding[i] - span) / a.stride[i] + 1 - input.size(2 + i);
+  }
+  const bool grad = autograd::needs_grad({&input, &weight, &bias});
+  a.inference = !grad;
+  const Shape out_shape{n, c_out, out_hw[0], out_hw[1]};
+  Tensor out = make_empty_strided(out_shape, channels_last_strides(out_shape), input.dtype(), dev);
+  if (out.numel() == 0) return out;
+  if (input.numel() == 0) {  // no input channels: the bias alone
+    NoGradGuard ng;
+    out.zero_();
+    return bias.defined() ? out + bias.view({1, c_out, 1, 1}) : out;
+  }
+  const Tensor x = (extra[0] > 0 || extra[1] > 0 ? pad(input, {0, extra[1], 0, extra[0]}) : input)
+                       .contiguous(MemoryFormat::ChannelsLast);
+  return conv_input_grad(x, weight, out, a, "ConvTranspose2dBackward", bias);
 }
 
 }  // namespace kiln

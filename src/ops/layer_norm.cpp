@@ -1,5 +1,6 @@
 // layer_norm over the trailing dims: one forward kernel saving each row's mean and 1/std, and
-// one backward kernel giving the input, weight and bias gradients together.
+// one backward kernel giving the input, weight and bias gradients together. group_norm is
+// layer_norm of each group's row, then the per-channel weight and bias.
 #include "ops/autocast_policy.h"
 #include "ops/op_util.h"
 
@@ -94,6 +95,39 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
                      });
   }
   return out;
+}
+
+Tensor group_norm(const Tensor& x_in, int64_t num_groups, const Tensor& weight_in, const Tensor& bias_in, double eps) {
+  const char* op = "group_norm";
+  const Tensor x = ops::autocast_float32(x_in), weight = ops::autocast_float32(weight_in),
+               bias = ops::autocast_float32(bias_in);
+  ops::check_defined(x, op);
+  KILN_CHECK(x.dim() >= 2, op, "expected an input [N, C, *] of at least 2 dims, got shape ", x.shape());
+  KILN_CHECK(x.is_floating_point(), op, "expected a floating-point input, got ", x.dtype());
+  const int64_t n = x.size(0), c = x.size(1);
+  KILN_CHECK(num_groups > 0 && c % num_groups == 0, op, "expected the number of channels of input ", x.shape(),
+             " to be divisible by num_groups, got num_groups=", num_groups);
+  KILN_CHECK(eps >= 0, op, "eps must be non-negative, got ", eps);
+  for (const auto& [p, what] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+    if (!p->defined()) continue;
+    ops::common_device({&x, p}, op);
+    KILN_CHECK(p->dim() == 1 && p->size(0) == c, op, "expected ", what, " of shape [", c, "] (one per channel of input ",
+               x.shape(), "), got shape ", p->shape());
+    KILN_CHECK(p->dtype() == x.dtype(), op, "input has dtype ", x.dtype(), " but ", what, " has ", p->dtype());
+  }
+  // 16-bit inputs are normalised and scaled in float32 and rounded once, as torch's kernels.
+  const ScalarType wide = x.dtype() == kFloat16 || x.dtype() == kBFloat16 ? kFloat32 : x.dtype();
+  int64_t group = c / num_groups;
+  for (int64_t d = 2; d < x.dim(); ++d) group *= x.size(d);
+  Tensor y = layer_norm(ops::cast(x, wide).reshape({n, num_groups, group}), {group}, {}, {}, eps).view(x.shape());
+  if (weight.defined() || bias.defined()) {
+    Shape per_channel(static_cast<size_t>(x.dim()), 1);
+    per_channel[1] = c;
+    const Tensor w = weight.defined() ? ops::cast(weight, wide).view(per_channel) : Tensor();
+    const Tensor b = bias.defined() ? ops::cast(bias, wide).view(per_channel) : Tensor();
+    y = w.defined() && b.defined() ? addcmul(b, y, w) : w.defined() ? y * w : y + b;
+  }
+  return ops::cast(y, x.dtype());
 }
 
 }  // namespace kiln

@@ -23,6 +23,18 @@ inline Tensor conv2d(const Tensor& x, const Tensor& weight, const Conv2dFuncOpti
   return kiln::conv2d(x, weight, o.bias, o.stride, o.padding, o.dilation, o.groups);
 }
 
+struct ConvTranspose2dFuncOptions {
+  Tensor bias;
+  ExpandingArray<2> stride = 1;
+  ExpandingArray<2> padding = 0;
+  ExpandingArray<2> output_padding = 0;
+  int64_t groups = 1;
+  ExpandingArray<2> dilation = 1;
+};
+inline Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const ConvTranspose2dFuncOptions& o = {}) {
+  return kiln::conv_transpose2d(x, weight, o.bias, o.stride, o.padding, o.output_padding, o.groups, o.dilation);
+}
+
 // An empty stride means the kernel size.
 struct MaxPool2dFuncOptions {
   ExpandingArray<2> kernel_size;
@@ -48,6 +60,18 @@ inline Tensor avg_pool2d(const Tensor& x, const AvgPool2dFuncOptions& o) {
 
 inline Tensor adaptive_avg_pool2d(const Tensor& x, ExpandingArray<2> output_size) {
   return kiln::adaptive_avg_pool2d(x, output_size);
+}
+
+// size or scale_factor (one value, or one per spatial dim); the other stays empty.
+struct InterpolateFuncOptions {
+  Shape size = {};
+  std::vector<double> scale_factor = {};
+  std::string mode = "nearest";
+  std::optional<bool> align_corners = std::nullopt;
+  std::optional<bool> recompute_scale_factor = std::nullopt;
+};
+inline Tensor interpolate(const Tensor& x, const InterpolateFuncOptions& o) {
+  return kiln::interpolate(x, o.size, o.scale_factor, o.mode, o.align_corners, o.recompute_scale_factor);
 }
 
 struct BatchNormFuncOptions {
@@ -118,6 +142,16 @@ struct LayerNormFuncOptions {
 };
 inline Tensor layer_norm(const Tensor& x, const LayerNormFuncOptions& o) {
   return kiln::layer_norm(x, o.normalized_shape, o.weight, o.bias, o.eps);
+}
+
+struct GroupNormFuncOptions {
+  int64_t num_groups;
+  Tensor weight = {};
+  Tensor bias;
+  double eps = 1e-5;
+};
+inline Tensor group_norm(const Tensor& x, const GroupNormFuncOptions& o) {
+  return kiln::group_norm(x, o.num_groups, o.weight, o.bias, o.eps);
 }
 
 // bool attn_mask: true = attend (PyTorch's convention for this function); float: added to the scores.

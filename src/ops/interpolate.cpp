@@ -1,0 +1,188 @@
+// interpolate (torch.nn.functional.interpolate): x [N, C, *spatial] resampled along each spatial
+// dim in turn, last dim first. nearest and nearest-exact take one source element (index_select);
+// linear takes two and cubic four (index_selects summed with their weights); area is adaptive
+// average pooling. The source positions and weights are torch's (aten/src/ATen/native/UpSample.h),
+// computed on the host in the kernels' type (float, double for float64); 16-bit inputs are
+// resampled in float32 and rounded once. Each step is an op with kernels on every backend and a
+// gradient, so interpolate runs on a GPU and is differentiable twice.
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ops/op_util.h"
+
+namespace kiln {
+namespace {
+
+enum class Mode { Nearest, NearestExact, Linear, Cubic, Area };
+
+// Where each output element of one dim reads: for each tap k, index[k][o] and weight[k][o] (no
+// weights for the nearest modes).
+struct Taps {
+  std::vector<std::vector<int64_t>> index;
+  std::vector<std::vector<double>> weight;
+};
+
+// The ratio of input to output positions (torch's area_pixel_compute_scale): the scale factor's
+// inverse where one was given, else in / out; with align_corners, (in - 1) / (out - 1).
+template <class T>
+T source_scale(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+  if (align_corners) return out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0);
+  if (scale && *scale > 0) return static_cast<T>(1.0 / *scale);
+  return static_cast<T>(in) / static_cast<T>(out);
+}
+
+// torch's get_cubic_upsample_coefficients (A = -0.75) for a source position t past its floor.
+template <class T>
+void cubic_weights(T t, T w[4]) {
+  const T a = T(-0.75);
+  auto near = [&](T x) { return ((a + 2) * x - (a + 3)) * x * x + 1; };          // |x| <= 1
+  auto far = [&](T x) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; };     // 1 < |x| < 2
+  w[0] = far(t + 1);
+  w[1] = near(t);
+  w[2] = near(1 - t);
+  w[3] = far(2 - t);
+}
+
+template <class T>
+Taps taps_of(Mode mode, int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+  Taps t;
+  const int64_t n = mode == Mode::Cubic ? 4 : mode == Mode::Linear ? 2 : 1;
+  t.index.assign(n, std::vector<int64_t>(out));
+  if (n > 1) t.weight.assign(n, std::vector<double>(out));
+  if (mode == Mode::Nearest || mode == Mode::NearestExact) {
+    const float s = source_scale<float>(in, out, false, scale);
+    for (int64_t o = 0; o < out; ++o) {
+      // nearest: floor(o * s) (its shortcuts for out = in and out = 2 in give the same); exact:
+      // floor((o + 0.5) * s), the product in double as torch's.
+      const float pos = mode == Mode::Nearest ? static_cast<float>(o) * s
+                                              : static_cast<float>((static_cast<double>(o) + 0.5) * s);
+      t.index[0][o] = std::min(static_cast<int64_t>(std::floor(pos)), in - 1);
+    }
+    return t;
+  }
+  const T s = source_scale<T>(in, out, align_corners, scale);
+  for (int64_t o = 0; o < out; ++o) {
+    if (mode == Mode::Linear && in == out) {  // torch copies: weights 1 and 0 on the same element
+      t.index[0][o] = t.index[1][o] = o;
+      t.weight[0][o] = 1;
+      t.weight[1][o] = 0;
+      continue;
+    }
+    T real = align_corners ? s * static_cast<T>(o) : s * (static_cast<T>(o) + T(0.5)) - T(0.5);
+    if (mode == Mode::Linear && real < 0) real = 0;  // cubic reads before the first element, clamped
+    const int64_t i0 = std::min(static_cast<int64_t>(std::floor(real)), in - 1);
+    const T lambda = std::min(std::max(real - static_cast<T>(i0), T(0)), T(1));
+    if (mode == Mode::Linear) {
+      t.index[0][o] = i0;
+      t.index[1][o] = i0 + (i0 < in - 1 ? 1 : 0);
+      t.weight[0][o] = static_cast<double>(T(1) - lambda);
+      t.weight[1][o] = static_cast<double>(lambda);
+    } else {
+      T w[4];
+      cubic_weights(lambda, w);
+      for (int k = 0; k < 4; ++k) {
+        t.index[k][o] = std::clamp<int64_t>(i0 - 1 + k, 0, in - 1);
+        t.weight[k][o] = static_cast<double>(w[k]);
+      }
+    }
+  }
+  return t;
+}
+
+// x resampled along dim: the taps' elements, weighted and summed in tap order (torch's).
+Tensor resample(const Tensor& x, int64_t dim, const Taps& t) {
+  const int64_t out = static_cast<int64_t>(t.index[0].size());
+  const TensorOptions at = TensorOptions(kInt64).device(x.device());
+  if (t.weight.empty()) return index_select(x, dim, tensor(t.index[0], Shape{out}, at));
+  Shape per_position(static_cast<size_t>(x.dim()), 1);
+  per_position[dim] = out;
+  Tensor sum;
+  for (size_t k = 0; k < t.index.size(); ++k) {
+    const Tensor xk = index_select(x, dim, tensor(t.index[k], Shape{out}, at));
+    const Tensor wk = tensor(t.weight[k], per_position, TensorOptions(x.dtype()).device(x.device()));
+    sum = k == 0 ? xk * wk : addcmul(sum, xk, wk);
+  }
+  return sum;
+}
+
+Mode parse_mode(std::string_view mode, int64_t spatial) {
+  const char* op = "interpolate";
+  if (mode == "nearest") return Mode::Nearest;
+  if (mode == "nearest-exact") return Mode::NearestExact;
+  if (mode == "area") return Mode::Area;
+  const struct {
+    std::string_view name;
+    int64_t dims;
+    Mode mode;
+  } interpolating[] = {{"linear", 1, Mode::Linear}, {"bilinear", 2, Mode::Linear},
+                       {"trilinear", 3, Mode::Linear}, {"bicubic", 2, Mode::Cubic}};
+  for (const auto& m : interpolating)
+    if (m.name == mode) {
+      KILN_CHECK(spatial == m.dims, op, "got ", spatial + 2, "-D input, but ", mode, " mode needs ", m.dims + 2,
+                 "-D input");
+      return m.mode;
+    }
+  KILN_FAIL(op, "unknown mode '", mode,
+            "': expected nearest, nearest-exact, linear, bilinear, bicubic, trilinear or area");
+}
+
+}  // namespace
+
+Tensor interpolate(const Tensor& x, const Shape& size, const std::vector<double>& scale_factor, std::string_view mode_name,
+                   std::optional<bool> align_corners, std::optional<bool> recompute_scale_factor) {
+  const char* op = "interpolate";
+  ops::check_defined(x, op);
+  KILN_CHECK(x.dim() >= 3 && x.dim() <= 5, op, "expected a 3-D, 4-D or 5-D input [N, C, *spatial], got shape ",
+             x.shape());
+  const int64_t spatial = x.dim() - 2;
+  const Mode mode = parse_mode(mode_name, spatial);
+  KILN_CHECK(is_floating_point(x.dtype()) || (mode == Mode::Nearest || mode == Mode::NearestExact), op, mode_name,
+             " mode needs a floating-point input, got ", x.dtype());
+  KILN_CHECK(!align_corners || mode == Mode::Linear || mode == Mode::Cubic, op,
+             "align_corners can only be set with the interpolating modes linear, bilinear, bicubic and trilinear");
+  KILN_CHECK(size.empty() != scale_factor.empty(), op,
+             size.empty() ? "either size or scale_factor must be given" : "only one of size and scale_factor may be given");
+  KILN_CHECK(!(recompute_scale_factor.value_or(false) && !size.empty()), op,
+             "recompute_scale_factor is not meaningful with an explicit size");
+  const auto count = size.empty() ? scale_factor.size() : size.size();
+  KILN_CHECK(count == 1 || static_cast<int64_t>(count) == spatial, op, "input ", x.shape(), " has ", spatial,
+             " spatial dims but ", size.empty() ? "scale_factor" : "size", " has ", count, " values");
+  Shape out(static_cast<size_t>(spatial));
+  std::vector<std::optional<double>> scales(static_cast<size_t>(spatial));
+  for (int64_t i = 0; i < spatial; ++i) {
+    const int64_t in = x.size(2 + i);
+    if (!size.empty()) {
+      out[i] = size[size.size() == 1 ? 0 : i];
+    } else {
+      const double f = scale_factor[scale_factor.size() == 1 ? 0 : i];
+      KILN_CHECK(std::isfinite(f) && f > 0, op, "scale_factor must be positive and finite, got ", f);
+      const double o = std::floor(static_cast<double>(in) * f);
+      KILN_CHECK(o < 9.2e18, op, "scale_factor ", f, " makes dim ", 2 + i, " of ", x.shape(), " too large");
+      out[i] = static_cast<int64_t>(o);
+      if (!recompute_scale_factor.value_or(false)) scales[i] = f;  // the kernels use 1 / f as torch's
+    }
+    KILN_CHECK(in > 0 && out[i] > 0, op, "input and output sizes must be greater than 0, got input ", x.shape(),
+               " and output size ", out);
+  }
+  if (mode == Mode::Area) {  // adaptive average pooling: 1-D through 2-D; no 3-D pool yet
+    KILN_CHECK(spatial <= 2, op, "area mode takes 3-D and 4-D inputs, got shape ", x.shape());
+    if (spatial == 1) return adaptive_avg_pool2d(x.unsqueeze(2), {1, out[0]}).squeeze(2);
+    return adaptive_avg_pool2d(x, out);
+  }
+  // 16-bit inputs in float32, rounded once at the end (torch's opmath).
+  const bool widen = (x.dtype() == kFloat16 || x.dtype() == kBFloat16) && mode != Mode::Nearest &&
+                     mode != Mode::NearestExact;
+  Tensor y = widen ? x.to(kFloat32) : x;
+  for (int64_t i = spatial - 1; i >= 0; --i) {
+    const int64_t in = x.size(2 + i);
+    const bool corners = align_corners.value_or(false);
+    const Taps t = y.dtype() == kFloat64 ? taps_of<double>(mode, in, out[i], corners, scales[i])
+                                         : taps_of<float>(mode, in, out[i], corners, scales[i]);
+    y = resample(y, 2 + i, t);
+  }
+  return widen ? y.to(x.dtype()) : y;
+}
+
+}  // namespace kiln
