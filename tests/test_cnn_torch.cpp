@@ -249,6 +249,20 @@ TEST(Interpolate, ModuleIntegersSixteenBitSecondDerivativesAndErrors) {
   const Tensor ramp = arange(5, kFloat64).view({1, 1, 5});
   EXPECT_EQ(values(interpolate(ramp, {9}, {}, "linear", true)),
             (std::vector<double>{0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5, 4}));
+  // A channels-last input is resampled in its layout, to the same bits.
+  const Tensor cl = x.contiguous(MemoryFormat::ChannelsLast);
+  for (const char* mode : {"nearest", "bilinear", "bicubic"}) {
+    const Tensor r = interpolate(cl, {7, 9}, {}, mode);
+    EXPECT_TRUE(r.is_contiguous(MemoryFormat::ChannelsLast)) << mode;
+    expect_same_bits(r, interpolate(x, {7, 9}, {}, mode), std::string("channels-last ") + mode);
+  }
+  // nearest copies: -0, inf and NaN stay what they are; inputs it skips get a zero gradient.
+  const double inf = INFINITY, nan = NAN;
+  const Tensor special = tensor({-0.0, inf, nan, 1.0}).view({1, 1, 4});
+  expect_same_bits(interpolate(special, {8}), special.repeat_interleave(2, 2), "nearest of -0, inf and NaN");
+  Tensor d = arange(6, kFloat32).view({1, 1, 6}).requires_grad_();
+  interpolate(d, {3}).sum().backward();
+  EXPECT_EQ(values(d.grad()), (std::vector<double>{1, 0, 1, 0, 1, 0}));
   // 16-bit: in float32, rounded once.
   const Tensor h = x.to(kFloat16);
   for (const char* mode : {"bilinear", "bicubic"})

@@ -28,7 +28,7 @@ namespace kiln::backend {
   X(MaxWithIndex) X(MinWithIndex) X(Sort) X(Cumsum) X(MaskPositions)                       \
   X(Softmax) X(LogSoftmax) X(SoftmaxBackward) X(LogSoftmaxBackward)                         \
   X(Matmul)                                                                                 \
-  X(IndexSelect) X(Gather) X(ScatterAdd) X(Tril) X(Triu)                                    \
+  X(IndexSelect) X(Gather) X(ScatterAdd) X(Tril) X(Triu) X(Resample)                        \
   X(Arange) X(Uniform) X(Normal) X(RandInt) X(Dropout) X(DropoutBackward)                   \
   X(Conv2d) X(Conv2dBackwardInput) X(Conv2dBackwardWeight)                                  \
   X(MaxPool2d) X(MaxPool2dBackward) X(AvgPool2d) X(AvgPool2dBackward)                       \
@@ -117,6 +117,12 @@ struct DimAttrs { int64_t dim = 0; };
 struct CumsumAttrs { bool reverse = false; };
 // MaskPositions: {mask [N] bool, contiguous} -> {out [n] int64}: the positions of the mask's true
 // elements, in order (n, their count, sized the output: the op layer counted them).
+// Resample (interpolate's linear maps along one dim, and their transposes, its gradients):
+// {x [outer, n, inner] contiguous, float32 or float64; offsets [m + 1], source [nnz], both int64;
+// weight [nnz], x's dtype} -> {out [outer, m, inner] contiguous}: out[o, j, i] is the sum over t in
+// [offsets[j], offsets[j + 1]) of weight[t] * x[o, source[t], i] (source[t] in [0, n), the op layer
+// builds them), from the first product on in t order in x's dtype, every product and sum rounded
+// (no fused multiply-add, so every device gives the same bits); 0 where the range is empty.
 // sort and topk along rows: {x [rows, n] contiguous} -> {values [rows, k], indices [rows, k] (int64)},
 // contiguous: each row's k first elements in sort_math.h's order (stable: ties by position).
 struct SortAttrs {

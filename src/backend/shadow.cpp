@@ -81,7 +81,7 @@ bool pointwise(Op op) {
     case Op::GeluTanh: case Op::Silu: case Op::Sin: case Op::Cos: case Op::Clamp: case Op::Where: case Op::Copy:
     case Op::Addcmul: case Op::Addcdiv: case Op::Lerp: case Op::Floor: case Op::Ceil: case Op::Round: case Op::Trunc:
     case Op::IsNan: case Op::IsInf: case Op::IsFinite: case Op::Erf: case Op::Log2: case Op::Log10: case Op::Exp2:
-    case Op::Fill: case Op::IndexSelect: case Op::Gather: case Op::Tril: case Op::Triu: case Op::Arange:
+    case Op::Fill: case Op::IndexSelect: case Op::Resample: case Op::Gather: case Op::Tril: case Op::Triu: case Op::Arange:
     case Op::Uniform: case Op::Normal: case Op::Dropout: case Op::DropoutBackward: case Op::Embedding:
     case Op::MaxPool2d: case Op::ForeachMul: case Op::AmpUnscale: case Op::SgdStep: case Op::AdamStep:
       return true;

@@ -1,11 +1,12 @@
 // interpolate (torch.nn.functional.interpolate): x [N, C, *spatial] resampled along each spatial
-// dim in turn, last dim first. nearest and nearest-exact take one source element (index_select);
-// linear takes two and cubic four (index_selects summed with their weights); area is adaptive
-// average pooling. The source positions and weights are torch's (aten/src/ATen/native/UpSample.h),
-// computed on the host in the kernels' type (float, double for float64); 16-bit inputs are
-// resampled in float32 and rounded once. Each step is an op with kernels on every backend and a
-// gradient, so interpolate runs on a GPU and is differentiable twice.
+// dim in turn, last dim first, each a linear map: nearest and nearest-exact take one source
+// element, linear two and cubic four, with weights; area is adaptive average pooling. The source
+// positions and weights are torch's (aten/src/ATen/native/UpSample.h), computed on the host in the
+// kernels' type (float, double for float64), and one Resample kernel per dim applies them (its
+// gradient applies the transposed map: no atomics, the same bits on every run and device). 16-bit
+// inputs are resampled in float32 and rounded once; integers (nearest) are copied by index_select.
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -91,20 +92,78 @@ Taps taps_of(Mode mode, int64_t in, int64_t out, bool align_corners, std::option
   return t;
 }
 
-// x resampled along dim: the taps' elements, weighted and summed in tap order (torch's).
-Tensor resample(const Tensor& x, int64_t dim, const Taps& t) {
-  const int64_t out = static_cast<int64_t>(t.index[0].size());
-  const TensorOptions at = TensorOptions(kInt64).device(x.device());
-  if (t.weight.empty()) return index_select(x, dim, tensor(t.index[0], Shape{out}, at));
-  Shape per_position(static_cast<size_t>(x.dim()), 1);
-  per_position[dim] = out;
-  Tensor sum;
-  for (size_t k = 0; k < t.index.size(); ++k) {
-    const Tensor xk = index_select(x, dim, tensor(t.index[k], Shape{out}, at));
-    const Tensor wk = tensor(t.weight[k], per_position, TensorOptions(x.dtype()).device(x.device()));
-    sum = k == 0 ? xk * wk : addcmul(sum, xk, wk);
+// One dim's linear map as the Resample kernel reads it: output j is the sum over t in
+// [offsets[j], offsets[j + 1]) of weight[t] * input[source[t]].
+struct Csr {
+  std::vector<int64_t> offsets, source;
+  std::vector<double> weight;
+};
+
+Csr forward_csr(const Taps& t) {
+  const int64_t out = static_cast<int64_t>(t.index[0].size()), k = static_cast<int64_t>(t.index.size());
+  Csr c;
+  c.offsets.resize(static_cast<size_t>(out + 1));
+  for (int64_t j = 0; j <= out; ++j) c.offsets[j] = j * k;
+  for (int64_t j = 0; j < out; ++j)
+    for (int64_t i = 0; i < k; ++i) {
+      c.source.push_back(t.index[i][j]);
+      c.weight.push_back(t.weight.empty() ? 1.0 : t.weight[i][j]);
+    }
+  return c;
+}
+
+// The transpose (the gradient's map): input i gathers the outputs that read it, in output order,
+// as torch's backward adds them.
+Csr transpose(const Csr& f, int64_t in) {
+  const int64_t out = static_cast<int64_t>(f.offsets.size()) - 1;
+  Csr c;
+  c.offsets.assign(static_cast<size_t>(in + 1), 0);
+  for (int64_t s : f.source) ++c.offsets[s + 1];
+  for (int64_t i = 0; i < in; ++i) c.offsets[i + 1] += c.offsets[i];
+  std::vector<int64_t> next(c.offsets.begin(), c.offsets.end() - 1);
+  c.source.resize(f.source.size());
+  c.weight.resize(f.source.size());
+  for (int64_t j = 0; j < out; ++j)
+    for (int64_t t = f.offsets[j]; t < f.offsets[j + 1]; ++t) {
+      const int64_t slot = next[f.source[t]]++;
+      c.source[slot] = j;
+      c.weight[slot] = f.weight[t];
+    }
+  return c;
+}
+
+// A dim's map and its transpose, shared by the forward and backward nodes of every order.
+struct Map {
+  int64_t in = 0, out = 0;
+  Csr forward, backward;
+};
+
+// x resampled along dim by the map (or its transpose): one Resample kernel over x viewed as
+// [outer, n, inner]; a channels-last 4-D x is resampled as the [N, H, W, C] view it is, so the
+// result stays channels-last. Its gradient is the other direction, itself differentiable.
+Tensor resample(const Tensor& x, int64_t dim, const std::shared_ptr<const Map>& map, bool transposed) {
+  if (x.dim() == 4 && dim >= 2 && !x.is_contiguous() && x.is_contiguous(MemoryFormat::ChannelsLast))
+    return resample(x.permute({0, 2, 3, 1}), dim - 1, map, transposed).permute({0, 3, 1, 2});
+  const Csr& c = transposed ? map->backward : map->forward;
+  const int64_t n = transposed ? map->out : map->in, m = transposed ? map->in : map->out;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
+  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
+  Shape shape = x.shape();
+  shape[dim] = m;
+  Tensor out = make_empty(shape, x.dtype(), x.device());
+  if (out.numel() > 0) {
+    const TensorOptions at = TensorOptions(kInt64).device(x.device());
+    const Tensor offsets = tensor(c.offsets, at), source = tensor(c.source, at),
+                 weight = tensor(c.weight, TensorOptions(x.dtype()).device(x.device()));
+    Tensor rows = out.view({outer, m, inner});
+    ops::run1(ops::Op::Resample, x.device(), {x.detach().contiguous().view({outer, n, inner}), offsets, source, weight},
+              rows);
   }
-  return sum;
+  if (autograd::needs_grad({&x}))
+    autograd::record("ResampleBackward", {&x}, out,
+                     [map, dim, transposed](const Tensor& g) -> TensorList { return {resample(g, dim, map, !transposed)}; });
+  return out;
 }
 
 Mode parse_mode(std::string_view mode, int64_t spatial) {
@@ -180,7 +239,16 @@ Tensor interpolate(const Tensor& x, const Shape& size, const std::vector<double>
     const bool corners = align_corners.value_or(false);
     const Taps t = y.dtype() == kFloat64 ? taps_of<double>(mode, in, out[i], corners, scales[i])
                                          : taps_of<float>(mode, in, out[i], corners, scales[i]);
-    y = resample(y, 2 + i, t);
+    if (!is_floating_point(y.dtype())) {  // nearest of integers and bools: a copy
+      y = index_select(y, 2 + i, tensor(t.index[0], Shape{out[i]}, TensorOptions(kInt64).device(y.device())));
+      continue;
+    }
+    auto map = std::make_shared<Map>();
+    map->in = in;
+    map->out = out[i];
+    map->forward = forward_csr(t);
+    if (autograd::needs_grad({&y})) map->backward = transpose(map->forward, in);
+    y = resample(y, 2 + i, map, false);
   }
   return widen ? y.to(x.dtype()) : y;
 }

@@ -223,6 +223,21 @@ void ternary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
                      reinterpret_cast<const T*>(p[3]), n, f);
       return;
     }
+    if (s[0] == e && (s[1] == 0 || s[1] == e) && (s[2] == 0 || s[2] == e) && (s[3] == 0 || s[3] == e)) {
+      // Broadcast operands (a per-channel weight over a row): blocks of the contiguous loop, each
+      // operand of stride 0 read from a block filled with its one value.
+      T fill[3][kWidenBlock];
+      const T* q[3];
+      for (int k = 0; k < 3; ++k) {
+        q[k] = reinterpret_cast<const T*>(p[k + 1]);
+        if (s[k + 1] == 0) std::fill(fill[k], fill[k] + kWidenBlock, *q[k]);
+      }
+      for (int64_t i = 0; i < n; i += kWidenBlock) {
+        auto at = [&](int k) { return s[k + 1] == 0 ? fill[k] : q[k] + i; };
+        ternary_contig(reinterpret_cast<T*>(p[0]) + i, at(0), at(1), at(2), std::min(kWidenBlock, n - i), f);
+      }
+      return;
+    }
     auto at = [&](int k, int64_t i) { return static_cast<C>(*reinterpret_cast<const T*>(p[k] + i * s[k])); };
     for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = static_cast<T>(f(at(1, i), at(2, i), at(3, i)));
   });

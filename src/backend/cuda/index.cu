@@ -1,8 +1,10 @@
 // CUDA kernels for the indexing ops (the contracts of backend/cpu/embedding.cpp and index.cpp):
 // embedding and index_select as row copies, gather, scatter_add (atomic adds), and a
 // deterministic embedding backward (indices radix-sorted with their positions, then each table
-// row sums its gradient rows in position order, as the CPU does). Out-of-range indices are never
-// followed: the element is skipped (a copy writes 0) and the index recorded (index_check.h).
+// row sums its gradient rows in position order, as the CPU does), and interpolate's Resample (a
+// thread per output element sums its taps in order, rounding as the CPU: the CPU's bits).
+// Out-of-range indices are never followed: the element is skipped (a copy writes 0) and the index
+// recorded (index_check.h).
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -385,12 +387,56 @@ void embedding_backward(KernelArgs& a) {
   KILN_CUDA_LAUNCHED("embedding_backward");
 }
 
+// Products and sums rounded apart (nvcc would fuse them), as the CPU kernel computes them.
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+
+template <class T>
+__global__ void resample_kernel(const T* __restrict__ x, const int64_t* __restrict__ off,
+                                const int64_t* __restrict__ src, const T* __restrict__ w, T* __restrict__ out,
+                                int64_t total, int64_t n, int64_t m, int64_t inner) {
+  KILN_GRID_STRIDE(e, total) {
+    const int64_t r = e / inner, i = e - r * inner, o = r / m, j = r - o * m;
+    const int64_t b = off[j], end = off[j + 1];
+    T acc = T(0);
+    if (b < end) {
+      acc = mul_rn(w[b], x[(o * n + src[b]) * inner + i]);
+      for (int64_t t = b + 1; t < end; ++t) acc = add_rn(acc, mul_rn(w[t], x[(o * n + src[t]) * inner + i]));
+    }
+    out[e] = acc;
+  }
+}
+
+// The contract in dispatch.h.
+void resample(KernelArgs& a) {
+  const Tensor &x = a.inputs[0], &out = a.outputs[0];
+  const auto* off = static_cast<const int64_t*>(a.inputs[1].data_ptr());
+  const auto* src = static_cast<const int64_t*>(a.inputs[2].data_ptr());
+  const int64_t total = out.numel();
+  if (total == 0) return;
+  auto launch = [&]<class T>() {
+    resample_kernel<T><<<blocks_for(total), kThreads, 0, stream_of(a)>>>(
+        static_cast<const T*>(x.data_ptr()), off, src, static_cast<const T*>(a.inputs[3].data_ptr()),
+        static_cast<T*>(out.data_ptr()), total, x.size(1), out.size(1), x.size(2));
+  };
+  if (x.dtype() == kFloat64) launch.template operator()<double>();
+  else launch.template operator()<float>();
+  KILN_CUDA_LAUNCHED("resample");
+}
+bool resample_supported(const KernelArgs& a) {
+  const ScalarType t = a.inputs[0].dtype();
+  return t == kFloat32 || t == kFloat64;
+}
+
 constexpr DeviceType kCuda = DeviceType::CUDA;
 KILN_REGISTER_KERNEL(Op::Embedding, kCuda, embedding_forward);
 KILN_REGISTER_KERNEL(Op::EmbeddingBackward, kCuda, embedding_backward);
 KILN_REGISTER_KERNEL(Op::IndexSelect, kCuda, index_select);
 KILN_REGISTER_KERNEL_IF(Op::Gather, kCuda, gather, gather_supported);
 KILN_REGISTER_KERNEL_IF(Op::ScatterAdd, kCuda, scatter_add, scatter_add_supported);
+KILN_REGISTER_KERNEL_IF(Op::Resample, kCuda, resample, resample_supported);
 
 }  // namespace
 }  // namespace kiln::backend::cuda
