@@ -128,6 +128,36 @@ TEST_P(CnnTorch, InterpolateAsTorch) {
     }
 }
 
+TEST_P(CnnTorch, InstanceNormAsTorch) {
+  const std::string dt = dtype_name(GetParam());
+  const struct {
+    std::string name;
+    bool weight, bias, stats, use_input_stats;
+    double momentum, eps;
+  } cases[] = {{"in_plain", false, false, false, true, 0.1, 1e-5},
+               {"in_affine", true, true, false, true, 0.1, 0.01},
+               {"in_running", true, false, true, true, 0.2, 1e-5},
+               {"in_eval", false, true, true, false, 0.1, 1e-5}};
+  for (Device d : devices())
+    for (const auto& c : cases) {
+      const std::string key = dt + "." + c.name, where = key + " on " + d.str();
+      Tensor x = leaf_on(key + ".x", d), w = c.weight ? leaf_on(key + ".w", d) : Tensor(),
+             b = c.bias ? leaf_on(key + ".b", d) : Tensor();
+      const Tensor rm = c.stats ? fx(key + ".rm").to(d).clone() : Tensor();
+      const Tensor rv = c.stats ? fx(key + ".rv").to(d).clone() : Tensor();
+      const Tensor y = F::instance_norm(x, {rm, rv, w, b, c.use_input_stats, c.momentum, c.eps});
+      expect_torch(y, key, where);
+      if (c.stats) {
+        expect_torch(rm, key + ".rm_after", where + " running_mean");
+        expect_torch(rv, key + ".rv_after", where + " running_var");
+      }
+      y.backward(fx(key + ".g").to(d));
+      expect_torch(x.grad(), key + ".grad_x", where + " gradient of x");
+      if (c.weight) expect_torch(w.grad(), key + ".grad_w", where + " gradient of weight");
+      if (c.bias) expect_torch(b.grad(), key + ".grad_b", where + " gradient of bias");
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CnnTorch, ::testing::Values(kFloat64, kFloat32),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
@@ -158,6 +188,9 @@ TEST(ConvTranspose2d, IsTheAdjointOfConv2dAndTwiceDifferentiable) {
 TEST(ConvTranspose2d, ModuleSixteenBitAndErrors) {
   manual_seed(4);
   nn::ConvTranspose2d m(4, 6, 3, {.stride = 2, .padding = 1, .output_padding = 1, .groups = 2});
+  EXPECT_EQ(printed(*nn::ConvTranspose2d(4, 6, 3, {.stride = 2, .padding = 1, .output_padding = 1, .groups = 2, .dilation = 2})),
+            "ConvTranspose2d(4, 6, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(2, 2), "
+            "output_padding=(1, 1), groups=2)");
   EXPECT_EQ(m->weight.shape(), (Shape{4, 3, 3, 3}));
   EXPECT_EQ(m->bias.shape(), (Shape{6}));
   const double bound = 1 / std::sqrt(3.0 * 9);  // fan_in: dim 1 of the weight times the window
@@ -180,6 +213,14 @@ TEST(ConvTranspose2d, ModuleSixteenBitAndErrors) {
   EXPECT_EQ(values(conv_transpose2d(zeros({1, 0, 2, 2}), zeros({0, 1, 1, 1}), tensor({2.5f}))),
             (std::vector<double>(4, 2.5)));
   EXPECT_EQ(conv_transpose2d(zeros({0, 2, 2, 2}), zeros({2, 3, 2, 2})).shape(), (Shape{0, 3, 3, 3}));
+  {  // an empty batch still has a graph: zero gradients (review fix)
+    Tensor e = zeros({0, 2, 2, 2}).requires_grad_(), ew = ones({2, 3, 2, 2}).requires_grad_(),
+           eb = ones({3}).requires_grad_();
+    conv_transpose2d(e, ew, eb).sum().backward();
+    EXPECT_EQ(e.grad().shape(), e.shape());
+    EXPECT_EQ(values(ew.grad()), std::vector<double>(24, 0.0));
+    EXPECT_EQ(values(eb.grad()), std::vector<double>(3, 0.0));
+  }
   expect_error([] { conv_transpose2d(zeros({1, 3, 4, 4}), zeros({2, 3, 3, 3})); },
                "[conv_transpose2d] input has 3 channels but weight [2, 3, 3, 3] expects 2");
   expect_error([] { conv_transpose2d(zeros({1, 2, 4, 4}), zeros({2, 3, 3, 3}), {}, {2}, {0}, {2}); },
@@ -204,8 +245,12 @@ TEST(GroupNorm, MatchesItsDefinitionModuleSixteenBitAndErrors) {
   EXPECT_LT(y.mean({2}).abs().max().item<double>(), 1e-5);
   EXPECT_LT((y.var({2}, 0) - 1).abs().max().item<double>(), 1e-4);
   nn::GroupNorm m(2, 4);
-  EXPECT_EQ(printed(*m), "GroupNorm(2, 4, eps=1e-05, affine=True)");
-  EXPECT_EQ(printed(*nn::GroupNorm(1, 3, {.eps = 0.001, .affine = false})), "GroupNorm(1, 3, eps=0.001, affine=False)");
+  EXPECT_EQ(printed(*m), "GroupNorm(2, 4, eps=1e-05, affine=True, bias=True)");
+  EXPECT_EQ(printed(*nn::GroupNorm(1, 3, {.eps = 0.001, .affine = false})),
+            "GroupNorm(1, 3, eps=0.001, affine=False, bias=False)");
+  const nn::GroupNorm scale_only(1, 3, {.bias = false});
+  EXPECT_FALSE(scale_only->bias.defined());
+  EXPECT_EQ(scale_only->named_parameters().size(), 1u);
   EXPECT_EQ(values(m->weight), (std::vector<double>(4, 1)));
   EXPECT_EQ(values(m->bias), (std::vector<double>(4, 0)));
   expect_same_bits(m(x), group_norm(x, 2), "GroupNorm with its initial weight and bias");
@@ -215,7 +260,10 @@ TEST(GroupNorm, MatchesItsDefinitionModuleSixteenBitAndErrors) {
   expect_same_bits(group_norm(h, 2, w.to(kBFloat16), b.to(kBFloat16)),
                    group_norm(h.to(kFloat32), 2, w.to(kBFloat16).to(kFloat32), b.to(kBFloat16).to(kFloat32)).to(kBFloat16),
                    "bfloat16 group_norm rounded once");
-  {  // autocast runs it in float32, as torch's
+  // float32 parameters with a 16-bit input, as torch's CPU kernel takes them.
+  expect_same_bits(group_norm(h, 2, w, b), group_norm(h.to(kFloat32), 2, w, b).to(kBFloat16),
+                   "bfloat16 group_norm with float32 parameters");
+  {  // autocast runs it in float32 (torch's CUDA autocast list; Kiln's on every device, as layer_norm)
     AutocastGuard ac(DeviceType::CPU, kBFloat16);
     EXPECT_EQ(group_norm(h, 2).dtype(), kFloat32);
   }
@@ -226,6 +274,7 @@ TEST(GroupNorm, MatchesItsDefinitionModuleSixteenBitAndErrors) {
   expect_error([] { group_norm(zeros({2, 6}, kInt64), 3); }, "[group_norm] expected a floating-point input");
   expect_error([] { group_norm(zeros({6}), 3); }, "[group_norm] expected an input [N, C, *] of at least 2 dims");
   expect_error([] { group_norm(zeros({2, 6}), 3, zeros({6}, kFloat64)); }, "but weight has float64");
+  expect_error([] { group_norm(zeros({2, 6}, kFloat16), 3, zeros({6}, kBFloat16)); }, "but weight has bfloat16");
   expect_error([] { nn::GroupNorm(4, 6); }, "[GroupNorm] num_channels (6) must be divisible by num_groups (4)");
   const std::vector<Tensor> in{randn({2, 4, 3}, kFloat64).requires_grad_(), randn({4}, kFloat64).requires_grad_(),
                                randn({4}, kFloat64).requires_grad_()};
@@ -234,10 +283,41 @@ TEST(GroupNorm, MatchesItsDefinitionModuleSixteenBitAndErrors) {
   EXPECT_TRUE(autograd::gradgradcheck(fn, in));
 }
 
+TEST(InstanceNorm, ModulesTrainEvaluateAndErrors) {
+  manual_seed(7);
+  nn::InstanceNorm2d plain(3);
+  EXPECT_EQ(printed(*plain),
+            "InstanceNorm2d(3, eps=1e-05, momentum=0.1, affine=False, bias=False, track_running_stats=False)");
+  EXPECT_TRUE(plain->named_parameters().empty());
+  const Tensor x = randn({2, 3, 4, 5}) * 3 + 1;
+  expect_same_bits(plain(x), group_norm(x, 3), "InstanceNorm2d without statistics is group_norm of one channel a group");
+  expect_same_bits(plain(x[0]), plain(x).select(0, 0), "an unbatched input is one instance");
+  nn::InstanceNorm1d tracked(3, {.momentum = 0.5, .affine = true, .track_running_stats = true});
+  EXPECT_EQ(printed(*tracked),
+            "InstanceNorm1d(3, eps=1e-05, momentum=0.5, affine=True, bias=True, track_running_stats=True)");
+  const Tensor s = randn({4, 3, 6}) * 2 + 3;
+  tracked(s);  // training: each instance's statistics, the running ones move halfway to their average
+  const Tensor batch_mean = s.mean({2}).mean({0});
+  EXPECT_LT((tracked->running_mean - batch_mean * 0.5).abs().max().item<double>(), 1e-6);
+  EXPECT_EQ(tracked->num_batches_tracked.item<int64_t>(), 1);
+  tracked->eval();  // evaluation: the running statistics
+  const Tensor e = tracked(s);
+  const Tensor want = (s - tracked->running_mean.view({1, 3, 1})) / (tracked->running_var.view({1, 3, 1}) + 1e-5).sqrt();
+  EXPECT_LT((e - want).abs().max().item<double>(), 1e-5);
+  expect_error([] { nn::InstanceNorm2d(3)(zeros({2, 3})); }, "[InstanceNorm2d] expected 3D (unbatched) or 4D (batched) input, got 2D");
+  expect_error([] { nn::InstanceNorm2d(3)(zeros({2, 3, 4, 5, 6})); }, "[InstanceNorm2d] expected 3D (unbatched) or 4D (batched) input, got 5D");
+  expect_error([] { instance_norm(zeros({2, 3, 1})); }, "[instance_norm] expected more than 1 spatial element when training");
+  expect_error([] { instance_norm(zeros({2, 3})); }, "[instance_norm] expected an input [N, C, *] of rank 3 or more");
+  expect_error([] { instance_norm(zeros({2, 3, 4}), {}, {}, {}, {}, false); }, "use_input_stats=false needs running_mean");
+  expect_error([] { instance_norm(zeros({2, 3, 4}), zeros({3})); }, "running_mean and running_var must be both given");
+  expect_error([] { instance_norm(zeros({2, 3, 4}), zeros({2}), ones({2})); }, "[instance_norm] expected running_mean of shape [3]");
+}
+
 TEST(Interpolate, ModuleIntegersSixteenBitSecondDerivativesAndErrors) {
   manual_seed(6);
   EXPECT_EQ(printed(*nn::Upsample({.scale_factor = {2.0}})), "Upsample(scale_factor=2.0, mode='nearest')");
   EXPECT_EQ(printed(*nn::Upsample({.size = {4, 6}, .mode = "bilinear"})), "Upsample(size=(4, 6), mode='bilinear')");
+  EXPECT_EQ(printed(*nn::Upsample({.size = {4}})), "Upsample(size=4, mode='nearest')");
   const Tensor x = randn({2, 3, 4, 5});
   expect_same_bits(nn::Upsample({.scale_factor = {2.0, 3.0}, .mode = "bilinear", .align_corners = true})(x),
                    interpolate(x, {8, 15}, {}, "bilinear", true), "Upsample is interpolate");
@@ -263,6 +343,17 @@ TEST(Interpolate, ModuleIntegersSixteenBitSecondDerivativesAndErrors) {
   Tensor d = arange(6, kFloat32).view({1, 1, 6}).requires_grad_();
   interpolate(d, {3}).sum().backward();
   EXPECT_EQ(values(d.grad()), (std::vector<double>{1, 0, 1, 0, 1, 0}));
+  // Review fixes (/tmp/review_s22/REPORT.md): 16-bit nearest copies; torch's 2-D nearest takes o
+  // (out = in) and o / 2 (out = 2 in) whatever the scale factor (its 1-D kernel does not).
+  expect_same_bits(interpolate(x.to(kBFloat16), {}, {2.0}), interpolate(x, {}, {2.0}).to(kBFloat16),
+                   "bfloat16 nearest copies");
+  const Tensor row = arange(5, kFloat32);
+  EXPECT_EQ(values(interpolate(row.view({1, 1, 1, 5}), {}, {1.05})), (std::vector<double>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(values(interpolate(row.view({1, 1, 1, 5}), {}, {1.0, 2.1})),
+            (std::vector<double>{0, 0, 1, 1, 2, 2, 3, 3, 4, 4}));
+  EXPECT_EQ(values(interpolate(row.view({1, 1, 5}), {}, {1.05})), (std::vector<double>{0, 0, 1, 2, 3}));
+  expect_error([] { interpolate(zeros({1, 1, 3, 1, 5}), {}, {0.7}); },
+               "output sizes must be greater than 0, got input [1, 1, 3, 1, 5] and output size [2, 0, 3]");
   // 16-bit: in float32, rounded once.
   const Tensor h = x.to(kFloat16);
   for (const char* mode : {"bilinear", "bicubic"})

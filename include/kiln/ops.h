@@ -235,6 +235,14 @@ Tensor pad(const Tensor& x, const Shape& pad, std::string_view mode = "constant"
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// Slices of x along dim named by a 0-d or 1-D index (src/ops/index_update.cpp), as torch's:
+// index_add adds alpha * source's slices (an index named twice adds twice), index_copy copies
+// them (the last one for an index named twice; the index is read on the host), index_fill sets
+// them to value (negative indices count from the end). source has x's dtype and shape but along
+// dim, where it has one slice per index.
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source, Scalar alpha = 1);
+Tensor index_copy(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);
+Tensor index_fill(const Tensor& x, int64_t dim, const Tensor& index, Scalar value);
 Tensor one_hot(const Tensor& x, int64_t num_classes = -1);
 Tensor tril(const Tensor& x, int64_t diagonal = 0);
 Tensor triu(const Tensor& x, int64_t diagonal = 0);
@@ -284,6 +292,12 @@ Tensor max_pool2d(const Tensor& x, const Shape& kernel_size, const Shape& stride
 Tensor avg_pool2d(const Tensor& x, const Shape& kernel_size, const Shape& stride = {},
                   const Shape& padding = {0, 0}, bool ceil_mode = false, bool count_include_pad = true);
 Tensor adaptive_avg_pool2d(const Tensor& x, const Shape& output_size);
+// Each instance's channels normalised over their own elements (torch.nn.functional.instance_norm):
+// x [N, C, *] with weight and bias [C]; with running statistics, use_input_stats updates them by
+// momentum with the instances' average, and use_input_stats=false normalises by them instead.
+Tensor instance_norm(const Tensor& x, const Tensor& running_mean = {}, const Tensor& running_var = {},
+                     const Tensor& weight = {}, const Tensor& bias = {}, bool use_input_stats = true,
+                     double momentum = 0.1, double eps = 1e-5);
 // x [N, C, *spatial] (1 to 3 spatial dims) resampled to `size`, or to floor(in * scale_factor)
 // (one value, or one per spatial dim), as torch.nn.functional.interpolate: modes nearest,
 // nearest-exact, linear (3-D), bilinear and bicubic (4-D), trilinear (5-D) and area (3-D, 4-D);

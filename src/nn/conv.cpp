@@ -91,8 +91,8 @@ void ConvTranspose2dImpl::pretty_print(std::ostream& os) const {
   pair(os, kernel_size) << ", stride=";
   pair(os, options.stride);
   if (options.padding != ExpandingArray<2>(0)) pair(os << ", padding=", options.padding);
-  if (options.output_padding != ExpandingArray<2>(0)) pair(os << ", output_padding=", options.output_padding);
   if (options.dilation != ExpandingArray<2>(1)) pair(os << ", dilation=", options.dilation);
+  if (options.output_padding != ExpandingArray<2>(0)) pair(os << ", output_padding=", options.output_padding);
   if (options.groups != 1) os << ", groups=" << options.groups;
   if (!options.bias) os << ", bias=False";
   os << ")";

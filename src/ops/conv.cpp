@@ -275,11 +275,18 @@ Tensor conv_transpose2d(const Tensor& input_in, const Tensor& weight_in, const T
   a.inference = !grad;
   const Shape out_shape{n, c_out, out_hw[0], out_hw[1]};
   Tensor out = make_empty_strided(out_shape, channels_last_strides(out_shape), input.dtype(), dev);
-  if (out.numel() == 0) return out;
-  if (input.numel() == 0) {  // no input channels: the bias alone
-    NoGradGuard ng;
-    out.zero_();
-    return bias.defined() ? out + bias.view({1, c_out, 1, 1}) : out;
+  if (input.numel() == 0 || out.numel() == 0) {  // an empty batch, or no input channels: the bias alone
+    {
+      NoGradGuard ng;
+      out.zero_();
+      if (bias.defined()) out.add_(bias.detach().view({1, c_out, 1, 1}));
+    }
+    if (grad)
+      autograd::record("ConvTranspose2dBackward", {&input, &weight, &bias}, out,
+                       [xs = input.shape(), ws = weight.shape(), need_b = bias.defined()](const Tensor& g) -> TensorList {
+                         return {zeros(xs, g.options()), zeros(ws, g.options()), need_b ? bias_grad(g) : Tensor()};
+                       });
+    return out;
   }
   const Tensor x = (extra[0] > 0 || extra[1] > 0 ? pad(input, {0, extra[1], 0, extra[0]}) : input)
                        .contiguous(MemoryFormat::ChannelsLast);

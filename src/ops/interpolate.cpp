@@ -46,8 +46,10 @@ void cubic_weights(T t, T w[4]) {
   w[3] = far(2 - t);
 }
 
+// shortcuts: torch's 2-D nearest kernel (nearest_idx) copies where out = in and takes o / 2 where
+// out = 2 in, whatever the scale factor says (its 1-D and 3-D kernels do not).
 template <class T>
-Taps taps_of(Mode mode, int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+Taps taps_of(Mode mode, int64_t in, int64_t out, bool align_corners, std::optional<double> scale, bool shortcuts) {
   Taps t;
   const int64_t n = mode == Mode::Cubic ? 4 : mode == Mode::Linear ? 2 : 1;
   t.index.assign(n, std::vector<int64_t>(out));
@@ -55,11 +57,12 @@ Taps taps_of(Mode mode, int64_t in, int64_t out, bool align_corners, std::option
   if (mode == Mode::Nearest || mode == Mode::NearestExact) {
     const float s = source_scale<float>(in, out, false, scale);
     for (int64_t o = 0; o < out; ++o) {
-      // nearest: floor(o * s) (its shortcuts for out = in and out = 2 in give the same); exact:
-      // floor((o + 0.5) * s), the product in double as torch's.
+      // nearest: floor(o * s); exact: floor((o + 0.5) * s), the product in double as torch's.
       const float pos = mode == Mode::Nearest ? static_cast<float>(o) * s
                                               : static_cast<float>((static_cast<double>(o) + 0.5) * s);
       t.index[0][o] = std::min(static_cast<int64_t>(std::floor(pos)), in - 1);
+      if (shortcuts && mode == Mode::Nearest && out == in) t.index[0][o] = o;
+      if (shortcuts && mode == Mode::Nearest && out == 2 * in) t.index[0][o] = o / 2;
     }
     return t;
   }
@@ -222,24 +225,25 @@ Tensor interpolate(const Tensor& x, const Shape& size, const std::vector<double>
       out[i] = static_cast<int64_t>(o);
       if (!recompute_scale_factor.value_or(false)) scales[i] = f;  // the kernels use 1 / f as torch's
     }
-    KILN_CHECK(in > 0 && out[i] > 0, op, "input and output sizes must be greater than 0, got input ", x.shape(),
-               " and output size ", out);
   }
+  for (int64_t i = 0; i < spatial; ++i)
+    KILN_CHECK(x.size(2 + i) > 0 && out[i] > 0, op, "input and output sizes must be greater than 0, got input ",
+               x.shape(), " and output size ", out);
   if (mode == Mode::Area) {  // adaptive average pooling: 1-D through 2-D; no 3-D pool yet
     KILN_CHECK(spatial <= 2, op, "area mode takes 3-D and 4-D inputs, got shape ", x.shape());
     if (spatial == 1) return adaptive_avg_pool2d(x.unsqueeze(2), {1, out[0]}).squeeze(2);
     return adaptive_avg_pool2d(x, out);
   }
   // 16-bit inputs in float32, rounded once at the end (torch's opmath).
-  const bool widen = (x.dtype() == kFloat16 || x.dtype() == kBFloat16) && mode != Mode::Nearest &&
-                     mode != Mode::NearestExact;
+  const bool nearest = mode == Mode::Nearest || mode == Mode::NearestExact;
+  const bool widen = (x.dtype() == kFloat16 || x.dtype() == kBFloat16) && !nearest;
   Tensor y = widen ? x.to(kFloat32) : x;
   for (int64_t i = spatial - 1; i >= 0; --i) {
     const int64_t in = x.size(2 + i);
     const bool corners = align_corners.value_or(false);
-    const Taps t = y.dtype() == kFloat64 ? taps_of<double>(mode, in, out[i], corners, scales[i])
-                                         : taps_of<float>(mode, in, out[i], corners, scales[i]);
-    if (!is_floating_point(y.dtype())) {  // nearest of integers and bools: a copy
+    const Taps t = y.dtype() == kFloat64 ? taps_of<double>(mode, in, out[i], corners, scales[i], spatial == 2)
+                                         : taps_of<float>(mode, in, out[i], corners, scales[i], spatial == 2);
+    if (y.dtype() != kFloat32 && y.dtype() != kFloat64) {  // nearest of 16-bit floats, integers, bools: a copy
       y = index_select(y, 2 + i, tensor(t.index[0], Shape{out[i]}, TensorOptions(kInt64).device(y.device())));
       continue;
     }

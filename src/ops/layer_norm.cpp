@@ -108,15 +108,17 @@ Tensor group_norm(const Tensor& x_in, int64_t num_groups, const Tensor& weight_i
   KILN_CHECK(num_groups > 0 && c % num_groups == 0, op, "expected the number of channels of input ", x.shape(),
              " to be divisible by num_groups, got num_groups=", num_groups);
   KILN_CHECK(eps >= 0, op, "eps must be non-negative, got ", eps);
+  // 16-bit inputs are normalised and scaled in float32 and rounded once, as torch's kernels.
+  const ScalarType wide = x.dtype() == kFloat16 || x.dtype() == kBFloat16 ? kFloat32 : x.dtype();
   for (const auto& [p, what] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
     if (!p->defined()) continue;
     ops::common_device({&x, p}, op);
     KILN_CHECK(p->dim() == 1 && p->size(0) == c, op, "expected ", what, " of shape [", c, "] (one per channel of input ",
                x.shape(), "), got shape ", p->shape());
-    KILN_CHECK(p->dtype() == x.dtype(), op, "input has dtype ", x.dtype(), " but ", what, " has ", p->dtype());
+    // (a 16-bit input may take float32 parameters, as torch's CPU kernel: it scales in float32)
+    KILN_CHECK(p->dtype() == x.dtype() || (p->dtype() == wide && wide != x.dtype()), op, "input has dtype ",
+               x.dtype(), " but ", what, " has ", p->dtype());
   }
-  // 16-bit inputs are normalised and scaled in float32 and rounded once, as torch's kernels.
-  const ScalarType wide = x.dtype() == kFloat16 || x.dtype() == kBFloat16 ? kFloat32 : x.dtype();
   int64_t group = c / num_groups;
   for (int64_t d = 2; d < x.dim(); ++d) group *= x.size(d);
   Tensor y = layer_norm(ops::cast(x, wide).reshape({n, num_groups, group}), {group}, {}, {}, eps).view(x.shape());

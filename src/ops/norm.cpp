@@ -1,5 +1,6 @@
 // batch_norm (and batch_norm_relu, its ReLU fused into the kernels): batch or running
-// statistics, the running-statistics update, and autograd.
+// statistics, the running-statistics update, and autograd; instance_norm through group_norm or,
+// with running statistics, through batch_norm of the instances as channels (torch's way).
 #include "ops/op_util.h"
 
 namespace kiln {
@@ -164,6 +165,44 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, bool training, double momentum, double eps) {
   return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps, true);
+}
+
+Tensor instance_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                     const Tensor& bias, bool use_input_stats, double momentum, double eps) {
+  const char* op = "instance_norm";
+  ops::check_defined(x, op);
+  KILN_CHECK(x.dim() >= 3, op, "expected an input [N, C, *] of rank 3 or more, got shape ", x.shape());
+  KILN_CHECK(x.is_floating_point(), op, "expected a floating-point input, got ", x.dtype());
+  const int64_t n = x.size(0), c = x.size(1);
+  KILN_CHECK(c > 0, op, "expected an input with channels, got shape ", x.shape());
+  check_channel_param(running_mean, c, "running_mean", x, op);
+  check_channel_param(running_var, c, "running_var", x, op);
+  KILN_CHECK(running_mean.defined() == running_var.defined(), op,
+             "running_mean and running_var must be both given or both omitted");
+  KILN_CHECK(use_input_stats || running_mean.defined(), op,
+             "use_input_stats=false needs running_mean and running_var");
+  if (use_input_stats)
+    KILN_CHECK(x.numel() == 0 || x.numel() / (n * c) > 1, op,
+               "expected more than 1 spatial element when training, got input ", x.shape());
+  if (use_input_stats && !running_mean.defined()) return group_norm(x, c, weight, bias, eps);
+  check_channel_param(weight, c, "weight", x, op);
+  check_channel_param(bias, c, "bias", x, op);
+  // x as one sample of N * C channels, the statistics and parameters repeated for each instance;
+  // the running statistics then take the average of the instances' updates.
+  Shape one = x.shape();
+  one[0] = 1;
+  one[1] = n * c;
+  Tensor rm = repeat(running_mean, {n}), rv = repeat(running_var, {n});
+  const Tensor out = batch_norm(x.reshape(one), rm, rv, weight.defined() ? repeat(weight, {n}) : Tensor(),
+                                bias.defined() ? repeat(bias, {n}) : Tensor(), use_input_stats, momentum, eps)
+                         .reshape(x.shape());
+  if (use_input_stats && n > 0) {
+    NoGradGuard ng;
+    Tensor mean_of = running_mean, var_of = running_var;
+    mean_of.copy_(mean(rm.view({n, c}), {0}));
+    var_of.copy_(mean(rv.view({n, c}), {0}));
+  }
+  return out;
 }
 
 }  // namespace kiln

@@ -154,6 +154,19 @@ inline Tensor group_norm(const Tensor& x, const GroupNormFuncOptions& o) {
   return kiln::group_norm(x, o.num_groups, o.weight, o.bias, o.eps);
 }
 
+struct InstanceNormFuncOptions {
+  Tensor running_mean = {};
+  Tensor running_var = {};
+  Tensor weight = {};
+  Tensor bias = {};
+  bool use_input_stats = true;
+  double momentum = 0.1;
+  double eps = 1e-5;
+};
+inline Tensor instance_norm(const Tensor& x, const InstanceNormFuncOptions& o = {}) {
+  return kiln::instance_norm(x, o.running_mean, o.running_var, o.weight, o.bias, o.use_input_stats, o.momentum, o.eps);
+}
+
 // bool attn_mask: true = attend (PyTorch's convention for this function); float: added to the scores.
 struct ScaledDotProductAttentionFuncOptions {
   Tensor attn_mask;
