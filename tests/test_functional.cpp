@@ -1,7 +1,7 @@
-// l1_loss, smooth_l1_loss, huber_loss (functions, nn modules, F::), pad, cosine_similarity and
-// F::normalize: torch's values and gradients (tests/fixtures/numerics/functional.safetensors, made
-// by tests/fixtures/make_functional_fixtures.py) in float64 and float32 on every device present;
-// bad input; and on the stand-in GPU, no fallback.
+// l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy (functions, nn modules, F::), pad,
+// cosine_similarity and F::normalize: torch's values and gradients (most from
+// tests/fixtures/numerics/functional.safetensors, made by tests/fixtures/make_functional_fixtures.py)
+// in float64 and float32 on every device present; bad input; and on the stand-in GPU, no fallback.
 #include <functional>
 #include <sstream>
 #include <string>
@@ -26,6 +26,12 @@ void expect_torch(const Tensor& got, const std::string& key, const std::string& 
   ASSERT_EQ(got.dtype(), want.dtype()) << what;
   const bool f32 = want.dtype() == kFloat32;
   expect_close(got.detach().cpu(), values(want), want.shape(), f32 ? 1e-5 : 1e-12, f32 ? 1e-7 : 1e-15, what);
+}
+
+std::string printed_module(const nn::Module& m) {
+  std::ostringstream os;
+  m.pretty_print(os);
+  return os.str();
 }
 
 class FunctionalTorch : public ::testing::TestWithParam<ScalarType> {};
@@ -136,12 +142,49 @@ TEST(Functional, LossesOfTinyBetaAnd16BitAndPadThenCrop) {
   EXPECT_EQ(values(pad(p, {2, -5})), (std::vector<double>{0}));
 }
 
+// binary_cross_entropy: torch 2.15's values and gradients (float64), x = 0 and 1 included, where the
+// logarithms are clamped at -100 and the input gradient is torch's finite formula.
+TEST(Functional, BinaryCrossEntropyAsTorch) {
+  for (Device d : devices()) {
+    const TensorOptions f64 = TensorOptions(kFloat64).device(d);
+    Tensor x = tensor({0.2, 0.9, 0.0, 1.0, 0.5, 0.0}, f64).requires_grad_(),
+           y = tensor({0.0, 1.0, 0.0, 1.0, 0.3, 1.0}, f64).requires_grad_();
+    const Tensor w = tensor({1.0, 2.0, 1.0, 1.0, 0.5, 1.0}, f64);
+    expect_close(F::binary_cross_entropy(x, y, {w, Reduction::None}).cpu(),
+                 {0.22314355131420976, 0.21072103131565256, 0.0, -0.0, 0.34657359027997264, 100.0}, {6}, 1e-14,
+                 1e-14, "binary_cross_entropy on " + d.str());
+    EXPECT_NEAR(binary_cross_entropy(x, y, w).item<double>(), 16.796739695484973, 1e-12);
+    const Tensor loss = nn::BCELoss(nn::BCELossOptions{w, Reduction::Sum})(x, y);
+    EXPECT_NEAR(loss.item<double>(), 100.78043817290984, 1e-11);
+    loss.backward();
+    expect_close(x.grad().cpu(), {1.2499999999999998, -2.2222222222222223, 0.0, 0.0, 0.4, -1000000003995.8029}, {6},
+                 1e-14, 1e-14, "binary_cross_entropy input gradient on " + d.str());
+    const std::vector<double> gy = values(y.grad());
+    EXPECT_NEAR(gy[0], 1.3862943611198906, 1e-14);
+    EXPECT_NEAR(gy[1], -4.394449154672439, 1e-14);
+    EXPECT_EQ(gy[2], INFINITY);
+    EXPECT_EQ(gy[3], -INFINITY);
+  }
+  // bfloat16: in float32, the loss rounded once.
+  const Tensor p = rand({64}, kBFloat16), t = rand({64}, kBFloat16);
+  expect_same_bits(binary_cross_entropy(p, t, {}, Reduction::None),
+                   binary_cross_entropy(p.to(kFloat32), t.to(kFloat32), {}, Reduction::None).to(kBFloat16),
+                   "bfloat16 binary_cross_entropy rounded once");
+  auto fn = [](const std::vector<Tensor>& v) { return binary_cross_entropy(v[0], v[1]); };
+  const std::vector<Tensor> in{(rand({2, 3}, kFloat64) * 0.8 + 0.1).requires_grad_(), rand({2, 3}, kFloat64).requires_grad_()};
+  EXPECT_TRUE(autograd::gradcheck(fn, in));
+  EXPECT_TRUE(autograd::gradgradcheck(fn, in));
+  EXPECT_EQ(printed_module(*nn::BCELoss()), "BCELoss()");
+  expect_error([] { binary_cross_entropy(tensor({1.5}), tensor({1.0})); },
+               "[binary_cross_entropy] all elements of input should be between 0 and 1");
+  expect_error([] { binary_cross_entropy(tensor({0.5, 0.5}), tensor({1.0})); }, "[binary_cross_entropy] the target's shape");
+  expect_error([] { binary_cross_entropy(tensor({0.5}), tensor({1.0}, kFloat64)); }, "of one dtype");
+  expect_error([] { binary_cross_entropy(tensor({0.5}), tensor({1.0}), ones({1}).requires_grad_()); },
+               "the weight is a constant of the loss");
+}
+
 TEST(Functional, ModulesPrintAndBadInputIsAnErrorNamingTheOp) {
-  auto printed = [](const nn::Module& m) {
-    std::ostringstream os;
-    m.pretty_print(os);
-    return os.str();
-  };
+  auto printed = printed_module;
   EXPECT_EQ(printed(*nn::L1Loss()), "L1Loss()");
   EXPECT_EQ(printed(*nn::SmoothL1Loss()), "SmoothL1Loss()");
   EXPECT_EQ(printed(*nn::HuberLoss()), "HuberLoss()");
@@ -176,7 +219,7 @@ TEST(Functional, HaveCudaKernels) {
   const Tensor y = randn({2, 3, 4}).to(Device::cuda(0));
   (l1_loss(x, y) + smooth_l1_loss(x, y) + huber_loss(x, y) + cosine_similarity(x, y).sum() +
    F::normalize(x).sum() + pad(x, {1, 2, 1, 0}, "reflect").sum() + pad(x, {1, 1}, "circular").sum() +
-   pad(x, {2, 1}, "replicate").sum() + pad(x, {1, 1, 1, 1}).sum())
+   pad(x, {2, 1}, "replicate").sum() + pad(x, {1, 1, 1, 1}).sum() + binary_cross_entropy(sigmoid(x), sigmoid(y)))
       .backward();
   EXPECT_EQ(x.grad().device(), Device::cuda(0));
   EXPECT_EQ(fallback_counts(), before) << "an op fell back to the CPU";

@@ -341,6 +341,10 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
                       double beta = 1.0);
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
                   double delta = 1.0);
+// torch's binary_cross_entropy of probabilities x in [0, 1] (checked on the CPU) and targets of x's
+// shape: -w [y log x + (1 - y) log(1 - x)], each logarithm at least -100; weight broadcasts to x.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                            Reduction reduction = Reduction::Mean);
 // torch's binary_cross_entropy_with_logits: -[pw y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))]
 // per element, computed without overflow for any logit, times `weight` (broadcast to the input);
 // `pos_weight` (broadcast too, e.g. one per class over the last dim) weights the positive term.

@@ -36,6 +36,16 @@ Tensor MSELossImpl::forward(const Tensor& input, const Tensor& target) {
 
 void MSELossImpl::pretty_print(std::ostream& os) const { os << "MSELoss()"; }
 
+BCELossImpl::BCELossImpl(BCELossOptions options) : options(std::move(options)) {
+  if (this->options.weight.defined()) this->options.weight = register_buffer("weight", this->options.weight);
+}
+
+Tensor BCELossImpl::forward(const Tensor& input, const Tensor& target) {
+  return functional::binary_cross_entropy(input, target, options);
+}
+
+void BCELossImpl::pretty_print(std::ostream& os) const { os << "BCELoss()"; }
+
 BCEWithLogitsLossImpl::BCEWithLogitsLossImpl(BCEWithLogitsLossOptions options) : options(std::move(options)) {
   if (this->options.weight.defined()) this->options.weight = register_buffer("weight", this->options.weight);
   if (this->options.pos_weight.defined())

@@ -377,4 +377,53 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& ta
   return reduce_loss(loss, reduction);
 }
 
+// torch's binary_cross_entropy on probabilities: -w [y max(log x, -100) + (1 - y) max(log(1 - x),
+// -100)], 16-bit operands in float32 and the loss rounded once; its gradient is torch's formula,
+// w (x - y) / max(x (1 - x), 1e-12), finite at x = 0 and 1 where the logarithms' is not (the
+// target's, w (log(1 - x) - log x), is infinite there, as torch's). On
+// torch.autocast's float32 list (torch's CUDA autocast refuses it instead). The weight is a
+// constant, as torch's.
+Tensor binary_cross_entropy(const Tensor& input_in, const Tensor& target_in, const Tensor& weight_in,
+                            Reduction reduction) {
+  const char* op = "binary_cross_entropy";
+  ops::check_defined(input_in, op);
+  ops::check_defined(target_in, op);
+  const Tensor x = ops::autocast_float32(input_in), y = ops::autocast_float32(target_in),
+               w = ops::autocast_float32(weight_in);
+  ops::AutocastOff off;
+  KILN_CHECK(x.is_floating_point() && y.dtype() == x.dtype(), op,
+             "expected floating-point input and target of one dtype, got ", x.dtype(), " and ", y.dtype());
+  KILN_CHECK(x.shape() == y.shape(), op, "the target's shape ", y.shape(), " must be the input's ", x.shape());
+  KILN_CHECK(!w.defined() || broadcast_shapes(x.shape(), w.shape(), op) == x.shape(), op, "the weight of shape ",
+             w.shape(), " does not broadcast to the input's ", x.shape());
+  KILN_CHECK(!w.defined() || !w.requires_grad(), op, "the weight is a constant of the loss: detach it");
+  ops::common_device({&x, &y, w.defined() ? &w : &x}, op);
+  // On the CPU the probabilities are checked, as torch's CPU kernel does (a device would wait).
+  if (x.device().type == DeviceType::CPU && x.numel() > 0)
+    KILN_CHECK(!((x < 0).logical_or(x > 1).logical_or(isnan(x))).any().item<bool>(), op,
+               "all elements of input should be between 0 and 1");
+  const ScalarType wide = x.dtype() == kFloat16 || x.dtype() == kBFloat16 ? kFloat32 : x.dtype();
+  Tensor loss;
+  {
+    NoGradGuard ng;
+    const Tensor xw = ops::cast(x, wide), yw = ops::cast(y, wide);
+    loss = (yw - 1) * clamp_min(log1p(-xw), -100) - yw * clamp_min(log(xw), -100);
+    if (w.defined()) loss = loss * ops::cast(w, wide);
+    loss = ops::cast(loss, x.dtype());
+  }
+  if (autograd::needs_grad({&x, &y}))
+    autograd::record("BinaryCrossEntropyBackward", {&x, &y}, loss,
+                     [sx = autograd::SavedTensor(x), sy = autograd::SavedTensor(y), w, nx = x.requires_grad(),
+                      ny = y.requires_grad()](const Tensor& g_in) -> TensorList {
+                       const char* node = "BinaryCrossEntropyBackward";
+                       const Tensor xs = sx.get(node), ys = sy.get(node);
+                       const Tensor g = w.defined() ? g_in * w : g_in;
+                       // torch's epsilon is the float nearest 1e-12; its target gradient is not clamped
+                       const double eps = static_cast<float>(1e-12);
+                       return {nx ? g * (xs - ys) / clamp_min((1 - xs) * xs, eps) : Tensor(),
+                               ny ? g * (log1p(-xs) - log(xs)) : Tensor()};
+                     });
+  return reduce_loss(loss, reduction);
+}
+
 }  // namespace kiln

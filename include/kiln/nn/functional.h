@@ -255,6 +255,15 @@ inline Tensor huber_loss(const Tensor& input, const Tensor& target, const HuberL
   return kiln::huber_loss(input, target, o.reduction, o.delta);
 }
 
+struct BinaryCrossEntropyFuncOptions {
+  Tensor weight = {};
+  Reduction reduction = Reduction::Mean;
+};
+inline Tensor binary_cross_entropy(const Tensor& input, const Tensor& target,
+                                   const BinaryCrossEntropyFuncOptions& o = {}) {
+  return kiln::binary_cross_entropy(input, target, o.weight, o.reduction);
+}
+
 struct BinaryCrossEntropyWithLogitsFuncOptions {
   Tensor weight = {};
   Reduction reduction = Reduction::Mean;

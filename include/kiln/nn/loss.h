@@ -1,4 +1,4 @@
-// Loss modules (torch::nn::CrossEntropyLoss, NLLLoss, MSELoss, BCEWithLogitsLoss, L1Loss,
+// Loss modules (torch::nn::CrossEntropyLoss, NLLLoss, MSELoss, BCELoss, BCEWithLogitsLoss, L1Loss,
 // SmoothL1Loss, HuberLoss): the functional
 // losses with their options kept. A weight (and pos_weight) is a buffer, so module.to(device)
 // moves it, as torch's.
@@ -12,6 +12,7 @@ namespace kiln::nn {
 using CrossEntropyLossOptions = functional::CrossEntropyFuncOptions;
 using NLLLossOptions = functional::NLLLossFuncOptions;
 using MSELossOptions = functional::MSELossFuncOptions;
+using BCELossOptions = functional::BinaryCrossEntropyFuncOptions;
 using BCEWithLogitsLossOptions = functional::BinaryCrossEntropyWithLogitsFuncOptions;
 using L1LossOptions = functional::L1LossFuncOptions;
 using SmoothL1LossOptions = functional::SmoothL1LossFuncOptions;
@@ -30,6 +31,7 @@ using HuberLossOptions = functional::HuberLossFuncOptions;
 KILN_LOSS_MODULE(CrossEntropyLoss);
 KILN_LOSS_MODULE(NLLLoss);
 KILN_LOSS_MODULE(MSELoss);
+KILN_LOSS_MODULE(BCELoss);
 KILN_LOSS_MODULE(BCEWithLogitsLoss);
 KILN_LOSS_MODULE(L1Loss);
 KILN_LOSS_MODULE(SmoothL1Loss);
