@@ -1,11 +1,13 @@
 // cumsum: torch's result dtypes and accumulation (cases whose results torch 2.15's CPU kernel gave),
-// exact running sums along every dim on every device present, 0-d and empty tensors, bad input.
+// exact running sums along every dim on every device present, 0-d and empty tensors, bad input;
+// cumprod: torch's values, dtypes and gradients (zeros included), and its GPU kernel.
 // (Gradients, first and second order, are rows of tests/test_gradcheck.cpp; the stand-in GPU's
 // kernel is checked in tests/test_sort.cpp.)
 #include <string>
 #include <vector>
 
 #include "fixture_util.h"
+#include "stand_in_device.h"
 #include "test_util.h"
 
 namespace kiln::test {
@@ -115,6 +117,57 @@ TEST(Cumsum, ZeroDimAndZeroSize) {
 TEST(Cumsum, BadInputIsAnErrorNamingTheOp) {
   expect_error([] { cumsum(zeros({2, 3}), 2); }, "[cumsum]");
   expect_error([] { cumsum(Tensor(), 0); }, "[cumsum]");
+}
+
+// torch 2.15's cumprod of rows with zeros (none, one, two, and one first), and its gradients of
+// sum(y * g) along dim 1 and dim 0.
+TEST(Cumprod, ValuesAndGradientsWithZerosAsTorch) {
+  for (Device d : devices()) {
+    const TensorOptions f64 = TensorOptions(kFloat64).device(d);
+    const std::string where = " on " + d.str();
+    const Tensor x0 = tensor({{2.0, 0.5, 0.0, 3.0, 0.0, 4.0}, {1.5, -2.0, 0.25, 1.0, 2.0, -1.0}, {0.0, 3.0, 2.0, 0.5, 1.0, 1.0}}, f64);
+    const Tensor g = arange(18, f64).view({3, 6}) / 4 + 1;
+    Tensor x = x0.detach().requires_grad_();
+    const Tensor y = cumprod(x, 1);
+    EXPECT_EQ(values(y), (std::vector<double>{2, 1, 0, 0, 0, 0, 1.5, -3, -0.75, -0.75, -1.5, 1.5, 0, 0, 0, 0, 0, 0}))
+        << where;
+    y.backward(g);
+    EXPECT_EQ(values(x.grad()), (std::vector<double>{1.625, 2.5, 6.75, 0, 0, 0, -5.875, 6.28125, -17.25, -2.0625,
+                                                     0.1875, -5.625, 88.75, 0, 0, 0, 0, 0}))
+        << where;
+    x = x0.detach().requires_grad_();
+    x.cumprod(0).backward(g);
+    EXPECT_EQ(values(x.grad()), (std::vector<double>{4.75, -29.75, 4.5, 7.375, 19, -6.75, 5, 7.75, 0, 16.875, 0, 36, 12,
+                                                     -4.25, 0, 14.25, 0, -21}))
+        << where;
+    EXPECT_EQ(cumprod(tensor({true, true, false, true}, TensorOptions().device(d)), 0).cpu().to_vector<int64_t>(),
+              (std::vector<int64_t>{1, 1, 0, 0}));
+    const Tensor i = cumprod(tensor({3, 4, 5}, TensorOptions(kInt32).device(d)), 0);
+    EXPECT_EQ(i.dtype(), kInt64);
+    EXPECT_EQ(i.cpu().to_vector<int64_t>(), (std::vector<int64_t>{3, 12, 60}));
+    // float32 multiplies in double, each output rounded once.
+    const Tensor f = cumprod(tensor({1.1f, 1.1f, 1.1f}, TensorOptions().device(d)), 0);
+    const double a = 1.1f;
+    EXPECT_EQ(f.cpu().to_vector<float>()[2], static_cast<float>(a * a * a)) << where;
+  }
+  auto fn = [](const std::vector<Tensor>& v) { return cumprod(v[0], 1); };
+  Tensor z = randn({2, 5}, kFloat64);
+  z.index_fill_(1, tensor({2}, kInt64), 0);
+  const std::vector<Tensor> in{z.requires_grad_()};
+  EXPECT_TRUE(autograd::gradcheck(fn, in));
+  EXPECT_TRUE(autograd::gradgradcheck(fn, in));
+  expect_error([] { cumprod(zeros({2}), 1); }, "[cumprod]");
+}
+
+TEST(Cumprod, HasCudaKernels) {
+  if (cuda::is_available()) GTEST_SKIP() << "a real GPU is present: the tests above run there";
+  StandInCuda stand_in(StandInCuda::Kernels::CpuWhereCudaHasOne);
+  if (stand_in.native_ops() == 0) GTEST_SKIP() << "built without CUDA kernels";
+  const auto before = fallback_counts();
+  Tensor x = randn({3, 4}).to(Device::cuda(0)).requires_grad_();
+  cumprod(x, 1).sum().backward();
+  EXPECT_EQ(x.grad().device(), Device::cuda(0));
+  EXPECT_EQ(fallback_counts(), before) << "an op fell back to the CPU";
 }
 
 }  // namespace

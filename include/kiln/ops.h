@@ -178,6 +178,8 @@ Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
 // integers and bool, as torch's); accumulated in double for float32/float64 and in float for
 // 16-bit floats, as torch's CPU kernel, each output rounded from the running sum.
 Tensor cumsum(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype = std::nullopt);
+// The running product, in the same types (torch's cumprod); its gradient is torch's, zeros included.
+Tensor cumprod(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype = std::nullopt);
 Tensor all(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 Tensor any(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 // The p-norm over dims (p = 2 by default; inf gives the max of |x|).
@@ -193,6 +195,10 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 // Products with a sum (src/ops/linalg.cpp), torch's: outer(a, b) of 1-D tensors is [a.size, b.size];
 // addmm beta self + alpha (m1 @ m2) with m1, m2 2-D and self broadcast to the product; baddbmm
 // the same with 3-D batches (bmm). beta 0 ignores self (NaN in it too), as torch's.
+// torch.diag: a 1-D x as the matrix with x on its `diagonal`-th diagonal, or a 2-D x's diagonal
+// (a copy); trace: the sum of a matrix's diagonal.
+Tensor diag(const Tensor& x, int64_t diagonal = 0);
+Tensor trace(const Tensor& x);
 Tensor outer(const Tensor& a, const Tensor& b);
 Tensor addmm(const Tensor& self, const Tensor& m1, const Tensor& m2, Scalar beta = 1, Scalar alpha = 1);
 Tensor baddbmm(const Tensor& self, const Tensor& b1, const Tensor& b2, Scalar beta = 1, Scalar alpha = 1);
@@ -272,6 +278,7 @@ Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
 Tensor squeeze(const Tensor& x);
 Tensor squeeze(const Tensor& x, int64_t dim);
 Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor diagonal(const Tensor& x, int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1);
 
 // ---- neural-network ops (src/ops/conv.cpp, pool.cpp, norm.cpp, loss.cpp, dropout.cpp,
 // linear.cpp). 4-D activations are logical NCHW; results of conv, pooling and batch norm are

@@ -125,6 +125,9 @@ class Tensor {
   Tensor slice(int64_t dim, std::optional<int64_t> start = std::nullopt,
                std::optional<int64_t> end = std::nullopt, int64_t step = 1) const;
   Tensor select(int64_t dim, int64_t index) const;
+  // The diagonal of the matrices over dim1 and dim2 (offset > 0 above, < 0 below), as a view whose
+  // last dim runs along it (torch's diagonal).
+  Tensor diagonal(int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1) const;
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor expand(const Shape& shape) const;
   Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
@@ -309,6 +312,7 @@ class Tensor {
   Tensor nanmedian() const;
   std::tuple<Tensor, Tensor> nanmedian(int64_t dim, bool keepdim = false) const;
   Tensor cumsum(int64_t dim, std::optional<ScalarType> dtype = std::nullopt) const;
+  Tensor cumprod(int64_t dim, std::optional<ScalarType> dtype = std::nullopt) const;
   std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
   Tensor logsumexp(const Shape& dims, bool keepdim = false) const;
   Tensor all() const;

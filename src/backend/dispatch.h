@@ -113,8 +113,11 @@ struct ReduceAttrs {
 struct DimAttrs { int64_t dim = 0; };
 // cumsum: {x [outer, n, inner] contiguous} -> {out, the same}: out[o, j, i] = the sum of x[o, 0..j, i]
 // (x[o, j..n-1, i] when reverse) in cumsum_acc_t (visit_dtype.h), added in order, each output rounded
-// from the running sum.
-struct CumsumAttrs { bool reverse = false; };
+// from the running sum; with `product` (cumprod) the product instead, from 1.
+struct CumsumAttrs {
+  bool reverse = false;
+  bool product = false;
+};
 // MaskPositions: {mask [N] bool, contiguous} -> {out [n] int64}: the positions of the mask's true
 // elements, in order (n, their count, sized the output: the op layer counted them).
 // Resample (interpolate's linear maps along one dim, and their transposes, its gradients):

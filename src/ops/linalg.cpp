@@ -1,5 +1,5 @@
 // Products with a sum, composed of matmul/bmm and elementwise ops (their kernels and gradients):
-// outer, addmm, baddbmm and einsum (ops.h).
+// outer, addmm, baddbmm and einsum (ops.h); and diag and trace, of the diagonal view.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -41,6 +41,25 @@ Tensor outer(const Tensor& a, const Tensor& b) {
   KILN_CHECK(a.dim() == 1 && b.dim() == 1, "outer", "expects two 1-D tensors, got ", a.dim(), "-D and ", b.dim(),
              "-D");
   return a.unsqueeze(1) * b.unsqueeze(0);
+}
+
+// A 1-D x as a matrix: x (padded by |diagonal| zeros) where column - row = diagonal, along the rows
+// above the main diagonal and the columns below it.
+Tensor diag(const Tensor& x, int64_t diagonal) {
+  ops::check_defined(x, "diag");
+  KILN_CHECK(x.dim() == 1 || x.dim() == 2, "diag", "expected a 1-D or 2-D tensor, got shape ", x.shape());
+  if (x.dim() == 2) return x.diagonal(diagonal).clone();
+  const int64_t k = diagonal < 0 ? -diagonal : diagonal, m = x.numel() + k;
+  const TensorOptions at = TensorOptions(kInt64).device(x.device());
+  const Tensor on_diagonal = (arange(m, at).view({1, m}) - arange(m, at).view({m, 1})) == diagonal;
+  const Tensor padded = pad(x, {0, k});
+  return where(on_diagonal, diagonal >= 0 ? padded.view({m, 1}) : padded.view({1, m}), zeros({}, x.options()));
+}
+
+Tensor trace(const Tensor& x) {
+  ops::check_defined(x, "trace");
+  KILN_CHECK(x.dim() == 2, "trace", "expected a matrix, got shape ", x.shape());
+  return x.diagonal().sum();
 }
 
 Tensor addmm(const Tensor& self, const Tensor& m1, const Tensor& m2, Scalar beta, Scalar alpha) {

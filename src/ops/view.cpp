@@ -1,5 +1,5 @@
-// Views that share storage (view, reshape, permute, transpose, slice, select, narrow, expand,
-// squeeze, unsqueeze, flatten) and their gradients.
+// Views that share storage (view, reshape, permute, transpose, slice, select, narrow, diagonal,
+// expand, squeeze, unsqueeze, flatten) and their gradients.
 #include <algorithm>
 #include <numeric>
 
@@ -188,6 +188,28 @@ Tensor Tensor::select(int64_t dim_, int64_t index) const {
                       });
 }
 
+Tensor Tensor::diagonal(int64_t offset, int64_t dim1, int64_t dim2) const {
+  ops::check_defined(*this, "diagonal");
+  KILN_CHECK(dim() >= 2, "diagonal", "expected a tensor of at least 2 dims, got shape ", shape());
+  const int64_t d1 = wrap_dim(dim1, dim(), "diagonal"), d2 = wrap_dim(dim2, dim(), "diagonal");
+  KILN_CHECK(d1 != d2, "diagonal", "diagonal dimensions cannot be identical ", dim1, ", ", dim2);
+  const int64_t n1 = shape()[d1], n2 = shape()[d2];
+  const int64_t len = std::max<int64_t>(0, offset >= 0 ? std::min(n1, n2 - offset) : std::min(n1 + offset, n2));
+  int64_t start = storage_offset();
+  if (len > 0) start += offset >= 0 ? offset * strides()[d2] : -offset * strides()[d1];
+  Shape sizes, st;
+  for (int64_t d = 0; d < dim(); ++d)
+    if (d != d1 && d != d2) sizes.push_back(shape()[d]), st.push_back(strides()[d]);
+  sizes.push_back(len);
+  st.push_back(strides()[d1] + strides()[d2]);
+  return make_view_op("DiagonalBackward", *this, sizes, st, start,
+                      [in_shape = shape(), offset, d1, d2](const Tensor& g) -> TensorList {
+                        Tensor z = zeros(in_shape, g.options());
+                        z.diagonal(offset, d1, d2).copy_(g);
+                        return {z};
+                      });
+}
+
 Tensor Tensor::expand(const Shape& shape_) const {
   ops::check_defined(*this, "expand");
   const int64_t n = static_cast<int64_t>(shape_.size());
@@ -281,5 +303,6 @@ Tensor flatten(const Tensor& x, int64_t s, int64_t e) { return x.flatten(s, e); 
 Tensor squeeze(const Tensor& x) { return x.squeeze(); }
 Tensor squeeze(const Tensor& x, int64_t dim) { return x.squeeze(dim); }
 Tensor unsqueeze(const Tensor& x, int64_t dim) { return x.unsqueeze(dim); }
+Tensor diagonal(const Tensor& x, int64_t offset, int64_t dim1, int64_t dim2) { return x.diagonal(offset, dim1, dim2); }
 
 }  // namespace kiln

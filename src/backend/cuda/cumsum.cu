@@ -1,6 +1,6 @@
-// Scans: the CUDA kernels of cumsum and of a mask's true positions (below). cumsum (the contract in dispatch.h, the CPU's in backend/cpu/cumsum.cpp): a
-// thread per column adds it up in order, in the CPU's accumulator type, so each output has the
-// CPU's bits. Along a dim that is not innermost, neighbouring threads read neighbouring elements.
+// Scans: the CUDA kernels of cumsum (and cumprod) and of a mask's true positions (below). cumsum
+// (the contract in dispatch.h, the CPU's in backend/cpu/cumsum.cpp): a thread per column adds (or
+// multiplies) it up in order, in the CPU's accumulator type, so each output has the CPU's bits. Along a dim that is not innermost, neighbouring threads read neighbouring elements.
 // Along the innermost dim each thread walks its own row: a few long float rows are a serial walk
 // each. Integers add up the same in any order (modulo 2^64, then cast as the CPU casts its int64
 // sum, the same as adding in T and wrapping), so long integer rows are scanned in parallel: one row
@@ -23,14 +23,15 @@ namespace {
 
 template <class T>
 __global__ void cumsum_columns(const T* __restrict__ x, T* __restrict__ out, int64_t outer, int64_t n, int64_t inner,
-                               bool reverse) {
+                               bool reverse, bool product) {
   using A = cumsum_acc_t<T>;
   KILN_GRID_STRIDE(c, outer * inner) {
     const int64_t o = c / inner, i = c - o * inner;
-    A acc{0};
+    A acc{product ? 1 : 0};
     for (int64_t s = 0; s < n; ++s) {
       const int64_t e = (o * n + (reverse ? n - 1 - s : s)) * inner + i;
-      acc += static_cast<A>(x[e]);
+      if (product) acc *= static_cast<A>(x[e]);
+      else acc += static_cast<A>(x[e]);
       out[e] = static_cast<T>(acc);
     }
   }
@@ -78,11 +79,12 @@ __global__ void __launch_bounds__(kScanThreads)
 void cumsum(KernelArgs& a) {
   const Tensor& x = a.inputs[0];
   const bool reverse = static_cast<const CumsumAttrs*>(a.attrs)->reverse;
+  const bool product = static_cast<const CumsumAttrs*>(a.attrs)->product;
   const int64_t outer = x.size(0), n = x.size(1), inner = x.size(2);
   visit_dtype(x.dtype(), "cumsum", [&]<class T>() {
-    if constexpr (std::is_integral_v<T>) {
+    if constexpr (std::is_integral_v<T>) {  // (the parallel scans add: a product takes the columns)
       // cub adds in T (int32 and int64 wrap as the CPU's cast of its int64 sum does)
-      if (sizeof(T) >= 4 && !reverse && inner == 1 && outer == 1 && n >= kTile) {
+      if (!product && sizeof(T) >= 4 && !reverse && inner == 1 && outer == 1 && n >= kTile) {
         const auto* in = static_cast<const T*>(x.data_ptr());
         auto* out = static_cast<T*>(a.outputs[0].data_ptr());
         size_t temp_bytes = 0;
@@ -91,7 +93,7 @@ void cumsum(KernelArgs& a) {
         KILN_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp.data_ptr(), temp_bytes, in, out, n, stream_of(a)));
         return;
       }
-      if (!reverse && inner == 1 && n >= kTile) {
+      if (!product && !reverse && inner == 1 && n >= kTile) {
         cumsum_integer_rows<<<static_cast<unsigned>(std::min<int64_t>(outer, 65535)), kScanThreads, 0, stream_of(a)>>>(
             static_cast<const T*>(x.data_ptr()), static_cast<T*>(a.outputs[0].data_ptr()), outer, n);
         KILN_CUDA_LAUNCHED("cumsum");
@@ -99,7 +101,8 @@ void cumsum(KernelArgs& a) {
       }
     }
     cumsum_columns<<<blocks_for(outer * inner), kThreads, 0, stream_of(a)>>>(
-        static_cast<const T*>(x.data_ptr()), static_cast<T*>(a.outputs[0].data_ptr()), outer, n, inner, reverse);
+        static_cast<const T*>(x.data_ptr()), static_cast<T*>(a.outputs[0].data_ptr()), outer, n, inner, reverse,
+        product);
     KILN_CUDA_LAUNCHED("cumsum");
   });
 }
