@@ -177,6 +177,8 @@ TEST(Functional, BinaryCrossEntropyAsTorch) {
   EXPECT_EQ(printed_module(*nn::BCELoss()), "BCELoss()");
   expect_error([] { binary_cross_entropy(tensor({1.5}), tensor({1.0})); },
                "[binary_cross_entropy] all elements of input should be between 0 and 1");
+  expect_error([] { binary_cross_entropy(tensor({0.5}), tensor({-0.5})); },
+               "[binary_cross_entropy] all elements of target should be between 0 and 1");
   expect_error([] { binary_cross_entropy(tensor({0.5, 0.5}), tensor({1.0})); }, "[binary_cross_entropy] the target's shape");
   expect_error([] { binary_cross_entropy(tensor({0.5}), tensor({1.0}, kFloat64)); }, "of one dtype");
   expect_error([] { binary_cross_entropy(tensor({0.5}), tensor({1.0}), ones({1}).requires_grad_()); },

@@ -69,6 +69,15 @@ TEST(IndexUpdate, Gradients) {
     x.index_fill(0, tensor({1}, on.dtype(kInt64)), 3).backward(g);
     EXPECT_EQ(values(x.grad()), (std::vector<double>{1, 2, 3, 4, 0, 0, 0, 0, 9, 10, 11, 12})) << d.str();
   }
+  // Review fixes (/tmp/review_s22b/REPORT.md): an index named twice in index_copy gives both
+  // source slices the gradient (torch's); 16-bit index_add with alpha rounds once.
+  Tensor s2 = ones({3, 2}, kFloat64).requires_grad_();
+  grid(Device::cpu()).index_copy(1, tensor({1, 1}, kInt64), s2).backward(arange(12, kFloat64).view({3, 4}));
+  EXPECT_EQ(values(s2.grad()), (std::vector<double>{1, 1, 5, 5, 9, 9}));
+  const Tensor h = randn({4, 5}, kBFloat16), hs = randn({4, 2}, kBFloat16);
+  expect_same_bits(h.index_add(1, tensor({3, 0}, kInt64), hs, 0.3),
+                   h.to(kFloat32).index_add(1, tensor({3, 0}, kInt64), hs.to(kFloat32), 0.3).to(kBFloat16),
+                   "bfloat16 index_add with alpha, rounded once");
   auto fn = [](const std::vector<Tensor>& v) {
     const Tensor i = tensor({2, 0, 2}, kInt64);
     return v[0].index_add(0, i, v[1], -1.5).index_copy(1, tensor({1}, kInt64), v[2]).index_fill(1, tensor({0}, kInt64), 1);
@@ -87,14 +96,16 @@ TEST(IndexUpdate, BadInputIsAnErrorNamingTheOp) {
                "[index_add] source of shape [3, 1] does not fit self [3, 4] with 2 indices along dim 1 (expected [3, 2])");
   expect_error([&] { x.index_add(1, tensor({0.0}), zeros({3, 1})); }, "[index_add] indices must be int64 or int32");
   expect_error([&] { x.index_add(1, zeros({1, 1}, kInt64), zeros({3, 1})); }, "[index_add] index must be 0-d or 1-D");
-  expect_error([&] { x.index_add(1, tensor({4}, kInt64), zeros({3, 1})); }, "index 4 is out of range");
+  expect_error([&] { x.index_add(1, tensor({4}, kInt64), zeros({3, 1})); },
+               "[index_add] index 4 is out of bounds for dim 1 of size 4");
+  expect_error([&] { zeros({3}, kUInt8).index_add(0, tensor({0}, kInt64), zeros({1}, kUInt8), 300); }, "[index_add]");
   expect_error([&] { zeros({3}, kInt64).index_add(0, tensor({0}, kInt64), zeros({1}, kInt64), 0.5); },
                "[index_add] for int64 tensors alpha must be an integer");
   expect_error([&] { x.index_add(2, tensor({0}, kInt64), zeros({3, 1})); }, "[index_add]");
   expect_error([&] { x.index_copy(1, tensor({-1}, kInt64), zeros({3, 1})); },
                "[index_copy] index -1 is out of bounds for dim 1 of size 4");
   expect_error([&] { x.index_fill(1, tensor({0}, kInt64), 1e40); }, "[index_fill]");
-  expect_error([&] { x.index_fill(1, tensor({-5}, kInt64), 1); }, "index -5 is out of range");
+  expect_error([&] { x.index_fill(1, tensor({-5}, kInt64), 1); }, "[index_fill] index -5 is out of bounds for dim 1");
   expect_error([&] { zeros({}).index_add(0, tensor({0}, kInt64), zeros({})); }, "[index_add] expected a tensor of at least 1 dim");
 }
 

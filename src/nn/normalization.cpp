@@ -1,7 +1,6 @@
 // LayerNorm, GroupNorm and InstanceNorm1d/2d: construction, forward and printing.
 #include "kiln/nn/normalization.h"
 
-#include "kiln/autograd.h"
 #include "kiln/nn/init.h"
 #include "kiln/ops.h"
 #include "nn/python_float.h"
@@ -95,11 +94,9 @@ Tensor InstanceNormImplBase::forward(const Tensor& x) {
   KILN_CHECK(r == rank_ || r == rank_ - 1, name_, "expected ", rank_ - 1, "D (unbatched) or ", rank_,
              "D (batched) input, got ", r, "D input");
   if (r == rank_ - 1) return forward(x.unsqueeze(0)).squeeze(0);
+  // (num_batches_tracked is in the state dict, as torch's, and stays 0: torch's InstanceNorm never
+  // counts)
   const bool use_input_stats = is_training() || !options.track_running_stats;
-  if (is_training() && options.track_running_stats) {
-    NoGradGuard no_grad;
-    num_batches_tracked.add_(1);
-  }
   return kiln::instance_norm(x, running_mean, running_var, weight, bias, use_input_stats, options.momentum,
                              options.eps);
 }

@@ -398,10 +398,12 @@ Tensor binary_cross_entropy(const Tensor& input_in, const Tensor& target_in, con
              w.shape(), " does not broadcast to the input's ", x.shape());
   KILN_CHECK(!w.defined() || !w.requires_grad(), op, "the weight is a constant of the loss: detach it");
   ops::common_device({&x, &y, w.defined() ? &w : &x}, op);
-  // On the CPU the probabilities are checked, as torch's CPU kernel does (a device would wait).
+  // On the CPU the probabilities are checked, input and target, as torch's CPU kernel does (a
+  // device would wait).
   if (x.device().type == DeviceType::CPU && x.numel() > 0)
-    KILN_CHECK(!((x < 0).logical_or(x > 1).logical_or(isnan(x))).any().item<bool>(), op,
-               "all elements of input should be between 0 and 1");
+    for (const auto& [t, what] : {std::pair{&x, "input"}, std::pair{&y, "target"}})
+      KILN_CHECK(!((*t < 0).logical_or(*t > 1).logical_or(isnan(*t))).any().item<bool>(), op, "all elements of ",
+                 what, " should be between 0 and 1");
   const ScalarType wide = x.dtype() == kFloat16 || x.dtype() == kBFloat16 ? kFloat32 : x.dtype();
   Tensor loss;
   {
