@@ -74,11 +74,6 @@ TEST(Activation, StridedInputsAndModulesPrintAsTorch) {
   expect_same_bits(leaky_relu(x.t(), 0.3), leaky_relu(x.t().contiguous(), 0.3), "leaky_relu of a transpose");
   expect_same_bits(softplus(x.slice(1, 0, std::nullopt, 2)), softplus(x.slice(1, 0, std::nullopt, 2).contiguous()),
                    "softplus of a slice");
-  auto printed = [](const nn::Module& m) {
-    std::ostringstream os;
-    m.pretty_print(os);
-    return os.str();
-  };
   EXPECT_EQ(printed(*nn::LeakyReLU()), "LeakyReLU(negative_slope=0.01)");
   EXPECT_EQ(printed(*nn::ELU(nn::ELUOptions{0.5})), "ELU(alpha=0.5)");
   EXPECT_EQ(printed(*nn::Softplus()), "Softplus(beta=1.0, threshold=20.0)");

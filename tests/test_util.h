@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,22 @@ inline void expect_close(const Tensor& t, const std::vector<double>& expected, c
                   << atol + rtol * std::abs(e) << ")";
   }
   if (bad > 20) ADD_FAILURE() << what << ": " << bad << " of " << got.size() << " elements differ (the first 20 shown)";
+}
+
+// got against torch's result `want` (a fixture's), which summed in another order: float32 within
+// 1e-5 relative and atol_f32 absolute, float64 within 1e-12 relative and atol_f64.
+inline void expect_torch_close(const Tensor& got, const Tensor& want, const std::string& what, double atol_f32,
+                               double atol_f64) {
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  const bool f32 = want.dtype() == kFloat32;
+  expect_close(got.detach().cpu(), values(want), want.shape(), f32 ? 1e-5 : 1e-12, f32 ? atol_f32 : atol_f64, what);
+}
+
+// A module as its pretty_print writes it (PyTorch's repr).
+inline std::string printed(const nn::Module& m) {
+  std::ostringstream os;
+  m.pretty_print(os);
+  return os.str();
 }
 
 // Sets an environment variable for a scope (nullptr: unset), then restores what was there.

@@ -50,18 +50,27 @@ Tensor Conv2dImpl::forward(const Tensor& x) {
 
 namespace {
 std::ostream& pair(std::ostream& os, const ExpandingArray<2>& a) { return os << "(" << a[0] << ", " << a[1] << ")"; }
+
+// Like PyTorch (_ConvNd.extra_repr): non-default options only; output_padding is the transposed
+// convolution's (0 for Conv2d).
+void print_conv(std::ostream& os, const char* name, int64_t in, int64_t out, const ExpandingArray<2>& kernel_size,
+                const ExpandingArray<2>& stride, const ExpandingArray<2>& padding, const ExpandingArray<2>& dilation,
+                const ExpandingArray<2>& output_padding, int64_t groups, bool bias) {
+  os << name << "(" << in << ", " << out << ", kernel_size=";
+  pair(os, kernel_size) << ", stride=";
+  pair(os, stride);
+  if (padding != ExpandingArray<2>(0)) pair(os << ", padding=", padding);
+  if (dilation != ExpandingArray<2>(1)) pair(os << ", dilation=", dilation);
+  if (output_padding != ExpandingArray<2>(0)) pair(os << ", output_padding=", output_padding);
+  if (groups != 1) os << ", groups=" << groups;
+  if (!bias) os << ", bias=False";
+  os << ")";
+}
 }  // namespace
 
-// Like PyTorch: non-default options only.
 void Conv2dImpl::pretty_print(std::ostream& os) const {
-  os << "Conv2d(" << in_channels << ", " << out_channels << ", kernel_size=";
-  pair(os, kernel_size) << ", stride=";
-  pair(os, options.stride);
-  if (options.padding != ExpandingArray<2>(0)) pair(os << ", padding=", options.padding);
-  if (options.dilation != ExpandingArray<2>(1)) pair(os << ", dilation=", options.dilation);
-  if (options.groups != 1) os << ", groups=" << options.groups;
-  if (!options.bias) os << ", bias=False";
-  os << ")";
+  print_conv(os, "Conv2d", in_channels, out_channels, kernel_size, options.stride, options.padding, options.dilation,
+             ExpandingArray<2>(0), options.groups, options.bias);
 }
 
 ConvTranspose2dImpl::ConvTranspose2dImpl(int64_t in_channels, int64_t out_channels, ExpandingArray<2> kernel_size,
@@ -87,15 +96,8 @@ Tensor ConvTranspose2dImpl::forward(const Tensor& x) {
 }
 
 void ConvTranspose2dImpl::pretty_print(std::ostream& os) const {
-  os << "ConvTranspose2d(" << in_channels << ", " << out_channels << ", kernel_size=";
-  pair(os, kernel_size) << ", stride=";
-  pair(os, options.stride);
-  if (options.padding != ExpandingArray<2>(0)) pair(os << ", padding=", options.padding);
-  if (options.dilation != ExpandingArray<2>(1)) pair(os << ", dilation=", options.dilation);
-  if (options.output_padding != ExpandingArray<2>(0)) pair(os << ", output_padding=", options.output_padding);
-  if (options.groups != 1) os << ", groups=" << options.groups;
-  if (!options.bias) os << ", bias=False";
-  os << ")";
+  print_conv(os, "ConvTranspose2d", in_channels, out_channels, kernel_size, options.stride, options.padding,
+             options.dilation, options.output_padding, options.groups, options.bias);
 }
 
 }  // namespace kiln::nn
