@@ -301,6 +301,7 @@ TEST(InstanceNorm, ModulesTrainEvaluateAndErrors) {
   expect_error([] { instance_norm(zeros({2, 3, 4}), {}, {}, {}, {}, false); }, "use_input_stats=false needs running_mean");
   expect_error([] { instance_norm(zeros({2, 3, 4}), zeros({3})); }, "running_mean and running_var must be both given");
   expect_error([] { instance_norm(zeros({2, 3, 4}), zeros({2}), ones({2})); }, "[instance_norm] expected running_mean of shape [3]");
+  expect_error([] { instance_norm(zeros({2, 3, 4}), {}, {}, ones({2})); }, "[instance_norm] expected weight of shape [3]");
 }
 
 TEST(Interpolate, ModuleIntegersSixteenBitSecondDerivativesAndErrors) {

@@ -184,9 +184,9 @@ Tensor instance_norm(const Tensor& x, const Tensor& running_mean, const Tensor& 
   if (use_input_stats)
     KILN_CHECK(x.numel() == 0 || x.numel() / (n * c) > 1, op,
                "expected more than 1 spatial element when training, got input ", x.shape());
-  if (use_input_stats && !running_mean.defined()) return group_norm(x, c, weight, bias, eps);
   check_channel_param(weight, c, "weight", x, op);
   check_channel_param(bias, c, "bias", x, op);
+  if (use_input_stats && !running_mean.defined()) return group_norm(x, c, weight, bias, eps);
   // x as one sample of N * C channels, the statistics and parameters repeated for each instance;
   // the running statistics then take the average of the instances' updates.
   Shape one = x.shape();
