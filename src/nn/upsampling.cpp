@@ -1,7 +1,6 @@
 // Upsample: construction (the options checked as interpolate will use them), forward, printing.
 #include "kiln/nn/upsampling.h"
 
-#include "kiln/ops.h"
 #include "nn/python_float.h"
 
 namespace kiln::nn {
@@ -13,8 +12,7 @@ UpsampleImpl::UpsampleImpl(UpsampleOptions o) : options(std::move(o)) {
 }
 
 Tensor UpsampleImpl::forward(const Tensor& x) {
-  return kiln::interpolate(x, options.size, options.scale_factor, options.mode, options.align_corners,
-                           options.recompute_scale_factor);
+  return functional::interpolate(x, options);
 }
 
 // As torch: scale_factor=2.0 or size=(4, 4), then the mode.

@@ -18,11 +18,11 @@ namespace {
 
 enum class Mode { Nearest, NearestExact, Linear, Cubic, Area };
 
-// Where each output element of one dim reads: for each tap k, index[k][o] and weight[k][o] (no
-// weights for the nearest modes).
-struct Taps {
-  std::vector<std::vector<int64_t>> index;
-  std::vector<std::vector<double>> weight;
+// One dim's linear map as the Resample kernel reads it: output j is the sum over t in
+// [offsets[j], offsets[j + 1]) of weight[t] * input[source[t]].
+struct Csr {
+  std::vector<int64_t> offsets, source;
+  std::vector<double> weight;
 };
 
 // The ratio of input to output positions (torch's area_pixel_compute_scale): the scale factor's
@@ -46,32 +46,39 @@ void cubic_weights(T t, T w[4]) {
   w[3] = far(2 - t);
 }
 
-// shortcuts: torch's 2-D nearest kernel (nearest_idx) copies where out = in and takes o / 2 where
-// out = 2 in, whatever the scale factor says (its 1-D and 3-D kernels do not).
+// The taps of each output position in order: one for the nearest modes (weight 1), two for linear,
+// four for cubic. shortcuts: torch's 2-D nearest kernel (nearest_idx) copies where out = in and
+// takes o / 2 where out = 2 in, whatever the scale factor says (its 1-D and 3-D kernels do not).
 template <class T>
-Taps taps_of(Mode mode, int64_t in, int64_t out, bool align_corners, std::optional<double> scale, bool shortcuts) {
-  Taps t;
+Csr taps_of(Mode mode, int64_t in, int64_t out, bool align_corners, std::optional<double> scale, bool shortcuts) {
   const int64_t n = mode == Mode::Cubic ? 4 : mode == Mode::Linear ? 2 : 1;
-  t.index.assign(n, std::vector<int64_t>(out));
-  if (n > 1) t.weight.assign(n, std::vector<double>(out));
+  Csr c;
+  c.offsets.resize(static_cast<size_t>(out + 1));
+  for (int64_t o = 0; o <= out; ++o) c.offsets[o] = o * n;
+  c.source.reserve(static_cast<size_t>(out * n));
+  c.weight.reserve(static_cast<size_t>(out * n));
+  auto tap = [&](int64_t source, double weight) {
+    c.source.push_back(source);
+    c.weight.push_back(weight);
+  };
   if (mode == Mode::Nearest || mode == Mode::NearestExact) {
     const float s = source_scale<float>(in, out, false, scale);
     for (int64_t o = 0; o < out; ++o) {
       // nearest: floor(o * s); exact: floor((o + 0.5) * s), the product in double as torch's.
       const float pos = mode == Mode::Nearest ? static_cast<float>(o) * s
                                               : static_cast<float>((static_cast<double>(o) + 0.5) * s);
-      t.index[0][o] = std::min(static_cast<int64_t>(std::floor(pos)), in - 1);
-      if (shortcuts && mode == Mode::Nearest && out == in) t.index[0][o] = o;
-      if (shortcuts && mode == Mode::Nearest && out == 2 * in) t.index[0][o] = o / 2;
+      int64_t i = std::min(static_cast<int64_t>(std::floor(pos)), in - 1);
+      if (shortcuts && mode == Mode::Nearest && out == in) i = o;
+      if (shortcuts && mode == Mode::Nearest && out == 2 * in) i = o / 2;
+      tap(i, 1.0);
     }
-    return t;
+    return c;
   }
   const T s = source_scale<T>(in, out, align_corners, scale);
   for (int64_t o = 0; o < out; ++o) {
     if (mode == Mode::Linear && in == out) {  // torch copies: weights 1 and 0 on the same element
-      t.index[0][o] = t.index[1][o] = o;
-      t.weight[0][o] = 1;
-      t.weight[1][o] = 0;
+      tap(o, 1);
+      tap(o, 0);
       continue;
     }
     T real = align_corners ? s * static_cast<T>(o) : s * (static_cast<T>(o) + T(0.5)) - T(0.5);
@@ -79,39 +86,14 @@ Taps taps_of(Mode mode, int64_t in, int64_t out, bool align_corners, std::option
     const int64_t i0 = std::min(static_cast<int64_t>(std::floor(real)), in - 1);
     const T lambda = std::min(std::max(real - static_cast<T>(i0), T(0)), T(1));
     if (mode == Mode::Linear) {
-      t.index[0][o] = i0;
-      t.index[1][o] = i0 + (i0 < in - 1 ? 1 : 0);
-      t.weight[0][o] = static_cast<double>(T(1) - lambda);
-      t.weight[1][o] = static_cast<double>(lambda);
+      tap(i0, static_cast<double>(T(1) - lambda));
+      tap(i0 + (i0 < in - 1 ? 1 : 0), static_cast<double>(lambda));
     } else {
       T w[4];
       cubic_weights(lambda, w);
-      for (int k = 0; k < 4; ++k) {
-        t.index[k][o] = std::clamp<int64_t>(i0 - 1 + k, 0, in - 1);
-        t.weight[k][o] = static_cast<double>(w[k]);
-      }
+      for (int k = 0; k < 4; ++k) tap(std::clamp<int64_t>(i0 - 1 + k, 0, in - 1), static_cast<double>(w[k]));
     }
   }
-  return t;
-}
-
-// One dim's linear map as the Resample kernel reads it: output j is the sum over t in
-// [offsets[j], offsets[j + 1]) of weight[t] * input[source[t]].
-struct Csr {
-  std::vector<int64_t> offsets, source;
-  std::vector<double> weight;
-};
-
-Csr forward_csr(const Taps& t) {
-  const int64_t out = static_cast<int64_t>(t.index[0].size()), k = static_cast<int64_t>(t.index.size());
-  Csr c;
-  c.offsets.resize(static_cast<size_t>(out + 1));
-  for (int64_t j = 0; j <= out; ++j) c.offsets[j] = j * k;
-  for (int64_t j = 0; j < out; ++j)
-    for (int64_t i = 0; i < k; ++i) {
-      c.source.push_back(t.index[i][j]);
-      c.weight.push_back(t.weight.empty() ? 1.0 : t.weight[i][j]);
-    }
   return c;
 }
 
@@ -241,16 +223,16 @@ Tensor interpolate(const Tensor& x, const Shape& size, const std::vector<double>
   for (int64_t i = spatial - 1; i >= 0; --i) {
     const int64_t in = x.size(2 + i);
     const bool corners = align_corners.value_or(false);
-    const Taps t = y.dtype() == kFloat64 ? taps_of<double>(mode, in, out[i], corners, scales[i], spatial == 2)
-                                         : taps_of<float>(mode, in, out[i], corners, scales[i], spatial == 2);
+    Csr t = y.dtype() == kFloat64 ? taps_of<double>(mode, in, out[i], corners, scales[i], spatial == 2)
+                                  : taps_of<float>(mode, in, out[i], corners, scales[i], spatial == 2);
     if (y.dtype() != kFloat32 && y.dtype() != kFloat64) {  // nearest of 16-bit floats, integers, bools: a copy
-      y = index_select(y, 2 + i, tensor(t.index[0], Shape{out[i]}, TensorOptions(kInt64).device(y.device())));
+      y = index_select(y, 2 + i, tensor(t.source, Shape{out[i]}, TensorOptions(kInt64).device(y.device())));
       continue;
     }
     auto map = std::make_shared<Map>();
     map->in = in;
     map->out = out[i];
-    map->forward = forward_csr(t);
+    map->forward = std::move(t);
     if (autograd::needs_grad({&y})) map->backward = transpose(map->forward, in);
     y = resample(y, 2 + i, map, false);
   }

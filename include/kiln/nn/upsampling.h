@@ -1,22 +1,14 @@
 // Upsample (torch::nn::Upsample) and its options.
 #pragma once
 
-#include <optional>
-#include <string>
-#include <vector>
-
+#include "kiln/nn/functional.h"
 #include "kiln/nn/pimpl.h"
 
 namespace kiln::nn {
 
-// size or scale_factor (one value, or one per spatial dim); the other stays empty.
-struct UpsampleOptions {
-  Shape size = {};
-  std::vector<double> scale_factor = {};
-  std::string mode = "nearest";
-  std::optional<bool> align_corners = std::nullopt;
-  std::optional<bool> recompute_scale_factor = std::nullopt;
-};
+// interpolate's options: size or scale_factor (one value, or one per spatial dim), the mode,
+// align_corners and recompute_scale_factor.
+using UpsampleOptions = functional::InterpolateFuncOptions;
 
 // interpolate with the options; no parameters.
 class UpsampleImpl : public Module {
