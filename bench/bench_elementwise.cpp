@@ -327,4 +327,31 @@ void BM_CnnDecoderOps(benchmark::State& state) {
 }
 BENCHMARK(BM_CnnDecoderOps)->DenseRange(0, 4)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// Indexing (kiln/indexing.h) and searchsorted, forward only: x[idx] of 4096 rows of [8192, 256] (0),
+// x[:, idx] of 128 columns (1), x[mask] = 0 with a 15% mask (2), x.index_put_((idx,), v,
+// accumulate=True) of 4096 rows (3), x[mask] (4), searchsorted of 2^20 values in 2^16 (5).
+// bench/pytorch_sort_scan.py indexing runs torch's.
+void BM_Indexing(benchmark::State& state) {
+  using namespace kiln::indexing;
+  kiln::manual_seed(0);
+  const int64_t which = state.range(0);
+  kiln::Tensor x = kiln::randn({8192, 256});
+  const kiln::Tensor rows = kiln::randint(0, 8192, {4096}), cols = kiln::randint(0, 256, {128});
+  const kiln::Tensor mask = kiln::rand({8192, 256}) < 0.15, v = kiln::randn({4096, 256});
+  const kiln::Tensor sorted = std::get<0>(kiln::sort(kiln::randn({1 << 16}))), probes = kiln::randn({1 << 20});
+  for (auto _ : state) {
+    kiln::Tensor out;
+    switch (which) {
+      case 0: out = x.index({rows}); break;
+      case 1: out = x.index({Slice(), cols}); break;
+      case 2: out = x.index_put_({mask}, 0); break;
+      case 3: out = x.index_put_({rows}, v, true); break;
+      case 4: out = x.index({mask}); break;
+      default: out = kiln::searchsorted(sorted, probes); break;
+    }
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+}
+BENCHMARK(BM_Indexing)->DenseRange(0, 5)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 BENCHMARK_MAIN();

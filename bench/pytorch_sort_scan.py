@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch's side of BM_SortAndScan, BM_SelectAndContract and BM_CnnDecoderOps
+"""PyTorch's side of BM_SortAndScan, BM_SelectAndContract, BM_CnnDecoderOps and BM_Indexing
 (bench/bench_elementwise.cpp), the
 same cases in the same order.
 
@@ -9,6 +9,7 @@ Prints the median time of each case in milliseconds, on the CPU with torch's def
 Run: python3 bench/pytorch_sort_scan.py            (BM_SortAndScan)
      python3 bench/pytorch_sort_scan.py select     (BM_SelectAndContract)
      python3 bench/pytorch_sort_scan.py cnn        (BM_CnnDecoderOps)
+     python3 bench/pytorch_sort_scan.py indexing   (BM_Indexing)
 """
 import statistics
 import sys
@@ -80,9 +81,25 @@ def cnn_cases():
     ]
 
 
+def indexing_cases():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8192, 256, generator=g)
+    rows, cols = torch.randint(0, 8192, (4096,), generator=g), torch.randint(0, 256, (128,), generator=g)
+    mask, v = torch.rand(8192, 256, generator=g) < 0.15, torch.randn(4096, 256, generator=g)
+    s, probes = torch.sort(torch.randn(1 << 16, generator=g)).values, torch.randn(1 << 20, generator=g)
+    return [
+        ("x[idx] 4096 rows", lambda: x[rows]),
+        ("x[:, idx] 128 columns", lambda: x[:, cols]),
+        ("x[mask] = 0", lambda: x.index_put_((mask,), torch.tensor(0.0))),
+        ("x.index_put_(rows, accumulate)", lambda: x.index_put_((rows,), v, accumulate=True)),
+        ("x[mask]", lambda: x[mask]),
+        ("searchsorted 2^20 in 2^16", lambda: torch.searchsorted(s, probes)),
+    ]
+
+
 def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    which = {"select": select_cases, "cnn": cnn_cases}.get(sys.argv[1] if sys.argv[1:] else "", cases)
+    which = {"select": select_cases, "cnn": cnn_cases, "indexing": indexing_cases}.get(sys.argv[1] if sys.argv[1:] else "", cases)
     for i, (name, fn) in enumerate(which()):
         fn()
         times = []

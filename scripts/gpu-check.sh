@@ -308,7 +308,7 @@ stage devices build.log 30 bash "$work/devices.sh" || exit 1
 # first run took 115 s; a hang must not take the rest of the call.
 filter='Cuda*:OpTable*:TensorRandom*:TensorDevice*:TensorMemory*:StreamAllocator*:Attention*:Optim*'
 filter+=':NnOpsDevices*:NnModule.ToDeviceKeepsHandles:Safetensors.SavesDeviceTensorsThroughTheHost:GradScaler*'
-filter+=':Embedding*:*PointwiseTorch*:Pointwise.*:*SortTorch*:Sort.*:Rearrange.*:Cumsum.*:*ActivationTorch*:Activation.*:*DivisionTorch*:Division.*:Bitwise.*:Select.*:Einsum.*:Linalg.*:*FunctionalTorch*:Functional.*:*CnnTorch*:ConvTranspose2d.*:GroupNorm.*:Interpolate.*:InstanceNorm.*:IndexUpdate.*:Cumprod.*:Diagonal.*:-Cuda.Nccl*'
+filter+=':Embedding*:*PointwiseTorch*:Pointwise.*:*SortTorch*:Sort.*:Rearrange.*:Cumsum.*:*ActivationTorch*:Activation.*:*DivisionTorch*:Division.*:Bitwise.*:Select.*:Einsum.*:Linalg.*:*FunctionalTorch*:Functional.*:*CnnTorch*:ConvTranspose2d.*:GroupNorm.*:Interpolate.*:InstanceNorm.*:IndexUpdate.*:Cumprod.*:Diagonal.*:Indexing.*:SearchSorted.*:-Cuda.Nccl*'
 stage cuda_tests cuda_tests.log 200 build-gpu/tests/kiln_tests --gtest_filter="$filter"
 # Threads and NCCL (the ones that could hang) on their own, shortly.
 stage threads_nccl_tests cuda_tests.log 60 build-gpu/tests/kiln_tests --gtest_filter='Threads.*:Cuda.Nccl*'

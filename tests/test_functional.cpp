@@ -2,6 +2,7 @@
 // cosine_similarity and F::normalize: torch's values and gradients (most from
 // tests/fixtures/numerics/functional.safetensors, made by tests/fixtures/make_functional_fixtures.py)
 // in float64 and float32 on every device present; bad input; and on the stand-in GPU, no fallback.
+#include <cmath>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -134,6 +135,56 @@ TEST(Functional, LossesOfTinyBetaAnd16BitAndPadThenCrop) {
 
 // binary_cross_entropy: torch 2.15's values and gradients (float64), x = 0 and 1 included, where the
 // logarithms are clamped at -100 and the input gradient is torch's finite formula.
+// torch's values and gradients (torch.nn.functional.kl_div on the same float64 inputs).
+TEST(Functional, KlDivAsTorch) {
+  for (Device d : devices()) {
+    const std::string where = "kl_div on " + d.str();
+    const TensorOptions f64 = TensorOptions(kFloat64).device(d);
+    Tensor x = tensor({-1.0, -2.0, -0.5, -0.2, -3.0, -1.5}, f64).view({2, 3}).requires_grad_();
+    Tensor t = tensor({0.0, 0.3, 0.7, 0.5, 0.25, 0.25}, f64).view({2, 3}).requires_grad_();
+    expect_close(kl_div(x, t, Reduction::None).cpu(),
+                 {0.0, 0.23880815870221916, 0.10032753924288729, -0.24657359027997264, 0.40342640972002736,
+                  0.028426409720027357},
+                 {2, 3}, 1e-14, 1e-14, where);
+    EXPECT_NEAR(kl_div(x, t, Reduction::Sum).item<double>(), 0.5244149271051886, 1e-14) << where;
+    EXPECT_NEAR(kl_div(x, t).item<double>(), 0.08740248785086475, 1e-14) << where;
+    const Tensor loss = nn::KLDivLoss(nn::KLDivLossOptions{Reduction::BatchMean})(x, t);
+    EXPECT_NEAR(loss.item<double>(), 0.2622074635525943, 1e-14) << where;
+    loss.backward();
+    expect_close(x.grad().cpu(), {-0.0, -0.15, -0.35, -0.25, -0.125, -0.125}, {2, 3}, 1e-15, 1e-15, where);
+    const std::vector<double> gt = values(t.grad());
+    EXPECT_TRUE(std::isnan(gt[0])) << "torch's target gradient at 0 is NaN (xlogy's), " << where;
+    expect_close(t.grad().cpu().reshape({-1}).slice(0, 1),
+                 {0.8980135978370319, 0.5716625280306338, 0.2534264097200274, 1.3068528194400546, 0.5568528194400547},
+                 {5}, 1e-14, 1e-14, where);
+    // log_target
+    x.set_grad({});
+    Tensor lt = tensor({-1.2, -1.2, -0.9, -0.7, -1.4, -1.4}, f64).view({2, 3}).requires_grad_();
+    const Tensor l2 = F::kl_div(x, lt, {.reduction = Reduction::Sum, .log_target = true});
+    EXPECT_NEAR(l2.item<double>(), 0.18901085005610804, 1e-14) << where;
+    l2.backward();
+    expect_close(x.grad().cpu(),
+                 {-0.3011942119122021, -0.3011942119122021, -0.4065696597405991, -0.4965853037914095,
+                  -0.2465969639416065, -0.2465969639416065},
+                 {2, 3}, 1e-14, 1e-14, where);
+    expect_close(lt.grad().cpu(),
+                 {0.24095536952976168, 0.5421495814419638, 0.24394179584435946, 0.2482926518957048,
+                  0.6411521062481769, 0.2712566603357672},
+                 {2, 3}, 1e-14, 1e-14, where);
+  }
+  auto fn = [](const std::vector<Tensor>& v) { return kl_div(v[0], v[1], Reduction::BatchMean); };
+  const std::vector<Tensor> in{randn({2, 3}, kFloat64).requires_grad_(), (rand({2, 3}, kFloat64) + 0.1).requires_grad_()};
+  EXPECT_TRUE(autograd::gradcheck(fn, in));
+  EXPECT_TRUE(autograd::gradgradcheck(fn, in));
+  EXPECT_EQ(printed(*nn::KLDivLoss()), "KLDivLoss()");
+  EXPECT_NEAR(kl_div(full({}, -1.0), full({}, 0.5), Reduction::BatchMean).item<double>(), 0.1534264097, 1e-9);
+  expect_error([] { kl_div(tensor({1, 2}, kInt64), tensor({1.0, 2.0})); }, "[kl_div] expected floating-point");
+  expect_error([] { mse_loss(tensor({1.0}), tensor({1.0}), Reduction::BatchMean); },
+               "[mse_loss] BatchMean is a reduction of kl_div only");
+  expect_error([] { cross_entropy(zeros({2, 3}), zeros({2}, kInt64), {}, Reduction::BatchMean); },
+               "[cross_entropy] BatchMean is a reduction of kl_div only");
+}
+
 TEST(Functional, BinaryCrossEntropyAsTorch) {
   for (Device d : devices()) {
     const TensorOptions f64 = TensorOptions(kFloat64).device(d);

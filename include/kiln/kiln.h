@@ -14,6 +14,7 @@
 #include "kiln/distributed.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
+#include "kiln/indexing.h"
 #include "kiln/io.h"
 #include "kiln/models.h"
 #include "kiln/nn.h"

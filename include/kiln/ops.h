@@ -261,6 +261,19 @@ Tensor nonzero(const Tensor& x);
 Tensor argwhere(const Tensor& x);
 Tensor masked_select(const Tensor& x, const Tensor& mask);
 Tensor count_nonzero(const Tensor& x, const Shape& dims = {});
+// Where values would go in sorted rows to keep them sorted (torch.searchsorted): for each value the
+// first position whose element is >= it (the first > it with right, or side "right"), int64 (int32
+// with out_int32). sorted_sequence is 1-D (one sequence for every value, values of any shape) or
+// has values' shape but in its last dim (a sequence per row); sorter, if given, holds the positions
+// that sort each row (argsort's), and the sequence is read through it. Rows must be sorted (as
+// torch, this is not checked); NaN is above every number. bucketize(input, boundaries) is
+// searchsorted(boundaries, input) for 1-D boundaries.
+Tensor searchsorted(const Tensor& sorted_sequence, const Tensor& values, bool out_int32 = false, bool right = false,
+                    std::optional<std::string_view> side = std::nullopt, const Tensor& sorter = {});
+Tensor searchsorted(const Tensor& sorted_sequence, Scalar value, bool out_int32 = false, bool right = false,
+                    std::optional<std::string_view> side = std::nullopt, const Tensor& sorter = {});
+Tensor bucketize(const Tensor& input, const Tensor& boundaries, bool out_int32 = false, bool right = false);
+Tensor bucketize(Scalar input, const Tensor& boundaries, bool out_int32 = false, bool right = false);
 // The distinct values of x (flattened), sorted (as torch's kernels give them whatever `sorted`
 // says), and when asked each element's index among them (x's shape, int64) and each value's count;
 // unique_consecutive the same for runs of equal neighbours, in order. NaNs are each distinct, 0 and
@@ -328,7 +341,8 @@ Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
 // x [..., in] @ weight[out, in]^T + bias[out].
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 
-enum class Reduction { None, Mean, Sum };
+// BatchMean (the sum over the first dim's size) is kl_div's only; the other losses refuse it.
+enum class Reduction { None, Mean, Sum, BatchMean };
 // input [N, C] or [N, C, d1, ...] log-probabilities; target [N] / [N, d1, ...] class indices.
 Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight = {},
                 Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
@@ -352,6 +366,13 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
 // shape: -w [y log x + (1 - y) log(1 - x)], each logarithm at least -100; weight broadcasts to x.
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
                             Reduction reduction = Reduction::Mean);
+// torch's kl_div: the pointwise KL divergence target * (log(target) - input) of log-probabilities
+// `input` from probabilities `target` (0 where target is 0), or exp(target) * (target - input)
+// with log_target (the target as log-probabilities too); broadcast together, floating point.
+// BatchMean (the true KL divergence per sample, as torch advises) divides the sum by input's first
+// dim; Mean divides by the element count.
+Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+              bool log_target = false);
 // torch's binary_cross_entropy_with_logits: -[pw y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))]
 // per element, computed without overflow for any logit, times `weight` (broadcast to the input);
 // `pos_weight` (broadcast too, e.g. one per class over the last dim) weights the positive term.

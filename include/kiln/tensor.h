@@ -28,6 +28,9 @@ struct TensorHook;
 }
 struct TensorImpl;
 class Tensor;
+namespace indexing {
+class TensorIndex;
+}
 using TensorList = std::vector<Tensor>;
 
 // What a factory makes: dtype, device and whether the result requires grad.
@@ -337,6 +340,10 @@ class Tensor {
   Tensor repeat_interleave(const Tensor& repeats, std::optional<int64_t> dim = std::nullopt) const;
   Tensor argwhere() const;
   Tensor masked_select(const Tensor& mask) const;
+  // x[indices] and x[indices] = values, as libtorch's (kiln/indexing.h: Slice, None, Ellipsis, ...).
+  Tensor index(const std::vector<indexing::TensorIndex>& indices) const;
+  Tensor index_put(const std::vector<indexing::TensorIndex>& indices, const Tensor& values,
+                   bool accumulate = false) const;
   Tensor count_nonzero(const Shape& dims = {}) const;
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
@@ -395,6 +402,9 @@ class Tensor {
   Tensor& index_add_(int64_t dim, const Tensor& index, const Tensor& source, Scalar alpha = 1);
   Tensor& index_copy_(int64_t dim, const Tensor& index, const Tensor& source);
   Tensor& index_fill_(int64_t dim, const Tensor& index, Scalar value);
+  Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& values,
+                     bool accumulate = false);
+  Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, Scalar value);
   Tensor& masked_fill_(const Tensor& mask, Scalar value);
   Tensor& masked_fill_(const Tensor& mask, const Tensor& value);
   Tensor& uniform_(double from = 0.0, double to = 1.0);

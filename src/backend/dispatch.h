@@ -25,7 +25,7 @@ namespace kiln::backend {
   X(Log10) X(Exp2)                                                                          \
   X(Clamp) X(Where) X(Copy) X(Fill) X(Addcmul) X(Addcdiv) X(Lerp)                           \
   X(Sum) X(Prod) X(Amax) X(Amin) X(All) X(Any) X(Var) X(LogSumExp) X(Norm)                  \
-  X(MaxWithIndex) X(MinWithIndex) X(Sort) X(Cumsum) X(MaskPositions)                       \
+  X(MaxWithIndex) X(MinWithIndex) X(Sort) X(Cumsum) X(MaskPositions) X(SearchSorted)       \
   X(Softmax) X(LogSoftmax) X(SoftmaxBackward) X(LogSoftmaxBackward)                         \
   X(Matmul)                                                                                 \
   X(IndexSelect) X(Gather) X(ScatterAdd) X(Tril) X(Triu) X(Resample)                        \
@@ -120,6 +120,13 @@ struct CumsumAttrs {
 };
 // MaskPositions: {mask [N] bool, contiguous} -> {out [n] int64}: the positions of the mask's true
 // elements, in order (n, their count, sized the output: the op layer counted them).
+// SearchSorted: {sorted [B, m], values [R, k], both contiguous, one dtype (not bool)} -> {out [R, k]
+// int64 or int32, contiguous}: out[r, j] is the first position i in row (B == 1 ? 0 : r) of sorted
+// whose element is >= values[r, j] (> with right), m if none: search_math.h's search, NaN above
+// every number. B is 1 or R.
+struct SearchSortedAttrs {
+  bool right = false;
+};
 // Resample (interpolate's linear maps along one dim, and their transposes, its gradients):
 // {x [outer, n, inner] contiguous, float32 or float64; offsets [m + 1], source [nnz], both int64;
 // weight [nnz], x's dtype} -> {out [outer, m, inner] contiguous}: out[o, j, i] is the sum over t in

@@ -80,4 +80,10 @@ Tensor HuberLossImpl::forward(const Tensor& input, const Tensor& target) {
 }
 void HuberLossImpl::pretty_print(std::ostream& os) const { os << "HuberLoss()"; }
 
+KLDivLossImpl::KLDivLossImpl(KLDivLossOptions options) : options(options) {}
+Tensor KLDivLossImpl::forward(const Tensor& input, const Tensor& target) {
+  return functional::kl_div(input, target, options);
+}
+void KLDivLossImpl::pretty_print(std::ostream& os) const { os << "KLDivLoss()"; }
+
 }  // namespace kiln::nn

@@ -104,6 +104,11 @@ Tensor unbatch(const Tensor& loss, bool batched, Reduction reduction) {
   return batched && reduction == Reduction::None ? loss.squeeze(0) : loss;
 }
 
+// Reduction::BatchMean is kl_div's only (torch refuses "batchmean" for the other losses too).
+void check_reduction(Reduction reduction, const char* op) {
+  KILN_CHECK(reduction != Reduction::BatchMean, op, "BatchMean is a reduction of kl_div only; use Mean or Sum");
+}
+
 void check_input(const Tensor& input, const Tensor& target, const char* op) {
   ops::check_defined(input, op);
   ops::check_defined(target, op);
@@ -266,6 +271,7 @@ static Tensor cross_entropy_body(const Tensor& input_, const Tensor& target_, co
 // The public losses: float32 under autocast (inputs, weights and probability targets cast up).
 Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction,
                 int64_t ignore_index) {
+  check_reduction(reduction, "nll_loss");
   if (!autocast_enabled()) return nll_loss_body(input, target, weight, reduction, ignore_index);
   Tensor x = ops::autocast_float32(input), t = ops::autocast_float32(target), w = ops::autocast_float32(weight);
   ops::AutocastOff off;
@@ -274,6 +280,7 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction,
                      int64_t ignore_index, double label_smoothing) {
+  check_reduction(reduction, "cross_entropy");
   if (!autocast_enabled()) return cross_entropy_body(input, target, weight, reduction, ignore_index, label_smoothing);
   Tensor x = ops::autocast_float32(input), t = ops::autocast_float32(target), w = ops::autocast_float32(weight);
   ops::AutocastOff off;
@@ -295,7 +302,8 @@ struct Difference {
   ScalarType dtype;  // the loss's
 };
 Difference regression_difference(const Tensor& input_in, const Tensor& target_in, const char* name,
-                                 bool widen = false) {
+                                 Reduction reduction, bool widen = false) {
+  check_reduction(reduction, name);
   ops::check_defined(input_in, name);
   ops::check_defined(target_in, name);
   const Tensor input = ops::autocast_float32(input_in), target = ops::autocast_float32(target_in);
@@ -325,27 +333,27 @@ Tensor quadratic_then_linear(const Tensor& d, double limit, double scale, Scalar
 }  // namespace
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  const Tensor d = regression_difference(input, target, "mse_loss").d;
+  const Tensor d = regression_difference(input, target, "mse_loss", reduction).d;
   ops::AutocastOff off;
   return reduce_loss(d.square(), reduction);
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  const Tensor d = regression_difference(input, target, "l1_loss").d;
+  const Tensor d = regression_difference(input, target, "l1_loss", reduction).d;
   ops::AutocastOff off;
   return reduce_loss(abs(d), reduction);
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
   KILN_CHECK(beta >= 0, "smooth_l1_loss", "beta must not be negative, got ", beta);
-  const auto [d, t] = regression_difference(input, target, "smooth_l1_loss", beta != 0);
+  const auto [d, t] = regression_difference(input, target, "smooth_l1_loss", reduction, beta != 0);
   ops::AutocastOff off;
   return reduce_loss(beta == 0 ? abs(d) : quadratic_then_linear(d, beta, beta, t), reduction);
 }
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
   KILN_CHECK(delta > 0, "huber_loss", "delta must be positive, got ", delta);
-  const auto [d, t] = regression_difference(input, target, "huber_loss", true);
+  const auto [d, t] = regression_difference(input, target, "huber_loss", reduction, true);
   ops::AutocastOff off;
   return reduce_loss(quadratic_then_linear(d, delta, 1.0, t), reduction);
 }
@@ -359,6 +367,7 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
 Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& target_in, const Tensor& weight_in,
                                         const Tensor& pos_weight_in, Reduction reduction) {
   const char* where_ = "binary_cross_entropy_with_logits";
+  check_reduction(reduction, where_);
   ops::check_defined(input_in, where_);
   ops::check_defined(target_in, where_);
   const Tensor x = ops::autocast_float32(input_in), y = ops::autocast_float32(target_in);
@@ -386,6 +395,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& ta
 Tensor binary_cross_entropy(const Tensor& input_in, const Tensor& target_in, const Tensor& weight_in,
                             Reduction reduction) {
   const char* op = "binary_cross_entropy";
+  check_reduction(reduction, op);
   ops::check_defined(input_in, op);
   ops::check_defined(target_in, op);
   const Tensor x = ops::autocast_float32(input_in), y = ops::autocast_float32(target_in),
@@ -426,6 +436,24 @@ Tensor binary_cross_entropy(const Tensor& input_in, const Tensor& target_in, con
                                ny ? g * (log1p(-xs) - log(xs)) : Tensor()};
                      });
   return reduce_loss(loss, reduction);
+}
+
+// torch's formulas: xlogy(target, target) - target * input (target * log(target) spelled with a
+// where, which gives torch's gradients too: NaN for the target at 0, -target for the input), or
+// exp(target) * (target - input) with log_target. On torch.autocast's float32 list.
+Tensor kl_div(const Tensor& input_in, const Tensor& target_in, Reduction reduction, bool log_target) {
+  const char* op = "kl_div";
+  ops::check_defined(input_in, op);
+  ops::check_defined(target_in, op);
+  const Tensor x = ops::autocast_float32(input_in), y = ops::autocast_float32(target_in);
+  ops::AutocastOff off;
+  KILN_CHECK(x.is_floating_point() && y.is_floating_point(), op, "expected floating-point input and target, got ",
+             x.dtype(), " and ", y.dtype());
+  ops::common_device({&x, &y}, op);
+  const Tensor loss = log_target ? exp(y) * (y - x) : where(y == 0, 0.0, y * log(y)) - y * x;
+  if (reduction != Reduction::BatchMean) return reduce_loss(loss, reduction);
+  const Tensor total = reduce_loss(loss, Reduction::Sum);
+  return x.dim() == 0 ? total : total / static_cast<double>(x.size(0));
 }
 
 }  // namespace kiln

@@ -79,6 +79,10 @@ Tensor dropout_with(const Tensor& x, double p, const GeneratorState& state);
 // on a GPU in the atomics' changing order.
 Tensor sum_at(const Shape& shape, int64_t d, const Tensor& idx, const Tensor& g);
 
+// The positions of m's true elements (m bool, 1-D), in order, int64 [n] (select.cpp); n is read on
+// the host (a wait on a GPU).
+Tensor true_positions(const Tensor& m);
+
 // Bumps the version counter after an in-place change.
 inline void bump_version(const Tensor& t) { t.storage()->version.fetch_add(1, std::memory_order_relaxed); }
 

@@ -6,21 +6,18 @@
 #include "ops/op_util.h"
 
 namespace kiln {
-namespace {
 
 using ops::Op;
+using ops::true_positions;
 
-// The positions of m's true elements (m bool, 1-D), in order: int64 [n], n counted first (reading
-// it waits for the device), then the kernel (MaskPositions).
-Tensor true_positions(const Tensor& m) {
+// n counted first (reading it waits for the device), then the kernel (MaskPositions).
+Tensor ops::true_positions(const Tensor& m) {
   const Tensor mc = m.contiguous();
   const int64_t n = m.numel() == 0 ? 0 : sum(mc).item<int64_t>();
   Tensor out = make_empty({n}, kInt64, m.device());
   if (n > 0) ops::run1(Op::MaskPositions, m.device(), {mc}, out);
   return out;
 }
-
-}  // namespace
 
 Tensor nonzero(const Tensor& x) {
   ops::check_defined(x, "nonzero");

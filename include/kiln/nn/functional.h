@@ -264,6 +264,14 @@ inline Tensor binary_cross_entropy(const Tensor& input, const Tensor& target,
   return kiln::binary_cross_entropy(input, target, o.weight, o.reduction);
 }
 
+struct KLDivFuncOptions {
+  Reduction reduction = Reduction::Mean;
+  bool log_target = false;
+};
+inline Tensor kl_div(const Tensor& input, const Tensor& target, const KLDivFuncOptions& o = {}) {
+  return kiln::kl_div(input, target, o.reduction, o.log_target);
+}
+
 struct BinaryCrossEntropyWithLogitsFuncOptions {
   Tensor weight = {};
   Reduction reduction = Reduction::Mean;

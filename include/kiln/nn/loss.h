@@ -1,5 +1,5 @@
 // Loss modules (torch::nn::CrossEntropyLoss, NLLLoss, MSELoss, BCELoss, BCEWithLogitsLoss, L1Loss,
-// SmoothL1Loss, HuberLoss): the functional
+// SmoothL1Loss, HuberLoss, KLDivLoss): the functional
 // losses with their options kept. A weight (and pos_weight) is a buffer, so module.to(device)
 // moves it, as torch's.
 #pragma once
@@ -17,6 +17,7 @@ using BCEWithLogitsLossOptions = functional::BinaryCrossEntropyWithLogitsFuncOpt
 using L1LossOptions = functional::L1LossFuncOptions;
 using SmoothL1LossOptions = functional::SmoothL1LossFuncOptions;
 using HuberLossOptions = functional::HuberLossFuncOptions;
+using KLDivLossOptions = functional::KLDivFuncOptions;
 
 #define KILN_LOSS_MODULE(Name)                                  \
   class Name##Impl : public Module {                            \
@@ -36,6 +37,7 @@ KILN_LOSS_MODULE(BCEWithLogitsLoss);
 KILN_LOSS_MODULE(L1Loss);
 KILN_LOSS_MODULE(SmoothL1Loss);
 KILN_LOSS_MODULE(HuberLoss);
+KILN_LOSS_MODULE(KLDivLoss);
 #undef KILN_LOSS_MODULE
 
 }  // namespace kiln::nn

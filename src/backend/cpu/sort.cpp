@@ -9,6 +9,7 @@
 
 #include "backend/cpu/parallel.h"
 #include "backend/dispatch.h"
+#include "backend/search_math.h"
 #include "backend/sort_math.h"
 
 namespace kiln::backend::cpu {
@@ -93,6 +94,31 @@ void sort_kernel(KernelArgs& a) {
 }
 
 KILN_REGISTER_KERNEL(Op::Sort, DeviceType::CPU, sort_kernel);
+
+// The contract in dispatch.h: a binary search per value, in parallel over the values.
+template <class T, class I>
+void search_rows(const Tensor& sorted, const Tensor& values, I* out, bool right) {
+  const int64_t b = sorted.size(0), m = sorted.size(1), k = values.size(1);
+  const T* s = static_cast<const T*>(sorted.data_ptr());
+  const T* v = static_cast<const T*>(values.data_ptr());
+  parallel_for(values.numel(), 2048, [&](int64_t lo, int64_t hi) {
+    for (int64_t e = lo; e < hi; ++e) {
+      const T* row = s + (b == 1 ? 0 : e / k) * m;
+      out[e] = static_cast<I>(search::bound<compute_t<T>>(row, m, v[e], right));
+    }
+  });
+}
+
+void searchsorted(KernelArgs& a) {
+  const Tensor &sorted = a.inputs[0], &values = a.inputs[1], &out = a.outputs[0];
+  const bool right = static_cast<const SearchSortedAttrs*>(a.attrs)->right;
+  visit_dtype(sorted.dtype(), "searchsorted", [&]<class T>() {
+    if (out.dtype() == kInt32) search_rows<T>(sorted, values, static_cast<int32_t*>(out.data_ptr()), right);
+    else search_rows<T>(sorted, values, static_cast<int64_t*>(out.data_ptr()), right);
+  });
+}
+
+KILN_REGISTER_KERNEL(Op::SearchSorted, DeviceType::CPU, searchsorted);
 
 }  // namespace
 }  // namespace kiln::backend::cpu

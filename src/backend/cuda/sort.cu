@@ -7,6 +7,7 @@
 
 #include "backend/cuda/device/block_reduce.cuh"
 #include "backend/cuda/device/common.cuh"
+#include "backend/search_math.h"
 #include "backend/sort_math.h"
 #include "core/tensor_util.h"
 
@@ -120,6 +121,35 @@ void sort_kernel(KernelArgs& a) {
 }
 
 KILN_REGISTER_KERNEL(Op::Sort, DeviceType::CUDA, sort_kernel);
+
+// The contract in dispatch.h: one thread per value, each a binary search of its row.
+template <class T, class I>
+__global__ void searchsorted_kernel(const T* __restrict__ sorted, const T* __restrict__ values, I* __restrict__ out,
+                                    int64_t total, int64_t b, int64_t m, int64_t k, bool right) {
+  KILN_GRID_STRIDE(e, total) {
+    const T* row = sorted + (b == 1 ? 0 : e / k) * m;
+    out[e] = static_cast<I>(search::bound<compute_t<T>>(row, m, values[e], right));
+  }
+}
+
+void searchsorted(KernelArgs& a) {
+  const Tensor &sorted = a.inputs[0], &values = a.inputs[1], &out = a.outputs[0];
+  const bool right = static_cast<const SearchSortedAttrs*>(a.attrs)->right;
+  const int64_t total = out.numel();
+  if (total == 0) return;
+  visit_dtype(sorted.dtype(), "searchsorted", [&]<class T>() {
+    auto launch = [&]<class I>() {
+      searchsorted_kernel<T, I><<<blocks_for(total), kThreads, 0, stream_of(a)>>>(
+          static_cast<const T*>(sorted.data_ptr()), static_cast<const T*>(values.data_ptr()),
+          static_cast<I*>(out.data_ptr()), total, sorted.size(0), sorted.size(1), values.size(1), right);
+    };
+    if (out.dtype() == kInt32) launch.template operator()<int32_t>();
+    else launch.template operator()<int64_t>();
+  });
+  KILN_CUDA_LAUNCHED("searchsorted");
+}
+
+KILN_REGISTER_KERNEL(Op::SearchSorted, DeviceType::CUDA, searchsorted);
 
 }  // namespace
 }  // namespace kiln::backend::cuda

@@ -1,0 +1,284 @@
+// Tensor indexing (kiln/indexing.h): integers, slices, None and Ellipsis are views; the index
+// tensors ("advanced" indexing) become one int64 position over the dims they index (merged into
+// one), so that x[indices] is an index_select of the merged dim and x[indices] = values an
+// index_copy (index_add with accumulate) of it, written back through the view (copy_, whose
+// autograd is CopySlices). Every device runs them on those ops' kernels.
+#include <numeric>
+#include <string_view>
+
+#include "kiln/indexing.h"
+#include "ops/op_util.h"
+
+namespace kiln {
+
+using indexing::TensorIndex;
+using Kind = TensorIndex::Kind;
+
+indexing::TensorIndex::TensorIndex(const char* text) : kind_(Kind::Ellipsis) {
+  KILN_CHECK(text && std::string_view(text) == "...", "index", "the only string index is \"...\" (Ellipsis), got \"",
+             text ? text : "(null)", "\"");
+}
+
+namespace {
+
+// An advanced index over `count` consecutive dims of the view from `dim` on: positions along them as
+// one row-major position (a bool mask's true positions; an integer tensor's own, count 1), any
+// shape (they broadcast with the others). `checked`: in [0, size) already (masks, and integer
+// indices that were on the CPU); otherwise on a device, checked by the kernel (see plan()).
+struct Advanced {
+  int64_t dim, count;
+  Tensor positions;
+  bool checked;
+  Tensor mask;  // the bool mask it came from, if any (on the view's device)
+};
+
+struct Indexed {
+  Tensor view;
+  std::vector<Advanced> adv;
+};
+
+// The dims of x an index consumes.
+int64_t dims_used(const TensorIndex& i) {
+  if (i.kind() == Kind::Integer || i.kind() == Kind::Slice) return 1;
+  if (i.kind() == Kind::Tensor) return i.tensor().dtype() == kBool ? i.tensor().dim() : 1;
+  return 0;
+}
+
+void check_tensor_index(const Tensor& t, const char* op) {
+  KILN_CHECK(t.defined(), op, "an index tensor is undefined");
+  const ScalarType d = t.dtype();
+  KILN_CHECK(d == kBool || d == kInt64 || d == kInt32, op,
+             "tensors used as indices must be int64, int32 or bool tensors, got ", d,
+             d == kUInt8 ? " (torch takes uint8 as a mask, deprecated: use a bool mask)" : "");
+}
+
+// Integer positions along a dim of `size`: checked and wrapped on the host where either the index
+// or the view is on the CPU (before they move to the view's device), else left for plan().
+Advanced integer_index(const Tensor& t, int64_t dim, int64_t size, Device dev, const char* op) {
+  Tensor p = ops::cast(t, kInt64);
+  if (!p.device().is_cpu() && !dev.is_cpu()) return {dim, 1, p, false, Tensor()};
+  bool negative = false;
+  for (int64_t i : p.to_vector<int64_t>()) {
+    KILN_CHECK(i >= -size && i < size, op, "index ", i, " is out of bounds for dimension ", dim, " with size ", size);
+    negative |= i < 0;
+  }
+  if (negative) p = where(p < 0, p + size, p);
+  return {dim, 1, p.to(dev), true, Tensor()};
+}
+
+Indexed apply(const Tensor& x, const std::vector<TensorIndex>& indices, const char* op) {
+  ops::check_defined(x, op);
+  int64_t used = 0, ellipses = 0;
+  for (const TensorIndex& i : indices) {
+    if (i.kind() == Kind::Tensor) check_tensor_index(i.tensor(), op);
+    used += dims_used(i);
+    ellipses += i.kind() == Kind::Ellipsis;
+  }
+  KILN_CHECK(ellipses <= 1, op, "an index can only have a single ellipsis (...)");
+  KILN_CHECK(used <= x.dim(), op, "too many indices for a tensor of dimension ", x.dim(), " (", used, " dims indexed)");
+  const Device dev = x.device();
+  Indexed r{x, {}};
+  Tensor& v = r.view;
+  int64_t d = 0;  // the view's dim the next index applies to
+  for (const TensorIndex& i : indices) {
+    switch (i.kind()) {
+      case Kind::None: v = v.unsqueeze(d++); break;
+      case Kind::Ellipsis: d += x.dim() - used; break;
+      case Kind::Integer: {
+        const int64_t n = v.size(d), k = i.integer();
+        KILN_CHECK(k >= -n && k < n, op, "index ", k, " is out of bounds for dimension ", d, " with size ", n);
+        v = v.select(d, k);
+        break;
+      }
+      case Kind::Slice: {
+        const indexing::Slice& s = i.slice();
+        KILN_CHECK(s.step() > 0, op, "a slice's step must be greater than zero, got ", s.step());
+        v = v.slice(d++, s.start(), s.stop(), s.step());
+        break;
+      }
+      case Kind::Boolean:  // a new dim, indexed by [0] (true) or nothing (false), as torch's
+        v = v.unsqueeze(d);
+        r.adv.push_back({d++, 1, i.boolean() ? zeros({1}, TensorOptions(kInt64).device(dev)) : empty({0}, TensorOptions(kInt64).device(dev)),
+                         true, Tensor()});
+        break;
+      case Kind::Tensor: {
+        const Tensor& t = i.tensor();
+        if (t.dtype() != kBool) {
+          r.adv.push_back(integer_index(t, d, v.size(d), dev, op));
+          ++d;
+          break;
+        }
+        Tensor mask = t.to(dev);
+        if (t.dim() == 0) {  // a new dim of size 1, kept where the mask is true
+          v = v.unsqueeze(d);
+          mask = mask.reshape({1});
+        }
+        for (int64_t j = 0; j < mask.dim(); ++j)
+          KILN_CHECK(mask.size(j) == v.size(d + j), op, "the shape of the mask ", mask.shape(), " at index ", j,
+                     " does not match the shape of the indexed tensor ", v.shape(), " at index ", d + j);
+        r.adv.push_back({d, mask.dim(), ops::true_positions(mask.flatten()), true, mask});
+        d += mask.dim();
+        break;
+      }
+    }
+  }
+  return r;
+}
+
+// The advanced indices as one flat position into `merged`'s dim `at` (the indexed dims moved
+// together, to the front when they were not already next to each other, and merged into one).
+struct Plan {
+  Tensor merged;
+  int64_t at;
+  Shape positions_shape;  // the index tensors' broadcast shape
+  Tensor positions;       // int64 [numel of positions_shape]
+  Shape perm;             // the view's dims in merged order (empty: not permuted)
+  Shape permuted;         // the view's shape in that order
+};
+
+Plan plan(const Indexed& r, const char* op) {
+  const Tensor& v = r.view;
+  const std::vector<Advanced>& adv = r.adv;
+  std::vector<int64_t> sizes;
+  int64_t total = 1, covered = 0;
+  bool adjacent = true;
+  for (size_t i = 0; i < adv.size(); ++i) {
+    int64_t s = 1;
+    for (int64_t j = 0; j < adv[i].count; ++j) s *= v.size(adv[i].dim + j);
+    sizes.push_back(s);
+    total *= s;
+    covered += adv[i].count;
+    if (i > 0) adjacent &= adv[i].dim == adv[i - 1].dim + adv[i - 1].count;
+  }
+  Plan p;
+  Tensor src = v;
+  p.at = adv[0].dim;
+  if (!adjacent) {  // the indexed dims first, in order, then the rest (numpy's rule for the result)
+    std::vector<bool> taken(static_cast<size_t>(v.dim()));
+    for (const Advanced& a : adv)
+      for (int64_t j = 0; j < a.count; ++j) p.perm.push_back(a.dim + j), taken[a.dim + j] = true;
+    for (int64_t k = 0; k < v.dim(); ++k)
+      if (!taken[k]) p.perm.push_back(k);
+    src = v.permute(p.perm);
+    p.at = 0;
+  }
+  p.permuted = src.shape();
+  Shape merged(src.shape().begin(), src.shape().begin() + p.at);
+  merged.push_back(total);
+  merged.insert(merged.end(), src.shape().begin() + p.at + covered, src.shape().end());
+  p.merged = src.reshape(merged);
+  // Row-major over the entries (the last one fastest). Positions not yet checked (integer indices
+  // on a device) are wrapped, and a bad one made `total` or more, so that the kernel that reads the
+  // merged position reports it (index_check.h) instead of reading a wrong element.
+  Tensor lin, bad;
+  int64_t mult = 1;
+  for (size_t i = adv.size(); i-- > 0;) {
+    Tensor q = adv[i].positions;
+    p.positions_shape = i + 1 == adv.size() ? q.shape() : broadcast_shapes(p.positions_shape, q.shape(), op);
+    if (!adv[i].checked) {
+      const int64_t n = sizes[i];
+      const Tensor out = (q < -n).logical_or(q >= n);
+      bad = bad.defined() ? bad.logical_or(out) : out;
+      q = where(q < 0, q + n, q);
+    }
+    const Tensor term = mult == 1 ? q : q * mult;
+    lin = lin.defined() ? lin + term : term;
+    mult *= sizes[i];
+  }
+  if (bad.defined()) lin = where(bad, total, lin);
+  p.positions = lin.expand(p.positions_shape).reshape({shape_numel(p.positions_shape, op)});
+  return p;
+}
+
+// `merged`'s shape with dim `at` replaced by `shape`.
+Shape replace_dim(const Shape& merged, int64_t at, const Shape& shape) {
+  Shape out(merged.begin(), merged.begin() + at);
+  out.insert(out.end(), shape.begin(), shape.end());
+  out.insert(out.end(), merged.begin() + at + 1, merged.end());
+  return out;
+}
+
+// Whether `from` broadcasts to exactly `to`.
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  for (size_t k = 0; k < from.size(); ++k) {
+    const int64_t f = from[from.size() - 1 - k], t = to[to.size() - 1 - k];
+    if (f != 1 && f != t) return false;
+  }
+  return true;
+}
+
+// x[indices] = values (+= with accumulate) through the view `r` of x.
+void put(Indexed& r, const Tensor& values_in, bool accumulate, const char* op) {
+  Tensor& v = r.view;
+  const Tensor values = ops::cast(values_in, v.dtype()).to(v.device());
+  if (r.adv.empty()) {
+    KILN_CHECK(broadcasts_to(values.shape(), v.shape()), op, "shape mismatch: value tensor of shape ", values.shape(),
+               " cannot be broadcast to indexing result of shape ", v.shape());
+    if (accumulate) v.add_(values);
+    else v.copy_(values);
+    return;
+  }
+  const Advanced& a = r.adv[0];
+  if (r.adv.size() == 1 && a.mask.defined() && values.numel() == 1) {
+    // One mask and one value: a where() over the view (no positions read on the host).
+    Shape ms(static_cast<size_t>(v.dim()), 1);
+    for (int64_t j = 0; j < a.count; ++j) ms[a.dim + j] = v.size(a.dim + j);
+    const Tensor m = a.mask.reshape(ms), one = values.reshape({});
+    v.copy_(where(m, accumulate ? v + one : one, v));
+    return;
+  }
+  const Plan p = plan(r, op);
+  const Shape result = replace_dim(p.merged.shape(), p.at, p.positions_shape);
+  KILN_CHECK(broadcasts_to(values.shape(), result), op, "shape mismatch: value tensor of shape ", values.shape(),
+             " cannot be broadcast to indexing result of shape ", result);
+  const Tensor source = values.expand(result).reshape(replace_dim(p.merged.shape(), p.at, {p.positions.numel()}));
+  Tensor updated = accumulate ? index_add(p.merged, p.at, p.positions, source)
+                              : index_copy(p.merged, p.at, p.positions, source);
+  updated = updated.reshape(p.permuted);
+  if (!p.perm.empty()) {
+    Shape inverse(p.perm.size());
+    for (size_t k = 0; k < p.perm.size(); ++k) inverse[p.perm[k]] = static_cast<int64_t>(k);
+    updated = updated.permute(inverse);
+  }
+  v.copy_(updated);
+}
+
+}  // namespace
+
+Tensor index(const Tensor& x, const std::vector<TensorIndex>& indices) {
+  const Indexed r = apply(x, indices, "index");
+  if (r.adv.empty()) return r.view;
+  const Plan p = plan(r, "index");
+  return index_select(p.merged, p.at, p.positions).reshape(replace_dim(p.merged.shape(), p.at, p.positions_shape));
+}
+
+Tensor index_put(const Tensor& x, const std::vector<TensorIndex>& indices, const Tensor& values, bool accumulate) {
+  ops::check_defined(x, "index_put");
+  Tensor out = x.clone();
+  return out.index_put_(indices, values, accumulate);
+}
+
+Tensor Tensor::index(const std::vector<TensorIndex>& indices) const { return kiln::index(*this, indices); }
+
+Tensor Tensor::index_put(const std::vector<TensorIndex>& indices, const Tensor& values, bool accumulate) const {
+  return kiln::index_put(*this, indices, values, accumulate);
+}
+
+Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor& values, bool accumulate) {
+  const char* op = "index_put_";
+  ops::check_defined(*this, op);
+  ops::check_defined(values, op);
+  autograd::check_inplace(*this, op);
+  Indexed r = apply(*this, indices, op);
+  put(r, values, accumulate, op);
+  return *this;
+}
+
+Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, Scalar value) {
+  ops::check_defined(*this, "index_put_");
+  ops::check_fill_value(value, dtype(), "index_put_");
+  return index_put_(indices, ops::wrap_scalar(value, dtype()));
+}
+
+}  // namespace kiln
