@@ -127,6 +127,40 @@ TEST(Indexing, IndexPutAsTorch) {
   }
 }
 
+// x[torch.tensor(1)] is x[1] (a view), and index_put_ drops values' leading dims of size 1, as torch.
+TEST(Indexing, ZeroDimIntegerTensorsAndLeadingOnes) {
+  Tensor x = arange(120, kFloat32).view({2, 3, 4, 5});
+  const Tensor one = full({}, 1, kInt64);
+  EXPECT_EQ(x.index({one, Slice(), tensor({1, 2}, kInt64)}).shape(), (Shape{3, 2, 5}));
+  x.index({one}).fill_(5.0);
+  EXPECT_EQ(x.index({1}).sum().item<double>(), 5.0 * 60);
+  x.index_put_({tensor({0, 1}, kInt64)}, ones({1, 2, 3, 4, 5}));
+  x.index_put_({0}, full({1, 3, 4, 5}, 2.0));
+  EXPECT_EQ(x.sum().item<double>(), 2.0 * 60 + 60);
+  expect_error([&] { x.index_put_({0}, ones({2, 3, 4, 5})); }, "[index_put_] shape mismatch");
+}
+
+// Without autograd, index_put_ writes the named elements in place (x keeps its memory), reading
+// values that overlap x before it writes; a view that does not merge takes the copying path.
+TEST(Indexing, IndexPutInPlace) {
+  for (Device d : devices()) {
+    const std::string where = d.str();
+    Tensor x = arange(12, TensorOptions(kFloat32).device(d)).view({4, 3});
+    const void* data = x.data_ptr();
+    const uint64_t version = x.version();
+    x.index_put_({longs({1, 0}, d)}, x.index({Slice(0, 2)}));  // swaps rows 0 and 1
+    EXPECT_EQ(values(x), (std::vector<double>{3, 4, 5, 0, 1, 2, 6, 7, 8, 9, 10, 11})) << where;
+    EXPECT_EQ(x.data_ptr(), data) << where;
+    EXPECT_GT(x.version(), version) << where;
+    x.index_put_({Slice(), longs({2, 2}, d)}, tensor({1.0f, 10.0f}, TensorOptions(kFloat32).device(d)), true);
+    EXPECT_EQ(values(x.index({Slice(), 2})), (std::vector<double>{16, 13, 19, 22})) << where;
+    // The transpose's indexed dims do not merge into a view: copied back, the same values.
+    Tensor t = arange(12, TensorOptions(kFloat32).device(d)).view({4, 3}).t();
+    t.index_put_({longs({0, 2}, d), longs({3, 1}, d)}, tensor({-1.0f, -2.0f}, TensorOptions(kFloat32).device(d)));
+    EXPECT_EQ(values(t.t()), (std::vector<double>{0, 1, 2, 3, 4, -2, 6, 7, 8, -1, 10, 11})) << where;
+  }
+}
+
 TEST(Indexing, Gradients) {
   for (Device d : devices()) {
     const std::string where = d.str();
@@ -209,7 +243,9 @@ TEST(Indexing, HaveCudaKernels) {
   EXPECT_EQ(x.grad().device(), gpu);
   Tensor z = zeros({4}).to(gpu);
   z.index_put_({z == 0.0}, 3.0);
-  EXPECT_EQ(values(z), std::vector<double>(4, 3.0));
+  z.index_put_({tensor({1, 3}, kInt64).to(gpu)}, tensor({1.0f, 2.0f}).to(gpu));
+  z.index_put_({tensor({3}, kInt64).to(gpu)}, full({}, 1.0f).to(gpu), true);
+  EXPECT_EQ(values(z), (std::vector<double>{3, 1, 3, 3}));
   EXPECT_EQ(fallback_counts(), before) << "an op fell back to the CPU";
   // An out-of-range index on a device is reported by the kernel that reads it (here the CPU's, at
   // once; a GPU's at the next synchronising call).

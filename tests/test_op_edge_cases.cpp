@@ -97,10 +97,31 @@ TEST(OpEdgeCases, MaskedFillBroadcastsUpAndTakesATensorValue) {
   expect_close(x.detach().masked_fill(mask, 7), {1, 2, 3, 1, 7, 7}, {2, 3});
   Tensor z = x.detach().clone();
   expect_error([&] { z.masked_fill_(mask, 0); },
-               "[masked_fill_] a mask of shape [2, 3] would make the result [2, 3], larger than the tensor's [3]");
+               "[masked_fill_] a mask of shape [2, 3] would make the result larger than the tensor's [3]");
   expect_error([&] { (void)z.masked_fill(mask, tensor({1.0f})); }, "[masked_fill] the value must be a 0-d tensor");
   z.masked_fill_(tensor({1.0f, 0.0f, 1.0f}) > 0.5, scalar_tensor(4.0));
   expect_close(z, {4, 2, 4}, {3});
+}
+
+// masked_fill_ writes into the tensor (a strided view too), reading a mask that is the tensor's own
+// memory before it writes; its gradient reaches the tensor's history and the value.
+TEST(OpEdgeCases, MaskedFillInPlace) {
+  Tensor base = arange(12, kFloat64).reshape({3, 4});
+  Tensor col = base.slice(1, 1, 4, 2);  // columns 1 and 3: strided
+  col.masked_fill_(col > 5.0, -1.0);
+  EXPECT_EQ(values(base), (std::vector<double>{0, 1, 2, 3, 4, 5, 6, -1, 8, -1, 10, -1}));
+  Tensor flags = tensor({true, false, true});
+  flags.masked_fill_(flags, false);  // the mask is the tensor itself
+  EXPECT_EQ(flags.to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0}));
+  Tensor x = tensor({1.0, 2.0, 3.0, 4.0}, kFloat64).requires_grad_();
+  Tensor v = scalar_tensor(5.0, kFloat32).requires_grad_();
+  Tensor y = x * 2;
+  y.masked_fill_(tensor({false, true, false, true}), v);
+  EXPECT_EQ(values(y), (std::vector<double>{2, 5, 6, 5}));
+  (y * tensor({1.0, 2.0, 3.0, 4.0}, kFloat64)).sum().backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{2, 0, 6, 0}));
+  EXPECT_EQ(v.grad().dtype(), kFloat32);
+  EXPECT_EQ(v.grad().item<double>(), 6.0);
 }
 
 TEST(OpEdgeCases, StdOfAConstantRowHasAZeroGradient) {

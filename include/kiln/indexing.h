@@ -4,14 +4,18 @@
 //   - Slice(start, stop, step): a range (step > 0; out-of-range bounds clamped, as Python's);
 //   - None: a new dim of size 1; Ellipsis (or "..."): as many full slices as the other entries
 //     leave dims; true / false: a new dim of size 1 / 0;
-//   - a tensor ("advanced" indexing): integer positions (int64 or int32; negative from the end), or
-//     a bool mask over as many dims as it has (of their sizes), standing for the
-//     positions of its true elements. The index tensors broadcast together; the result has their
-//     shape where the indexed dims were when those dims are next to each other, else at the
-//     front (numpy's and torch's rule). Index tensors may be on the CPU for a tensor on a GPU.
+//   - a tensor ("advanced" indexing): integer positions (int64 or int32; negative from the end; a
+//     0-d one is an integer, read on the host), or a bool mask over as many dims as it has (of
+//     their sizes), standing for the positions of its true elements. The index tensors broadcast
+//     together; the result has their shape where the indexed dims were when those dims are next
+//     to each other, else at the front (numpy's and torch's rule). Index tensors may be on the
+//     CPU for a tensor on a GPU.
 // Integers, slices, None and Ellipsis alone give a view; tensors give a copy (with a gradient).
-// A bool mask's positions and index_put's non-accumulating writes read the index on the host (a
-// wait on a GPU), except x.index_put_({mask}, value) with one value, which is a where().
+// index_put_ writes only the elements it names where no gradient is recorded and the indexed dims
+// merge into one view of x; otherwise (autograd, or dims that do not merge) it copies x's indexed
+// view, updated, back into it (without accumulate through index_copy, which reads the positions
+// on the host). x.index_put_({mask}, value) with one value is a masked_fill_. A bool mask's
+// positions are counted on the host (a wait on a GPU), as torch's.
 #pragma once
 
 #include <cstdint>
@@ -82,7 +86,8 @@ namespace kiln {
 // x[indices] (Tensor::index).
 Tensor index(const Tensor& x, const std::vector<indexing::TensorIndex>& indices);
 // A copy of x with x[indices] set to values (or, with accumulate, values added to them: a position
-// named twice gets both), values broadcast to x[indices]'s shape and converted to x's dtype; a
+// named twice gets both), values broadcast to x[indices]'s shape (leading dims of size 1 dropped
+// first, as torch's) and converted to x's dtype; a
 // position named twice without accumulate takes one of its values (torch leaves which undefined).
 Tensor index_put(const Tensor& x, const std::vector<indexing::TensorIndex>& indices, const Tensor& values,
                  bool accumulate = false);

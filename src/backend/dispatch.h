@@ -111,6 +111,14 @@ struct ReduceAttrs {
   double p = 2.0;
 };
 struct DimAttrs { int64_t dim = 0; };
+// ScatterAdd: {index int64 contiguous, src (any strides)} -> {out (any strides), written in place}:
+// for each index position p, out at p's coordinates with dim's replaced by index[p] += src at p's
+// coordinates; with `overwrite` that element is set to it instead (an element addressed twice
+// takes one of the values: the last on the CPU, any on a GPU).
+struct ScatterAttrs {
+  int64_t dim = 0;
+  bool overwrite = false;
+};
 // cumsum: {x [outer, n, inner] contiguous} -> {out, the same}: out[o, j, i] = the sum of x[o, 0..j, i]
 // (x[o, j..n-1, i] when reverse) in cumsum_acc_t (visit_dtype.h), added in order, each output rounded
 // from the running sum; with `product` (cumprod) the product instead, from 1.

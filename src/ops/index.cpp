@@ -96,6 +96,12 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   return out;
 }
 
+void ops::scatter_into(Tensor out, int64_t d, const Tensor& index, const Tensor& src, bool overwrite) {
+  backend::ScatterAttrs attrs{d, overwrite};
+  backend::run(Op::ScatterAdd, out.device(), std::initializer_list<Tensor>{ops::cast(index, kInt64).contiguous(), src},
+               std::span<Tensor>(&out, 1), &attrs);
+}
+
 Tensor scatter_add(const Tensor& x_in, int64_t dim, const Tensor& index, const Tensor& src_in) {
   ops::check_defined(x_in, "scatter_add");
   ops::check_defined(src_in, "scatter_add");
@@ -111,8 +117,7 @@ Tensor scatter_add(const Tensor& x_in, int64_t dim, const Tensor& index, const T
   Tensor ic = ops::cast(index, kInt64).contiguous();
   Tensor out = make_empty(x.shape(), x.dtype(), dev);
   ops::run1(Op::Copy, dev, {on_device(x, dev)}, out);
-  backend::DimAttrs attrs{d};
-  backend::run(Op::ScatterAdd, dev, std::initializer_list<Tensor>{ic, on_device(src, dev)}, std::span<Tensor>(&out, 1), &attrs);
+  ops::scatter_into(out, d, ic, on_device(src, dev), false);
   if (autograd::needs_grad({&x, &src}))
     autograd::record("ScatterAddBackward", {&x, &src}, out,
                      [d, si = SavedTensor(ic), nx = x.requires_grad(), ns = src.requires_grad(),

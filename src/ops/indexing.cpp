@@ -22,14 +22,15 @@ indexing::TensorIndex::TensorIndex(const char* text) : kind_(Kind::Ellipsis) {
 namespace {
 
 // An advanced index over `count` consecutive dims of the view from `dim` on: positions along them as
-// one row-major position (a bool mask's true positions; an integer tensor's own, count 1), any
-// shape (they broadcast with the others). `checked`: in [0, size) already (masks, and integer
-// indices that were on the CPU); otherwise on a device, checked by the kernel (see plan()).
+// one row-major position, any shape (they broadcast with the others): an integer tensor's own
+// (count 1), or a bool mask's true positions (found when needed: index_put_'s masked_fill_ does
+// without). `checked`: in [0, size) already (masks, and integer indices that were on the CPU);
+// otherwise on a device, checked by the kernel (see plan()).
 struct Advanced {
   int64_t dim, count;
-  Tensor positions;
+  Tensor positions;  // undefined for a mask
   bool checked;
-  Tensor mask;  // the bool mask it came from, if any (on the view's device)
+  Tensor mask;  // the bool mask, if any (on the view's device)
 };
 
 struct Indexed {
@@ -80,16 +81,16 @@ Indexed apply(const Tensor& x, const std::vector<TensorIndex>& indices, const ch
   Indexed r{x, {}};
   Tensor& v = r.view;
   int64_t d = 0;  // the view's dim the next index applies to
+  auto select = [&](int64_t k) {
+    const int64_t n = v.size(d);
+    KILN_CHECK(k >= -n && k < n, op, "index ", k, " is out of bounds for dimension ", d, " with size ", n);
+    v = v.select(d, k);
+  };
   for (const TensorIndex& i : indices) {
     switch (i.kind()) {
       case Kind::None: v = v.unsqueeze(d++); break;
       case Kind::Ellipsis: d += x.dim() - used; break;
-      case Kind::Integer: {
-        const int64_t n = v.size(d), k = i.integer();
-        KILN_CHECK(k >= -n && k < n, op, "index ", k, " is out of bounds for dimension ", d, " with size ", n);
-        v = v.select(d, k);
-        break;
-      }
+      case Kind::Integer: select(i.integer()); break;
       case Kind::Slice: {
         const indexing::Slice& s = i.slice();
         KILN_CHECK(s.step() > 0, op, "a slice's step must be greater than zero, got ", s.step());
@@ -103,6 +104,10 @@ Indexed apply(const Tensor& x, const std::vector<TensorIndex>& indices, const ch
         break;
       case Kind::Tensor: {
         const Tensor& t = i.tensor();
+        if (t.dtype() != kBool && t.dim() == 0) {  // an integer, as torch's (read on the host)
+          select(t.item<int64_t>());
+          break;
+        }
         if (t.dtype() != kBool) {
           r.adv.push_back(integer_index(t, d, v.size(d), dev, op));
           ++d;
@@ -116,7 +121,7 @@ Indexed apply(const Tensor& x, const std::vector<TensorIndex>& indices, const ch
         for (int64_t j = 0; j < mask.dim(); ++j)
           KILN_CHECK(mask.size(j) == v.size(d + j), op, "the shape of the mask ", mask.shape(), " at index ", j,
                      " does not match the shape of the indexed tensor ", v.shape(), " at index ", d + j);
-        r.adv.push_back({d, mask.dim(), ops::true_positions(mask.flatten()), true, mask});
+        r.adv.push_back({d, mask.dim(), Tensor(), true, mask});  // positions found in plan()
         d += mask.dim();
         break;
       }
@@ -173,7 +178,7 @@ Plan plan(const Indexed& r, const char* op) {
   Tensor lin, bad;
   int64_t mult = 1;
   for (size_t i = adv.size(); i-- > 0;) {
-    Tensor q = adv[i].positions;
+    Tensor q = adv[i].mask.defined() ? ops::true_positions(adv[i].mask.flatten()) : adv[i].positions;
     p.positions_shape = i + 1 == adv.size() ? q.shape() : broadcast_shapes(p.positions_shape, q.shape(), op);
     if (!adv[i].checked) {
       const int64_t n = sizes[i];
@@ -198,14 +203,18 @@ Shape replace_dim(const Shape& merged, int64_t at, const Shape& shape) {
   return out;
 }
 
-// Whether `from` broadcasts to exactly `to`.
-bool broadcasts_to(const Shape& from, const Shape& to) {
-  if (from.size() > to.size()) return false;
-  for (size_t k = 0; k < from.size(); ++k) {
-    const int64_t f = from[from.size() - 1 - k], t = to[to.size() - 1 - k];
-    if (f != 1 && f != t) return false;
+// values made x[indices]'s shape: leading dims of size 1 dropped where values has more dims (as
+// torch's index_put_), then broadcast.
+Tensor fit(Tensor values, const Shape& shape, const char* op) {
+  while (values.dim() > static_cast<int64_t>(shape.size()) && values.size(0) == 1) values = values.squeeze(0);
+  bool fits = values.dim() <= static_cast<int64_t>(shape.size());
+  for (int64_t k = 1; fits && k <= values.dim(); ++k) {
+    const int64_t f = values.size(-k), t = shape[shape.size() - static_cast<size_t>(k)];
+    fits = f == 1 || f == t;
   }
-  return true;
+  KILN_CHECK(fits, op, "shape mismatch: value tensor of shape ", values.shape(),
+             " cannot be broadcast to indexing result of shape ", shape);
+  return values.expand(shape);
 }
 
 // x[indices] = values (+= with accumulate) through the view `r` of x.
@@ -213,26 +222,36 @@ void put(Indexed& r, const Tensor& values_in, bool accumulate, const char* op) {
   Tensor& v = r.view;
   const Tensor values = ops::cast(values_in, v.dtype()).to(v.device());
   if (r.adv.empty()) {
-    KILN_CHECK(broadcasts_to(values.shape(), v.shape()), op, "shape mismatch: value tensor of shape ", values.shape(),
-               " cannot be broadcast to indexing result of shape ", v.shape());
-    if (accumulate) v.add_(values);
-    else v.copy_(values);
+    const Tensor source = fit(values, v.shape(), op);
+    if (accumulate) v.add_(source);
+    else v.copy_(source);
     return;
   }
   const Advanced& a = r.adv[0];
   if (r.adv.size() == 1 && a.mask.defined() && values.numel() == 1) {
-    // One mask and one value: a where() over the view (no positions read on the host).
+    // One mask and one value: masked_fill_ of the view (no positions read on the host).
     Shape ms(static_cast<size_t>(v.dim()), 1);
     for (int64_t j = 0; j < a.count; ++j) ms[a.dim + j] = v.size(a.dim + j);
     const Tensor m = a.mask.reshape(ms), one = values.reshape({});
-    v.copy_(where(m, accumulate ? v + one : one, v));
+    if (accumulate) v.copy_(where(m, v + one, v));
+    else v.masked_fill_(m, one);
     return;
   }
   const Plan p = plan(r, op);
-  const Shape result = replace_dim(p.merged.shape(), p.at, p.positions_shape);
-  KILN_CHECK(broadcasts_to(values.shape(), result), op, "shape mismatch: value tensor of shape ", values.shape(),
-             " cannot be broadcast to indexing result of shape ", result);
-  const Tensor source = values.expand(result).reshape(replace_dim(p.merged.shape(), p.at, {p.positions.numel()}));
+  const int64_t n = p.positions.numel();
+  const Shape rows = replace_dim(p.merged.shape(), p.at, {n});
+  Tensor source = fit(values, replace_dim(p.merged.shape(), p.at, p.positions_shape), op).reshape(rows);
+  if (p.merged.storage() == v.storage() && !autograd::needs_grad({&v, &values})) {
+    // The merged dims are a view of x and no gradient is recorded: the ScatterAdd kernel writes
+    // the addressed elements in place (work in the number written, not in x's size).
+    if (source.storage() == v.storage()) source = source.clone();  // read before anything is written
+    Shape along(rows.size(), 1);
+    along[static_cast<size_t>(p.at)] = n;
+    ops::scatter_into(p.merged, p.at, p.positions.view(along).expand(rows), source, !accumulate);
+    ops::bump_version(v);
+    return;
+  }
+  // Otherwise the merged tensor updated out of place and copied back (copy_'s gradient).
   Tensor updated = accumulate ? index_add(p.merged, p.at, p.positions, source)
                               : index_copy(p.merged, p.at, p.positions, source);
   updated = updated.reshape(p.permuted);

@@ -79,6 +79,10 @@ Tensor dropout_with(const Tensor& x, double p, const GeneratorState& state);
 // on a GPU in the atomics' changing order.
 Tensor sum_at(const Shape& shape, int64_t d, const Tensor& idx, const Tensor& g);
 
+// The ScatterAdd kernel into `out` in place (its contract in dispatch.h: index of src's shape, on
+// out's device like src; no checks, no autograd): out[.. index ..] += src, or = src with overwrite.
+void scatter_into(Tensor out, int64_t d, const Tensor& index, const Tensor& src, bool overwrite);
+
 // The positions of m's true elements (m bool, 1-D), in order, int64 [n] (select.cpp); n is read on
 // the host (a wait on a GPU).
 Tensor true_positions(const Tensor& m);

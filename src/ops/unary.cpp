@@ -273,11 +273,30 @@ void check_mask(const Tensor& x, const Tensor& mask) {
   (void)broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
 }
 
-// In place the result must keep the tensor's shape.
-Tensor& fill_in_place(Tensor& x, const Tensor& filled, const Tensor& mask) {
-  KILN_CHECK(filled.shape() == x.shape(), "masked_fill_", "a mask of shape ", mask.shape(),
-             " would make the result ", filled.shape(), ", larger than the tensor's ", x.shape());
-  return x.copy_(filled);
+// x.masked_fill_(mask, value) as where(mask, value, x) written straight into x (one pass: the Where
+// kernel reads each element before it writes it); value is 0-d, of x's dtype. The gradient is
+// masked_fill's: x's where the mask is false, and value's the sum where it is true.
+Tensor& fill_in_place(Tensor& x, const Tensor& mask, const Tensor& value) {
+  const Device dev = ops::common_device({&x, &mask, &value}, "masked_fill_");
+  KILN_CHECK(broadcast_shapes(x.shape(), mask.shape(), "masked_fill_") == x.shape(), "masked_fill_", "a mask of shape ",
+             mask.shape(), " would make the result larger than the tensor's ", x.shape());
+  const bool rec = autograd::needs_grad({&x, &value});
+  autograd::check_inplace(x, "masked_fill_");
+  // A mask sharing x's memory would be read after the kernel overwrote it.
+  const Tensor m = mask.storage() == x.storage() ? mask.clone() : mask;
+  const Tensor before = x;
+  const Tensor v = ops::cast(value, x.dtype());
+  backend::run(Op::Where, dev, std::initializer_list<Tensor>{m, v, x}, std::span<Tensor>(&x, 1));
+  ops::bump_version(x);
+  if (rec)
+    autograd::record_inplace("MaskedFillBackward", x, {&before, &value},
+                             [sm = SavedTensor(m), nx = before.requires_grad(), mv = autograd::InputMeta(value)](
+                                 const Tensor& g) -> TensorList {
+                               const Tensor c = sm.get("MaskedFillBackward");
+                               return {nx ? where(c, zeros_like(g), g) : Tensor(),
+                                       mv.needs ? mv(where(c, g, zeros_like(g))) : Tensor()};
+                             });
+  return x;
 }
 }  // namespace
 
@@ -296,11 +315,16 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value) {
 }
 
 Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
-  return fill_in_place(*this, kiln::masked_fill(*this, mask, value), mask);
+  check_mask(*this, mask);
+  ops::check_fill_value(value, dtype(), "masked_fill");
+  return fill_in_place(*this, mask, ops::wrap_scalar(value, dtype()));
 }
 
 Tensor& Tensor::masked_fill_(const Tensor& mask, const Tensor& value) {
-  return fill_in_place(*this, kiln::masked_fill(*this, mask, value), mask);
+  check_mask(*this, mask);
+  ops::check_defined(value, "masked_fill");
+  KILN_CHECK(value.dim() == 0, "masked_fill", "the value must be a 0-d tensor (or a number), got shape ", value.shape());
+  return fill_in_place(*this, mask, value);
 }
 
 }  // namespace kiln

@@ -122,7 +122,9 @@ void scatter_add(KernelArgs& a) {
   const Tensor& index = a.inputs[0];
   const Tensor& src = a.inputs[1];
   const Tensor& out = a.outputs[0];
-  const int64_t dim = static_cast<const DimAttrs*>(a.attrs)->dim;
+  const auto& attrs = *static_cast<const ScatterAttrs*>(a.attrs);
+  const int64_t dim = attrs.dim;
+  const bool overwrite = attrs.overwrite;
   const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
   check_indices(idx, index.numel(), out.dim() ? out.shape()[dim] : 1, "scatter_add");
   const Walk wo = walk(out, index, dim), ws = walk(src, index, dim);
@@ -142,7 +144,8 @@ void scatter_add(KernelArgs& a) {
           const int64_t* ir = idx + (o * wo.n + i) * wo.inner;
           for (int64_t k = k0; k < k1; ++k) {
             T& d = ob[ir[k] * wo.stride + wo.inner_off[k]];
-            d = static_cast<T>(static_cast<A>(d) + static_cast<A>(sb[i * ws.stride + ws.inner_off[k]]));
+            const T v = sb[i * ws.stride + ws.inner_off[k]];
+            d = overwrite ? v : static_cast<T>(static_cast<A>(d) + static_cast<A>(v));
           }
         }
       }

@@ -185,10 +185,13 @@ void gather(KernelArgs& a) {
   KILN_CUDA_LAUNCHED("gather");
 }
 
-// Atomic adds: the order of adds into one element is the GPU's (as PyTorch on CUDA).
+// Atomic adds: the order of adds into one element is the GPU's (as PyTorch on CUDA); with
+// overwrite, plain stores (an element addressed twice keeps any one of its values, as torch's
+// index_put_).
 template <class T>
 __global__ void scatter_add_kernel(const int64_t* __restrict__ idx, const T* __restrict__ src, T* __restrict__ out,
-                                   int64_t numel, const __grid_constant__ IndexGeom g, IndexErrorSlot* slot) {
+                                   int64_t numel, const __grid_constant__ IndexGeom g, IndexErrorSlot* slot,
+                                   bool overwrite) {
   KILN_GRID_STRIDE(p, numel) {
     int64_t off, src_off;
     geom_offsets(g, p, off, src_off);
@@ -197,23 +200,25 @@ __global__ void scatter_add_kernel(const int64_t* __restrict__ idx, const T* __r
       record_index_error(slot, IndexOp::ScatterAdd, id, g.n, p);
       continue;
     }
-    atomic_add(out + off + id * g.dim_stride, src[src_off]);
+    if (overwrite) out[off + id * g.dim_stride] = src[src_off];
+    else atomic_add(out + off + id * g.dim_stride, src[src_off]);
   }
 }
 
-// {index int64 contiguous, src (any strides)} -> {out (a copy of self, contiguous)} += src.
+// The contract in dispatch.h (ScatterAttrs).
 void scatter_add(KernelArgs& a) {
   const Tensor& index = a.inputs[0];
   const Tensor& src = a.inputs[1];
   const Tensor& out = a.outputs[0];
   const int64_t numel = index.numel();
   if (numel == 0) return;
-  const IndexGeom g = make_geom(out, index, static_cast<const DimAttrs*>(a.attrs)->dim, &src);
+  const auto& attrs = *static_cast<const ScatterAttrs*>(a.attrs);
+  const IndexGeom g = make_geom(out, index, attrs.dim, &src);
   IndexErrorSlot* slot = index_error_slot(out.device().index);
   visit_dtype(out.dtype(), "scatter_add", [&]<class T>() {
     scatter_add_kernel<T><<<blocks_for(numel), kThreads, 0, stream_of(a)>>>(
         static_cast<const int64_t*>(index.data_ptr()), static_cast<const T*>(src.data_ptr()),
-        static_cast<T*>(out.data_ptr()), numel, g, slot);
+        static_cast<T*>(out.data_ptr()), numel, g, slot, attrs.overwrite);
   });
   KILN_CUDA_LAUNCHED("scatter_add");
 }
