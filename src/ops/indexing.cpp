@@ -99,8 +99,7 @@ Indexed apply(const Tensor& x, const std::vector<TensorIndex>& indices, const ch
       }
       case Kind::Boolean:  // a new dim, indexed by [0] (true) or nothing (false), as torch's
         v = v.unsqueeze(d);
-        r.adv.push_back({d++, 1, i.boolean() ? zeros({1}, TensorOptions(kInt64).device(dev)) : empty({0}, TensorOptions(kInt64).device(dev)),
-                         true, Tensor()});
+        r.adv.push_back({d++, 1, zeros({i.boolean() ? 1 : 0}, TensorOptions(kInt64).device(dev)), true, Tensor()});
         break;
       case Kind::Tensor: {
         const Tensor& t = i.tensor();

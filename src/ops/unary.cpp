@@ -266,11 +266,17 @@ Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
 }
 
 namespace {
-void check_mask(const Tensor& x, const Tensor& mask) {
+// The checks masked_fill and masked_fill_ share: a bool mask broadcasting with x, and a value
+// tensor (when given) 0-d.
+void check_mask(const Tensor& x, const Tensor& mask, const Tensor* value = nullptr) {
   ops::check_defined(x, "masked_fill");
   ops::check_defined(mask, "masked_fill");
   KILN_CHECK(mask.dtype() == kBool, "masked_fill", "the mask must be a bool tensor, got ", mask.dtype());
   (void)broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
+  if (!value) return;
+  ops::check_defined(*value, "masked_fill");
+  KILN_CHECK(value->dim() == 0, "masked_fill", "the value must be a 0-d tensor (or a number), got shape ",
+             value->shape());
 }
 
 // x.masked_fill_(mask, value) as where(mask, value, x) written straight into x (one pass: the Where
@@ -307,10 +313,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value) {
-  check_mask(x, mask);
-  ops::check_defined(value, "masked_fill");
-  KILN_CHECK(value.dim() == 0, "masked_fill", "the value must be a 0-d tensor (or a number), got shape ",
-             value.shape());
+  check_mask(x, mask, &value);
   return where(mask, value.to(x.dtype()), x);
 }
 
@@ -321,9 +324,7 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
 }
 
 Tensor& Tensor::masked_fill_(const Tensor& mask, const Tensor& value) {
-  check_mask(*this, mask);
-  ops::check_defined(value, "masked_fill");
-  KILN_CHECK(value.dim() == 0, "masked_fill", "the value must be a 0-d tensor (or a number), got shape ", value.shape());
+  check_mask(*this, mask, &value);
   return fill_in_place(*this, mask, value);
 }
 
