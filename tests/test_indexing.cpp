@@ -158,6 +158,8 @@ TEST(Indexing, IndexPutInPlace) {
     Tensor t = arange(12, TensorOptions(kFloat32).device(d)).view({4, 3}).t();
     t.index_put_({longs({0, 2}, d), longs({3, 1}, d)}, tensor({-1.0f, -2.0f}, TensorOptions(kFloat32).device(d)));
     EXPECT_EQ(values(t.t()), (std::vector<double>{0, 1, 2, 3, 4, -2, 6, 7, 8, -1, 10, 11})) << where;
+    // and read one dim at a time (adjacent dims that do not merge)
+    EXPECT_EQ(values(t.index({longs({0, 2, 1}, d), longs({3, 1, 0}, d)})), (std::vector<double>{-1, -2, 1})) << where;
   }
 }
 
@@ -199,6 +201,15 @@ TEST(Indexing, Gradients) {
   std::vector<Tensor> in = {randn({3, 4}, kFloat64).requires_grad_(), randn({3}, kFloat64).requires_grad_()};
   EXPECT_TRUE(autograd::gradcheck(fn, in));
   EXPECT_TRUE(autograd::gradgradcheck(fn, in));
+  // Indexed dims apart, fewer picks than the first one's size: one dim at a time (index_each).
+  const auto apart = [](const std::vector<Tensor>& v) {
+    return v[0].index({tensor({2, 0}, kInt64), Slice(), tensor({4, -4}, kInt64)});
+  };
+  std::vector<Tensor> in3 = {randn({3, 4, 5}, kFloat64).requires_grad_()};
+  EXPECT_EQ(apart(in3).shape(), (Shape{2, 4}));
+  EXPECT_EQ(values(apart(in3)), values(stack({in3[0].select(0, 2).select(1, 4), in3[0].select(0, 0).select(1, 1)})));
+  EXPECT_TRUE(autograd::gradcheck(apart, in3));
+  EXPECT_TRUE(autograd::gradgradcheck(apart, in3));
 }
 
 TEST(Indexing, BadInputIsAnErrorNamingTheOp) {

@@ -3,6 +3,7 @@
 // one), so that x[indices] is an index_select of the merged dim and x[indices] = values an
 // index_copy (index_add with accumulate) of it, written back through the view (copy_, whose
 // autograd is CopySlices). Every device runs them on those ops' kernels.
+#include <algorithm>
 #include <numeric>
 #include <string_view>
 
@@ -129,15 +130,27 @@ Indexed apply(const Tensor& x, const std::vector<TensorIndex>& indices, const ch
   return r;
 }
 
-// The advanced indices as one flat position into `merged`'s dim `at` (the indexed dims moved
-// together, to the front when they were not already next to each other, and merged into one).
+// `merged`'s shape with dim `at` replaced by `shape`.
+Shape replace_dim(const Shape& merged, int64_t at, const Shape& shape) {
+  Shape out(merged.begin(), merged.begin() + at);
+  out.insert(out.end(), shape.begin(), shape.end());
+  out.insert(out.end(), merged.begin() + at + 1, merged.end());
+  return out;
+}
+
+// The advanced indices as one flat position into the merged dim `at` of `src` (the indexed dims
+// moved together, to the front when they were not already next to each other, and merged).
 struct Plan {
-  Tensor merged;
+  Tensor src;                // the view, its indexed dims together from `at` on
   int64_t at;
-  Shape positions_shape;  // the index tensors' broadcast shape
-  Tensor positions;       // int64 [numel of positions_shape]
-  Shape perm;             // the view's dims in merged order (empty: not permuted)
-  Shape permuted;         // the view's shape in that order
+  Shape merged_shape;        // src's shape with the indexed dims merged into one, at `at`
+  bool merges;               // whether src's indexed dims merge into a view (else merging copies src)
+  Shape positions_shape;     // the index tensors' broadcast shape
+  Tensor positions;          // int64 [numel of positions_shape], into the merged dim
+  std::vector<Tensor> each;  // each index's own positions (wrapped; a bad one its dims' size)
+  Shape perm;                // the view's dims in src's order (empty: not permuted)
+
+  Tensor merged() const { return src.reshape(merged_shape); }
 };
 
 Plan plan(const Indexed& r, const char* op) {
@@ -155,7 +168,7 @@ Plan plan(const Indexed& r, const char* op) {
     if (i > 0) adjacent &= adv[i].dim == adv[i - 1].dim + adv[i - 1].count;
   }
   Plan p;
-  Tensor src = v;
+  p.src = v;
   p.at = adv[0].dim;
   if (!adjacent) {  // the indexed dims first, in order, then the rest (numpy's rule for the result)
     std::vector<bool> taken(static_cast<size_t>(v.dim()));
@@ -163,27 +176,31 @@ Plan plan(const Indexed& r, const char* op) {
       for (int64_t j = 0; j < a.count; ++j) p.perm.push_back(a.dim + j), taken[a.dim + j] = true;
     for (int64_t k = 0; k < v.dim(); ++k)
       if (!taken[k]) p.perm.push_back(k);
-    src = v.permute(p.perm);
+    p.src = v.permute(p.perm);
     p.at = 0;
   }
-  p.permuted = src.shape();
-  Shape merged(src.shape().begin(), src.shape().begin() + p.at);
-  merged.push_back(total);
-  merged.insert(merged.end(), src.shape().begin() + p.at + covered, src.shape().end());
-  p.merged = src.reshape(merged);
+  const Shape& ss = p.src.shape();
+  p.merged_shape.assign(ss.begin(), ss.begin() + p.at);
+  p.merged_shape.push_back(total);
+  p.merged_shape.insert(p.merged_shape.end(), ss.begin() + p.at + covered, ss.end());
+  p.merges = ops::view_strides(ss, p.src.strides(), p.merged_shape).has_value();
   // Row-major over the entries (the last one fastest). Positions not yet checked (integer indices
-  // on a device) are wrapped, and a bad one made `total` or more, so that the kernel that reads the
-  // merged position reports it (index_check.h) instead of reading a wrong element.
+  // on a device) are wrapped, and a bad one made out of range (its dims' size in `each`, `total`
+  // or more in the merged position), so that the kernel that reads it reports it (index_check.h)
+  // instead of reading a wrong element.
+  p.each.resize(adv.size());
   Tensor lin, bad;
   int64_t mult = 1;
   for (size_t i = adv.size(); i-- > 0;) {
     Tensor q = adv[i].mask.defined() ? ops::true_positions(adv[i].mask.flatten()) : adv[i].positions;
     p.positions_shape = i + 1 == adv.size() ? q.shape() : broadcast_shapes(p.positions_shape, q.shape(), op);
+    p.each[i] = q;
     if (!adv[i].checked) {
       const int64_t n = sizes[i];
       const Tensor out = (q < -n).logical_or(q >= n);
       bad = bad.defined() ? bad.logical_or(out) : out;
       q = where(q < 0, q + n, q);
+      p.each[i] = where(out, n, q);
     }
     const Tensor term = mult == 1 ? q : q * mult;
     lin = lin.defined() ? lin + term : term;
@@ -194,12 +211,28 @@ Plan plan(const Indexed& r, const char* op) {
   return p;
 }
 
-// `merged`'s shape with dim `at` replaced by `shape`.
-Shape replace_dim(const Shape& merged, int64_t at, const Shape& shape) {
-  Shape out(merged.begin(), merged.begin() + at);
-  out.insert(out.end(), shape.begin(), shape.end());
-  out.insert(out.end(), merged.begin() + at + 1, merged.end());
-  return out;
+// x[indices] one indexed dim at a time, where the indexed dims (one each) do not merge into a view
+// (merging would copy all of the view): index_select along the first in the view's own order (no
+// copy of a contiguous view), then a gather along each next one, the picks' dim moved to the front
+// last when the indexed dims were apart. Chosen when the first step makes the view smaller.
+Tensor index_each(const Indexed& ix, const Plan& p) {
+  const int64_t nb = p.positions.numel(), d0 = ix.adv[0].dim;
+  auto flat = [&](size_t i) { return p.each[i].expand(p.positions_shape).reshape({nb}); };
+  Tensor r = index_select(ix.view, d0, flat(0));
+  for (size_t i = 1; i < p.each.size(); ++i) {
+    const int64_t di = ix.adv[i].dim - static_cast<int64_t>(i - 1);  // the dims squeezed so far were before it
+    Shape pick = r.shape(), along(static_cast<size_t>(r.dim()), 1);
+    pick[static_cast<size_t>(di)] = 1;
+    along[static_cast<size_t>(d0)] = nb;
+    r = gather(r, di, flat(i).view(along).expand(pick)).squeeze(di);
+  }
+  if (!p.perm.empty()) {
+    Shape order{d0};
+    for (int64_t k = 0; k < r.dim(); ++k)
+      if (k != d0) order.push_back(k);
+    r = r.permute(order);
+  }
+  return r.reshape(replace_dim(r.shape(), p.perm.empty() ? d0 : 0, p.positions_shape));
 }
 
 // values made x[indices]'s shape: leading dims of size 1 dropped where values has more dims (as
@@ -238,22 +271,23 @@ void put(Indexed& r, const Tensor& values_in, bool accumulate, const char* op) {
   }
   const Plan p = plan(r, op);
   const int64_t n = p.positions.numel();
-  const Shape rows = replace_dim(p.merged.shape(), p.at, {n});
-  Tensor source = fit(values, replace_dim(p.merged.shape(), p.at, p.positions_shape), op).reshape(rows);
-  if (p.merged.storage() == v.storage() && !autograd::needs_grad({&v, &values})) {
+  const Shape rows = replace_dim(p.merged_shape, p.at, {n});
+  Tensor source = fit(values, replace_dim(p.merged_shape, p.at, p.positions_shape), op).reshape(rows);
+  const Tensor merged = p.merged();
+  if (p.merges && !autograd::needs_grad({&v, &values})) {
     // The merged dims are a view of x and no gradient is recorded: the ScatterAdd kernel writes
     // the addressed elements in place (work in the number written, not in x's size).
     if (source.storage() == v.storage()) source = source.clone();  // read before anything is written
     Shape along(rows.size(), 1);
     along[static_cast<size_t>(p.at)] = n;
-    ops::scatter_into(p.merged, p.at, p.positions.view(along).expand(rows), source, !accumulate);
+    ops::scatter_into(merged, p.at, p.positions.view(along).expand(rows), source, !accumulate);
     ops::bump_version(v);
     return;
   }
   // Otherwise the merged tensor updated out of place and copied back (copy_'s gradient).
-  Tensor updated = accumulate ? index_add(p.merged, p.at, p.positions, source)
-                              : index_copy(p.merged, p.at, p.positions, source);
-  updated = updated.reshape(p.permuted);
+  Tensor updated = accumulate ? index_add(merged, p.at, p.positions, source)
+                              : index_copy(merged, p.at, p.positions, source);
+  updated = updated.reshape(p.src.shape());
   if (!p.perm.empty()) {
     Shape inverse(p.perm.size());
     for (size_t k = 0; k < p.perm.size(); ++k) inverse[p.perm[k]] = static_cast<int64_t>(k);
@@ -268,7 +302,9 @@ Tensor index(const Tensor& x, const std::vector<TensorIndex>& indices) {
   const Indexed r = apply(x, indices, "index");
   if (r.adv.empty()) return r.view;
   const Plan p = plan(r, "index");
-  return index_select(p.merged, p.at, p.positions).reshape(replace_dim(p.merged.shape(), p.at, p.positions_shape));
+  const bool one_dim_each = std::all_of(r.adv.begin(), r.adv.end(), [](const Advanced& a) { return a.count == 1; });
+  if (!p.merges && one_dim_each && p.positions.numel() <= r.view.size(r.adv[0].dim)) return index_each(r, p);
+  return index_select(p.merged(), p.at, p.positions).reshape(replace_dim(p.merged_shape, p.at, p.positions_shape));
 }
 
 Tensor index_put(const Tensor& x, const std::vector<TensorIndex>& indices, const Tensor& values, bool accumulate) {

@@ -83,6 +83,10 @@ Tensor sum_at(const Shape& shape, int64_t d, const Tensor& idx, const Tensor& g)
 // out's device like src; no checks, no autograd): out[.. index ..] += src, or = src with overwrite.
 void scatter_into(Tensor out, int64_t d, const Tensor& index, const Tensor& src, bool overwrite);
 
+// Strides for viewing (sizes, strides) as new_sizes without copying, if possible (PyTorch's
+// rule: each run of old dims that is contiguous in memory maps onto a run of new dims; view.cpp).
+std::optional<Shape> view_strides(const Shape& old_sizes, const Shape& old_strides, const Shape& new_sizes);
+
 // The positions of m's true elements (m bool, 1-D), in order, int64 [n] (select.cpp); n is read on
 // the host (a wait on a GPU).
 Tensor true_positions(const Tensor& m);

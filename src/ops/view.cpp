@@ -39,9 +39,9 @@ Shape infer_size(const Shape& shape, int64_t numel, const char* op) {
   return out;
 }
 
-// Strides for viewing (sizes, strides) as new_sizes without copying, if possible (PyTorch's
-// rule: each run of old dims that is contiguous in memory maps onto a run of new dims).
-std::optional<Shape> view_strides(const Shape& old_sizes, const Shape& old_strides, const Shape& new_sizes) {
+}  // namespace
+
+std::optional<Shape> ops::view_strides(const Shape& old_sizes, const Shape& old_strides, const Shape& new_sizes) {
   Shape new_strides(new_sizes.size());
   if (old_sizes.empty()) {
     std::fill(new_strides.begin(), new_strides.end(), 1);
@@ -74,6 +74,10 @@ std::optional<Shape> view_strides(const Shape& old_sizes, const Shape& old_strid
   if (view_d != -1) return std::nullopt;
   return new_strides;
 }
+
+namespace {
+
+using ops::view_strides;
 
 BackwardFn reshape_back(const Shape& shape) {
   return [shape](const Tensor& g) -> TensorList { return {g.reshape(shape)}; };
