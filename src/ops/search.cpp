@@ -80,18 +80,20 @@ Tensor searchsorted(const Tensor& sorted_sequence, Scalar value, bool out_int32,
   return searchsorted(sorted_sequence, v, out_int32, right, side, sorter);
 }
 
-Tensor bucketize(const Tensor& input, const Tensor& boundaries, bool out_int32, bool right) {
+// bucketize takes one 1-D sequence of boundaries (torch's check).
+static const Tensor& boundaries_of(const Tensor& boundaries) {
   ops::check_defined(boundaries, "bucketize");
   KILN_CHECK(boundaries.dim() == 1, "bucketize", "boundaries tensor must be 1 dimension, but got dim(",
              boundaries.dim(), ")");
-  return searchsorted(boundaries, input, out_int32, right);
+  return boundaries;
+}
+
+Tensor bucketize(const Tensor& input, const Tensor& boundaries, bool out_int32, bool right) {
+  return searchsorted(boundaries_of(boundaries), input, out_int32, right);
 }
 
 Tensor bucketize(Scalar input, const Tensor& boundaries, bool out_int32, bool right) {
-  ops::check_defined(boundaries, "bucketize");
-  KILN_CHECK(boundaries.dim() == 1, "bucketize", "boundaries tensor must be 1 dimension, but got dim(",
-             boundaries.dim(), ")");
-  return searchsorted(boundaries, input, out_int32, right);
+  return searchsorted(boundaries_of(boundaries), input, out_int32, right);
 }
 
 }  // namespace kiln
